@@ -1,0 +1,34 @@
+"""jaxrot: accurate, batched, differentiable simulation of rotating rigid bodies in JAX.
+
+The public API (plotting lives in :mod:`jaxrot.plotting` and is never imported here).
+"""
+
+from . import analysis, flow, integrators, problems, reference, so3, torques
+from .body import RigidBody
+from .integrators import REGISTRY, get
+from .problems import Problem
+from .simulate import SimulationError, simulate, simulate_batch, stack_problems
+from .state import State, StepStats, Trajectory
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "analysis",
+    "flow",
+    "integrators",
+    "problems",
+    "reference",
+    "so3",
+    "torques",
+    "RigidBody",
+    "REGISTRY",
+    "get",
+    "Problem",
+    "SimulationError",
+    "simulate",
+    "simulate_batch",
+    "stack_problems",
+    "State",
+    "StepStats",
+    "Trajectory",
+]

@@ -1,0 +1,168 @@
+"""The source documents' test problems, by name: ``jaxrot.problems.get("fast_top")``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+
+from . import so3
+from .body import RigidBody
+from .state import State
+from .torques import (
+    AbstractTorque,
+    CoulombWallTorque,
+    FreeTorque,
+    GravityTorque,
+    PolynomialMomentum,
+)
+
+
+class Problem(eqx.Module):
+    """A body, a torque model, an initial state and the document's time span."""
+
+    body: RigidBody
+    torque: AbstractTorque
+    state0: State
+    t_end: float = eqx.field(static=True)
+    name: str = eqx.field(static=True, default="custom")
+    description: str = eqx.field(static=True, default="")
+
+    def with_state(self, state0: State) -> "Problem":
+        """The same problem from another initial state."""
+        return eqx.tree_at(lambda p: p.state0, self, state0)
+
+
+def from_body_rate(body: RigidBody, R0, Omega0) -> State:
+    """Initial state from an attitude and a **body** angular velocity."""
+    R0 = jnp.asarray(R0)
+    return State(R0, jnp.asarray(body.J) * jnp.asarray(Omega0, R0.dtype))
+
+
+def _as(x):
+    return jnp.asarray(np.asarray(x, dtype=np.float64))
+
+
+# --- SPEC section 8: Buss's torqued test problem -----------------------------------------------
+BUSS_TORQUED_COEFFS = np.array(
+    [[1.0, -2.0, 1.5], [0.3, 0.1, -0.2], [-0.1, 0.2, 0.05], [0.02, -0.03, 0.01]]
+)
+BUSS_TORQUED_R0_VEC = np.array([0.3, -0.2, 0.5])
+
+
+def buss_torqued() -> Problem:
+    """SPEC 8: J = (1, 2, 3.5) (not physical: 3.5 > 1 + 2), prescribed cubic world momentum L(t)."""
+    body = RigidBody(_as([1.0, 2.0, 3.5]), physical=False)
+    R0 = so3.exp(_as(BUSS_TORQUED_R0_VEC))
+    L0 = _as(BUSS_TORQUED_COEFFS[0])
+    return Problem(
+        body,
+        PolynomialMomentum(_as(BUSS_TORQUED_COEFFS)),
+        State(R0, R0.T @ L0),
+        t_end=2.0,
+        name="buss_torqued",
+        description="SPEC 8 / v1: J=(1,2,3.5), R0=exp(0.3,-0.2,0.5), cubic prescribed L(t)",
+    )
+
+
+def buss_prism(omega0=(0.02, 0.01, 4.0), revolutions: float = 45.25) -> Problem:
+    """Buss's 1x4x18 uniform prism, torque-free, for ~45 revolutions (SPEC 1.6).
+
+    The talk gives neither the initial rate nor the span; this default spins near the long axis
+    and ends when ``|omega0| t = revolutions * 2 pi`` (see ``experiments`` for the protocol study).
+    """
+    body = RigidBody.box(1.0, 4.0, 18.0)
+    body = RigidBody(_as(body.J))
+    w0 = np.asarray(omega0, dtype=np.float64)
+    t_end = revolutions * 2 * np.pi / np.linalg.norm(w0)
+    return Problem(
+        body,
+        FreeTorque(),
+        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as(w0)),
+        t_end=float(t_end),
+        name="buss_prism",
+        description="1x4x18 box, J=(28.33,27.08,1.417), torque-free, ~45 revolutions",
+    )
+
+
+def free_body_mz() -> Problem:
+    """Krysl (a), McLachlan-Zanna free body; R0 = identity (assumed, SPEC 3.4)."""
+    body = RigidBody(_as([0.9144, 1.098, 1.66]))
+    return Problem(
+        body,
+        FreeTorque(),
+        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as([0.45549, 0.82623, 0.03476])),
+        t_end=100.0,
+        name="free_body_mz",
+        description="Krysl (a): J=(0.9144,1.098,1.66), Omega0=(0.45549,0.82623,0.03476)",
+    )
+
+
+def _top(tilt: float, spin: float, t_end: float, name: str) -> Problem:
+    body = RigidBody(_as([5.0, 5.0, 1.0]))
+    return Problem(
+        body,
+        GravityTorque(mgl=20.0),
+        from_body_rate(body, so3.exp(_as([tilt, 0.0, 0.0])), _as([0.0, 0.0, spin])),
+        t_end=t_end,
+        name=name,
+        description=f"Lagrangian top J=(5,5,1), mgl=20, tilt {tilt} rad, spin {spin} rad/s",
+    )
+
+
+def slow_top() -> Problem:
+    """Krysl (b): slow Lagrangian top."""
+    return _top(0.05, 5.0, 20.0, "slow_top")
+
+
+def fast_top() -> Problem:
+    """Krysl (c): fast Lagrangian top (Simo-Wong data)."""
+    return _top(0.3, 50.0, 10.0, "fast_top")
+
+
+def coulomb_wall(sign: float = 1.0) -> Problem:
+    """Krysl (d): Coulomb potential with a soft wall; ``sign=+1`` printed torque, -1 physical."""
+    body = RigidBody(_as([2.0, 3.0, 4.5]))
+    return Problem(
+        body,
+        CoulombWallTorque(sign=float(sign)),
+        State(jnp.eye(3, dtype=jnp.float64), _as([2.0, 2.0, 2.0])),
+        t_end=50.0,
+        name="coulomb_wall" if sign > 0 else "coulomb_wall_physical",
+        description=f"Krysl (d): J=(2,3,4.5), pi0=(2,2,2), Coulomb + soft wall, sign {sign:+g}",
+    )
+
+
+def t_handle(omega0=(0.01, 4.0, 0.01), t_end: float = 20.0) -> Problem:
+    """Roblox T-handle, J = (2.5, 1.4, 1.3), spun near its intermediate axis (Dzhanibekov flips)."""
+    body = RigidBody(_as([2.5, 1.4, 1.3]))
+    return Problem(
+        body,
+        FreeTorque(),
+        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as(omega0)),
+        t_end=t_end,
+        name="t_handle",
+        description="T-handle J=(2.5,1.4,1.3) near its intermediate axis (Dzhanibekov effect)",
+    )
+
+
+PROBLEMS: dict[str, Callable[[], Problem]] = {
+    "buss_torqued": buss_torqued,
+    "buss_prism": buss_prism,
+    "free_body_mz": free_body_mz,
+    "slow_top": slow_top,
+    "fast_top": fast_top,
+    "coulomb_wall": coulomb_wall,
+    "coulomb_wall_physical": lambda: coulomb_wall(-1.0),
+    "t_handle": t_handle,
+}
+
+
+def get(name: str) -> Problem:
+    """A problem by name (float64 arrays; cast with ``jaxrot.cast`` for float32)."""
+    try:
+        return PROBLEMS[name]()
+    except KeyError:
+        raise KeyError(f"unknown problem {name!r}; known: {', '.join(PROBLEMS)}") from None

@@ -1,0 +1,372 @@
+"""The one time loop: nested ``lax.scan`` (frames x steps), batched by ``vmap``, sharded over devices.
+
+Memory is O(saved frames) and compile time does not grow with ``n_steps``. Inputs are checked on
+the host before tracing (``ValueError`` naming the problem); traced inputs (under ``jax.grad`` or
+``jit``) are checked with ``eqx.error_if``. A step whose solve fails or whose state becomes
+non-finite is recorded in ``Trajectory.failed_step`` and, with ``throw=True``, raised.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time as _time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .body import validate_inertia
+from .integrators import AbstractIntegrator
+from .integrators import get as _get_method
+from .problems import Problem
+from .state import State, StepStats, Trajectory
+
+
+class SimulationError(RuntimeError):
+    """A step's solve did not converge or the state became non-finite."""
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _resolve_method(method) -> AbstractIntegrator:
+    if isinstance(method, str):
+        return _get_method(method)
+    if not isinstance(method, AbstractIntegrator):
+        raise TypeError(f"method must be a registered name or an AbstractIntegrator, got {method!r}")
+    return method
+
+
+def _check_counts(n_steps, save_every):
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
+        raise TypeError(f"n_steps must be an int, got {n_steps!r}")
+    if isinstance(save_every, bool) or not isinstance(save_every, (int, np.integer)):
+        raise TypeError(f"save_every must be an int, got {save_every!r}")
+    if n_steps < 1:
+        raise ValueError(f"n_steps must be >= 1, got {n_steps}")
+    if save_every < 1:
+        raise ValueError(f"save_every must be >= 1, got {save_every}")
+    if n_steps % save_every:
+        raise ValueError(
+            f"n_steps ({n_steps}) must be a multiple of save_every ({save_every}); "
+            f"e.g. n_steps={n_steps - n_steps % save_every or save_every}"
+        )
+
+
+def _check_dt(dt):
+    if _is_concrete(dt):
+        d = np.asarray(dt)
+        if d.size != 1 and d.ndim != 0:
+            raise ValueError(f"dt must be a scalar, got shape {d.shape}")
+        if not np.isfinite(d) or d <= 0:
+            raise ValueError(f"dt must be finite and > 0, got {dt}")
+
+
+def _check_state(state: State, batched: bool):
+    R, Pi = state.R, state.Pi
+    lead = R.shape[:-2]
+    if R.shape[-2:] != (3, 3) or Pi.shape[-1:] != (3,) or Pi.shape[:-1] != lead:
+        raise ValueError(f"state must have R of shape (..., 3, 3) and Pi (..., 3); got {R.shape}, {Pi.shape}")
+    if not batched and lead:
+        raise ValueError(f"simulate takes one body (R of shape (3, 3)); got {R.shape}: use simulate_batch")
+    if _is_concrete(R) and _is_concrete(Pi):
+        Rn, Pn = np.asarray(R, np.float64), np.asarray(Pi, np.float64)
+        if not np.all(np.isfinite(Rn)) or not np.all(np.isfinite(Pn)):
+            raise ValueError("initial state contains NaN or inf")
+        tol = 1e-5 if R.dtype == jnp.float32 else 1e-8
+        err = np.abs(np.swapaxes(Rn, -1, -2) @ Rn - np.eye(3)).max()
+        if err > tol:
+            raise ValueError(
+                f"initial attitude R is not orthogonal: max|R^T R - 1| = {err:.3g} > {tol:g}; "
+                "project it with jaxrot.so3.nearest_rotation"
+            )
+        if np.any(np.linalg.det(Rn) <= 0):
+            raise ValueError("initial attitude R has det <= 0: it is a reflection, not a rotation")
+
+
+def _check_problem(problem: Problem):
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a jaxrot Problem, got {type(problem).__name__}")
+    J = problem.body.J
+    if _is_concrete(J):
+        validate_inertia(J, problem.body.physical)
+
+
+def _traced_checks(problem: Problem, state0: State, dt):
+    """``eqx.error_if`` versions of the host checks for values that are traced."""
+    J = problem.body.J
+    if not _is_concrete(J):
+        bad = jnp.any(J <= 0) | ~jnp.all(jnp.isfinite(J))
+        if problem.body.physical:
+            bad = bad | jnp.any(2 * J > jnp.sum(J) * (1 + 1e-12))
+        J = eqx.error_if(J, bad, "principal moments J must be finite, positive and satisfy J_i <= J_j + J_k")
+        problem = eqx.tree_at(lambda p: p.body.J, problem, J)
+    if not _is_concrete(dt):
+        dt = eqx.error_if(dt, ~(dt > 0), "dt must be > 0")
+    Pi = state0.Pi
+    if not _is_concrete(Pi) or not _is_concrete(state0.R):
+        Pi = eqx.error_if(
+            Pi, ~(jnp.all(jnp.isfinite(Pi)) & jnp.all(jnp.isfinite(state0.R))), "initial state contains NaN or inf"
+        )
+        state0 = State(state0.R, Pi)
+    return problem, state0, dt
+
+
+def _aggregate(stats: StepStats) -> StepStats:
+    return StepStats(
+        newton_iters=jnp.max(stats.newton_iters),
+        converged=jnp.all(stats.converged),
+        clamped=jnp.sum(stats.clamped).astype(jnp.int32),
+        substeps=jnp.sum(stats.substeps).astype(jnp.int32),
+    )
+
+
+def _finite(state: State):
+    return jnp.all(jnp.isfinite(state.R)) & jnp.all(jnp.isfinite(state.Pi))
+
+
+def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, unroll: int):
+    """Scan ``n_frames`` frames of ``save_every`` steps from ``carry = (state, aux, k, failed)``."""
+
+    def inner(c, _):
+        state, aux, k, failed = c
+        t = t0 + k.astype(dt.dtype) * dt  # no accumulated round-off in time
+        new_state, aux, stats = method.step(problem, t, state, aux, dt)
+        k = k + 1
+        bad = ~stats.converged | ~_finite(new_state)
+        failed = jnp.where((failed < 0) & bad, k, failed)
+        return (new_state, aux, k, failed), stats
+
+    def outer(c, _):
+        c, stats = lax.scan(inner, c, None, length=save_every, unroll=min(unroll, save_every))
+        return c, (c[0], t0 + c[2].astype(dt.dtype) * dt, _aggregate(stats))
+
+    return lax.scan(outer, carry, None, length=n_frames)
+
+
+@eqx.filter_jit
+def _simulate_chunk(method, problem, carry, dt, t0, n_frames, save_every, unroll):
+    return _run_frames(method, problem, carry, dt, t0, n_frames, save_every, unroll)
+
+
+def _init_carry(method, problem, state0, dt, t0):
+    aux = method.init(problem, t0, state0, dt)
+    return (state0, aux, jnp.asarray(0, jnp.int32), jnp.asarray(-1, jnp.int32))
+
+
+@eqx.filter_jit
+def _init_carry_jit(method, problem, state0, dt, t0):
+    return _init_carry(method, problem, state0, dt, t0)
+
+
+def _assemble(state0, t0, states, ts, stats, failed):
+    R = jnp.concatenate([state0.R[None], states.R], axis=0)
+    Pi = jnp.concatenate([state0.Pi[None], states.Pi], axis=0)
+    ts = jnp.concatenate([jnp.reshape(t0, (1,)), ts])
+    return Trajectory(ts=ts, states=State(R, Pi), stats=stats, failed_step=failed)
+
+
+def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory:
+    if not throw:
+        return traj
+    failed = traj.failed_step
+    if _is_concrete(failed):
+        f = np.asarray(failed)
+        if np.any(f >= 0):
+            idx = np.argwhere(f >= 0)[0]
+            step = int(f[tuple(idx)])
+            body = f" (body {tuple(int(i) for i in idx)})" if f.ndim else ""
+            raise SimulationError(
+                f"{where}step {step}{body} failed: its nonlinear solve did not converge or the state "
+                "became non-finite. Reduce dt, use a safeguarded method (e.g. AdaptiveKantorovich), "
+                "or pass throw=False to get the flags."
+            )
+        return traj
+    states = eqx.error_if(
+        traj.states, jnp.any(failed >= 0), "a step's solve did not converge or the state became non-finite"
+    )
+    return eqx.tree_at(lambda t: t.states, traj, states)
+
+
+def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
+    method = _resolve_method(method)
+    _check_problem(problem)
+    _check_counts(n_steps, save_every)
+    _check_dt(dt)
+    state0 = problem.state0 if state0 is None else state0
+    if not isinstance(state0, State):
+        raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
+    _check_state(state0, batched)
+    dtype = state0.R.dtype
+    dt = jnp.asarray(dt, dtype)
+    t0 = jnp.asarray(t0, dtype)
+    return method, state0, dt, t0
+
+
+def simulate(
+    method,
+    problem: Problem,
+    dt,
+    n_steps: int,
+    *,
+    save_every: int = 1,
+    state0: State | None = None,
+    t0=0.0,
+    throw: bool = True,
+    progress: bool = False,
+    unroll: int = 1,
+) -> Trajectory:
+    """Integrate one body for ``n_steps`` steps of size ``dt``, saving every ``save_every`` steps.
+
+    Args:
+      method: a registered name (``"buss2p"``) or an integrator instance.
+      problem: a :class:`~jaxrot.problems.Problem` (body, torque, initial state).
+      dt: step size (> 0); may be traced (differentiable).
+      n_steps: number of steps (a multiple of ``save_every``).
+      save_every: steps between saved frames.
+      state0: initial state (default ``problem.state0``).
+      t0: initial time.
+      throw: raise :class:`SimulationError` naming the first failed step; ``False`` returns the
+        flags in ``Trajectory.failed_step`` / ``stats.converged``.
+      progress: print progress to stderr (runs in ~20 compiled chunks).
+      unroll: inner-scan unroll factor (a speed knob for tiny problems on CPU).
+
+    Returns:
+      :class:`~jaxrot.state.Trajectory` with ``n_steps // save_every + 1`` frames.
+
+    Example::
+
+        traj = simulate("buss2p", jaxrot.problems.get("fast_top"), 1e-3, 1000, save_every=10)
+    """
+    method, state0, dt, t0 = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
+    problem, state0, dt = _traced_checks(problem, state0, dt)
+    n_frames = n_steps // save_every
+    carry = _init_carry_jit(method, problem, state0, dt, t0)
+    if not progress:
+        carry, (states, ts, stats) = _simulate_chunk(method, problem, carry, dt, t0, n_frames, save_every, unroll)
+    else:
+        chunk = max(1, math.ceil(n_frames / 20))
+        parts, done, start = [], 0, _time.perf_counter()
+        while done < n_frames:
+            m = min(chunk, n_frames - done)
+            carry, part = _simulate_chunk(method, problem, carry, dt, t0, m, save_every, unroll)
+            jax.block_until_ready(part)
+            parts.append(part)
+            done += m
+            el = _time.perf_counter() - start
+            print(
+                f"\r  {done * save_every}/{n_steps} steps ({100 * done / n_frames:5.1f}%), "
+                f"{el:.1f}s elapsed, ~{el * (n_frames - done) / done:.1f}s left",
+                end="" if done < n_frames else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
+        states, ts, stats = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+    traj = _assemble(state0, t0, states, ts, stats, carry[3])
+    return _raise_or_flag(traj, throw)
+
+
+def _batch_axes(problem: Problem, state0: State | None):
+    """vmap axes: the problem's array leaves are batched iff state0 is None (stacked problems)."""
+    if state0 is None:
+        return 0, None
+    return None, 0
+
+
+@eqx.filter_jit
+def _batch_run(method, problem, state0, dt, t0, n_frames, save_every, problem_axis, unroll):
+    def one(p, s):
+        if s is None:
+            s = p.state0
+        carry = _init_carry(method, p, s, dt, t0)
+        carry, (states, ts, stats) = _run_frames(method, p, carry, dt, t0, n_frames, save_every, unroll)
+        return _assemble(s, t0, states, ts, stats, carry[3])
+
+    if problem_axis is None:
+        return jax.vmap(lambda s: one(problem, s))(state0)
+    return jax.vmap(lambda p: one(p, None))(problem)
+
+
+def stack_problems(problems: list[Problem]) -> Problem:
+    """Stack same-structured problems (e.g. different J or initial states) along a batch axis."""
+    if not problems:
+        raise ValueError("stack_problems needs at least one problem")
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
+
+
+def simulate_batch(
+    method,
+    problems: Problem,
+    dt,
+    n_steps: int,
+    *,
+    states0: State | None = None,
+    save_every: int = 1,
+    t0=0.0,
+    throw: bool = True,
+    devices=None,
+    unroll: int = 1,
+) -> Trajectory:
+    """Integrate a batch of bodies at once (``vmap``), sharded over ``devices``.
+
+    Either ``states0`` is a :class:`State` with a leading batch axis (all bodies share ``problems``),
+    or ``problems`` is a stacked problem (:func:`stack_problems`) and ``states0`` is None. The batch
+    is split over all local devices (or ``devices``) with ``jax.sharding``; results are identical
+    to a single-device run. Returns a :class:`Trajectory` whose leaves have a leading batch axis.
+    """
+    method = _resolve_method(method)
+    _check_counts(n_steps, save_every)
+    _check_dt(dt)
+    if states0 is None:
+        J = problems.body.J
+        if J.ndim != 2:
+            raise ValueError("without states0, problems must be stacked (leading batch axis): use stack_problems")
+        if _is_concrete(J):
+            validate_inertia(J, problems.body.physical)
+        _check_state(problems.state0, batched=True)
+        batch = J.shape[0]
+        dtype = problems.state0.R.dtype
+    else:
+        _check_problem(problems)
+        _check_state(states0, batched=True)
+        if states0.R.ndim != 3:
+            raise ValueError(f"states0 must have one leading batch axis, got R of shape {states0.R.shape}")
+        batch = states0.R.shape[0]
+        dtype = states0.R.dtype
+    if batch == 0:
+        raise ValueError("empty batch")
+    dt = jnp.asarray(dt, dtype)
+    t0 = jnp.asarray(t0, dtype)
+    problem_axis, _ = _batch_axes(problems, states0)
+    devices = list(jax.local_devices() if devices is None else devices)
+    batched = problems if states0 is None else states0
+    pad = (-batch) % len(devices)
+    if len(devices) > 1:
+        batched = _shard(batched, devices, pad)
+    if states0 is None:
+        traj = _batch_run(method, batched, None, dt, t0, n_steps // save_every, save_every, problem_axis, unroll)
+    else:
+        traj = _batch_run(method, problems, batched, dt, t0, n_steps // save_every, save_every, problem_axis, unroll)
+    if pad:
+        traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
+    return _raise_or_flag(traj, throw, "batched simulation: ")
+
+
+def _shard(tree, devices, pad):
+    """Pad the leading axis to a multiple of the device count and shard it over a 1-D mesh."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.asarray(devices), ("batch",))
+
+    def put(x):
+        if not isinstance(x, jax.Array) or x.ndim == 0:
+            return x
+        if pad:
+            x = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)], axis=0)
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec("batch")))
+
+    return jax.tree_util.tree_map(put, tree)
