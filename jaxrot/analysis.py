@@ -77,12 +77,12 @@ def convergence_study(method, problem: Problem, t_end: float, ns, reference: Sta
     ``metric``: ``"angle"`` (rotation angle of R), ``"R2"`` (spectral norm of R - R_ref),
     ``"Pi2"`` (norm of Pi - Pi_ref). Returns ``dict(dts, errors, order)``.
     """
-    from .simulate import simulate
+    from .simulate import final_state
 
     errs, dts = [], []
     for n in ns:
         dt = t_end / n
-        fin = simulate(method, problem, dt, int(n), save_every=int(n)).final
+        fin = final_state(method, problem, dt, int(n))
         errs.append(float(final_error(fin, reference, metric)))
         dts.append(dt)
     return {"dts": dts, "errors": errs, "order": observed_order(dts, errs)}

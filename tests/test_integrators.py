@@ -1,0 +1,96 @@
+"""Generic tests every registered integrator takes (the registry is in tests/helpers.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import analysis, problems, reference
+
+from .helpers import NAMES, TORQUE_NAMES, case
+
+_REFS = {}
+
+
+def _ref(name, T):
+    if (name, T) not in _REFS:
+        _REFS[(name, T)] = reference.reference_solution(problems.get(name), T).final
+    return _REFS[(name, T)]
+
+
+def _steps(order):
+    # step counts in the asymptotic range and above round-off for each order
+    return {1: [80, 160, 320, 640], 2: [40, 80, 160, 320], 3: [40, 80, 160, 320]}.get(order, [20, 40, 80, 160])
+
+
+@pytest.mark.parametrize("name", TORQUE_NAMES)
+def test_order_torqued(name):
+    c = case(name)
+    r = analysis.convergence_study(name, problems.get("buss_torqued"), 2.0, _steps(c.order), _ref("buss_torqued", 2.0))
+    assert abs(r["order"] - c.order) <= 0.15, r
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_order_free_body(name):
+    c = case(name)
+    r = analysis.convergence_study(name, problems.get("free_body_mz"), 10.0, [n * 2 for n in _steps(c.order)],
+                                   _ref("free_body_mz", 10.0))
+    assert abs(r["order"] - c.order) <= 0.15, r
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_invariants_torque_free(name):
+    p = problems.get("t_handle")
+    tr = jaxrot.simulate(name, p, 0.05, 400, save_every=20)
+    assert float(analysis.orthogonality_error(tr.states.R).max()) < 1e-12
+    assert np.all(np.linalg.det(np.asarray(tr.states.R)) > 0)
+    c = case(name)
+    L = tr.states.L
+    if "L" in c.conserves:
+        assert float(jnp.abs(L - L[0]).max() / jnp.linalg.norm(L[0])) < 1e-12
+    if "|Pi|" in c.conserves or "L" in c.conserves:
+        n = jnp.linalg.norm(tr.states.Pi, axis=-1)
+        assert float(jnp.abs(n - n[0]).max() / n[0]) < 1e-12
+    if "E" in c.conserves:
+        E = analysis.energy(p, tr.states)
+        assert float(jnp.abs(E - E[0]).max() / E[0]) < 1e-12
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jit_vmap_agree(name):
+    p = problems.get("t_handle")
+    rng = np.random.default_rng(1)
+    B = 64
+    Om = jnp.asarray(rng.normal(size=(B, 3)) * 2)
+    R0 = jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3))))
+    states = jaxrot.State(R0, Om * p.body.J)
+    batch = jaxrot.simulate_batch(name, p, 0.02, 50, states0=states, save_every=25)
+    for i in [0, 17, 63]:
+        one = jaxrot.simulate(name, p, 0.02, 50, save_every=25, state0=jaxrot.State(R0[i], states.Pi[i]))
+        np.testing.assert_allclose(batch.states.R[i], one.states.R, atol=1e-13)
+        np.testing.assert_allclose(batch.states.Pi[i], one.states.Pi, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_finite(name):
+    p = problems.get("fast_top") if case(name).torque else problems.get("free_body_mz")
+
+    def loss(J, Pi0):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, jaxrot.State(p.state0.R, Pi0), p.t_end)
+        fin = jaxrot.simulate(name, q, 0.005, 20, save_every=20).final
+        return jnp.sum(fin.R[:, 0]) + jnp.sum(fin.Pi)
+
+    g = jax.grad(loss, argnums=(0, 1))(p.body.J, p.state0.Pi)
+    assert all(np.all(np.isfinite(x)) for x in g)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32(name):
+    p64 = problems.get("t_handle")
+    to32 = lambda x: x.astype(jnp.float32) if isinstance(x, jax.Array) and x.dtype == jnp.float64 else x  # noqa: E731
+    p32 = jax.tree_util.tree_map(to32, p64)
+    a = jaxrot.simulate(name, p32, 0.01, 100, save_every=100).final
+    b = jaxrot.simulate(name, p64, 0.01, 100, save_every=100).final
+    assert a.R.dtype == jnp.float32
+    np.testing.assert_allclose(a.R, b.R, atol=2e-4)

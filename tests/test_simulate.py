@@ -1,0 +1,163 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import problems
+from jaxrot.torques import AbstractTorque
+
+
+def test_frames_and_times():
+    p = problems.get("fast_top")
+    tr = jaxrot.simulate("buss2p", p, 1e-3, 100, save_every=10)
+    assert tr.states.R.shape == (11, 3, 3) and tr.ts.shape == (11,)
+    np.testing.assert_allclose(tr.ts, np.linspace(0, 0.1, 11), atol=1e-15)
+    np.testing.assert_array_equal(tr.states.R[0], p.state0.R)
+    assert int(tr.failed_step) == -1
+    assert tr.stats.converged.shape == (10,) and bool(tr.stats.converged.all())
+    # saving less often does not change the trajectory
+    tr1 = jaxrot.simulate("buss2p", p, 1e-3, 100)
+    np.testing.assert_allclose(tr1.states.R[::10], tr.states.R, atol=1e-15)
+
+
+def test_progress_same_result(capsys):
+    p = problems.get("fast_top")
+    a = jaxrot.simulate("buss2", p, 1e-3, 200, save_every=5, progress=True)
+    b = jaxrot.simulate("buss2", p, 1e-3, 200, save_every=5)
+    np.testing.assert_allclose(a.states.R, b.states.R, atol=1e-15)
+    assert "200/200 steps" in capsys.readouterr().err
+
+
+def test_gradient_matches_finite_differences():
+    p = problems.get("fast_top")
+
+    def loss(J, Pi0):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, jaxrot.State(p.state0.R, Pi0), p.t_end)
+        fin = jaxrot.simulate("buss3", q, 2e-3, 50, save_every=50).final
+        return jnp.sum(fin.R * jnp.arange(9.0).reshape(3, 3)) + jnp.dot(fin.Pi, jnp.array([0.3, -0.2, 0.1]))
+
+    J, Pi0 = p.body.J, p.state0.Pi
+    gJ, gP = jax.grad(loss, argnums=(0, 1))(J, Pi0)
+    for x, g, arg in [(J, gJ, 0), (Pi0, gP, 1)]:
+        for i in range(3):
+            e = jnp.zeros(3).at[i].set(1e-6 * max(1.0, abs(float(x[i]))))
+            args_p = [J, Pi0]
+            args_m = [J, Pi0]
+            args_p[arg] = x + e
+            args_m[arg] = x - e
+            fd = (loss(*args_p) - loss(*args_m)) / (2 * e[i])
+            assert abs(float(g[i]) - float(fd)) <= 1e-6 * max(1.0, abs(float(fd))), (arg, i, g[i], fd)
+
+
+def test_grad_wrt_dt():
+    p = problems.get("fast_top")
+    f = lambda dt: jaxrot.simulate("buss2p", p, dt, 20, save_every=20).final.Pi[0]  # noqa: E731
+    g = jax.grad(f)(1e-3)
+    fd = (f(1e-3 + 1e-8) - f(1e-3 - 1e-8)) / 2e-8
+    assert abs(float(g - fd)) < 1e-5 * max(1.0, abs(float(fd)))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(dt=0.0), "dt must be finite and > 0"),
+        (dict(dt=-1e-3), "dt must be finite and > 0"),
+        (dict(dt=float("nan")), "dt must be finite"),
+        (dict(n_steps=0), "n_steps must be >= 1"),
+        (dict(n_steps=10, save_every=3), "multiple of save_every"),
+        (dict(save_every=0), "save_every must be >= 1"),
+    ],
+)
+def test_bad_counts_and_dt(kwargs, match):
+    args = dict(dt=1e-3, n_steps=10, save_every=1) | kwargs
+    with pytest.raises(ValueError, match=match):
+        jaxrot.simulate("buss2p", problems.get("fast_top"), args["dt"], args["n_steps"], save_every=args["save_every"])
+
+
+def test_bad_method_name():
+    with pytest.raises(KeyError, match="unknown method 'nope'; known:"):
+        jaxrot.simulate("nope", problems.get("fast_top"), 1e-3, 10)
+
+
+@pytest.mark.parametrize(
+    "J,match",
+    [([1.0, -1.0, 1.0], "positive"), ([0.0, 1.0, 1.0], "positive"), ([1.0, 1.0, 3.0], "triangle"),
+     ([1.0, float("nan"), 1.0], "finite")],
+)
+def test_bad_inertia(J, match):
+    with pytest.raises(ValueError, match=match):
+        jaxrot.RigidBody(jnp.asarray(J))
+
+
+def test_bad_inertia_traced():
+    p = problems.get("fast_top")
+
+    def f(J):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, 1.0)
+        return jaxrot.simulate("buss2p", q, 1e-3, 4).final.Pi.sum()
+
+    with pytest.raises(Exception, match="J_i <= J_j"):
+        eqx.filter_jit(f)(jnp.array([1.0, 1.0, 3.0]))
+
+
+def test_bad_state():
+    p = problems.get("fast_top")
+    R_bad = p.state0.R.at[0, 0].add(1e-3)
+    with pytest.raises(ValueError, match="not orthogonal"):
+        jaxrot.simulate("buss2p", p, 1e-3, 10, state0=jaxrot.State(R_bad, p.state0.Pi))
+    with pytest.raises(ValueError, match="reflection"):
+        jaxrot.simulate("buss2p", p, 1e-3, 10, state0=jaxrot.State(-p.state0.R, p.state0.Pi))
+    with pytest.raises(ValueError, match="NaN"):
+        jaxrot.simulate("buss2p", p, 1e-3, 10, state0=jaxrot.State(p.state0.R, p.state0.Pi.at[1].set(jnp.nan)))
+    with pytest.raises(ValueError, match="shape"):
+        jaxrot.simulate("buss2p", p, 1e-3, 10, state0=jaxrot.State(p.state0.R[:2], p.state0.Pi))
+
+
+class _BlowUp(AbstractTorque):
+    def __call__(self, t, R, Pi):
+        return jnp.where(t > 0.05, jnp.nan, 0.0) * Pi
+
+
+def test_nonfinite_state_raises_naming_step():
+    p = problems.get("t_handle")
+    q = jaxrot.Problem(p.body, _BlowUp(), p.state0, 1.0)
+    with pytest.raises(jaxrot.SimulationError, match="step 7 "):
+        jaxrot.simulate("buss1", q, 0.01, 20, save_every=5)
+    tr = jaxrot.simulate("buss1", q, 0.01, 20, save_every=5, throw=False)
+    assert int(tr.failed_step) == 7
+
+
+def test_simulate_batch_stacked_problems():
+    ps = [problems.t_handle(omega0=(0.01, w, 0.01)) for w in (1.0, 2.0, 3.0)]
+    tr = jaxrot.simulate_batch("buss2p", jaxrot.stack_problems(ps), 0.01, 40, save_every=10)
+    assert tr.states.R.shape == (3, 5, 3, 3)
+    for i, p in enumerate(ps):
+        one = jaxrot.simulate("buss2p", p, 0.01, 40, save_every=10)
+        np.testing.assert_allclose(tr.states.R[i], one.states.R, atol=1e-14)
+
+
+def test_simulate_batch_bad_input():
+    p = problems.get("t_handle")
+    with pytest.raises(ValueError, match="stacked"):
+        jaxrot.simulate_batch("buss2p", p, 0.01, 10)
+    with pytest.raises(ValueError, match="batch axis"):
+        jaxrot.simulate_batch("buss2p", p, 0.01, 10, states0=p.state0)
+
+
+def test_from_tensor():
+    R = jaxrot.so3.exp(jnp.array([0.3, 0.2, -0.4]))
+    I = np.asarray(R @ jnp.diag(jnp.array([1.0, 2.0, 2.5])) @ R.T)
+    body, Q = jaxrot.RigidBody.from_tensor(I)
+    np.testing.assert_allclose(body.J, [1.0, 2.0, 2.5], atol=1e-12)
+    np.testing.assert_allclose(Q @ np.diag(body.J) @ Q.T, I, atol=1e-12)
+    assert np.linalg.det(Q) > 0
+    with pytest.raises(ValueError, match="symmetric"):
+        jaxrot.RigidBody.from_tensor(I + np.triu(np.ones((3, 3)), 1))
+
+
+def test_box_and_cylinder():
+    np.testing.assert_allclose(jaxrot.RigidBody.box(1, 4, 18).J, [(16 + 324) / 12, (1 + 324) / 12, 17 / 12])
+    c = jaxrot.RigidBody.cylinder(1.0, 2.0, mass=3.0)
+    np.testing.assert_allclose(c.J, [3 * (3 + 4) / 12, 3 * 7 / 12, 1.5])

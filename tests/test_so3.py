@@ -1,0 +1,188 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrot import so3
+
+rng = np.random.default_rng(0)
+
+
+def _axis():
+    a = rng.normal(size=3)
+    return a / np.linalg.norm(a)
+
+
+ANGLES = [0.0, 1e-8, 1e-3, 0.09, 0.11, 0.4, 0.6, 1.0, 2.0, 3.0, np.pi - 1e-6]
+
+
+def _vecs():
+    out = [a * _axis() for a in ANGLES for _ in range(3)]
+    out += [rng.uniform(0, np.pi) * _axis() for _ in range(10)]  # log is the inverse for |v| < pi
+    return [jnp.asarray(v) for v in out]
+
+
+def _rodrigues_closed(v):
+    v = np.asarray(v, np.float64)
+    a = np.linalg.norm(v)
+    V = np.array(so3.hat(jnp.asarray(v)))
+    if a == 0:
+        return np.eye(3)
+    return np.eye(3) + np.sin(a) / a * V + (1 - np.cos(a)) / a**2 * V @ V
+
+
+def _series_exp(v, terms=40):
+    V = np.array(so3.hat(jnp.asarray(v)), dtype=np.float64)
+    out, term = np.eye(3), np.eye(3)
+    for k in range(1, terms):
+        term = term @ V / k
+        out = out + term
+    return out
+
+
+def test_hat_vee():
+    v = jnp.asarray(rng.normal(size=3))
+    x = jnp.asarray(rng.normal(size=3))
+    np.testing.assert_allclose(so3.hat(v) @ x, jnp.cross(v, x), atol=1e-15)
+    np.testing.assert_allclose(so3.vee(so3.hat(v)), v, atol=1e-15)
+
+
+@pytest.mark.parametrize("v", _vecs())
+def test_exp_matches_series_and_is_rotation(v):
+    R = np.asarray(so3.exp(v))
+    np.testing.assert_allclose(R, _series_exp(v), atol=2e-15)
+    assert np.abs(R.T @ R - np.eye(3)).max() < 1e-15
+    assert abs(np.linalg.det(R) - 1) < 1e-14
+
+
+@pytest.mark.parametrize("v", _vecs())
+def test_log_exp_round_trip(v):
+    # exp(log(R)) == R and log(exp(v)) == v for |v| < pi
+    np.testing.assert_allclose(so3.log(so3.exp(v)), v, atol=1e-14 * max(1.0, float(jnp.linalg.norm(v))) * 2)
+    R = so3.exp(v)
+    np.testing.assert_allclose(so3.exp(so3.log(R)), R, atol=1e-14)
+
+
+def test_log_at_exactly_pi_and_identity():
+    for n in [jnp.array([1.0, 0, 0]), jnp.array([0, 0.6, 0.8])]:
+        R = so3.exp(np.pi * n)
+        v = so3.log(R)
+        assert abs(float(jnp.linalg.norm(v)) - np.pi) < 1e-14
+        np.testing.assert_allclose(so3.exp(v), R, atol=1e-14)
+    np.testing.assert_array_equal(so3.log(jnp.eye(3)), jnp.zeros(3))
+
+
+@pytest.mark.parametrize("v", _vecs())
+def test_left_jacobian_identities(v):
+    T = so3.left_jacobian(v)
+    np.testing.assert_allclose(T @ v, v, atol=1e-15)
+    np.testing.assert_allclose(T.T, so3.left_jacobian(-v), atol=1e-15)
+    np.testing.assert_allclose(so3.exp(v) @ so3.left_jacobian(-v), T, atol=1e-15)
+    np.testing.assert_allclose(so3.left_jacobian_inv(v) @ T, np.eye(3), atol=1e-14)
+    # T(v) = int_0^1 exp(s v) ds, by 41-point Gauss-Legendre
+    x, w = np.polynomial.legendre.leggauss(41)
+    quad = sum(wi / 2 * np.asarray(so3.exp((xi + 1) / 2 * v)) for xi, wi in zip(x, w))
+    np.testing.assert_allclose(T, quad, atol=1e-15)
+
+
+@pytest.mark.parametrize("v", _vecs()[::3])
+def test_left_trivialised_derivative(v):
+    # d/de R(v + e d) = hat(T(v) d) R(v)   (SPEC 0.2), with forward-mode AD
+    d = jnp.asarray(rng.normal(size=3))
+    _, dR = jax.jvp(so3.exp, (v,), (d,))
+    np.testing.assert_allclose(dR, so3.hat(so3.left_jacobian(v) @ d) @ so3.exp(v), atol=1e-14)
+
+
+def test_double_angle_rule():
+    u = jnp.asarray(0.4 * _axis())
+    np.testing.assert_allclose(so3.exp(2 * u), so3.exp(u) @ so3.exp(u), atol=1e-15)
+    np.testing.assert_allclose(
+        so3.left_jacobian(2 * u), 0.5 * (np.eye(3) + so3.exp(u)) @ so3.left_jacobian(u), atol=1e-15
+    )
+
+
+def test_cayley():
+    v = jnp.asarray(rng.normal(size=3))
+    V = so3.hat(v)
+    I = jnp.eye(3)
+    np.testing.assert_allclose(so3.cayley(v), jnp.linalg.solve(I - V / 2, I + V / 2), atol=1e-14)
+    C = so3.cayley(v)
+    np.testing.assert_allclose(C.T @ C, I, atol=1e-15)
+    # agrees with exp to second order only: error ~ |v|^3 / 12
+    e = [float(jnp.abs(so3.cayley(s * v) - so3.exp(s * v)).max()) for s in (1e-2, 5e-3)]
+    assert 7 < e[0] / e[1] < 9
+
+
+@pytest.mark.parametrize("f", [so3.exp, so3.left_jacobian, so3.left_jacobian_inv, lambda v: so3.log(so3.exp(v))])
+@pytest.mark.parametrize("a", [0.0, 1e-8, 0.3, 2.0, np.pi - 1e-3])
+def test_gradients_agree_and_finite(f, a):
+    v = jnp.asarray(a * _axis() if a else np.zeros(3))
+    Jf = jax.jacfwd(f)(v)
+    Jr = jax.jacrev(f)(v)
+    assert np.all(np.isfinite(Jf)) and np.all(np.isfinite(Jr))
+    np.testing.assert_allclose(Jf, Jr, atol=1e-12)
+    eps = 1e-6
+    fd = np.stack([(np.asarray(f(v + eps * e)) - np.asarray(f(v - eps * e))) / (2 * eps) for e in np.eye(3)], -1)
+    np.testing.assert_allclose(Jf, fd, atol=1e-7)
+
+
+@pytest.mark.parametrize("angle", [0.0, np.pi])
+def test_log_gradient_finite_at_0_and_pi(angle):
+    n = jnp.asarray([0.0, 0.6, 0.8])
+    R = so3.exp(angle * n)
+    g = jax.grad(lambda M: jnp.sum(so3.log(M) * jnp.array([1.0, 2.0, 3.0])))(R)
+    assert np.all(np.isfinite(g))
+    g2 = jax.grad(lambda M: so3.rotation_angle(M, jnp.eye(3)))(R)
+    assert np.all(np.isfinite(g2))
+
+
+def test_rotation_angle():
+    n = _axis()
+    for a in [0.0, 1e-7, 1.0, np.pi - 1e-6]:
+        R1 = so3.exp(jnp.asarray(rng.normal(size=3)))
+        R2 = so3.exp(jnp.asarray(a * n)) @ R1
+        assert abs(float(so3.rotation_angle(R2, R1)) - a) < 1e-13
+
+
+def test_quaternions():
+    for v in _vecs()[::4]:
+        R = so3.exp(v)
+        q = so3.matrix_to_quat(R)
+        assert abs(float(jnp.linalg.norm(q)) - 1) < 1e-15
+        np.testing.assert_allclose(so3.quat_to_matrix(q), R, atol=1e-14)
+    # the Hamilton product composes rotations
+    q1 = so3.matrix_to_quat(so3.exp(jnp.asarray([0.3, -0.1, 0.2])))
+    q2 = so3.matrix_to_quat(so3.exp(jnp.asarray([-1.0, 0.5, 2.0])))
+    np.testing.assert_allclose(
+        so3.quat_to_matrix(so3.quat_multiply(q1, q2)), so3.quat_to_matrix(q1) @ so3.quat_to_matrix(q2), atol=1e-14
+    )
+
+
+def test_nearest_rotation():
+    R = so3.exp(jnp.asarray([0.3, 1.0, -2.0]))
+    M = R + 1e-3 * jnp.asarray(rng.normal(size=(3, 3)))
+    Q = so3.nearest_rotation(M)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(3), atol=1e-15)
+    assert float(jnp.linalg.det(Q)) > 0
+    assert float(jnp.abs(Q - R).max()) < 3e-3
+    np.testing.assert_allclose(so3.nearest_rotation(R), R, atol=1e-14)
+    # a reflection is mapped to a proper rotation
+    assert float(jnp.linalg.det(so3.nearest_rotation(jnp.diag(jnp.array([1.0, 1.0, -1.0]))))) > 0
+
+
+def test_float32_works():
+    v = jnp.asarray([0.3, -0.2, 0.5], jnp.float32)
+    R = so3.exp(v)
+    assert R.dtype == jnp.float32
+    np.testing.assert_allclose(so3.log(R), v, atol=1e-6)
+    for a in [0.0, 1e-4, 1.0]:
+        u = jnp.asarray(a * np.array([0.0, 0.6, 0.8]), jnp.float32)
+        np.testing.assert_allclose(so3.exp(u), _rodrigues_closed(u), atol=3e-7)
+        assert np.all(np.isfinite(jax.jacfwd(so3.exp)(u)))
+
+
+def test_vmap_batches():
+    vs = jnp.asarray(rng.normal(size=(16, 3)))
+    Rs = jax.vmap(so3.exp)(vs)
+    for v, R in zip(vs, Rs):
+        np.testing.assert_allclose(R, so3.exp(v), atol=1e-15)
