@@ -71,11 +71,13 @@ def local_orders(dts, errors) -> np.ndarray:
     return np.diff(np.log(errors)) / np.diff(np.log(dts))
 
 
-def convergence_study(method, problem: Problem, t_end: float, ns, reference: State, metric: str = "angle"):
+def convergence_study(method, problem: Problem, t_end: float, ns, reference: State, metric: str = "angle",
+                      floor: float = 0.0):
     """Final-time errors of ``method`` for each step count in ``ns`` over ``[0, t_end]``.
 
     ``metric``: ``"angle"`` (rotation angle of R), ``"R2"`` (spectral norm of R - R_ref),
-    ``"Pi2"`` (norm of Pi - Pi_ref). Returns ``dict(dts, errors, order)``.
+    ``"Pi2"`` (norm of Pi - Pi_ref). Errors at or below ``floor`` (a round-off level) are kept in
+    the output but left out of the fitted order. Returns ``dict(dts, errors, order)``.
     """
     from .simulate import final_state
 
@@ -85,7 +87,11 @@ def convergence_study(method, problem: Problem, t_end: float, ns, reference: Sta
         fin = final_state(method, problem, dt, int(n))
         errs.append(float(final_error(fin, reference, metric)))
         dts.append(dt)
-    return {"dts": dts, "errors": errs, "order": observed_order(dts, errs)}
+    fit = [(d, e) for d, e in zip(dts, errs) if e > floor]
+    if len(fit) < 2:
+        raise ValueError(f"fewer than two errors above the floor {floor:g}: {errs}; use larger steps")
+    order = observed_order(*zip(*fit))
+    return {"dts": dts, "errors": errs, "order": order, "fitted_points": len(fit)}
 
 
 def final_error(state: State, reference: State, metric: str = "angle"):

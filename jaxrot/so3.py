@@ -21,6 +21,26 @@ import jax.numpy as jnp
 _SMALL_ANGLE2 = 1e-2
 
 
+# Tiny products written out component by component: XLA fuses them with the surrounding
+# elementwise code into one kernel (vectorised over a vmapped batch), whereas a 3x3 ``dot`` is a
+# separate small-GEMM call. Measured in experiments/bench_buss.py.
+def mv(A: jax.Array, x: jax.Array) -> jax.Array:
+    """``A @ x`` for a 3x3 matrix and a 3-vector."""
+    return jnp.stack([A[i, 0] * x[0] + A[i, 1] * x[1] + A[i, 2] * x[2] for i in range(3)])
+
+
+def mtv(A: jax.Array, x: jax.Array) -> jax.Array:
+    """``A.T @ x``."""
+    return jnp.stack([A[0, i] * x[0] + A[1, i] * x[1] + A[2, i] * x[2] for i in range(3)])
+
+
+def mm(A: jax.Array, B: jax.Array) -> jax.Array:
+    """``A @ B`` for 3x3 matrices."""
+    return jnp.stack(
+        [jnp.stack([A[i, 0] * B[0, j] + A[i, 1] * B[1, j] + A[i, 2] * B[2, j] for j in range(3)]) for i in range(3)]
+    )
+
+
 def hat(v: jax.Array) -> jax.Array:
     """Skew matrix of ``v``: ``hat(v) @ x == cross(v, x)``."""
     x, y, z = v[0], v[1], v[2]

@@ -44,7 +44,7 @@ def buss_omega_derivatives(J, R, L, L_derivs, n: int):
     cross = jnp.cross
 
     def inv(x):  # I_w^-1 x = R diag(1/J) R^T x
-        return R @ ((R.T @ x) / J)
+        return so3.mv(R, so3.mtv(R, x) / J)
 
     w = inv(L)
     out = [w]
@@ -89,13 +89,13 @@ class _AbstractBuss(AbstractIntegrator):
     def step(self, problem, t, state: State, aux, dt):
         J, torque = problem.body.J, problem.torque
         R = state.R
-        L = R @ state.Pi
+        L = so3.mv(R, state.Pi)
         n_L = max(self.order, self.n_omega)
         L_derivs = momentum_derivatives(J, torque, t, R, L, n_L)
         ws = buss_omega_derivatives(J, R, L, L_derivs, self.n_omega)
-        R1 = so3.exp(dt * self.omega_bar(dt, ws)) @ R
+        R1 = so3.mm(so3.exp(dt * self.omega_bar(dt, ws)), R)
         L1 = torque.advance_momentum(t, dt, L, L_derivs[: self.order])
-        return State(R1, R1.T @ L1), aux, StepStats.explicit()
+        return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()
 
 
 class Buss1(_AbstractBuss):
