@@ -90,6 +90,14 @@ def exp(v: jax.Array) -> jax.Array:
     return c * jnp.eye(3, dtype=v.dtype) + s1 * hat(v) + s2 * jnp.outer(v, v)
 
 
+def rotate(v: jax.Array, x: jax.Array) -> jax.Array:
+    """``exp(hat v) @ x`` without forming the matrix: ``x + S1 v x x + S2 v x (v x x)``."""
+    a2 = jnp.dot(v, v)
+    s1, s2, _ = rodrigues_coefficients(a2)
+    vx = jnp.cross(v, x)
+    return x + s1 * vx + s2 * jnp.cross(v, vx)
+
+
 def left_jacobian(v: jax.Array) -> jax.Array:
     """``T(v) = int_0^1 exp(s hat v) ds`` (Roblox's T, Krysl's dexp_v); ``T(v) @ v == v``."""
     a2 = jnp.dot(v, v)

@@ -9,7 +9,13 @@ import dataclasses
 from typing import Callable
 
 from ._base import AbstractIntegrator
+from .akw import AKW
 from .buss import Buss1, Buss2, Buss2Plus, Buss3, Buss3False, Buss4, buss_omega_derivatives
+from .dmv import DMV
+from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
+from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
+from .nmb import NMB
+from .simo_wong import SimoWong, SimoWongExplicit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +83,39 @@ for _name, _cls, _evals, _desc in [
         )
     )
 
+_KRYSL = "Krysl, IJNME 63 (2005) 2171-2193; SPEC 3.3"
+_ROBLOX = "Mizerski, Motion of Spinning Bodies (Roblox, 2020); SPEC 4"
+_LP = ("L", "|Pi|")
+_LPE = ("L", "|Pi|", "E")
+for _name, _cls, _order, _cons, _impl, _evals, _ref, _fam, _torque, _desc in [
+    ("liemid", LieMid, 2, _LP, True, "0 (free only)", _KRYSL, "midpoint-lie", False, "Krysl's midpoint-Lie, free motion"),
+    ("liemid_i", LieMidI, 2, _LP, True, "1 per Newton iteration", _KRYSL, "midpoint-lie", True,
+     "implicit: torque at the midpoint attitude"),
+    ("liemid_e", LieMidE, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True,
+     "explicit torque at the start (the 'no good' variant)"),
+    ("liemid_e1", LieMidE1, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True, "torque kick at the end"),
+    ("liemid_e2", LieMidE2, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True, "torque kick at the start"),
+    ("liemid_ea", LieMidEA, 2, _LP, True, "1 (cached)", _KRYSL, "midpoint-lie", True, "half E2 + half E1, symmetric"),
+    ("akw", AKW, 2, _LPE, True, "1 per Newton iteration", "Austin-Krishnaprasad-Wang 1993; Krysl appendix; SPEC 3.5",
+     "comparison", True, "almost-Lie-Poisson midpoint with the Cayley map"),
+    ("simo_wong", SimoWong, 2, _LPE, True, "1 per Newton iteration", "Simo-Wong 1991 (port's algo C1); SPEC 3.5",
+     "comparison", True, "energy-momentum, implicit"),
+    ("simo_wong_explicit", SimoWongExplicit, 2, _LP, False, "1", "Simo-Wong explicit (port's algo C2); SPEC 3.5",
+     "baseline", True, "explicit C2 variant"),
+    ("nmb", NMB, 2, (), True, "1", "Krysl-Endres explicit Newmark; SPEC 3.5", "comparison", True,
+     "Newmark gamma=1/2, beta=0 in the body frame (A solved implicitly)"),
+    ("dmv", DMV, 2, _LPE, True, "0 (free only)", "Moser-Veselov 1991; SPEC 3.5", "comparison", False,
+     "discrete Moser-Veselov"),
+    ("midpoint_exp", MidpointExp, 2, _LP, True, "0 (free only)", _ROBLOX, "exponential", False,
+     "implicit midpoint in exponential coordinates (= liemid)"),
+    ("trapezoid_object", TrapezoidObject, 2, _LPE, True, "0 (free only)", _ROBLOX, "exponential", False,
+     "object-space trapezoidal rule"),
+    ("trapezoid_world", TrapezoidWorld, 2, _LP, True, "0 (free only)", _ROBLOX, "exponential", False,
+     "world-space trapezoidal rule"),
+]:
+    register(MethodInfo(name=_name, factory=_cls, order=_order, conserves=_cons, implicit=_impl,
+                        torque_evals=_evals, reference=_ref, family=_fam, torque=_torque, description=_desc))
+
 __all__ = [
     "AbstractIntegrator",
     "MethodInfo",
@@ -91,4 +130,6 @@ __all__ = [
     "Buss3",
     "Buss4",
     "buss_omega_derivatives",
+    "LieMid", "LieMidI", "LieMidE", "LieMidE1", "LieMidE2", "LieMidEA", "solve_midpoint",
+    "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
 ]
