@@ -15,19 +15,24 @@ from jaxrot.integrators import REGISTRY
 @dataclasses.dataclass(frozen=True)
 class Case:
     name: str
-    order: int
+    order: int  # with torque
+    order_free: int  # without torque
     conserves: tuple[str, ...]
     torque: bool  # can take a torque
 
 
-EXPECTED_ORDER: dict[str, int] = {}
-SKIP: dict[str, set[str]] = {}
+# Without torque Krysl's E, E1 and E2 are LIEMID (order 2); with torque they are first order only
+# asymptotically (SPEC 3.3: local slopes 1.98 -> 1.49 on the slow top), which the generic fixed
+# sweep cannot show: tests/test_midpoint_lie.py checks their falling local slopes instead.
+FREE_ORDER: dict[str, int] = {"liemid_e": 2, "liemid_e1": 2, "liemid_e2": 2}
+SKIP: dict[str, set[str]] = {n: {"order_torqued"} for n in ("liemid_e", "liemid_e1", "liemid_e2")}
 
 CASES = [
-    Case(n, EXPECTED_ORDER.get(n, i.order), i.conserves, i.torque) for n, i in sorted(REGISTRY.items())
+    Case(n, i.order, FREE_ORDER.get(n, i.order), i.conserves, i.torque) for n, i in sorted(REGISTRY.items())
 ]
 NAMES = [c.name for c in CASES]
-TORQUE_NAMES = [c.name for c in CASES if c.torque]
+TORQUE_NAMES = [c.name for c in CASES if c.torque and "order_torqued" not in SKIP.get(c.name, set())]
+TORQUE_CAPABLE = [c.name for c in CASES if c.torque]
 
 
 def case(name: str) -> Case:
