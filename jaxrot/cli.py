@@ -8,6 +8,7 @@ import sys
 
 EXPERIMENTS = {
     "buss_orders": "experiments.buss_orders",
+    "krysl": "experiments.krysl",
 }
 BENCHMARKS = {"buss": "experiments.bench_buss"}
 

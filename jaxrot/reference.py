@@ -59,14 +59,16 @@ def default_step(problem: Problem, state0: State | None = None) -> float:
 
 @eqx.filter_jit
 def _integrate(problem, y0, t0, h, n_frames, substeps):
+    # substeps is traced (one compilation for any span and step); the reference is not meant to
+    # be reverse-differentiated
     f = body_vector_field(problem)
 
-    def inner(c, _):
-        y, k = c
-        return (_dop853_step(f, t0 + k * h, y, h), k + 1), None
-
     def outer(c, _):
-        c, _ = lax.scan(inner, c, None, length=substeps)
+        def inner(i, c):
+            y, k = c
+            return _dop853_step(f, t0 + k * h, y, h), k + 1.0
+
+        c = lax.fori_loop(0, substeps, inner, c)
         return c, c[0]
 
     _, ys = lax.scan(outer, (y0, jnp.asarray(0.0, y0.dtype)), None, length=n_frames)
@@ -102,7 +104,7 @@ def reference_solution(
     dtype = s0.R.dtype
     h = jnp.asarray(frame / substeps, dtype)
     y0 = jnp.concatenate([s0.R.reshape(9), s0.Pi])
-    ys = _integrate(problem, y0, jnp.asarray(t0, dtype), h, n_frames, substeps)
+    ys = _integrate(problem, y0, jnp.asarray(t0, dtype), h, n_frames, jnp.asarray(substeps, jnp.int32))
     ys = jnp.concatenate([y0[None], ys])
     states = State(ys[:, :9].reshape(-1, 3, 3), ys[:, 9:])
     ts = t0 + (t_end - t0) * jnp.arange(n_frames + 1, dtype=dtype) / n_frames

@@ -52,3 +52,15 @@ def test_cli_list_and_run(capsys, tmp_path):
     assert "attitude error vs reference" in out and png.stat().st_size > 0
     assert cli.main(["run", "buss3", "nope", "--dt", "1e-3", "--steps", "10"]) == 2
     assert cli.main(["run", "buss3", "fast_top", "--dt", "-1", "--steps", "10"]) == 2
+
+
+def test_krysl_quick(tmp_path):
+    from experiments import krysl
+
+    res = krysl.main(quick=True, out_dir=tmp_path)
+    assert set(res["problems"]) == set(krysl.CASES)
+    for f in ["krysl.md", "krysl.json", "krysl_ea_long.png", "krysl_fast_top_R2.png", "krysl_slow_top_conserved.png"]:
+        assert (tmp_path / f).stat().st_size > 0
+    # EA conserves pi_z on the tops to round-off even in the quick run
+    s = res["problems"]["fast_top"]["series"]["liemid_ea"]["pi_z"]
+    assert max(abs(x - s[0]) for x in s) < 1e-12 * abs(s[0])
