@@ -1,0 +1,33 @@
+"""simulate_batch shards over several devices and returns what a single device returns."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def test_sharded_batch_matches_single_device():
+    code = textwrap.dedent(
+        """
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import numpy as np, jax.numpy as jnp, jaxrot
+        from jaxrot import problems
+        assert len(jax.devices()) == 4, jax.devices()
+        p = problems.get("t_handle")
+        rng = np.random.default_rng(0)
+        B = 6  # not a multiple of 4: exercises the padding
+        R0 = jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3))))
+        s = jaxrot.State(R0, jnp.asarray(rng.normal(size=(B, 3))))
+        for m in ["buss2p", "liemid_ea"]:
+            a = jaxrot.simulate_batch(m, p, 0.01, 20, states0=s, save_every=10)
+            b = jaxrot.simulate_batch(m, p, 0.01, 20, states0=s, save_every=10, devices=jax.devices()[:1])
+            assert a.states.R.shape == (B, 3, 3, 3)
+            np.testing.assert_array_equal(np.asarray(a.states.R), np.asarray(b.states.R))
+            np.testing.assert_array_equal(np.asarray(a.states.Pi), np.asarray(b.states.Pi))
+        print("OK")
+        """
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
