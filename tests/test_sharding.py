@@ -1,4 +1,4 @@
-"""simulate_batch shards over several devices and returns what a single device returns."""
+"""simulate_batch shards over several devices and returns what a single device returns (to round-off)."""
 
 import os
 import subprocess
@@ -23,8 +23,10 @@ def test_sharded_batch_matches_single_device():
             a = jaxrot.simulate_batch(m, p, 0.01, 20, states0=s, save_every=10)
             b = jaxrot.simulate_batch(m, p, 0.01, 20, states0=s, save_every=10, devices=jax.devices()[:1])
             assert a.states.R.shape == (B, 3, 3, 3)
-            np.testing.assert_array_equal(np.asarray(a.states.R), np.asarray(b.states.R))
-            np.testing.assert_array_equal(np.asarray(a.states.Pi), np.asarray(b.states.Pi))
+            # equal to round-off: a different per-device batch changes XLA's vectorisation, which
+            # moves some results by 1 ulp (measured max 1.1e-16)
+            np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=1e-14)
+            np.testing.assert_allclose(np.asarray(a.states.Pi), np.asarray(b.states.Pi), rtol=0, atol=1e-14)
         print("OK")
         """
     )
