@@ -101,3 +101,17 @@ def omega_derivatives(J, torque: AbstractTorque, t, R, L, n: int):
     xs = taylor_derivatives(f, x0, n)
     _, ws = _jet.jet(omega_of, (x0,), (xs,))
     return [w0] + list(ws)
+
+
+def body_vector_field(problem):
+    """``f(t, y)`` for ``y = (vec R, Pi)`` (12 numbers) of a problem: body-frame equations, world torque."""
+    J, torque = problem.body.J, problem.torque
+
+    def f(t, y):
+        R, Pi = y[:9].reshape(3, 3), y[9:]
+        Om = Pi / J
+        Rdot = jnp.cross(R, Om)  # row r of R @ hat(Om) is R[r] x Om
+        Pidot = jnp.cross(Pi, Om) + R.T @ torque(t, R, Pi)
+        return jnp.concatenate([Rdot.reshape(9), Pidot])
+
+    return f

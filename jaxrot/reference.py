@@ -20,22 +20,9 @@ from jax import lax
 from ._dop853 import A as _A
 from ._dop853 import B as _B
 from ._dop853 import C as _C
+from .flow import body_vector_field  # noqa: F401  (re-exported)
 from .problems import Problem
 from .state import State, StepStats, Trajectory
-
-
-def body_vector_field(problem: Problem):
-    """``f(t, y)`` for ``y = (vec R, Pi)`` (12 numbers), body-frame equations with world torque."""
-    J, torque = problem.body.J, problem.torque
-
-    def f(t, y):
-        R, Pi = y[:9].reshape(3, 3), y[9:]
-        Om = Pi / J
-        Rdot = jnp.cross(R, Om)  # row r of R @ hat(Om) is R[r] x Om
-        Pidot = jnp.cross(Pi, Om) + R.T @ torque(t, R, Pi)
-        return jnp.concatenate([Rdot.reshape(9), Pidot])
-
-    return f
 
 
 def _dop853_step(f, t, y, h):

@@ -161,12 +161,33 @@ def rotation_angle(R1: jax.Array, R2: jax.Array) -> jax.Array:
     return jnp.where(a2 > 0, jnp.sqrt(safe), 0.0)
 
 
+@jax.custom_jvp
 def nearest_rotation(M: jax.Array) -> jax.Array:
-    """Closest rotation to ``M`` in the Frobenius norm (SVD / polar factor with det = +1)."""
-    U, _, Vt = jnp.linalg.svd(M)
+    """Closest rotation to ``M`` in the Frobenius norm (SVD / polar factor with det = +1).
+
+    Differentiable where the plain SVD is not: after one Euler step ``I + h hat(w)`` has a double
+    singular value, where the SVD's derivative is 0/0. The polar factor's derivative is not
+    (``dQ = U W V^T`` with ``W_ij = (M_ij - M_ji)/(s_i + s_j)``, ``M = U^T dX V``, signed ``s``).
+    """
+    return _nearest_rotation(M)[0]
+
+
+def _nearest_rotation(M):
+    U, s, Vt = jnp.linalg.svd(M)
     d = jnp.sign(jnp.linalg.det(U @ Vt))
     d = jnp.where(d == 0, 1.0, d)
-    return (U * jnp.stack([jnp.ones_like(d), jnp.ones_like(d), d])) @ Vt
+    D = jnp.stack([jnp.ones_like(d), jnp.ones_like(d), d])
+    return (U * D) @ Vt, U * D, s * D, Vt
+
+
+@nearest_rotation.defjvp
+def _nearest_rotation_jvp(primals, tangents):
+    (M,), (dM,) = primals, tangents
+    Q, U, s, Vt = _nearest_rotation(M)
+    A = U.T @ dM @ Vt.T
+    denom = s[:, None] + s[None, :]
+    W = (A - A.T) / jnp.where(denom == 0, 1.0, denom)
+    return Q, U @ W @ Vt
 
 
 def quat_multiply(p: jax.Array, q: jax.Array) -> jax.Array:

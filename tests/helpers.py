@@ -19,6 +19,7 @@ class Case:
     order_free: int  # without torque
     conserves: tuple[str, ...]
     torque: bool  # can take a torque
+    on_so3: bool = True
 
 
 # Without torque Krysl's E, E1 and E2 are LIEMID (order 2); with torque they are first order only
@@ -27,8 +28,20 @@ class Case:
 FREE_ORDER: dict[str, int] = {"liemid_e": 2, "liemid_e1": 2, "liemid_e2": 2}
 SKIP: dict[str, set[str]] = {n: {"order_torqued"} for n in ("liemid_e", "liemid_e1", "liemid_e2")}
 
+# buss1 + EP stalls where a body-rate component crosses zero (tests/test_energy_projection.py
+# documents it): it has no convergence order on a free body.
+# Every EP method: the projection is discontinuous where a body-rate component changes sign (see
+# jaxrot/integrators/energy_projection.py), which makes free-body convergence irregular and, on the
+# near-separatrix T-handle, float32 differences grow chaotically. tests/test_energy_projection.py
+# measures their order between crossings and float32 on a regular problem instead.
+for _n in REGISTRY:
+    if _n.endswith("_ep"):
+        SKIP[_n] = {"order_free", "float32"}
+# ABM's order-4 regime starts at smaller steps than the generic sweep (3.4 there, 3.9 below)
+STEP_SCALE: dict[str, int] = {"abm": 4}
+
 CASES = [
-    Case(n, i.order, FREE_ORDER.get(n, i.order), i.conserves, i.torque) for n, i in sorted(REGISTRY.items())
+    Case(n, i.order, FREE_ORDER.get(n, i.order), i.conserves, i.torque, i.on_so3) for n, i in sorted(REGISTRY.items())
 ]
 NAMES = [c.name for c in CASES]
 TORQUE_NAMES = [c.name for c in CASES if c.torque and "order_torqued" not in SKIP.get(c.name, set())]

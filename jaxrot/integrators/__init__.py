@@ -11,7 +11,14 @@ from typing import Callable
 from ._base import AbstractIntegrator
 from .akw import AKW
 from .buss import Buss1, Buss2, Buss2Plus, Buss3, Buss3False, Buss4, buss_omega_derivatives
+from .abm import ABM
 from .dmv import DMV
+from .energy_projection import EnergyProjection, project_energy
+from .euler import EulerQuat, EulerSVD
+from .lie_taylor import LieTaylor, magnus_y, magnus_z
+from .reorthonormalize import Reorthonormalize
+from .rk4 import RK4
+from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
 from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
 from .nmb import NMB
@@ -31,6 +38,7 @@ class MethodInfo:
     reference: str
     family: str
     torque: bool = True  # False: torque-free problems only
+    on_so3: bool = True  # False: R drifts off SO(3) (plain RK4)
     description: str = ""
 
 
@@ -116,6 +124,48 @@ for _name, _cls, _order, _cons, _impl, _evals, _ref, _fam, _torque, _desc in [
     register(MethodInfo(name=_name, factory=_cls, order=_order, conserves=_cons, implicit=_impl,
                         torque_evals=_evals, reference=_ref, family=_fam, torque=_torque, description=_desc))
 
+_EP = "Buss, talk (2011), energy preservation via the Poinsot ellipsoid; SPEC 1.5 (reconstruction)"
+for _base in ("buss1", "buss2", "buss2p", "buss3", "buss4"):
+    _b = REGISTRY[_base]
+    register(MethodInfo(name=f"{_base}_ep", factory=lambda _f=_b.factory: EnergyProjection(_f()), order=_b.order,
+                        conserves=("L", "|Pi|", "E"), implicit=False, torque_evals="0 (free only)",
+                        reference=_EP, family="buss", torque=False,
+                        description=f"{_b.description} + energy projection"))
+
+for _K in range(1, 6):
+    register(MethodInfo(name=f"lie_taylor{_K}", factory=lambda _K=_K: LieTaylor(_K), order=_K, conserves=("L",),
+                        implicit=False, torque_evals=f"1 + Taylor({_K})" if _K > 1 else "1 + Taylor(1)",
+                        reference="Buss, talk (2011) Part II; Magnus/dexpinv series; SPEC 2", family="lie-taylor",
+                        description=f"Lie-group Taylor of order {_K} (= buss3/buss4 for K = 3/4)"))
+
+_SPLIT = "McLachlan-Reich splitting (Buss's comparison); Yoshida 1990 for 4th order; SPEC 1.7"
+for _perm in ("123", "132", "213", "231", "312", "321"):
+    _ax = tuple(int(c) for c in _perm)
+    for _order, _cls in ((2, Split2), (4, Split4)):
+        _n = f"split{_order}_{_perm}"
+        _kind = "Strang" if _order == 2 else "Yoshida triple jump of Strang"
+        register(MethodInfo(name=_n, factory=lambda _c=_cls, _a=_ax: _c(_a), order=_order,
+                            conserves=("L", "|Pi|"), implicit=False, torque_evals="0 (free only)",
+                            reference=_SPLIT, family="splitting", torque=False,
+                            description=f"{_kind}, outer axis {_perm[0]}, centre axis {_perm[2]}"))
+        register(MethodInfo(name=f"{_n}_ep", factory=lambda _c=_cls, _a=_ax: EnergyProjection(_c(_a)),
+                            order=_order, conserves=("L", "|Pi|", "E"), implicit=False,
+                            torque_evals="0 (free only)", reference=_SPLIT + "; EP: SPEC 1.5", family="splitting",
+                            torque=False, description=f"{_kind} {_perm} + energy projection"))
+
+_BASE = "Buss (2000) comparison baselines; SPEC 1.7"
+_GRON = "Postma & Nerbonne, Books in space (2011); SPEC 5.2-5.3"
+for _name, _factory, _order, _cons, _evals, _ref, _desc in [
+    ("rk4", RK4, 4, (), "4", _BASE, "classical RK4 on (R, Pi), no re-orthonormalisation"),
+    ("rk4_svd", lambda: Reorthonormalize(RK4()), 4, (), "4", _BASE,
+     "RK4 on (R, Pi) + nearest rotation after each step"),
+    ("abm", ABM, 4, (), "2", _BASE, "Adams-Bashforth-Moulton PECE order 4, RK4 start, SVD projection"),
+    ("euler_svd", EulerSVD, 1, ("L", "|Pi|"), "1", _GRON, "forward Euler (world rate) + SVD re-orthonormalisation"),
+    ("euler_quat", EulerQuat, 1, ("L", "|Pi|"), "1", _GRON, "forward Euler on the quaternion, normalised"),
+]:
+    register(MethodInfo(name=_name, factory=_factory, order=_order, conserves=_cons, on_so3=_name != "rk4",
+                        implicit=False, torque_evals=_evals, reference=_ref, family="baseline", description=_desc))
+
 __all__ = [
     "AbstractIntegrator",
     "MethodInfo",
@@ -131,5 +181,7 @@ __all__ = [
     "Buss4",
     "buss_omega_derivatives",
     "LieMid", "LieMidI", "LieMidE", "LieMidE1", "LieMidE2", "LieMidEA", "solve_midpoint",
+    "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
+    "RK4", "ABM", "EulerSVD", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
 ]

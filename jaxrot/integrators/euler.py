@@ -1,0 +1,50 @@
+"""Forward Euler in the world frame with re-orthonormalisation (Postma & Nerbonne; SPEC 5.2-5.3).
+
+Both rules use the world rate ``w = R diag(1/J) R^T L`` and advance ``L <- L + h tau`` (exact
+without torque, so world momentum is conserved; energy drifts). Order 1.
+
+``euler_svd`` (SPEC 5.2, the slide's inconsistent inertia fixed): ``R <- nearest_rotation(R + h
+hat(w) R)``.
+
+``euler_quat`` (SPEC 5.3): ``q <- normalize(q + h/2 (0, w) (x) q)`` (Hamilton product), ``R = R(q)``;
+``q`` is recovered from ``R`` each step (the sign of ``q`` does not matter for ``R``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import jax.numpy as jnp
+
+from .. import so3
+from ..state import State, StepStats
+from ._base import AbstractIntegrator
+
+
+def _rate_and_momentum(problem, t, state, dt):
+    J, R = problem.body.J, state.R
+    L = so3.mv(R, state.Pi)
+    w = so3.mv(R, state.Pi / J)
+    L1 = L if problem.torque.is_free else L + dt * problem.torque(t, R, state.Pi)
+    return w, L1
+
+
+class EulerSVD(AbstractIntegrator):
+    order: ClassVar[int] = 1
+
+    def step(self, problem, t, state, aux, dt):
+        w, L1 = _rate_and_momentum(problem, t, state, dt)
+        R = state.R
+        R1 = so3.nearest_rotation(R + dt * jnp.cross(w[:, None], R, axis=0))
+        return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()
+
+
+class EulerQuat(AbstractIntegrator):
+    order: ClassVar[int] = 1
+
+    def step(self, problem, t, state, aux, dt):
+        w, L1 = _rate_and_momentum(problem, t, state, dt)
+        q = so3.matrix_to_quat(state.R)
+        q = q + 0.5 * dt * so3.quat_multiply(jnp.concatenate([jnp.zeros_like(w[:1]), w]), q)
+        R1 = so3.quat_to_matrix(q / jnp.linalg.norm(q))
+        return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()

@@ -1,0 +1,30 @@
+"""Re-orthonormalisation after each step of a method that leaves SO(3) (a wrapper, not a flag)."""
+
+from __future__ import annotations
+
+from .. import so3
+from ..state import State
+from ._base import AbstractIntegrator
+
+
+class Reorthonormalize(AbstractIntegrator):
+    """``base`` followed by ``R <- nearest_rotation(R)`` (SVD polar factor, det = +1).
+
+    The body momentum is re-expressed so the world momentum ``R Pi`` of the base step is kept:
+    ``Pi <- R_new^T R_old Pi``. Projection keeps the base method's order.
+    """
+
+    base: AbstractIntegrator
+
+    @property
+    def order(self):
+        return self.base.order
+
+    def init(self, problem, t0, state0, dt):
+        return self.base.init(problem, t0, state0, dt)
+
+    def step(self, problem, t, state, aux, dt):
+        new, aux, st = self.base.step(problem, t, state, aux, dt)
+        R1 = so3.nearest_rotation(new.R)
+        Pi1 = so3.mtv(R1, so3.mv(new.R, new.Pi))
+        return State(R1, Pi1), aux, st
