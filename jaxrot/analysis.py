@@ -97,9 +97,72 @@ def convergence_study(method, problem: Problem, t_end: float, ns, reference: Sta
 def final_error(state: State, reference: State, metric: str = "angle"):
     """Error of one state against a reference by ``metric`` (see :func:`convergence_study`)."""
     if metric == "angle":
-        return attitude_error(state.R, reference.R)
+        # rotation_angle reads the trace, which cannot see an R that left SO(3) (plain RK4 blown
+        # up can score 0): add its departure from orthogonality (0 for a rotation)
+        return attitude_error(state.R, reference.R) + orthogonality_error(state.R)
     if metric == "R2":
         return matrix_error(state.R, reference.R)
     if metric == "Pi2":
         return jnp.linalg.norm(state.Pi - reference.Pi, axis=-1)
-    raise ValueError(f"unknown metric {metric!r}; use 'angle', 'R2' or 'Pi2'")
+    if metric == "Pi_rel":
+        return jnp.linalg.norm(state.Pi - reference.Pi, axis=-1) / jnp.linalg.norm(reference.Pi, axis=-1)
+    raise ValueError(f"unknown metric {metric!r}; use 'angle', 'R2', 'Pi2' or 'Pi_rel'")
+
+
+def steps_to_accuracy(method, problem: Problem, eps: float, metric: str = "angle", *, t_end: float | None = None,
+                      reference: State | None = None, n_min: int = 20, n_max: int = 20480) -> dict:
+    """The smallest step count ``N`` whose final-time error over ``[0, t_end]`` is ``<= eps``.
+
+    Buss's protocol as far as it is known (SPEC 1.6): double ``N`` from ``n_min`` until the error
+    is below ``eps`` (giving up above ``n_max``: ``N = None``, Buss's "> 20480"), then bisect
+    between the last failing and the first passing count. The search assumes the error falls
+    monotonically with ``N``; every evaluated ``(N, error)`` is returned so this can be checked.
+    One compilation serves every ``N`` (:func:`jaxrot.final_state`).
+
+    Returns ``{"N", "theta_deg", "evaluations": [(N, error), ...], "eps", "metric"}``, where
+    ``theta_deg`` is the mean rotation angle per step in degrees, ``integral |omega| dt / N``
+    (from the reference trajectory), Buss's theta-bar.
+    """
+    from .reference import reference_solution
+    from .simulate import final_state
+
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    if not 1 <= n_min <= n_max:
+        raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+    T = float(problem.t_end if t_end is None else t_end)
+    if reference is None:
+        reference = reference_solution(problem, T).final
+    evaluations: dict[int, float] = {}
+
+    def err(n):
+        if n not in evaluations:
+            s = final_state(method, problem, T / n, n, throw=False)
+            e = float(final_error(s, reference, metric))
+            evaluations[n] = e if np.isfinite(e) else np.inf
+        return evaluations[n]
+
+    n = n_min
+    while err(n) > eps:
+        if n >= n_max:
+            return {"N": None, "theta_deg": None, "evaluations": sorted(evaluations.items()), "eps": eps,
+                    "metric": metric}
+        n = min(2 * n, n_max)
+    lo, hi = (n // 2, n) if n > n_min else (0, n)
+    while hi - lo > 1 and lo > 0:
+        mid = (lo + hi) // 2
+        if err(mid) <= eps:
+            hi = mid
+        else:
+            lo = mid
+    return {"N": hi, "theta_deg": float(np.degrees(total_rotation_angle(problem, T)) / hi),
+            "evaluations": sorted(evaluations.items()), "eps": eps, "metric": metric}
+
+
+def total_rotation_angle(problem: Problem, t_end: float, n_frames: int = 2000) -> float:
+    """``integral_0^T |omega| dt`` along the reference trajectory (trapezoidal rule)."""
+    from .reference import reference_solution
+
+    tr = reference_solution(problem, t_end, n_frames=n_frames)
+    w = np.linalg.norm(np.asarray(tr.states.Pi) / np.asarray(problem.body.J), axis=-1)
+    return float(np.trapezoid(w, np.asarray(tr.ts)))

@@ -7,8 +7,10 @@ import importlib
 import sys
 
 EXPERIMENTS = {
+    "buss": "experiments.buss_table",
     "buss_orders": "experiments.buss_orders",
     "krysl": "experiments.krysl",
+    "roblox": "experiments.roblox",
 }
 BENCHMARKS = {"buss": "experiments.bench_buss"}
 

@@ -66,3 +66,82 @@ def throughput_figure(rows: list[dict]):
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
+
+
+def work_precision_figure(data: dict[str, dict], *, title: str = "", eps: float | None = None):
+    """Error against steps and against wall time; ``data[method] = {"N": [...], "errors": [...],
+    "seconds_per_step": s}``. Families share a colour map so 30 lines stay readable."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    cmap = plt.get_cmap("tab20")
+    for i, (name, d) in enumerate(data.items()):
+        N, e = np.asarray(d["N"], float), np.asarray(d["errors"], float)
+        style = dict(marker="o", ms=3, lw=1, color=cmap(i % 20), ls="-" if i < 20 else "--", label=name)
+        axes[0].loglog(N, e, **style)
+        axes[1].loglog(N * d["seconds_per_step"], e, **style)
+    for ax, xl in zip(axes, ["steps N", "wall time (s, single body, this machine)"]):
+        if eps is not None:
+            ax.axhline(eps, color="k", lw=0.8, ls=":")
+        ax.set_xlabel(xl)
+        ax.set_ylabel("final attitude error (rad)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend(fontsize=6, ncol=2, loc="lower left")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def table_bars_figure(rows: list[tuple[str, float | None, float | None]], *, title: str = "", ylabel: str = "N"):
+    """Grouped bars ``(label, ours, published)`` on a log axis; a missing value is left out."""
+    fig, ax = plt.subplots(figsize=(max(7, 0.55 * len(rows)), 4.6))
+    x = np.arange(len(rows))
+    ours = [np.nan if r[1] is None else r[1] for r in rows]
+    pub = [np.nan if r[2] is None else r[2] for r in rows]
+    ax.bar(x - 0.2, ours, 0.4, label="jaxrot")
+    ax.bar(x + 0.2, pub, 0.4, label="published")
+    ax.set_yscale("log")
+    ax.set_xticks(x, [r[0] for r in rows], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def convergence_maps_figure(x, maps: dict[str, np.ndarray], *, max_iters: int, disc_radius: float | None = None):
+    """Iteration-count maps like the Roblox article's: grey shade = iterations, yellow = not converged."""
+    from matplotlib.colors import ListedColormap
+
+    n = len(maps)
+    fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 4.6), squeeze=False)
+    greys = plt.get_cmap("Greys")(np.linspace(0.15, 0.9, max_iters))
+    cmap = ListedColormap(np.vstack([[1.0, 0.85, 0.0, 1.0], greys]))  # index 0: not converged
+    ext = [x[0], x[-1], x[0], x[-1]]
+    for ax, (title, it) in zip(axes[0], maps.items()):
+        img = np.where(np.asarray(it) < 0, 0, np.asarray(it))
+        im = ax.imshow(img, origin="lower", extent=ext, cmap=cmap, vmin=-0.5, vmax=max_iters + 0.5,
+                       interpolation="nearest")
+        if disc_radius is not None:
+            ax.add_patch(plt.Circle((0, 0), disc_radius, fill=False, color="red", lw=1.2))
+        ok = np.asarray(it) >= 0
+        ax.set_title(f"{title}\n{100 * ok.mean():.1f}% converged", fontsize=9)
+        ax.set_xlabel("L_x")
+        ax.set_ylabel("L_y")
+    cb = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, ticks=range(0, max_iters + 1))
+    cb.set_label("iterations (0 = yellow = not converged)")
+    return fig
+
+
+def scalar_map_figure(x, values: np.ndarray, *, label: str, title: str = ""):
+    """A scalar over a square grid (NaN shown white)."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.6))
+    im = ax.imshow(np.asarray(values), origin="lower", extent=[x[0], x[-1], x[0], x[-1]], cmap="viridis")
+    fig.colorbar(im, ax=ax, label=label)
+    ax.set_xlabel("L_x")
+    ax.set_ylabel("L_y")
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig

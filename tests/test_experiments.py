@@ -64,3 +64,35 @@ def test_krysl_quick(tmp_path):
     # EA conserves pi_z on the tops to round-off even in the quick run
     s = res["problems"]["fast_top"]["series"]["liemid_ea"]["pi_z"]
     assert max(abs(x - s[0]) for x in s) < 1e-12 * abs(s[0])
+
+
+def test_buss_table_quick(tmp_path):
+    from experiments import buss_table
+
+    res = buss_table.main(quick=True, out_dir=tmp_path)
+    for f in ["buss_table.md", "buss_table.json", "buss_table.png", "buss_work_precision.png",
+              "buss_energy_drift.png"]:
+        assert (tmp_path / f).stat().st_size > 0
+    found = res["study"][res["main_protocol"]]
+    assert set(found) >= {r[1] for r in buss_table.BUSS_ROWS}
+    # the search's answer is consistent with what it evaluated: N passes, N - 1 (if evaluated) fails
+    for m, r in found.items():
+        if m.startswith("_") or r["N"] is None:
+            continue
+        ev = dict(r["evaluations"])
+        assert ev[r["N"]] <= res["eps"]
+        if r["N"] - 1 in ev:
+            assert ev[r["N"] - 1] > res["eps"]
+    # higher order needs fewer steps on this smooth problem
+    assert found["buss4"]["N"] < found["buss2"]["N"] < found["buss1"]["N"] if found["buss1"]["N"] else True
+    assert abs(res["cost_relative"]["buss3_ep"] - 1.0) < 1e-12
+
+
+def test_roblox_quick(tmp_path):
+    from experiments import roblox
+
+    res = roblox.main(quick=True, out_dir=tmp_path)
+    for f in ["roblox_convergence.png", "roblox_energy.png", "roblox.json", "roblox.md"]:
+        assert (tmp_path / f).stat().st_size > 0
+    assert res["converged_fraction"]["world-space trapezoid, Newton (v0 = I^-1 l)"] == 1.0
+    assert res["energy_change_max_pct"] < 0.3

@@ -1,4 +1,4 @@
-"""simulate_batch shards over several devices and returns what a single device returns (to round-off)."""
+"""simulate_batch and the maps shard over several devices and returns what a single device returns (to round-off)."""
 
 import os
 import subprocess
@@ -27,6 +27,19 @@ def test_sharded_batch_matches_single_device():
             # moves some results by 1 ulp (measured max 1.1e-16)
             np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=1e-14)
             np.testing.assert_allclose(np.asarray(a.states.Pi), np.asarray(b.states.Pi), rtol=0, atol=1e-14)
+        # maps: iteration counts identical (integers), energy changes to round-off
+        from jaxrot import maps
+        x = np.linspace(-15, 15, 13)
+        X, Y = np.meshgrid(x, x)
+        ells = np.stack([X, Y, 0 * X], -1)
+        J = np.array([2.5, 1.4, 1.3])
+        a = maps.convergence_map("midpoint", J, ells, chunk=50)
+        b = maps.convergence_map("midpoint", J, ells, chunk=50, devices=jax.devices()[:1])
+        assert np.array_equal(a, b) and (a >= 0).any() and (a < 0).any()
+        body = jaxrot.RigidBody(J)
+        a = maps.energy_change_map("midpoint_exp_adaptive", body, ells[::3, ::3], chunk=7)
+        b = maps.energy_change_map("midpoint_exp_adaptive", body, ells[::3, ::3], chunk=7, devices=jax.devices()[:1])
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
         print("OK")
         """
     )

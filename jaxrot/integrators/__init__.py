@@ -12,6 +12,7 @@ from ._base import AbstractIntegrator
 from .akw import AKW
 from .buss import Buss1, Buss2, Buss2Plus, Buss3, Buss3False, Buss4, buss_omega_derivatives
 from .abm import ABM
+from .adaptive import KANTOROVICH_X, AdaptiveKantorovich
 from .dmv import DMV
 from .energy_projection import EnergyProjection, project_energy
 from .euler import EulerQuat, EulerSVD
@@ -166,6 +167,11 @@ for _name, _factory, _order, _cons, _evals, _ref, _desc in [
     register(MethodInfo(name=_name, factory=_factory, order=_order, conserves=_cons, on_so3=_name != "rk4",
                         implicit=False, torque_evals=_evals, reference=_ref, family="baseline", description=_desc))
 
+register(MethodInfo(name="midpoint_exp_adaptive", factory=lambda: AdaptiveKantorovich(MidpointExp()), order=2,
+                    conserves=("L", "|Pi|"), implicit=True, torque_evals="0 (free only)", reference=_ROBLOX,
+                    family="exponential", torque=False,
+                    description="implicit midpoint, Kantorovich-safe sub-steps (h|L|/J_min <= 0.8284)"))
+
 __all__ = [
     "AbstractIntegrator",
     "MethodInfo",
@@ -182,6 +188,6 @@ __all__ = [
     "buss_omega_derivatives",
     "LieMid", "LieMidI", "LieMidE", "LieMidE1", "LieMidE2", "LieMidEA", "solve_midpoint",
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
-    "RK4", "ABM", "EulerSVD", "EulerQuat", "Reorthonormalize",
+    "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
 ]
