@@ -9,6 +9,7 @@ import sys
 EXPERIMENTS = {
     "buss": "experiments.buss_table",
     "buss_orders": "experiments.buss_orders",
+    "fit": "experiments.fit_inertia",
     "krysl": "experiments.krysl",
     "roblox": "experiments.roblox",
 }

@@ -145,3 +145,22 @@ def scalar_map_figure(x, values: np.ndarray, *, label: str, title: str = ""):
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def fit_figure(obs, trajectories: dict, loss_history):
+    """Loss curve and an overlay of observed vs simulated attitudes (first column of R)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    axes[0].semilogy(np.arange(1, len(loss_history) + 1), loss_history, "o-", ms=3)
+    axes[0].set_xlabel("optimizer iteration")
+    axes[0].set_ylabel("loss  (1/2 sum |log(R_obs^T R)|^2 / sigma^2)")
+    axes[0].grid(True, which="both", alpha=0.3)
+    ts, R = np.asarray(obs.ts), np.asarray(obs.R)
+    for name, tr in trajectories.items():
+        axes[1].plot(np.asarray(tr.ts), np.asarray(tr.states.R)[:, 2, 0], lw=1.2, label=f"{name}: R[2,0]")
+    axes[1].plot(ts, R[:, 2, 0], "k.", ms=3, label="observed R[2,0] (noisy)")
+    axes[1].set_xlabel("t")
+    axes[1].set_ylabel("R[2,0]")
+    axes[1].legend(fontsize=8)
+    axes[1].grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -11,7 +11,9 @@ from jaxrot.integrators import REGISTRY, project_energy
 
 from .golden import golden
 
-EP_NAMES = sorted(n for n in REGISTRY if n.endswith("_ep"))
+from .helpers import REPRESENTATIVE_ONLY  # noqa: E402
+
+EP_NAMES = sorted(n for n in REGISTRY if n.endswith("_ep") and n not in REPRESENTATIVE_ONLY)
 
 
 def _buss_free():

@@ -96,3 +96,12 @@ def test_roblox_quick(tmp_path):
         assert (tmp_path / f).stat().st_size > 0
     assert res["converged_fraction"]["world-space trapezoid, Newton (v0 = I^-1 l)"] == 1.0
     assert res["energy_change_max_pct"] < 0.3
+
+
+def test_fit_inertia_quick(tmp_path):
+    from experiments import fit_inertia
+
+    res = fit_inertia.main(quick=True, out_dir=tmp_path)
+    for f in ["fit_inertia.png", "fit_inertia.json", "fit_inertia.md"]:
+        assert (tmp_path / f).stat().st_size > 0
+    assert max(abs(e) for e in res["fits"]["split4_231"]["rel_error_pct"]) < 1.0

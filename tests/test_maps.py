@@ -86,3 +86,18 @@ def test_kantorovich_rescues_a_step_where_plain_newton_fails():
                        jaxrot.State(np.eye(3), ell[0]), 1.0)
     tr = jaxrot.simulate("midpoint_exp_adaptive", p, 1.0, 1)
     assert bool(tr.stats.converged.all()) and int(tr.stats.substeps[0]) > 1
+
+
+def test_kantorovich_forward_mode_gradient():
+    p = problems.get("t_handle")
+
+    def f(J):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, p.t_end)
+        return jaxrot.simulate("midpoint_exp_adaptive", q, 0.5, 4, save_every=4).final.R[0, 1]
+
+    import jax
+
+    g = jax.jacfwd(f)(p.body.J)
+    e = 1e-6
+    fd = [(f(p.body.J.at[i].add(e)) - f(p.body.J.at[i].add(-e))) / (2 * e) for i in range(3)]
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-8)

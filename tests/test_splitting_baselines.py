@@ -88,3 +88,18 @@ def test_nearest_rotation_gradient_at_a_double_singular_value():
     g = jnp.sum(jax.grad(f)(Mneg) * E)
     np.testing.assert_allclose(g, (f(Mneg + e * E) - f(Mneg - e * E)) / (2 * e), rtol=1e-6)
     assert float(jnp.linalg.det(so3.nearest_rotation(Mneg))) > 0
+
+
+@pytest.mark.parametrize("perm", ["123", "132", "213", "231", "312", "321"])
+def test_every_ordering_has_its_order_and_exact_momentum(perm):
+    p = problems.get("free_body_mz")
+    ref = reference.reference_solution(p, 2.0).final
+    for order, ns in ((2, [40, 80, 160]), (4, [10, 20, 40])):
+        r = analysis.convergence_study(f"split{order}_{perm}", p, 2.0, ns, ref)
+        assert abs(r["order"] - order) <= 0.15, (perm, r)
+        tr = jaxrot.simulate(f"split{order}_{perm}_ep", p, 0.05, 40, save_every=40)
+        L = tr.states.L
+        assert float(jnp.abs(L[-1] - L[0]).max()) < 1e-13
+        E = analysis.energy(p, tr.states)
+        if int(tr.stats.clamped.sum()) == 0:
+            assert abs(float(E[-1] / E[0]) - 1) < 1e-13
