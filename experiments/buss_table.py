@@ -142,7 +142,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
         ts = np.asarray(tr.ts)
     fig = series_figure(ts, drift, ylabel="|E - E0| / E0", logy=True,
                         title=f"energy drift, {revs * reps:g} revolutions, {n_long} steps")
-    fig.savefig(out / "buss_energy_drift.png", dpi=110)
+    fig.savefig(out / "buss_energy_drift.png", dpi=110, bbox_inches="tight")
 
     result = {"quick": quick, "eps": eps, "revolutions": revs, "n_max": n_max, "main_protocol": main_key,
               "study": study,

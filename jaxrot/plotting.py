@@ -36,17 +36,23 @@ def convergence_figure(panels: dict[str, dict[str, dict]], *, ylabel: str = "err
 
 
 def series_figure(ts, series: dict[str, np.ndarray], *, ylabel: str, title: str = "", logy: bool = False):
-    """Quantities over time, one line per entry."""
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, y in series.items():
+    """Quantities over time, one line per entry (many entries: 20 colours x 2 styles, legend outside)."""
+    many = len(series) > 10
+    fig, ax = plt.subplots(figsize=(11, 5) if many else (7, 4))
+    cmap = plt.get_cmap("tab20")
+    for i, (name, y) in enumerate(series.items()):
+        style = dict(color=cmap(i % 20), ls="-" if i < 20 else "--") if many else {}
         (ax.semilogy if logy else ax.plot)(np.asarray(ts), np.abs(np.asarray(y)) if logy else np.asarray(y),
-                                           label=name, lw=1)
+                                           label=name, lw=1, **style)
     ax.set_xlabel("t")
     ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    if many:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=2)
+    else:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
