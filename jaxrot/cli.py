@@ -28,7 +28,7 @@ def _list(args) -> int:
     if args.markdown:
         print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
         for r in rows:
-            print("| " + " | ".join(r) + " |")
+            print("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")  # "|Pi|" inside a cell
         return 0
     w = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
     for r in [head] + rows:
