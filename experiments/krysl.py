@@ -160,8 +160,8 @@ def main(quick: bool = False, out_dir=None) -> dict:
     plt.close(fig)
     res["ea_long"] = long
 
-    header = ["problem", "method", "dt", "||R-Rref||", "||Pi-Piref||", "order R", "order Pi",
-              "max rel. dH", "max rel. d(pi_z)", "max rel. d(pi.chi)", "max rel. d|Pi|"]
+    header = ["problem", "method", "dt", "‖R−Rref‖", "‖Π−Πref‖", "order R", "order Pi",
+              "max rel. dH", "max rel. d(pi_z)", "max rel. d(pi.chi)", "max rel. d‖Π‖"]
     table = md_table(header, rows)
     print(table)
     (out / "krysl.md").write_text(table + "\n")
