@@ -5,10 +5,15 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 import pytest  # noqa: E402
 
-# Hundreds of distinct compilations in one long-lived xdist worker: free XLA's executables after
-# every test (a CI run segfaulted inside an XLA CPU compile late in test_integrators, the known
-# accumulate-then-crash pattern; each test's compiled functions are its own anyway).
+# Hundreds of distinct compilations in one long-lived xdist worker: a CI run segfaulted inside an
+# XLA CPU compile late in test_integrators (the known accumulate-then-crash pattern), so free XLA's
+# executables every 25 tests (every test would recompile shared helpers and cost minutes).
+_COUNT = [0]
+
+
 @pytest.fixture(autouse=True)
 def _free_compiled_executables():
     yield
-    jax.clear_caches()
+    _COUNT[0] += 1
+    if _COUNT[0] % 25 == 0:
+        jax.clear_caches()
