@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ._base import AbstractIntegrator
+from ._base import AbstractIntegrator, AbstractWrapper
 from .akw import AKW
 from .buss import Buss1, Buss2, Buss2Plus, Buss3, Buss3False, Buss4, buss_omega_derivatives
 from .abm import ABM
@@ -188,6 +188,6 @@ __all__ = [
     "buss_omega_derivatives",
     "LieMid", "LieMidI", "LieMidE", "LieMidE1", "LieMidE2", "LieMidEA", "solve_midpoint",
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
-    "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerQuat", "Reorthonormalize",
+    "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
 ]

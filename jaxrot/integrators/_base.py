@@ -27,3 +27,16 @@ class AbstractIntegrator(eqx.Module):
     @abc.abstractmethod
     def step(self, problem, t, state: State, aux: Any, dt) -> tuple[State, Any, StepStats]:
         """Advance one step."""
+
+
+class AbstractWrapper(AbstractIntegrator):
+    """A method built around another (``base``): same order and, by default, the same memory."""
+
+    base: AbstractIntegrator
+
+    @property
+    def order(self):
+        return self.base.order
+
+    def init(self, problem, t0, state0: State, dt) -> Any:
+        return self.base.init(problem, t0, state0, dt)

@@ -17,32 +17,24 @@ from jax import lax
 
 from .. import so3
 from ..state import StepStats
-from ._base import AbstractIntegrator
+from ._base import AbstractWrapper
 
 KANTOROVICH_X = 2.0 * 2.0**0.5 - 2.0
 
 
-class AdaptiveKantorovich(AbstractIntegrator):
+class AdaptiveKantorovich(AbstractWrapper):
     """``base`` sub-stepped so every sub-step satisfies ``h |L| / J_min <= c`` (default 0.8284).
 
     Forward-mode and ``vmap`` work; reverse-mode gradients do not pass the data-dependent loop
     (use ``jax.jacfwd``). ``max_substeps`` bounds the loop; exceeding it marks the step failed.
     """
 
-    base: AbstractIntegrator
     c: float = KANTOROVICH_X
     max_substeps: int = 100000
 
     def __check_init__(self):
         if not self.c > 0:
             raise ValueError(f"the safe-step constant c must be positive, got {self.c}")
-
-    @property
-    def order(self):
-        return self.base.order
-
-    def init(self, problem, t0, state0, dt):
-        return self.base.init(problem, t0, state0, dt)
 
     def step(self, problem, t, state, aux, dt):
         Jmin = jnp.min(problem.body.J)

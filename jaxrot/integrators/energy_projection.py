@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from .. import so3
 from ..state import State, StepStats
-from ._base import AbstractIntegrator
+from ._base import AbstractWrapper
 
 
 def project_energy(J, R, L, E0):
@@ -59,14 +59,8 @@ def project_energy(J, R, L, E0):
     return R1, jnp.where(clamped, so3.mtv(R1, L), Lb1), clamped
 
 
-class EnergyProjection(AbstractIntegrator):
+class EnergyProjection(AbstractWrapper):
     """``base`` followed by Buss's EP correction (torque-free problems)."""
-
-    base: AbstractIntegrator
-
-    @property
-    def order(self):
-        return self.base.order
 
     def init(self, problem, t0, state0, dt):
         E0 = 0.5 * jnp.sum(state0.Pi * state0.Pi / problem.body.J)

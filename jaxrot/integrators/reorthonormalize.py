@@ -4,24 +4,15 @@ from __future__ import annotations
 
 from .. import so3
 from ..state import State
-from ._base import AbstractIntegrator
+from ._base import AbstractWrapper
 
 
-class Reorthonormalize(AbstractIntegrator):
+class Reorthonormalize(AbstractWrapper):
     """``base`` followed by ``R <- nearest_rotation(R)`` (SVD polar factor, det = +1).
 
     The body momentum is re-expressed so the world momentum ``R Pi`` of the base step is kept:
     ``Pi <- R_new^T R_old Pi``. Projection keeps the base method's order.
     """
-
-    base: AbstractIntegrator
-
-    @property
-    def order(self):
-        return self.base.order
-
-    def init(self, problem, t0, state0, dt):
-        return self.base.init(problem, t0, state0, dt)
 
     def step(self, problem, t, state, aux, dt):
         new, aux, st = self.base.step(problem, t, state, aux, dt)
