@@ -103,15 +103,25 @@ def omega_derivatives(J, torque: AbstractTorque, t, R, L, n: int):
     return [w0] + list(ws)
 
 
+def pack_body(R, Pi):
+    """``(vec R, Pi)``: the 12 numbers of the body-frame equations."""
+    return jnp.concatenate([R.reshape(R.shape[:-2] + (9,)), Pi], axis=-1)
+
+
+def unpack_body(y):
+    """Inverse of :func:`pack_body`: ``(R, Pi)``."""
+    return y[..., :9].reshape(y.shape[:-1] + (3, 3)), y[..., 9:]
+
+
 def body_vector_field(problem):
     """``f(t, y)`` for ``y = (vec R, Pi)`` (12 numbers) of a problem: body-frame equations, world torque."""
     J, torque = problem.body.J, problem.torque
 
     def f(t, y):
-        R, Pi = y[:9].reshape(3, 3), y[9:]
+        R, Pi = unpack_body(y)
         Om = Pi / J
         Rdot = jnp.cross(R, Om)  # row r of R @ hat(Om) is R[r] x Om
         Pidot = jnp.cross(Pi, Om) + R.T @ torque(t, R, Pi)
-        return jnp.concatenate([Rdot.reshape(9), Pidot])
+        return pack_body(Rdot, Pidot)
 
     return f

@@ -20,7 +20,7 @@ from jax import lax
 from ._dop853 import A as _A
 from ._dop853 import B as _B
 from ._dop853 import C as _C
-from .flow import body_vector_field  # noqa: F401  (re-exported)
+from .flow import body_vector_field, pack_body, unpack_body  # body_vector_field re-exported
 from .problems import Problem
 from .state import State, StepStats, Trajectory
 
@@ -90,10 +90,10 @@ def reference_solution(
     substeps = max(1, math.ceil(frame / max_step))
     dtype = s0.R.dtype
     h = jnp.asarray(frame / substeps, dtype)
-    y0 = jnp.concatenate([s0.R.reshape(9), s0.Pi])
+    y0 = pack_body(s0.R, s0.Pi)
     ys = _integrate(problem, y0, jnp.asarray(t0, dtype), h, n_frames, jnp.asarray(substeps, jnp.int32))
     ys = jnp.concatenate([y0[None], ys])
-    states = State(ys[:, :9].reshape(-1, 3, 3), ys[:, 9:])
+    states = State(*unpack_body(ys))
     ts = t0 + (t_end - t0) * jnp.arange(n_frames + 1, dtype=dtype) / n_frames
     ok = StepStats.explicit(substeps)
     stats = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n_frames,)), ok)

@@ -160,7 +160,8 @@ for _name, _factory, _order, _cons, _evals, _ref, _desc in [
     ("rk4", RK4, 4, (), "4", _BASE, "classical RK4 on (R, Pi), no re-orthonormalisation"),
     ("rk4_svd", lambda: Reorthonormalize(RK4()), 4, (), "4", _BASE,
      "RK4 on (R, Pi) + nearest rotation after each step"),
-    ("abm", ABM, 4, (), "2", _BASE, "Adams-Bashforth-Moulton PECE order 4, RK4 start, SVD projection"),
+    ("abm", lambda: Reorthonormalize(ABM()), 4, (), "2", _BASE,
+     "Adams-Bashforth-Moulton PECE order 4, RK4 start, + nearest rotation after each step"),
     ("euler_svd", EulerSVD, 1, ("L", "|Pi|"), "1", _GRON, "forward Euler (world rate) + SVD re-orthonormalisation"),
     ("euler_quat", EulerQuat, 1, ("L", "|Pi|"), "1", _GRON, "forward Euler on the quaternion, normalised"),
 ]:

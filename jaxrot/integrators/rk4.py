@@ -11,19 +11,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import jax.numpy as jnp
-
-from ..flow import body_vector_field
+from ..flow import body_vector_field, pack_body, unpack_body
 from ..state import State, StepStats
 from ._base import AbstractIntegrator
-
-
-def pack(state: State):
-    return jnp.concatenate([state.R.reshape(9), state.Pi])
-
-
-def unpack(y) -> State:
-    return State(y[:9].reshape(3, 3), y[9:])
 
 
 def rk4_step(f, t, y, h):
@@ -40,5 +30,5 @@ class RK4(AbstractIntegrator):
     order: ClassVar[int] = 4
 
     def step(self, problem, t, state, aux, dt):
-        y = rk4_step(body_vector_field(problem), t, pack(state), dt)
-        return unpack(y), aux, StepStats.explicit()
+        y = rk4_step(body_vector_field(problem), t, pack_body(state.R, state.Pi), dt)
+        return State(*unpack_body(y)), aux, StepStats.explicit()

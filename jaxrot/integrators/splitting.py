@@ -22,6 +22,7 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
+from .. import so3
 from ..state import State, StepStats
 from ._base import AbstractIntegrator
 from .midpoint_lie import require_free
@@ -32,21 +33,9 @@ _C0 = -_CBRT2 / (2.0 - _CBRT2)
 
 
 def axis_flow(J, R, Pi, k: int, tau):
-    """Exact flow of ``Pi_k^2/(2 J_k)`` for time ``tau`` about body axis ``k`` (0, 1, 2)."""
-    theta = tau * Pi[k] / J[k]
-    c, s = jnp.cos(theta), jnp.sin(theta)
-    i, j = (k + 1) % 3, (k + 2) % 3
-    # Rot(e_k, theta): columns i, j rotate in their plane; R <- R Rot, Pi <- Rot^T Pi
-    Ri, Rj = R[:, i], R[:, j]
-    cols = [None] * 3
-    cols[k] = R[:, k]
-    cols[i] = c * Ri + s * Rj
-    cols[j] = -s * Ri + c * Rj
-    pis = [None] * 3
-    pis[k] = Pi[k]
-    pis[i] = c * Pi[i] + s * Pi[j]
-    pis[j] = -s * Pi[i] + c * Pi[j]
-    return jnp.stack(cols, axis=1), jnp.stack(pis)
+    """Exact flow of ``Pi_k^2/(2 J_k)`` for time ``tau``: a rotation about body axis ``k`` (0, 1, 2)."""
+    Q = so3.exp(jnp.zeros_like(Pi).at[k].set(tau * Pi[k] / J[k]))
+    return so3.mm(R, Q), so3.mtv(Q, Pi)
 
 
 def _parse(axes) -> tuple[int, int, int]:
@@ -64,33 +53,31 @@ def strang(J, R, Pi, axes, h):
     return R, Pi
 
 
-class Split2(AbstractIntegrator):
-    """Second-order Strang splitting ``split2_abc`` (free rigid body only)."""
-
+class _AbstractSplit(AbstractIntegrator):
     axes: tuple[int, int, int] = (2, 3, 1)
-    order: ClassVar[int] = 2
+    #: Strang sub-steps per step, as fractions of the step
+    fractions: ClassVar[tuple[float, ...]]
 
     def __check_init__(self):
         _parse(self.axes)
 
     def step(self, problem, t, state, aux, dt):
-        require_free(problem, "split2")
-        R, Pi = strang(problem.body.J, state.R, state.Pi, self.axes, dt)
-        return State(R, Pi), aux, StepStats.explicit()
-
-
-class Split4(AbstractIntegrator):
-    """Fourth-order Yoshida triple jump of ``split2_abc`` (free rigid body only)."""
-
-    axes: tuple[int, int, int] = (2, 3, 1)
-    order: ClassVar[int] = 4
-
-    def __check_init__(self):
-        _parse(self.axes)
-
-    def step(self, problem, t, state, aux, dt):
-        require_free(problem, "split4")
+        require_free(problem, type(self).__name__)
         J, R, Pi = problem.body.J, state.R, state.Pi
-        for c in (_C1, _C0, _C1):
+        for c in self.fractions:
             R, Pi = strang(J, R, Pi, self.axes, c * dt)
         return State(R, Pi), aux, StepStats.explicit()
+
+
+class Split2(_AbstractSplit):
+    """Second-order Strang splitting ``split2_abc`` (free rigid body only)."""
+
+    order: ClassVar[int] = 2
+    fractions: ClassVar[tuple[float, ...]] = (1.0,)
+
+
+class Split4(_AbstractSplit):
+    """Fourth-order Yoshida triple jump of ``split2_abc`` (free rigid body only)."""
+
+    order: ClassVar[int] = 4
+    fractions: ClassVar[tuple[float, ...]] = (_C1, _C0, _C1)
