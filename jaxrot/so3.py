@@ -42,6 +42,23 @@ def mm(A: jax.Array, B: jax.Array) -> jax.Array:
     )
 
 
+def mtm(A: jax.Array, B: jax.Array) -> jax.Array:
+    """``A.T @ B`` for 3x3 matrices."""
+    return jnp.stack(
+        [jnp.stack([A[0, i] * B[0, j] + A[1, i] * B[1, j] + A[2, i] * B[2, j] for j in range(3)]) for i in range(3)]
+    )
+
+
+def reorthogonalize(R: jax.Array) -> jax.Array:
+    """One Bjorck step ``R (3 I - R^T R) / 2``: an orthogonality defect ``d`` becomes ``O(d^2)``.
+
+    Applied after every step it keeps ``R`` orthogonal to round-off for ever (the defect cannot
+    random-walk), at the cost of two 3x3 products; an exactly orthogonal ``R`` is unchanged.
+    """
+    E = jnp.eye(3, dtype=R.dtype) - mtm(R, R)
+    return R + 0.5 * mm(R, E)
+
+
 def hat(v: jax.Array) -> jax.Array:
     """Skew matrix of ``v``: ``hat(v) @ x == cross(v, x)``."""
     x, y, z = v[0], v[1], v[2]

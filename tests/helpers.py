@@ -28,15 +28,11 @@ class Case:
 FREE_ORDER: dict[str, int] = {"liemid_e": 2, "liemid_e1": 2, "liemid_e2": 2}
 SKIP: dict[str, set[str]] = {n: {"order_torqued"} for n in ("liemid_e", "liemid_e1", "liemid_e2")}
 
-# buss1 + EP stalls where a body-rate component crosses zero (tests/test_energy_projection.py
-# documents it): it has no convergence order on a free body.
-# Every EP method: the projection is discontinuous where a body-rate component changes sign (see
-# jaxrot/integrators/energy_projection.py), which makes free-body convergence irregular and, on the
-# near-separatrix T-handle, float32 differences grow chaotically. tests/test_energy_projection.py
-# measures their order between crossings and float32 on a regular problem instead.
-for _n in REGISTRY:
-    if _n.endswith("_ep"):
-        SKIP[_n] = {"order_free", "float32"}
+# buss1 + EP on the T-handle (a spin 0.2 deg from the unstable intermediate axis): the 2x2 projection
+# there is conditioned like 1/tilt^2 and the first-order base leaves large energy errors to project,
+# so float32 differs from float64 by 2.2e-4 after 100 steps, just over the generic 2e-4;
+# tests/test_energy_projection.py checks EP in float32 on a regular problem.
+SKIP["buss1_ep"] = {"float32"}
 # ABM's order-4 regime starts at smaller steps than the generic sweep (3.4 there, 3.9 below)
 STEP_SCALE: dict[str, int] = {"abm": 4}
 

@@ -37,6 +37,7 @@ from .. import so3
 from ..flow import momentum_derivatives
 from ..state import State, StepStats
 from ._base import AbstractIntegrator
+from .world_update import initial_momentum, world_increment_step
 
 
 def buss_omega_derivatives(J, R, L, L_derivs, n: int):
@@ -86,16 +87,17 @@ class _AbstractBuss(AbstractIntegrator):
     def omega_bar(self, h, ws):
         raise NotImplementedError
 
+    def init(self, problem, t0, state0, dt):
+        return initial_momentum(state0)
+
     def step(self, problem, t, state: State, aux, dt):
         J, torque = problem.body.J, problem.torque
-        R = state.R
-        L = so3.mv(R, state.Pi)
+        R, L = state.R, aux
         n_L = max(self.order, self.n_omega)
         L_derivs = momentum_derivatives(J, torque, t, R, L, n_L)
         ws = buss_omega_derivatives(J, R, L, L_derivs, self.n_omega)
-        R1 = so3.mm(so3.exp(dt * self.omega_bar(dt, ws)), R)
         L1 = torque.advance_momentum(t, dt, L, L_derivs[: self.order])
-        return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()
+        return world_increment_step(R, L1, dt * self.omega_bar(dt, ws)), L1, StepStats.explicit()
 
 
 class Buss1(_AbstractBuss):

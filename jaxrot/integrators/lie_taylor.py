@@ -22,8 +22,9 @@ import jax.numpy as jnp
 
 from .. import so3
 from ..flow import momentum_derivatives, omega_derivatives
-from ..state import State, StepStats
+from ..state import StepStats
 from ._base import AbstractIntegrator
+from .world_update import initial_momentum, world_increment_step
 
 _FACT = [1, 1, 2, 6, 24, 120, 720]
 
@@ -71,11 +72,12 @@ class LieTaylor(AbstractIntegrator):
         if self.K not in (1, 2, 3, 4, 5):
             raise ValueError(f"Lie-Taylor order K must be 1...5, got {self.K}")
 
+    def init(self, problem, t0, state0, dt):
+        return initial_momentum(state0)
+
     def step(self, problem, t, state, aux, dt):
         J, torque = problem.body.J, problem.torque
-        R = state.R
-        L = so3.mv(R, state.Pi)
+        R, L = state.R, aux
         W = omega_derivatives(J, torque, t, R, L, self.K - 1)
-        R1 = so3.mm(so3.exp(dt * magnus_z(W, dt)), R)
         L1 = torque.advance_momentum(t, dt, L, momentum_derivatives(J, torque, t, R, L, self.K))
-        return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()
+        return world_increment_step(R, L1, dt * magnus_z(W, dt)), L1, StepStats.explicit()
