@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import json
 import pathlib
+import tempfile
 
 import jax
 
-FIGURES = pathlib.Path(__file__).resolve().parents[1] / "figures"
+def setup(out_dir=None, quick: bool = False) -> pathlib.Path:
+    """Switch on float64 (accuracy studies) and return the output folder (created).
 
-
-def setup(out_dir=None) -> pathlib.Path:
-    """Switch on float64 (accuracy studies) and return the output folder (created)."""
+    Default: ``./figures`` of the current directory for a full run; a quick run writes to a fresh
+    temporary folder, so it never overwrites the committed full-run results.
+    """
     jax.config.update("jax_enable_x64", True)
-    out = pathlib.Path(out_dir) if out_dir is not None else FIGURES
+    if out_dir is not None:
+        out = pathlib.Path(out_dir)
+    elif quick:
+        out = pathlib.Path(tempfile.mkdtemp(prefix="jaxrot-quick-"))
+        print(f"quick run: writing to {out}", flush=True)
+    else:
+        out = pathlib.Path.cwd() / "figures"
     out.mkdir(parents=True, exist_ok=True)
     return out
 

@@ -76,7 +76,7 @@ def _time(f, min_time=0.3):
 
 
 def main(quick: bool = False, out_dir=None) -> list[dict]:
-    out = setup(out_dir)
+    out = setup(out_dir, quick)
     p = problems.get("t_handle")
     rng = np.random.default_rng(0)
     batches = [1, 1000] if quick else [1, 1000, 100_000]

@@ -23,7 +23,7 @@ CASES = {
 
 
 def main(quick: bool = False, out_dir=None) -> dict:
-    out = setup(out_dir)
+    out = setup(out_dir, quick)
     results: dict[str, dict] = {}
     for pname, (T, ns) in CASES.items():
         if quick:

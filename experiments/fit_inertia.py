@@ -25,7 +25,7 @@ from ._common import md_table, setup, write_json
 
 
 def main(quick: bool = False, out_dir=None) -> dict:
-    out = setup(out_dir)
+    out = setup(out_dir, quick)
     n_obs = 50 if quick else 200
     p = problems.t_handle(omega0=(0.3, 2.0, 0.2), t_end=0.1 * n_obs)
     J_true = np.asarray(p.body.J)

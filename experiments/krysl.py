@@ -87,7 +87,7 @@ def _drift(x):
 
 
 def main(quick: bool = False, out_dir=None) -> dict:
-    out = setup(out_dir)
+    out = setup(out_dir, quick)
     import matplotlib.pyplot as plt
 
     from jaxrot.plotting import convergence_figure

@@ -37,7 +37,7 @@ def _plane(half: float, n: int):
 
 
 def main(quick: bool = False, out_dir=None) -> dict:
-    out = setup(out_dir)
+    out = setup(out_dir, quick)
     n_conv, n_energy = (31, 11) if quick else (121, 41)
     x, ells = _plane(15.0, n_conv)
     conv, rows = {}, []

@@ -113,14 +113,18 @@ def steps_to_accuracy(method, problem: Problem, eps: float, metric: str = "angle
                       reference: State | None = None, n_min: int = 20, n_max: int = 20480) -> dict:
     """The smallest step count ``N`` whose final-time error over ``[0, t_end]`` is ``<= eps``.
 
-    Buss's protocol as far as it is known (SPEC 1.6): double ``N`` from ``n_min`` until the error
-    is below ``eps`` (giving up above ``n_max``: ``N = None``, Buss's "> 20480"), then bisect
-    between the last failing and the first passing count. The search assumes the error falls
-    monotonically with ``N``; every evaluated ``(N, error)`` is returned so this can be checked.
-    One compilation serves every ``N`` (:func:`jaxrot.final_state`).
+    Buss's protocol as far as it is known: double ``N`` from ``n_min`` until the error is below
+    ``eps`` (giving up above ``n_max``: ``N = None``, Buss's "> 20480"), then bisect between the
+    last failing and the first passing count. The error is not always monotone in ``N`` (a final
+    attitude can pass close to the reference by accident), so a bisection alone can stop in a dip:
+    every candidate is then checked at ``N + 1``, ``N + 2`` and a geometric ladder of larger counts up
+    to the passing doubling count, and if any of those fails the search resumes above it. The
+    ``N`` returned passes at every count the search tried above it; ``dips`` lists the counts that
+    passed below a failing larger one. One compilation serves every ``N``
+    (:func:`jaxrot.final_state`).
 
-    Returns ``{"N", "theta_deg", "evaluations": [(N, error), ...], "eps", "metric"}``, where
-    ``theta_deg`` is the mean rotation angle per step in degrees, ``integral |omega| dt / N``
+    Returns ``{"N", "theta_deg", "evaluations": [(N, error), ...], "dips": [...], "eps", "metric"}``,
+    where ``theta_deg`` is the mean rotation angle per step in degrees, ``integral |omega| dt / N``
     (from the reference trajectory), Buss's theta-bar.
     """
     from .reference import reference_solution
@@ -142,21 +146,33 @@ def steps_to_accuracy(method, problem: Problem, eps: float, metric: str = "angle
             evaluations[n] = e if np.isfinite(e) else np.inf
         return evaluations[n]
 
+    def result(N):
+        theta = None if N is None else float(np.degrees(total_rotation_angle(problem, T)) / N)
+        dips = sorted(n for n, e in evaluations.items() if e <= eps and N is not None and n < N)
+        return {"N": N, "theta_deg": theta, "evaluations": sorted(evaluations.items()), "dips": dips,
+                "eps": eps, "metric": metric}
+
     n = n_min
     while err(n) > eps:
         if n >= n_max:
-            return {"N": None, "theta_deg": None, "evaluations": sorted(evaluations.items()), "eps": eps,
-                    "metric": metric}
+            return result(None)
         n = min(2 * n, n_max)
+    top = n  # passes; every count the search settles on is checked up to here
     lo, hi = (n // 2, n) if n > n_min else (0, n)
-    while hi - lo > 1 and lo > 0:
-        mid = (lo + hi) // 2
-        if err(mid) <= eps:
-            hi = mid
-        else:
-            lo = mid
-    return {"N": hi, "theta_deg": float(np.degrees(total_rotation_angle(problem, T)) / hi),
-            "evaluations": sorted(evaluations.items()), "eps": eps, "metric": metric}
+    while True:
+        while hi - lo > 1 and lo > 0:
+            mid = (lo + hi) // 2
+            if err(mid) <= eps:
+                hi = mid
+            else:
+                lo = mid
+        ladder = sorted({m for m in [hi + 1, hi + 2] + [int(hi * f) for f in (1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.75)]
+                         if hi < m < top} | {m for m in evaluations if hi < m <= top})
+        failing = [m for m in ladder if err(m) > eps]
+        if not failing:
+            return result(hi)
+        lo = max(failing)
+        hi = min(m for m in evaluations if m > lo and evaluations[m] <= eps)
 
 
 def total_rotation_angle(problem: Problem, t_end: float, n_frames: int = 2000) -> float:
@@ -166,3 +182,28 @@ def total_rotation_angle(problem: Problem, t_end: float, n_frames: int = 2000) -
     tr = reference_solution(problem, t_end, n_frames=n_frames)
     w = np.linalg.norm(np.asarray(tr.states.Pi) / np.asarray(problem.body.J), axis=-1)
     return float(np.trapezoid(w, np.asarray(tr.ts)))
+
+
+def time_for_rotation(problem: Problem, angle: float, n_frames: int = 20000) -> float:
+    """The time ``T`` at which ``integral_0^T |omega| dt`` reaches ``angle`` (radians), from the reference.
+
+    Buss's table fixes the span by the total rotation (``N * theta-bar`` is the same in every row),
+    not by the time; for a body whose ``|omega|`` varies the two differ.
+    """
+    from .reference import reference_solution
+
+    if not angle > 0:
+        raise ValueError(f"angle must be positive, got {angle}")
+    w0 = float(np.linalg.norm(np.asarray(problem.state0.Pi) / np.asarray(problem.body.J)))
+    if not w0 > 0:
+        raise ValueError("the body does not rotate: no time reaches a positive rotation angle")
+    T = 1.2 * angle / w0
+    for _ in range(8):
+        tr = reference_solution(problem, T, n_frames=n_frames)
+        w = np.linalg.norm(np.asarray(tr.states.Pi) / np.asarray(problem.body.J), axis=-1)
+        ts = np.asarray(tr.ts)
+        cum = np.concatenate([[0.0], np.cumsum(0.5 * (w[1:] + w[:-1]) * np.diff(ts))])
+        if cum[-1] >= angle:
+            return float(np.interp(angle, cum, ts))
+        T *= 1.5 * angle / cum[-1]
+    raise ValueError(f"no time reaches a rotation of {angle} rad")

@@ -76,9 +76,22 @@ def _run(args) -> int:
     return 0
 
 
+_PROTOCOL_ARGS = {"tilt": "tilt_deg", "towards": "towards", "eps": "eps", "metric": "metric",
+                  "revolutions": "revolutions", "axis_map": "axis_map"}
+
+
 def _reproduce(args) -> int:
     mod = importlib.import_module(EXPERIMENTS[args.name])
-    mod.main(quick=args.quick, out_dir=args.out)
+    given = {field: getattr(args, a) for a, field in _PROTOCOL_ARGS.items() if getattr(args, a) is not None}
+    if args.name != "buss":
+        if given:
+            raise ValueError(f"--{', --'.join(a.replace('_', '-') for a, f in _PROTOCOL_ARGS.items() if f in given)}"
+                             f" only apply to 'reproduce buss'")
+        mod.main(quick=args.quick, out_dir=args.out)
+        return 0
+    from jaxrot.buss_benchmark import PrismProtocol
+
+    mod.main(quick=args.quick, out_dir=args.out, protocol=PrismProtocol(**given))
     return 0
 
 
@@ -106,7 +119,15 @@ def main(argv=None) -> int:
     p = sub.add_parser("reproduce", help="run an experiment that reproduces a source document's table/figure")
     p.add_argument("name", choices=sorted(EXPERIMENTS))
     p.add_argument("--quick", action="store_true", help="a small version (CI)")
-    p.add_argument("--out", default=None, help="output folder (default: figures/)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: ./figures; a --quick run writes to a new temporary folder)")
+    g = p.add_argument_group("protocol of 'reproduce buss' (defaults: the inferred protocol, see README)")
+    g.add_argument("--tilt", type=float, help="angle of the initial rate from the long axis, degrees (0.7)")
+    g.add_argument("--towards", choices=["x", "y"], help="short axis the rate is tilted towards (x)")
+    g.add_argument("--eps", type=float, help="accuracy threshold (1e-4; the talk says 1e-6)")
+    g.add_argument("--metric", choices=["angle", "R2", "Pi2", "Pi_rel"], help="final-time error measure (angle)")
+    g.add_argument("--revolutions", type=float, help="span as integral |omega| dt / 2 pi (45.25)")
+    g.add_argument("--axis-map", dest="axis_map", help="our axes for Buss's body axes 1,2,3 (yzx)")
     p.set_defaults(fn=_reproduce)
     p = sub.add_parser("bench", help="throughput benchmarks")
     p.add_argument("name", nargs="?", default="buss", choices=sorted(BENCHMARKS))

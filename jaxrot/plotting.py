@@ -170,3 +170,73 @@ def fit_figure(obs, trajectories: dict, loss_history):
     axes[1].grid(True, alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def published_comparison_figure(rows: list[dict], *, cap: int, title: str = ""):
+    """Our N beside the published N per row (log axis). A row beyond the cap is drawn as a hatched
+    bar at the cap labelled "> cap"; the shaded band around each published value is +-25%."""
+    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(rows)), 4.8))
+    x = np.arange(len(rows))
+    for i, r in enumerate(rows):
+        for dx, val, colour, lab in ((-0.2, r["N"], "C0", "jaxrot"), (0.2, r["N_buss"], "C1", "Buss (2011)")):
+            capped = val is None
+            ax.bar(i + dx, cap if capped else val, 0.4, color="none" if capped else colour, edgecolor=colour,
+                   hatch="//" if capped else None, label=lab if i == 0 else None)
+            if capped:
+                ax.text(i + dx, cap * 1.08, f"> {cap}", rotation=90, ha="center", va="bottom", fontsize=6)
+        if r["N_buss"] is not None:
+            ax.fill_between([i - 0.45, i + 0.45], 0.75 * r["N_buss"], 1.25 * r["N_buss"], color="0.85", zorder=0)
+    ax.set_yscale("log")
+    ax.set_ylim(top=cap * 4)
+    ax.set_xticks(x, [r["label"] for r in rows], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("steps N to reach the threshold")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def grouped_work_precision_figure(groups: dict[str, dict[str, dict]], *, eps: float | None = None,
+                                  xlabel: str = "steps N", ylabel: str = "final attitude error (rad)", title: str = ""):
+    """Error against work, one panel per group (at most ~8 curves each);
+    ``groups[panel][method] = {"x": [...], "errors": [...]}``. The dotted line is the threshold."""
+    n = len(groups)
+    fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 4.4), squeeze=False, sharey=True)
+    for ax, (gname, methods) in zip(axes[0], groups.items()):
+        for i, (name, d) in enumerate(methods.items()):
+            ax.loglog(np.asarray(d["x"], float), np.asarray(d["errors"], float), marker="os^vD<>p"[i % 8], ms=3,
+                      lw=1, ls="-" if i < 8 else "--", label=name)
+        if eps is not None:
+            ax.axhline(eps, color="k", lw=0.8, ls=":", label=f"threshold {eps:g}")
+        ax.set_title(gname, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(ylabel)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def grouped_series_figure(ts, groups: dict[str, dict[str, np.ndarray]], *, ylabel: str, xlabel: str = "t",
+                          title: str = "", logy: bool = True):
+    """Quantities over time, one panel per group (at most ~8 curves each)."""
+    n = len(groups)
+    fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 4.2), squeeze=False, sharey=True)
+    for ax, (gname, series) in zip(axes[0], groups.items()):
+        for i, (name, y) in enumerate(series.items()):
+            y = np.asarray(y)
+            (ax.semilogy if logy else ax.plot)(np.asarray(ts), np.abs(y) if logy else y, lw=1,
+                                               ls="-" if i < 10 else "--", label=name)
+        ax.set_title(gname, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(ylabel)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig

@@ -200,6 +200,14 @@ def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory
     return eqx.tree_at(lambda t: t.states, traj, states)
 
 
+def _physics(problem: Problem) -> Problem:
+    """The problem without its scenario labels (span, name, description): static fields of the
+    compiled signature, so keeping them would recompile for every new span."""
+    if problem.t_end == 0.0 and not problem.name and not problem.description:
+        return problem
+    return Problem(problem.body, problem.torque, problem.state0, 0.0, "", "")
+
+
 def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     method = _resolve_method(method)
     _check_problem(problem)
@@ -212,7 +220,7 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     dtype = state0.R.dtype
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
-    return method, state0, dt, t0
+    return method, state0, dt, t0, _physics(problem)
 
 
 def simulate(
@@ -250,7 +258,7 @@ def simulate(
 
         traj = simulate("buss2p", jaxrot.problems.get("fast_top"), 1e-3, 1000, save_every=10)
     """
-    method, state0, dt, t0 = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
+    method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
     problem, state0, dt = _traced_checks(problem, state0, dt)
     n_frames = n_steps // save_every
     carry = _init_carry_jit(method, problem, state0, dt, t0)
@@ -349,6 +357,7 @@ def simulate_batch(
         raise ValueError("empty batch")
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
+    problems = _physics(problems)
     problem_axis, _ = _batch_axes(problems, states0)
     devices = list(jax.local_devices() if devices is None else devices)
     batched = problems if states0 is None else states0
@@ -403,7 +412,7 @@ def final_state(method, problem: Problem, dt, n_steps: int, *, state0: State | N
     once; the price is that it supports forward-mode but not reverse-mode differentiation (use
     :func:`simulate` for ``jax.grad``).
     """
-    method, state0, dt, t0 = _prepare(method, problem, state0, dt, t0, n_steps, 1, False)
+    method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, 1, False)
     state, failed = _final_state_jit(method, problem, state0, dt, t0, jnp.asarray(n_steps, jnp.int32))
     if throw and int(failed) >= 0:
         raise SimulationError(

@@ -32,3 +32,25 @@ def test_gives_up_above_the_cap():
 def test_bad_input(kw):
     with pytest.raises(ValueError):
         analysis.steps_to_accuracy("buss2", problems.get("free_body_mz"), t_end=1.0, **kw)
+
+
+def test_a_dip_in_the_error_is_not_taken_for_the_threshold(monkeypatch):
+    """Errors that pass by accident below a failing larger N (a non-monotone dip) are rejected."""
+    import sys
+
+    sim = sys.modules["jaxrot.simulate"]
+    monkeypatch.setattr(sim, "final_state", lambda method, problem, dt, n, throw=True: n)
+    # monotone (10/N)^2 passes 1e-4 from N = 1000 on, but N = 960 passes by accident
+    monkeypatch.setattr(analysis, "final_error", lambda n, ref, metric: 0.0 if n == 960 else (10.0 / n) ** 2)
+    monkeypatch.setattr(analysis, "total_rotation_angle", lambda problem, T: 1.0)
+    r = analysis.steps_to_accuracy("buss2", problems.get("free_body_mz"), 1e-4, t_end=1.0, reference=object())
+    assert r["N"] == 1000
+    assert 960 in dict(r["evaluations"]) and r["dips"] == [960]
+
+
+def test_time_for_rotation_reaches_the_angle():
+    p = problems.get("free_body_mz")
+    T = analysis.time_for_rotation(p, 20.0)
+    assert analysis.total_rotation_angle(p, T, n_frames=4000) == pytest.approx(20.0, rel=1e-6)
+    with pytest.raises(ValueError):
+        analysis.time_for_rotation(p, -1.0)
