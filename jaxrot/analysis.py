@@ -207,3 +207,25 @@ def time_for_rotation(problem: Problem, angle: float, n_frames: int = 20000) -> 
             return float(np.interp(angle, cum, ts))
         T *= 1.5 * angle / cum[-1]
     raise ValueError(f"no time reaches a rotation of {angle} rad")
+
+
+def sign_change_times(ts, x) -> np.ndarray:
+    """Times where the sampled signal ``x(t)`` changes sign (linear interpolation between frames).
+
+    A body spun near its intermediate axis flips each time its intermediate body-momentum component
+    changes sign: ``sign_change_times(tr.ts, tr.states.Pi[:, 1])`` are its flip times.
+    """
+    ts, x = np.asarray(ts, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    s = np.signbit(x)
+    idx = np.nonzero(s[1:] != s[:-1])[0]
+    return ts[idx] - x[idx] * (ts[idx + 1] - ts[idx]) / (x[idx + 1] - x[idx])
+
+
+def body_axis_momentum_angle(states: State, axis: int) -> jax.Array:
+    """Angle (rad) between body axis ``axis`` (0, 1, 2) and the angular momentum, per state.
+
+    In the body frame this is the angle between ``e_axis`` and ``Pi``: a precessing pole's axis
+    keeps a constant angle to ``L``; an integrator that drives it to 0 has stopped the precession.
+    """
+    Pi = states.Pi
+    return jnp.arccos(jnp.clip(jnp.abs(Pi[..., axis]) / jnp.linalg.norm(Pi, axis=-1), 0.0, 1.0))

@@ -55,6 +55,24 @@ class RigidBody(eqx.Module):
             Q[:, 2] = -Q[:, 2]
         return cls(J), Q
 
+    @classmethod
+    def from_points(cls, points, masses=1.0) -> tuple["RigidBody", np.ndarray]:
+        """Point masses (e.g. the 8 corners of a particle book) about their centre of mass.
+
+        Returns ``(body, Q)`` as :meth:`from_tensor`: ``Q``'s columns are the principal axes in the
+        points' frame.
+        """
+        X = np.asarray(points, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != 3 or len(X) < 3:
+            raise ValueError(f"points must have shape (n >= 3, 3), got {X.shape}")
+        m = np.broadcast_to(np.asarray(masses, dtype=np.float64), (len(X),))
+        if np.any(m <= 0):
+            raise ValueError("masses must be positive")
+        X = X - (m[:, None] * X).sum(0) / m.sum()
+        I = np.einsum("i,ij,ik->jk", m, X, X)
+        I = np.eye(3) * np.trace(I) - I
+        return cls.from_tensor(I)
+
     def omega(self, Pi: jax.Array) -> jax.Array:
         """Body angular velocity ``Pi / J``."""
         return Pi / self.J

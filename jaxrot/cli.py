@@ -9,6 +9,9 @@ import sys
 EXPERIMENTS = {
     "buss": "experiments.buss_table",
     "buss_orders": "experiments.buss_orders",
+    "dancing_pole": "experiments.dancing_pole",
+    "dzhanibekov": "experiments.dzhanibekov",
+    "groningen": "experiments.groningen",
     "fit": "experiments.fit_inertia",
     "krysl": "experiments.krysl",
     "roblox": "experiments.roblox",
@@ -95,6 +98,37 @@ def _reproduce(args) -> int:
     return 0
 
 
+def _animate(args) -> int:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+
+    import jaxrot
+    from jaxrot import problems
+    from jaxrot.animation import animate_bodies, shape_for
+
+    out = args.out
+    if not out.lower().endswith(".gif"):
+        raise ValueError(f"--out must end in .gif, got {out!r}")
+    if args.frames < 2 or args.steps < 1 or args.dt <= 0:
+        raise ValueError("need --frames >= 2, --steps >= 1 and --dt > 0")
+    p = problems.get(args.problem)
+    methods = [args.method] + (args.compare or [])
+    for m in methods:
+        jaxrot.integrators.info(m)  # unknown names fail before any computation
+    save = max(1, args.steps // args.frames)
+    n = save * (args.steps // save)
+    panels = []
+    for m in methods:
+        tr = jaxrot.simulate(m, p, args.dt, n, save_every=save, throw=False)
+        panels.append({"title": m, "R": np.asarray(tr.states.R), "L": np.asarray(tr.states.L),
+                       "shape": shape_for(p.name)})
+    animate_bodies(panels, out, fps=args.fps, title=f"{p.name}, dt = {args.dt:g}, {n} steps")
+    print(f"wrote {out}")
+    return 0
+
+
 def _bench(args) -> int:
     mod = importlib.import_module(BENCHMARKS[args.name])
     mod.main(quick=args.quick, out_dir=args.out)
@@ -129,6 +163,16 @@ def main(argv=None) -> int:
     g.add_argument("--revolutions", type=float, help="span as integral |omega| dt / 2 pi (45.25)")
     g.add_argument("--axis-map", dest="axis_map", help="our axes for Buss's body axes 1,2,3 (yzx)")
     p.set_defaults(fn=_reproduce)
+    p = sub.add_parser("animate", help="an animated GIF of a body tumbling, several methods side by side")
+    p.add_argument("method")
+    p.add_argument("problem")
+    p.add_argument("--compare", nargs="*", metavar="METHOD", help="more methods, drawn beside the first")
+    p.add_argument("--dt", type=float, default=0.01)
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--frames", type=int, default=80)
+    p.add_argument("--fps", type=int, default=20)
+    p.add_argument("--out", default="animation.gif", help="output .gif (default animation.gif)")
+    p.set_defaults(fn=_animate)
     p = sub.add_parser("bench", help="throughput benchmarks")
     p.add_argument("name", nargs="?", default="buss", choices=sorted(BENCHMARKS))
     p.add_argument("--quick", action="store_true")

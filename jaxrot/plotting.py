@@ -240,3 +240,92 @@ def grouped_series_figure(ts, groups: dict[str, dict[str, np.ndarray]], *, ylabe
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def flip_figure(series: dict[str, tuple], half_period: float, *, title: str = ""):
+    """The intermediate body-momentum component over time, one curve per method; dotted verticals at
+    the analytic flip times ``(k + 1/2) T/2`` shifted to the reference's first flip."""
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    for i, (name, (ts, y)) in enumerate(series.items()):
+        ax.plot(ts, y, lw=2.2 if i == 0 else 1, color="k" if i == 0 else None, ls="-" if i < 9 else "--",
+                label=name, zorder=3 if i == 0 else 2)
+    ax.set_xlabel("t (time units of the T-handle)")
+    ax.set_ylabel("Pi_y, intermediate-axis body momentum")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="lower left")
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def poinsot_figure(J, L: float, polhodes: list, paths: dict[str, np.ndarray], *, title: str = ""):
+    """Polhodes (grey) on the momentum sphere, the separatrix (black) and methods' paths (colour)."""
+    J = np.asarray(J)
+    fig = plt.figure(figsize=(11, 5.2))
+    ax = fig.add_subplot(1, 2, 1, projection="3d")
+    u, v = np.mgrid[0:2 * np.pi:40j, 0:np.pi:20j]
+    ax.plot_wireframe(L * np.cos(u) * np.sin(v), L * np.sin(u) * np.sin(v), L * np.cos(v), color="0.9", lw=0.4)
+    for x in polhodes:
+        ax.plot(*x.T, color="0.55", lw=0.7)
+    sep = _separatrix(J, L)
+    for x in sep:
+        ax.plot(*x.T, color="k", lw=1.4)
+    for name, x in paths.items():
+        ax.plot(*x.T, lw=1.2, label=name)
+    ax.set_xlabel("Pi_x")
+    ax.set_ylabel("Pi_y")
+    ax.set_zlabel("Pi_z")
+    ax.set_box_aspect((1, 1, 1))
+    ax.legend(fontsize=8, loc="upper left")
+    ax2 = fig.add_subplot(1, 2, 2)
+    for name, x in paths.items():
+        E = 0.5 * np.sum(x * x / J, axis=-1)
+        ax2.plot(np.arange(len(E)), E / E[0] - 1, lw=1.2, label=name)
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("relative energy change (E - E0) / E0")
+    ax2.grid(True, alpha=0.3)
+    ax2.legend(fontsize=8)
+    ax2.set_title("energy: which polhode each method is on", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _separatrix(J, L, n: int = 200):
+    """The two great-circle-like curves through the intermediate axis at energy L^2 / (2 J_mid)."""
+    order = np.argsort(J)
+    i1, i2, i3 = order
+    J1, J2, J3 = J[i1], J[i2], J[i3]
+    # on the separatrix Pi_1^2 (1/J1 - 1/J2) = Pi_3^2 (1/J2 - 1/J3): a plane pair through e_2
+    r = np.sqrt((1 / J2 - 1 / J3) / (1 / J1 - 1 / J2))  # Pi_1 = +- r Pi_3
+    out = []
+    for sgn in (1, -1):
+        t = np.linspace(0, 2 * np.pi, n)
+        d = np.zeros((3, 3))
+        d[0, i2] = 1.0  # along e_2
+        w = np.zeros(3)
+        w[i1], w[i3] = sgn * r, 1.0
+        w /= np.linalg.norm(w)
+        x = L * (np.cos(t)[:, None] * d[0][None] + np.sin(t)[:, None] * w[None])
+        out.append(x)
+    return out
+
+
+def series_panels_figure(ts, panels: dict[str, dict[str, np.ndarray]], *, xlabel: str = "t", title: str = "",
+                         logy: tuple[str, ...] = ()):
+    """One panel per quantity (its title is the y label, with units), one curve per method."""
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.9), squeeze=False)
+    for ax, (label, series) in zip(axes[0], panels.items()):
+        for name, y in series.items():
+            (ax.semilogy if label in logy else ax.plot)(np.asarray(ts), np.asarray(y), lw=1.2, label=name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

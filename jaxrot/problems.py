@@ -148,6 +148,26 @@ def t_handle(omega0=(0.01, 4.0, 0.01), t_end: float = 20.0) -> Problem:
     )
 
 
+def dancing_pole(omega0=(0.5, 0.0, 10.0), t_end: float = 10.0) -> Problem:
+    """The Roblox article's dancing pole (section 12): a thin rod (radius 0.05, length 2, unit mass),
+    no gravity, spun at 10 rad/s about its long (smallest-moment) axis with a small transverse rate.
+
+    Its angular momentum is then almost perpendicular to the rod (J_z is tiny), so the correct
+    motion is a wide precession of the rod about L; an energy-gaining integrator (explicit Euler)
+    drives the rod towards a pure spin about its own axis instead.
+    """
+    body = RigidBody.cylinder(0.05, 2.0)
+    body = RigidBody(_as(body.J))
+    return Problem(
+        body,
+        FreeTorque(),
+        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as(omega0)),
+        t_end=t_end,
+        name="dancing_pole",
+        description="thin rod r=0.05, l=2 spun about its long axis, omega0=(0.5,0,10), no gravity",
+    )
+
+
 PROBLEMS: dict[str, Callable[[], Problem]] = {
     "buss_torqued": buss_torqued,
     "buss_prism": buss_prism,
@@ -157,11 +177,13 @@ PROBLEMS: dict[str, Callable[[], Problem]] = {
     "coulomb_wall": coulomb_wall,
     "coulomb_wall_physical": lambda: coulomb_wall(-1.0),
     "t_handle": t_handle,
+    "dancing_pole": dancing_pole,
 }
 
 
 def get(name: str) -> Problem:
-    """A problem by name (float64 arrays; cast with ``jaxrot.cast`` for float32)."""
+    """A problem by name (float64 arrays; for float32 cast the array leaves, e.g. with
+    ``jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), problem)``)."""
     try:
         return PROBLEMS[name]()
     except KeyError:

@@ -114,3 +114,33 @@ def test_fit_inertia_quick(tmp_path):
     for f in ["fit_inertia.png", "fit_inertia.json", "fit_inertia.md"]:
         assert (tmp_path / f).stat().st_size > 0
     assert max(abs(e) for e in res["fits"]["split4_231"]["rel_error_pct"]) < 1.0
+
+
+def test_demonstrations_quick(tmp_path):
+    from experiments import dancing_pole, dzhanibekov, groningen
+
+    g = groningen.main(quick=True, out_dir=tmp_path)
+    flips = g["first_flip"]["y (intermediate J, flips)"]
+    assert all(v is not None for v in flips.values())  # every model flips about the intermediate axis
+    assert all(v is None for lab, f in g["first_flip"].items() if lab.startswith(("x", "z")) for v in f.values())
+    ks = g["spring_sweep"]  # the slides' answer: stiffer springs vibrate sooner but distort less
+    assert ks[-1]["t_L_half"] < ks[0]["t_L_half"] and ks[-1]["max_strain"] < ks[0]["max_strain"]
+    bad = g["printed_inertia"]
+    assert bad[-1]["printed_R^T I R"] > 0.5 * bad[0]["printed_R^T I R"]  # does not converge
+    d = dzhanibekov.main(quick=True, out_dir=tmp_path)
+    assert d["flips"]["buss4"]["rel_error"] < 0.01
+    p = dancing_pole.main(quick=True, out_dir=tmp_path)
+    assert p["methods"]["euler_svd"]["cone_angle_deg_end"] < p["methods"]["midpoint_exp"]["cone_angle_deg_end"] - 10
+    for f in ["groningen.md", "groningen_axes.png", "groningen_energy.png", "groningen_springs.png", "book.gif",
+              "dzhanibekov.png", "poinsot.png", "t_handle.gif", "dancing_pole.png", "dancing_pole.gif"]:
+        size = (tmp_path / f).stat().st_size
+        assert 0 < size < 2_000_000, f
+
+
+def test_cli_animate(tmp_path, capsys):
+    gif = tmp_path / "a.gif"
+    assert cli.main(["animate", "buss2p", "t_handle", "--compare", "euler_svd", "--steps", "40", "--frames", "4",
+                     "--out", str(gif)]) == 0
+    assert gif.stat().st_size > 0
+    assert cli.main(["animate", "buss2p", "t_handle", "--out", str(tmp_path / "a.png")]) == 2
+    assert cli.main(["animate", "nope", "t_handle", "--out", str(gif)]) == 2

@@ -15,7 +15,7 @@ from .abm import ABM
 from .adaptive import KANTOROVICH_X, AdaptiveKantorovich
 from .dmv import DMV
 from .energy_projection import EnergyProjection, project_energy
-from .euler import EulerQuat, EulerSVD
+from .euler import EulerQuat, EulerSVD, EulerSVDPrinted
 from .lie_taylor import LieTaylor, magnus_y, magnus_z
 from .reorthonormalize import Reorthonormalize
 from .rk4 import RK4
@@ -189,6 +189,6 @@ __all__ = [
     "buss_omega_derivatives",
     "LieMid", "LieMidI", "LieMidE", "LieMidE1", "LieMidE2", "LieMidEA", "solve_midpoint",
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
-    "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerQuat", "Reorthonormalize",
+    "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
 ]

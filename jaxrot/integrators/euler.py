@@ -48,3 +48,22 @@ class EulerQuat(AbstractIntegrator):
         q = q + 0.5 * dt * so3.quat_multiply(jnp.concatenate([jnp.zeros_like(w[:1]), w]), q)
         R1 = so3.quat_to_matrix(q / jnp.linalg.norm(q))
         return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()
+
+
+class EulerSVDPrinted(AbstractIntegrator):
+    """The slide's ``euler_svd`` *as printed* (Postma & Nerbonne): ``I_w^-1 = R^T I_b^-1 R``.
+
+    A documented negative result, not a method: the printed inertia convention is inconsistent
+    with ``R`` mapping body to world, and the error does not shrink with ``dt`` (it is not
+    registered; ``jaxrot reproduce groningen`` shows its non-convergence).
+    """
+
+    order: ClassVar[int] = 0
+
+    def step(self, problem, t, state, aux, dt):
+        J, R = problem.body.J, state.R
+        L = so3.mv(R, state.Pi)
+        w = so3.mtv(R, so3.mv(R, L) / J)  # R^T diag(1/J) R L: the printed convention
+        L1 = L if problem.torque.is_free else L + dt * problem.torque(t, R, state.Pi)
+        R1 = so3.nearest_rotation(R + dt * jnp.cross(w[:, None], R, axis=0))
+        return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()
