@@ -125,7 +125,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     result["euler"] = {k: {"E_end": float(E_curves[k][-1]), "L_end": float(L_curves[k][-1])} for k in E_curves}
 
     # 3. spring constant sweep (vmapped over k/m), printed Euler + normalisation
-    ks = np.array([500.0, 2000.0, 8000.0]) if quick else np.array([250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0])
+    ks = np.array([2000.0, 4000.0, 8000.0]) if quick else np.array([250.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0])
     T3 = 4.0 if quick else 20.0
     n3 = int(round(T3 / dt_p))
 
