@@ -8,6 +8,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+_DASHES = ["-", "--", ":", "-."]
+
+
+def _overlap_style(i: int) -> dict:
+    """Curve i drawn thinner and with another dash than curve i-1, so curves that coincide stay visible."""
+    return dict(ls=_DASHES[i % 4], lw=2.4 - 0.5 * (i % 4))
+
 
 def convergence_figure(panels: dict[str, dict[str, dict]], *, ylabel: str = "error at t_end",
                        title: str = "") -> "plt.Figure":
@@ -271,17 +278,17 @@ def poinsot_figure(J, L: float, polhodes: list, paths: dict[str, np.ndarray], *,
     sep = _separatrix(J, L)
     for x in sep:
         ax.plot(*x.T, color="k", lw=1.4)
-    for name, x in paths.items():
-        ax.plot(*x.T, lw=1.2, label=name)
+    for i, (name, x) in enumerate(paths.items()):
+        ax.plot(*x.T, label=name, **_overlap_style(i))
     ax.set_xlabel("Pi_x")
     ax.set_ylabel("Pi_y")
     ax.set_zlabel("Pi_z")
     ax.set_box_aspect((1, 1, 1))
     ax.legend(fontsize=8, loc="upper left")
     ax2 = fig.add_subplot(1, 2, 2)
-    for name, x in paths.items():
+    for i, (name, x) in enumerate(paths.items()):
         E = 0.5 * np.sum(x * x / J, axis=-1)
-        ax2.plot(np.arange(len(E)), E / E[0] - 1, lw=1.2, label=name)
+        ax2.plot(np.arange(len(E)), E / E[0] - 1, label=name, **_overlap_style(i))
     ax2.set_xlabel("step")
     ax2.set_ylabel("relative energy change (E - E0) / E0")
     ax2.grid(True, alpha=0.3)
@@ -319,8 +326,9 @@ def series_panels_figure(ts, panels: dict[str, dict[str, np.ndarray]], *, xlabel
     n = len(panels)
     fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.9), squeeze=False)
     for ax, (label, series) in zip(axes[0], panels.items()):
-        for name, y in series.items():
-            (ax.semilogy if label in logy else ax.plot)(np.asarray(ts), np.asarray(y), lw=1.2, label=name)
+        for i, (name, y) in enumerate(series.items()):
+            (ax.semilogy if label in logy else ax.plot)(np.asarray(ts), np.asarray(y), label=name,
+                                                        **_overlap_style(i))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
