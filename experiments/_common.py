@@ -33,10 +33,9 @@ def write_json(path: pathlib.Path, data) -> None:
 def md_table(header: list[str], rows: list[list]) -> str:
     """A GitHub markdown table."""
     def fmt(x):
-        if isinstance(x, float):
-            return f"{x:.3g}"
-        return str(x)
+        s = f"{x:.3g}" if isinstance(x, float) else str(x)
+        return s.replace("\\|", "|").replace("|", "\\|")  # a bare | inside a cell splits it
 
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(fmt(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(x) for x in r) + " |" for r in rows]
     return "\n".join(lines)

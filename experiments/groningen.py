@@ -40,34 +40,10 @@ def spin_rate(axis: int, rate: float = 3.0, wobble: float = 0.01) -> np.ndarray:
     return w
 
 
-def rigid_counterpart(book: particles.SpringBook) -> RigidBody:
-    """The rigid body of the book's 8 point masses (an axis-aligned cuboid: principal axes x, y, z)."""
-    X = np.asarray(book.X_rest)
-    I = float(book.mass) * (np.eye(3) * np.sum(X * X) - X.T @ X)
-    return RigidBody(jnp.asarray(np.diag(I).copy()))
-
-
-def alignment_particles(book, tr, axis):
-    """Cosine between the book's body axis ``axis`` and its angular momentum, per frame."""
-    R = particles.attitude(book, tr.states.X)
-    L = particles.angular_momentum(book, tr.states)
-    return np.asarray(jnp.einsum("ti,ti->t", R[:, :, axis], L) / jnp.linalg.norm(L, axis=-1))
-
-
-def alignment_rigid(tr, axis):
-    L = tr.states.L
-    return np.asarray(jnp.einsum("ti,ti->t", tr.states.R[:, :, axis], L) / jnp.linalg.norm(L, axis=-1))
-
-
-def first_flip(ts, cosine):
-    t = analysis.sign_change_times(ts, cosine)
-    return float(t[0]) if len(t) else None
-
-
 def main(quick: bool = False, out_dir=None) -> dict:
     out = setup(out_dir, quick)
     book = particles.SpringBook.cuboid(0.2, 1.0, 1.5, k_over_m=2000.0)
-    body = rigid_counterpart(book)
+    body = book.rigid_body()
     T = 6.0 if quick else 12.0
     dt_p = 2e-4
     n_p = int(round(T / dt_p))
@@ -81,15 +57,15 @@ def main(quick: bool = False, out_dir=None) -> dict:
         s0 = particles.spin(book, jnp.asarray(w))
         tr = particles.simulate_particles(book, s0, dt_p, n_p, save_every=save, scheme="verlet")
         ts = np.asarray(tr.ts)
-        curves = {"particles (Verlet)": alignment_particles(book, tr, a)}
-        flips[label] = {"particles (Verlet)": first_flip(ts, curves["particles (Verlet)"])}
+        curves = {"particles (Verlet)": np.asarray(particles.axis_momentum_cosine(book, tr.states.X, tr.states.V, a))}
+        flips[label] = {"particles (Verlet)": analysis.first_sign_change(ts, curves["particles (Verlet)"])}
         p = Problem(body, torques.FreeTorque(), State0(body, w), T)
         dt_r = 1e-3
         for m in RIGID:
             trr = simulate(m, p, dt_r, int(round(T / dt_r)), save_every=20)
-            c = alignment_rigid(trr, a)
+            c = np.asarray(analysis.body_axis_momentum_cosine(trr.states, a))
             curves[m] = np.interp(ts, np.asarray(trr.ts), c)
-            flips[label][m] = first_flip(np.asarray(trr.ts), c)
+            flips[label][m] = analysis.first_sign_change(np.asarray(trr.ts), c)
         panels[f"spin about {label}: cos(body axis, L)"] = curves
         if a == 1:  # the flip, animated: particle book beside the rigid body (buss2p)
             every = max(1, len(ts) // (20 if quick else 100))

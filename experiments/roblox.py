@@ -46,7 +46,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
         conv[label] = it
         ok = it >= 0
         rows.append([label, f"{100 * ok.mean():.1f}%", f"{it[ok].mean():.2f}" if ok.any() else "-"])
-        print(rows[-1], flush=True)
+        print(f"  {label}: {rows[-1][1]} of the plane converged", flush=True)
     disc = KANTOROVICH_X * J.min()
     fig = convergence_maps_figure(x, conv, max_iters=10, disc_radius=disc)
     fig.savefig(out / "roblox_convergence.png", dpi=110)

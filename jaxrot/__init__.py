@@ -8,7 +8,7 @@ from .body import RigidBody
 from .integrators import REGISTRY, get
 from .problems import Problem
 from .simulate import SimulationError, final_state, simulate, simulate_batch, stack_problems
-from .state import State, StepStats, Trajectory
+from .state import State, StepStats, Trajectory, load
 
 __version__ = "0.1.0"
 
@@ -32,4 +32,5 @@ __all__ = [
     "State",
     "StepStats",
     "Trajectory",
+    "load",
 ]

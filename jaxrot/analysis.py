@@ -221,6 +221,18 @@ def sign_change_times(ts, x) -> np.ndarray:
     return ts[idx] - x[idx] * (ts[idx + 1] - ts[idx]) / (x[idx + 1] - x[idx])
 
 
+def first_sign_change(ts, x) -> float | None:
+    """The first of :func:`sign_change_times`, or ``None`` when ``x`` never changes sign."""
+    t = sign_change_times(ts, x)
+    return float(t[0]) if len(t) else None
+
+
+def body_axis_momentum_cosine(states: State, axis: int) -> jax.Array:
+    """Signed cosine between body axis ``axis`` and the angular momentum (``Pi_axis / |Pi|``): it
+    changes sign at each Dzhanibekov flip about that axis."""
+    return states.Pi[..., axis] / jnp.linalg.norm(states.Pi, axis=-1)
+
+
 def body_axis_momentum_angle(states: State, axis: int) -> jax.Array:
     """Angle (rad) between body axis ``axis`` (0, 1, 2) and the angular momentum, per state.
 

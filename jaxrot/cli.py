@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import sys
 
 EXPERIMENTS = {
-    "buss": "experiments.buss_table",
-    "buss_orders": "experiments.buss_orders",
-    "dancing_pole": "experiments.dancing_pole",
-    "dzhanibekov": "experiments.dzhanibekov",
-    "groningen": "experiments.groningen",
-    "fit": "experiments.fit_inertia",
-    "krysl": "experiments.krysl",
-    "roblox": "experiments.roblox",
+    "buss": "jaxrot.experiments.buss_table",
+    "buss_orders": "jaxrot.experiments.buss_orders",
+    "dancing_pole": "jaxrot.experiments.dancing_pole",
+    "dzhanibekov": "jaxrot.experiments.dzhanibekov",
+    "groningen": "jaxrot.experiments.groningen",
+    "fit": "jaxrot.experiments.fit_inertia",
+    "krysl": "jaxrot.experiments.krysl",
+    "roblox": "jaxrot.experiments.roblox",
 }
-BENCHMARKS = {"buss": "experiments.bench_buss"}
+BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss"}
 
 
 def _list(args) -> int:
+    if args.what == "problems":
+        from jaxrot import problems
+
+        for name in problems.PROBLEMS:
+            p = problems.get(name)
+            print(f"{name:24s} {p.description} (t_end = {p.t_end:g}{', torque-free' if p.torque.is_free else ''})")
+        return 0
     from jaxrot.integrators import REGISTRY
 
     rows = [
@@ -40,7 +49,45 @@ def _list(args) -> int:
     return 0
 
 
+def _check_out_path(path: str | None, option: str, suffixes: tuple[str, ...]) -> None:
+    """Fail before any computation when an output path cannot be written."""
+    if path is None:
+        return
+    if not path.lower().endswith(suffixes):
+        raise ValueError(f"{option} must end in {' or '.join(suffixes)}, got {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{option}: folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{option}: folder {folder!r} is not writable")
+
+
+def _check_run_args(args) -> int:
+    """Every argument of ``run`` checked before anything is compiled; returns save_every."""
+    from jaxrot import integrators, problems
+
+    integrators.info(args.method)
+    if args.problem not in problems.PROBLEMS:
+        problems.get(args.problem)  # the helpful KeyError
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    if not math.isfinite(args.dt) or args.dt <= 0:
+        raise ValueError(f"--dt must be finite and > 0, got {args.dt}")
+    save = args.save_every if args.save_every is not None else _default_save_every(args.steps)
+    if save < 1 or args.steps % save:
+        raise ValueError(f"--save-every must be >= 1 and divide --steps ({args.steps}), got {save}")
+    _check_out_path(args.plot, "--plot", (".png", ".pdf", ".svg"))
+    _check_out_path(args.save, "--save", (".npz",))
+    return save
+
+
+def _default_save_every(n: int) -> int:
+    """The largest divisor of n that leaves at least 200 frames (1 for short runs)."""
+    return max(d for d in range(1, max(1, n // 200) + 1) if n % d == 0)
+
+
 def _run(args) -> int:
+    save = _check_run_args(args)
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -51,31 +98,41 @@ def _run(args) -> int:
 
     p = problems.get(args.problem)
     n = args.steps
-    save = args.save_every or max(1, n // 200)
-    if n % save:
-        save = 1
-    traj = jaxrot.simulate(args.method, p, args.dt, n, save_every=save, progress=args.progress)
-    T = args.dt * n
-    E = np.asarray(analysis.energy(p, traj.states, traj.ts))
-    L = np.asarray(traj.states.L)
-    ref = reference.reference_solution(p, T, n_frames=n // save)
-    err = np.asarray(analysis.attitude_error(traj.states.R, ref.states.R))
-    print(f"{args.method} on {p.name}: dt={args.dt}, {n} steps, t_end={T:g}")
+    traj = jaxrot.simulate(args.method, p, args.dt, n, save_every=save, progress=args.progress,
+                           throw=not args.no_throw)
+    failed = int(traj.failed_step)
+    keep = len(traj.ts) if failed < 0 else max(1, (failed - 1) // save + 1)  # frames before the failure
+    T = float(traj.ts[keep - 1])
+    E = np.asarray(analysis.energy(p, traj.states, traj.ts))[:keep]
+    L = np.asarray(traj.states.L)[:keep]
+    ref = reference.reference_solution(p, args.dt * n, n_frames=n // save)
+    err = np.asarray(analysis.attitude_error(traj.states.R, ref.states.R))[:keep]
+    ts = np.asarray(traj.ts)[:keep]
+    print(f"{args.method} on {p.name}: dt={args.dt}, {n} steps, t_end={args.dt * n:g}")
+    if failed >= 0:
+        print(f"  step {failed} failed (solve did not converge or the state became non-finite); "
+              f"statistics below cover t <= {T:g}")
     print(f"  relative energy drift   max|E-E0|/|E0| = {np.abs(E - E[0]).max() / abs(E[0]):.3e}")
     print(f"  world momentum drift    max|L-L0|/|L0| = {np.abs(L - L[0]).max() / np.linalg.norm(L[0]):.3e}"
           + ("   (a torque acts: L is not conserved)" if not p.torque.is_free else ""))
     print(f"  attitude error vs reference: final {err[-1]:.3e} rad, max {err.max():.3e} rad")
-    print(f"  orthogonality error max|R^T R - 1| = {float(analysis.orthogonality_error(traj.states.R).max()):.2e}")
+    orth = np.asarray(analysis.orthogonality_error(traj.states.R))[:keep]
+    print(f"  orthogonality error max|R^T R - 1| = {orth.max():.2e}")
     if int(traj.stats.newton_iters.max()) > 0:
         print(f"  Newton iterations per step: max {int(traj.stats.newton_iters.max())}")
     if args.plot:
-        from jaxrot.plotting import series_figure
+        from jaxrot.plotting import series_panels_figure
 
-        ts = np.asarray(traj.ts)
-        fig = series_figure(ts, {"(E - E0)/|E0|": (E - E[0]) / abs(E[0]), "attitude error (rad)": err},
-                            ylabel="value", title=f"{args.method} on {p.name}, dt={args.dt}", logy=True)
+        tiny = np.finfo(np.float64).tiny  # exact zeros would vanish from a log axis
+        panels = {"relative energy error |E - E0| / |E0|": {args.method: np.abs(E - E[0]) / abs(E[0]) + tiny},
+                  "attitude error vs reference (rad)": {args.method: err + tiny}}
+        fig = series_panels_figure(ts, panels, xlabel="t (time units of the problem)", logy=tuple(panels),
+                                   title=f"{args.method} on {p.name}, dt = {args.dt:g}")
         fig.savefig(args.plot, dpi=120)
         print(f"  wrote {args.plot}")
+    if args.save:
+        traj.save(args.save)
+        print(f"  wrote {args.save} (load with jaxrot.load)")
     return 0
 
 
@@ -109,8 +166,7 @@ def _animate(args) -> int:
     from jaxrot.animation import animate_bodies, shape_for
 
     out = args.out
-    if not out.lower().endswith(".gif"):
-        raise ValueError(f"--out must end in .gif, got {out!r}")
+    _check_out_path(out, "--out", (".gif",))
     if args.frames < 2 or args.steps < 1 or args.dt <= 0:
         raise ValueError("need --frames >= 2, --steps >= 1 and --dt > 0")
     p = problems.get(args.problem)
@@ -135,20 +191,39 @@ def _bench(args) -> int:
     return 0
 
 
+def _problems_epilog() -> str:
+    from jaxrot import problems
+
+    lines = [f"  {n:22s} {problems.get(n).description}" for n in problems.PROBLEMS]
+    return ("problems:\n" + "\n".join(lines) + "\n\nmethods: 'jaxrot list' prints all "
+            "registered methods with order, conserved quantities and reference.")
+
+
 def main(argv=None) -> int:
+    from jaxrot import __version__
+
     ap = argparse.ArgumentParser(prog="jaxrot", description="Accurate rigid-body rotation integrators in JAX.")
+    ap.add_argument("--version", action="version", version=f"jaxrot {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("list", help="the registered methods with their properties")
-    p.add_argument("--markdown", action="store_true")
+    p = sub.add_parser("list", help="the registered methods (default) or the named problems")
+    p.add_argument("what", nargs="?", default="methods", choices=["methods", "problems"])
+    p.add_argument("--markdown", action="store_true", help="methods as a markdown table")
     p.set_defaults(fn=_list)
-    p = sub.add_parser("run", help="simulate one method on one named problem and report drifts and errors")
-    p.add_argument("method")
-    p.add_argument("problem")
-    p.add_argument("--dt", type=float, required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--save-every", type=int, default=0)
-    p.add_argument("--plot", metavar="PNG", help="write energy and attitude error over time")
-    p.add_argument("--progress", action="store_true")
+    p = sub.add_parser("run", help="simulate one method on one named problem and report drifts and errors",
+                       description="Simulate METHOD on PROBLEM and report energy/momentum drift, the attitude "
+                                   "error against a DOP853 reference and orthogonality.",
+                       epilog=_problems_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("method", help="a registered method name (see 'jaxrot list')")
+    p.add_argument("problem", help="a named problem (listed below)")
+    p.add_argument("--dt", type=float, required=True, help="step size (> 0)")
+    p.add_argument("--steps", type=int, required=True, help="number of steps (>= 1)")
+    p.add_argument("--save-every", type=int, default=None,
+                   help="steps between saved frames; must divide --steps (default: about 200 frames)")
+    p.add_argument("--plot", metavar="PNG", help="write energy and attitude error over time (.png/.pdf/.svg)")
+    p.add_argument("--save", metavar="NPZ", help="save the trajectory with its provenance (.npz; jaxrot.load)")
+    p.add_argument("--no-throw", action="store_true",
+                   help="on a failed step keep the trajectory up to it and report, instead of stopping")
+    p.add_argument("--progress", action="store_true", help="report compilation, then progress and time left")
     p.set_defaults(fn=_run)
     p = sub.add_parser("reproduce", help="run an experiment that reproduces a source document's table/figure")
     p.add_argument("name", choices=sorted(EXPERIMENTS))
@@ -179,10 +254,18 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)
+    from jaxrot.simulate import SimulationError
+
     try:
         return args.fn(args)
-    except (ValueError, KeyError) as e:
-        print(f"jaxrot: error: {e}", file=sys.stderr)
+    except SimulationError as e:
+        hint = "rerun with --no-throw to keep the trajectory up to it" if args.cmd == "run" else "reduce --dt"
+        print(f"jaxrot: simulation failed at step {e.step}: the solve did not converge or the state became "
+              f"non-finite. Reduce --dt, or {hint}.", file=sys.stderr)
+        return 1
+    except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e  # str(KeyError) adds quotes
+        print(f"jaxrot: error: {msg}", file=sys.stderr)
         return 2
 
 

@@ -92,6 +92,15 @@ class SpringBook(eqx.Module):
     def rest_lengths(self):
         return _pair_lengths(self.X_rest)
 
+    def rigid_body(self):
+        """The rigid body of the same point masses (for an axis-aligned cuboid the principal axes
+        are x, y, z, so the moments are returned in that order, unsorted)."""
+        from .body import RigidBody
+
+        X = np.asarray(self.X_rest) - np.asarray(self.X_rest).mean(0)
+        I = float(self.mass) * (np.eye(3) * np.sum(X * X) - X.T @ X)
+        return RigidBody(jnp.asarray(np.diag(I).copy()))
+
 
 class ParticleState(eqx.Module):
     """Positions ``X`` and velocities ``V`` of the 8 particles (8 x 3 each)."""
@@ -150,6 +159,15 @@ def attitude(book: SpringBook, X):
     """Best-fit rotation (Kabsch) taking the rest shape to the particles ``X``: ``X - c ~ X_rest R^T``."""
     A = (X - jnp.mean(X, axis=-2, keepdims=True)).swapaxes(-1, -2) @ (book.X_rest - jnp.mean(book.X_rest, axis=0))
     return so3.nearest_rotation(A) if A.ndim == 2 else jax.vmap(so3.nearest_rotation)(A)
+
+
+def axis_momentum_cosine(book: SpringBook, X, V, axis: int):
+    """Cosine between the book's body axis ``axis`` (of the Kabsch attitude) and its angular
+    momentum, per frame (leading axes of ``X``, ``V``); the particle twin of
+    :func:`jaxrot.analysis.body_axis_momentum_cosine`."""
+    R = attitude(book, X)
+    L = angular_momentum(book, ParticleState(X, V))
+    return jnp.sum(R[..., :, axis] * L, axis=-1) / jnp.linalg.norm(L, axis=-1)
 
 
 def _normalize(book, state, E0):

@@ -80,7 +80,7 @@ def buss_prism(omega0=(0.02, 0.01, 4.0), revolutions: float = 45.25) -> Problem:
     return Problem(
         body,
         FreeTorque(),
-        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as(w0)),
+        from_body_rate(body, _as(np.eye(3)), _as(w0)),
         t_end=float(t_end),
         name="buss_prism",
         description="1x4x18 box, J=(28.33,27.08,1.417), torque-free, ~45 revolutions",
@@ -93,7 +93,7 @@ def free_body_mz() -> Problem:
     return Problem(
         body,
         FreeTorque(),
-        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as([0.45549, 0.82623, 0.03476])),
+        from_body_rate(body, _as(np.eye(3)), _as([0.45549, 0.82623, 0.03476])),
         t_end=100.0,
         name="free_body_mz",
         description="Krysl (a): J=(0.9144,1.098,1.66), Omega0=(0.45549,0.82623,0.03476)",
@@ -128,7 +128,7 @@ def coulomb_wall(sign: float = 1.0) -> Problem:
     return Problem(
         body,
         CoulombWallTorque(sign=float(sign)),
-        State(jnp.eye(3, dtype=jnp.float64), _as([2.0, 2.0, 2.0])),
+        State(_as(np.eye(3)), _as([2.0, 2.0, 2.0])),
         t_end=50.0,
         name="coulomb_wall" if sign > 0 else "coulomb_wall_physical",
         description=f"Krysl (d): J=(2,3,4.5), pi0=(2,2,2), Coulomb + soft wall, sign {sign:+g}",
@@ -141,7 +141,7 @@ def t_handle(omega0=(0.01, 4.0, 0.01), t_end: float = 20.0) -> Problem:
     return Problem(
         body,
         FreeTorque(),
-        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as(omega0)),
+        from_body_rate(body, _as(np.eye(3)), _as(omega0)),
         t_end=t_end,
         name="t_handle",
         description="T-handle J=(2.5,1.4,1.3) near its intermediate axis (Dzhanibekov effect)",
@@ -161,7 +161,7 @@ def dancing_pole(omega0=(0.5, 0.0, 10.0), t_end: float = 10.0) -> Problem:
     return Problem(
         body,
         FreeTorque(),
-        from_body_rate(body, jnp.eye(3, dtype=jnp.float64), _as(omega0)),
+        from_body_rate(body, _as(np.eye(3)), _as(omega0)),
         t_end=t_end,
         name="dancing_pole",
         description="thin rod r=0.05, l=2 spun about its long axis, omega0=(0.5,0,10), no gravity",

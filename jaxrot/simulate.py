@@ -26,7 +26,14 @@ from .state import State, StepStats, Trajectory
 
 
 class SimulationError(RuntimeError):
-    """A step's solve did not converge or the state became non-finite."""
+    """A step's solve did not converge or the state became non-finite.
+
+    ``step`` is the first failed step (1-based) and ``body`` its index in a batch (None for one body).
+    """
+
+    def __init__(self, message: str, step: int | None = None, body: tuple | None = None):
+        super().__init__(message)
+        self.step, self.body = step, body
 
 
 def _is_concrete(x) -> bool:
@@ -187,17 +194,31 @@ def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory
         if np.any(f >= 0):
             idx = np.argwhere(f >= 0)[0]
             step = int(f[tuple(idx)])
-            body = f" (body {tuple(int(i) for i in idx)})" if f.ndim else ""
+            body = tuple(int(i) for i in idx) if f.ndim else None
             raise SimulationError(
-                f"{where}step {step}{body} failed: its nonlinear solve did not converge or the state "
-                "became non-finite. Reduce dt, use a safeguarded method (e.g. AdaptiveKantorovich), "
-                "or pass throw=False to get the flags."
+                f"{where}step {step}{f' (body {body})' if body else ''} failed: its nonlinear solve did not "
+                "converge or the state became non-finite. Reduce dt, use a safeguarded method (e.g. "
+                "AdaptiveKantorovich), or pass throw=False to get the flags.",
+                step=step, body=body,
             )
         return traj
     states = eqx.error_if(
         traj.states, jnp.any(failed >= 0), "a step's solve did not converge or the state became non-finite"
     )
     return eqx.tree_at(lambda t: t.states, traj, states)
+
+
+def _provenance(traj: Trajectory, method, problem: Problem, dt, n_steps, save_every, **extra) -> Trajectory:
+    """Record how ``traj`` was made (strings; a traced dt is recorded as such)."""
+    import jaxlib
+
+    from . import __version__
+
+    name = method if isinstance(method, str) else type(method).__name__
+    d = np.asarray(dt).reshape(())[()] if _is_concrete(dt) and np.size(dt) == 1 else "traced"  # shortest repr
+    return traj.with_provenance(method=name, problem=problem.name or "(unnamed)", dt=d, n_steps=n_steps,
+                                save_every=save_every, dtype=traj.states.R.dtype, jaxrot=__version__,
+                                jax=jax.__version__, jaxlib=jaxlib.__version__, **extra)
 
 
 def _physics(problem: Problem) -> Problem:
@@ -221,6 +242,29 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
     return method, state0, dt, t0, _physics(problem)
+
+
+def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps):
+    """The run in ~20 equal compiled chunks (plus one remainder), reporting compilation as its own
+    phase and then steps done, elapsed and remaining time on stderr."""
+    chunk = max(1, math.ceil(n_frames / 20))
+    sizes = [chunk] * (n_frames // chunk) + ([n_frames % chunk] if n_frames % chunk else [])
+    print("  compiling ...", end="", file=sys.stderr, flush=True)
+    start = _time.perf_counter()
+    compiled = {m: _simulate_chunk.lower(method, problem, carry, dt, t0, m, save_every, unroll).compile()
+                for m in sorted(set(sizes))}
+    print(f" {_time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    parts, done, start = [], 0, _time.perf_counter()
+    for m in sizes:
+        carry, part = compiled[m](method, problem, carry, dt, t0, m, save_every, unroll)
+        jax.block_until_ready(part)
+        parts.append(part)
+        done += m
+        el = _time.perf_counter() - start
+        print(f"\r  {done * save_every}/{n_steps} steps ({100 * done / n_frames:5.1f}%), {el:.1f} s running, "
+              f"~{el * (n_frames - done) / done:.1f} s left", end="" if done < n_frames else "\n",
+              file=sys.stderr, flush=True)
+    return carry, jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
 
 
 def simulate(
@@ -258,6 +302,7 @@ def simulate(
 
         traj = simulate("buss2p", jaxrot.problems.get("fast_top"), 1e-3, 1000, save_every=10)
     """
+    given_method, given_problem = method, problem
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
     problem, state0, dt = _traced_checks(problem, state0, dt)
     n_frames = n_steps // save_every
@@ -265,24 +310,10 @@ def simulate(
     if not progress:
         carry, (states, ts, stats) = _simulate_chunk(method, problem, carry, dt, t0, n_frames, save_every, unroll)
     else:
-        chunk = max(1, math.ceil(n_frames / 20))
-        parts, done, start = [], 0, _time.perf_counter()
-        while done < n_frames:
-            m = min(chunk, n_frames - done)
-            carry, part = _simulate_chunk(method, problem, carry, dt, t0, m, save_every, unroll)
-            jax.block_until_ready(part)
-            parts.append(part)
-            done += m
-            el = _time.perf_counter() - start
-            print(
-                f"\r  {done * save_every}/{n_steps} steps ({100 * done / n_frames:5.1f}%), "
-                f"{el:.1f}s elapsed, ~{el * (n_frames - done) / done:.1f}s left",
-                end="" if done < n_frames else "\n",
-                file=sys.stderr,
-                flush=True,
-            )
-        states, ts, stats = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+        carry, (states, ts, stats) = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every,
+                                                        unroll, n_steps)
     traj = _assemble(state0, t0, states, ts, stats, carry[3])
+    traj = _provenance(traj, given_method, given_problem, dt, n_steps, save_every)
     return _raise_or_flag(traj, throw)
 
 
@@ -334,6 +365,7 @@ def simulate_batch(
     is split over all local devices (or ``devices``) with ``jax.sharding``; results are identical
     to a single-device run. Returns a :class:`Trajectory` whose leaves have a leading batch axis.
     """
+    given_method, given_problem = method, problems
     method = _resolve_method(method)
     _check_counts(n_steps, save_every)
     _check_dt(dt)
@@ -370,6 +402,7 @@ def simulate_batch(
         traj = _batch_run(method, problems, batched, dt, t0, n_steps // save_every, save_every, problem_axis, unroll)
     if pad:
         traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
+    traj = _provenance(traj, given_method, given_problem, dt, n_steps, save_every, batch=batch)
     return _raise_or_flag(traj, throw, "batched simulation: ")
 
 

@@ -1,10 +1,15 @@
-"""State ``(R, Pi)`` of one body, per-step statistics, and trajectories."""
+"""State ``(R, Pi)`` of one body, per-step statistics, and trajectories (saved and loaded as .npz)."""
 
 from __future__ import annotations
+
+import dataclasses
+import json
+import os
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class State(eqx.Module):
@@ -51,14 +56,55 @@ class Trajectory(eqx.Module):
     ``ts`` has shape ``(n_frames + 1,)`` and ``states`` leading axis ``n_frames + 1`` (the initial
     state first); ``stats`` has leading axis ``n_frames``. ``failed_step`` is the index (1-based)
     of the first step whose solve failed or whose state became non-finite, or -1.
+    ``provenance`` records how it was made (method, problem, dt, steps, dtype, versions), as
+    ``(key, value)`` string pairs; :attr:`info` gives it as a dict.
     """
 
     ts: jax.Array
     states: State
     stats: StepStats
     failed_step: jax.Array
+    provenance: tuple = eqx.field(static=True, default=())
+
+    @property
+    def info(self) -> dict:
+        """The provenance as a dict of strings."""
+        return dict(self.provenance)
+
+    def with_provenance(self, **info) -> "Trajectory":
+        """A copy with ``info`` added to the provenance (values stored as strings)."""
+        merged = {**self.info, **{k: str(v) for k, v in info.items()}}
+        return dataclasses.replace(self, provenance=tuple(sorted(merged.items())))
+
+    def save(self, path) -> None:
+        """Write the trajectory and its provenance to ``path`` (``.npz``, uncompressed, exact).
+
+        Example::
+
+            traj.save("run.npz"); same = jaxrot.load("run.npz")
+        """
+        if not str(path).endswith(".npz"):
+            raise ValueError(f"trajectory files end in .npz, got {path!r}")
+        arrays = {"ts": self.ts, "R": self.states.R, "Pi": self.states.Pi, "failed_step": self.failed_step}
+        arrays.update({f"stats.{f.name}": getattr(self.stats, f.name) for f in dataclasses.fields(self.stats)})
+        np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()},
+                 provenance=np.asarray(json.dumps(self.info)))
 
     @property
     def final(self) -> State:
         """The last saved state."""
         return State(self.states.R[..., -1, :, :], self.states.Pi[..., -1, :])
+
+
+def load(path) -> Trajectory:
+    """Read a trajectory written by :meth:`Trajectory.save` (arrays bit for bit, provenance kept)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no trajectory file {path!r}")
+    with np.load(path, allow_pickle=False) as z:
+        missing = {"ts", "R", "Pi", "failed_step", "provenance"} - set(z.files)
+        if missing:
+            raise ValueError(f"{path!r} is not a jaxrot trajectory file (missing {sorted(missing)})")
+        stats = StepStats(**{f.name: jnp.asarray(z[f"stats.{f.name}"]) for f in dataclasses.fields(StepStats)})
+        info = json.loads(str(z["provenance"]))
+        return Trajectory(jnp.asarray(z["ts"]), State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])), stats,
+                          jnp.asarray(z["failed_step"]), tuple(sorted(info.items())))

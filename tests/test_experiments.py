@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from experiments import bench_buss, buss_orders
+from jaxrot.experiments import bench_buss, buss_orders
 from jaxrot import cli
 
 
@@ -55,7 +55,7 @@ def test_cli_list_and_run(capsys, tmp_path):
 
 
 def test_krysl_quick(tmp_path):
-    from experiments import krysl
+    from jaxrot.experiments import krysl
 
     res = krysl.main(quick=True, out_dir=tmp_path)
     assert set(res["problems"]) == set(krysl.CASES)
@@ -67,7 +67,7 @@ def test_krysl_quick(tmp_path):
 
 
 def test_buss_table_quick(tmp_path):
-    from experiments import buss_table
+    from jaxrot.experiments import buss_table
 
     res = buss_table.main(quick=True, out_dir=tmp_path)
     for f in ["buss_table.md", "buss_table.json", "buss_table.png", "buss_work_precision.png",
@@ -98,7 +98,7 @@ def test_buss_table_quick(tmp_path):
 
 
 def test_roblox_quick(tmp_path):
-    from experiments import roblox
+    from jaxrot.experiments import roblox
 
     res = roblox.main(quick=True, out_dir=tmp_path)
     for f in ["roblox_convergence.png", "roblox_energy.png", "roblox.json", "roblox.md"]:
@@ -108,7 +108,7 @@ def test_roblox_quick(tmp_path):
 
 
 def test_fit_inertia_quick(tmp_path):
-    from experiments import fit_inertia
+    from jaxrot.experiments import fit_inertia
 
     res = fit_inertia.main(quick=True, out_dir=tmp_path)
     for f in ["fit_inertia.png", "fit_inertia.json", "fit_inertia.md"]:
@@ -117,7 +117,7 @@ def test_fit_inertia_quick(tmp_path):
 
 
 def test_demonstrations_quick(tmp_path):
-    from experiments import dancing_pole, dzhanibekov, groningen
+    from jaxrot.experiments import dancing_pole, dzhanibekov, groningen
 
     g = groningen.main(quick=True, out_dir=tmp_path)
     flips = g["first_flip"]["y (intermediate J, flips)"]

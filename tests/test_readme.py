@@ -16,3 +16,37 @@ def test_readme_has_python_examples():
 @pytest.mark.parametrize("i", range(len(BLOCKS)))
 def test_readme_block_runs(i):
     exec(compile(BLOCKS[i], f"README.md python block {i}", "exec"), {"__name__": "__readme__"})
+
+
+ROOT = README.parent
+MARKDOWN = [README, *sorted((ROOT / "figures").glob("*.md")), *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _cells(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line.strip())) - 1
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_markdown_tables_have_equal_columns(path):
+    """A bare '|' inside a cell (e.g. |L|) splits it and breaks the table's rendering."""
+    lines, bad = path.read_text().splitlines(), []
+    for k, line in enumerate(lines):
+        if line.startswith("|") and k + 1 < len(lines) and re.match(r"^\|(\s*:?-+:?\s*\|)+\s*$", lines[k + 1]):
+            n = _cells(line)
+            j = k + 2
+            while j < len(lines) and lines[j].startswith("|"):
+                if _cells(lines[j]) != n:
+                    bad.append(f"line {j + 1}: {_cells(lines[j])} cells, header has {n}")
+                j += 1
+            if _cells(lines[k]) != _cells(lines[k + 1]):
+                bad.append(f"line {k + 1}: header {n} cells, separator {_cells(lines[k + 1])}")
+    assert not bad, bad
+
+
+def test_no_references_outside_the_repository():
+    """Users cannot follow citations of the project's private spec or seed files."""
+    files = [README, *(ROOT / "docs").rglob("*.md"), *(ROOT / "jaxrot").rglob("*.py"),
+             *(ROOT / "experiments").glob("*.py"), *(ROOT / "examples").glob("*.py"), *(ROOT / "figures").glob("*.md")]
+    hits = [f"{p.relative_to(ROOT)}:{i + 1}" for p in files for i, line in enumerate(p.read_text().splitlines())
+            if re.search(r"\bSPEC\b|shared/|seeds/", line)]
+    assert not hits, hits

@@ -1,0 +1,100 @@
+"""The command line explains itself: each defect a new user met has a test (exit code, a one-line
+message, no traceback), and arguments are checked before anything is computed."""
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import cli
+
+
+def _run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and jaxrot.__version__ in capsys.readouterr().out
+
+
+def test_list_problems(capsys):
+    rc, out, _ = _run(capsys, "list", "problems")
+    assert rc == 0
+    for name in jaxrot.problems.PROBLEMS:
+        assert name in out
+
+
+def test_run_help_lists_problems(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert "t_handle" in out and "Dzhanibekov" in out and "jaxrot list" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "nope", "t_handle", "--dt", "0.1", "--steps", "10"], "unknown method 'nope'"),
+    (["run", "buss2p", "nope", "--dt", "0.1", "--steps", "10"], "unknown problem 'nope'"),
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--save-every", "3"], "--save-every"),
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--save-every", "0"], "--save-every"),
+    (["run", "buss2p", "t_handle", "--dt", "0", "--steps", "10"], "--dt"),
+    (["run", "buss2p", "t_handle", "--dt", "nan", "--steps", "10"], "--dt"),
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "0"], "--steps"),
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--plot", "/no/such/dir/a.png"], "does not exist"),
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--plot", "a.txt"], "--plot must end in"),
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--save", "a.csv"], "--save must end in .npz"),
+])
+def test_bad_arguments_fail_before_computing(capsys, monkeypatch, argv, message):
+    def no_simulation(*a, **k):
+        raise AssertionError("simulate was called before the arguments were checked")
+
+    monkeypatch.setattr(jaxrot, "simulate", no_simulation)
+    rc, _, err = _run(capsys, *argv)
+    assert rc == 2
+    assert err.startswith("jaxrot: error: ") and message in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "\"'" not in err and not err.startswith("jaxrot: error: '")
+
+
+def test_failed_simulation_is_one_line_with_an_actionable_hint(capsys):
+    rc, _, err = _run(capsys, "run", "midpoint_exp", "t_handle", "--dt", "20", "--steps", "10")
+    assert rc == 1
+    assert err.count("\n") == 1 and "failed at step" in err and "--no-throw" in err and "throw=False" not in err
+
+
+def test_no_throw_keeps_the_trajectory_and_saves_it(capsys, tmp_path):
+    path = tmp_path / "run.npz"
+    rc, out, _ = _run(capsys, "run", "midpoint_exp", "t_handle", "--dt", "20", "--steps", "10", "--no-throw",
+                      "--save", str(path), "--plot", str(tmp_path / "run.png"))
+    assert rc == 0 and "failed" in out and "statistics below cover" in out
+    traj = jaxrot.load(path)
+    assert traj.info["method"] == "midpoint_exp" and traj.info["problem"] == "t_handle"
+    assert int(traj.failed_step) > 0 and (tmp_path / "run.png").stat().st_size > 0
+
+
+def test_default_save_every_divides_steps():
+    for n in [1, 7, 199, 200, 1000, 1001, 12345]:
+        s = cli._default_save_every(n)
+        assert n % s == 0 and (n // s >= 200 or s == 1)
+
+
+def test_save_load_round_trip_is_exact(tmp_path):
+    jax.config.update("jax_enable_x64", True)
+    p = jaxrot.problems.get("fast_top")
+    for dtype in (np.float64, np.float32):
+        q = jax.tree_util.tree_map(lambda x: x.astype(dtype) if hasattr(x, "astype") else x, p)
+        traj = jaxrot.simulate("liemid_ea", q, 1e-2, 20, save_every=5)
+        traj.save(tmp_path / "t.npz")
+        back = jaxrot.load(tmp_path / "t.npz")
+        for a, b in zip(jax.tree_util.tree_leaves(traj), jax.tree_util.tree_leaves(back)):
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(np.asarray(a), np.asarray(b))
+        info = back.info
+        assert info == traj.info
+        assert info["method"] == "liemid_ea" and info["problem"] == "fast_top" and info["dt"] == "0.01"
+        assert info["n_steps"] == "20" and info["dtype"] == np.dtype(dtype).name and info["jax"] == jax.__version__
+    with pytest.raises(ValueError, match=".npz"):
+        traj.save(tmp_path / "t.csv")
+    with pytest.raises(FileNotFoundError):
+        jaxrot.load(tmp_path / "missing.npz")
