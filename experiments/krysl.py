@@ -1,4 +1,4 @@
-"""Krysl's four test problems (SPEC 3.4): convergence, Hamiltonian and conserved quantities.
+"""Krysl's four test problems: convergence, Hamiltonian and conserved quantities.
 
 For the free body, the slow and fast Lagrangian tops and the Coulomb soft-wall body (both sign
 conventions), every method of Krysl's figures is run over a sweep of step sizes and compared at

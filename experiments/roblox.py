@@ -1,9 +1,9 @@
-"""The Roblox article's convergence and energy-change maps (Mizerski 2020; SPEC 4.5).
+"""The Roblox article's convergence and energy-change maps (Mizerski 2020).
 
 Convergence maps: T-handle ``I = diag(2.5, 1.4, 1.3)``, ``dt = 1``, ``L = (x, y, 0)`` on
 ``[-15, 15]^2``, at most 10 iterations, converged when ``|dv| < 1e-6``, ``v0 = 0`` (the world
-trapezoid from its explicit predictor ``v0 = I^-1 l``, SPEC 4.3). Grey = iterations, yellow = not
-converged; the red circle is the Kantorovich disc ``|L| <= 0.8284 J_min / dt`` (SPEC 4.4).
+trapezoid from its explicit predictor ``v0 = I^-1 l``). Grey = iterations, yellow = not
+converged; the red circle is the Kantorovich disc ``|L| <= 0.8284 J_min / dt``.
 Energy-change map: relative energy change after total time 1 of the Kantorovich-sub-stepped
 midpoint, ``L`` on ``[-50, 50]^2``. The full run also times a 1024 x 1024 Newton map.
 

@@ -16,7 +16,7 @@ class RigidBody(eqx.Module):
     """
 
     J: jax.Array
-    #: False only for test problems with non-physical moments (SPEC 8 uses J = (1, 2, 3.5)).
+    #: False only for test problems with non-physical moments (Buss's torqued test problem uses J = (1, 2, 3.5)).
     physical: bool = eqx.field(static=True, default=True)
 
     def __init__(self, J, physical: bool = True):

@@ -18,7 +18,7 @@ from jax import lax
 from .integrators.exponential import midpoint_residual, trapezoid_object_residual, trapezoid_world_residual
 from .simulate import _shard
 
-#: one-step rules of the Roblox article (SPEC 4.2-4.3): residual builders ``(J, O, ell) -> F(v)``
+#: one-step rules of the Roblox article: residual builders ``(J, O, ell) -> F(v)``
 RULES = {
     "midpoint": midpoint_residual,
     "trapezoid_object": trapezoid_object_residual,

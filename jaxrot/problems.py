@@ -45,7 +45,7 @@ def _as(x):
     return jnp.asarray(np.asarray(x, dtype=np.float64))
 
 
-# --- SPEC section 8: Buss's torqued test problem -----------------------------------------------
+# --- Buss's torqued test problem (reconstructed; docs/problems.md) -----------------------------------------------
 BUSS_TORQUED_COEFFS = np.array(
     [[1.0, -2.0, 1.5], [0.3, 0.1, -0.2], [-0.1, 0.2, 0.05], [0.02, -0.03, 0.01]]
 )
@@ -53,7 +53,7 @@ BUSS_TORQUED_R0_VEC = np.array([0.3, -0.2, 0.5])
 
 
 def buss_torqued() -> Problem:
-    """SPEC 8: J = (1, 2, 3.5) (not physical: 3.5 > 1 + 2), prescribed cubic world momentum L(t)."""
+    """Buss-style torqued test: J = (1, 2, 3.5) (not physical: 3.5 > 1 + 2), prescribed cubic world momentum L(t)."""
     body = RigidBody(_as([1.0, 2.0, 3.5]), physical=False)
     R0 = so3.exp(_as(BUSS_TORQUED_R0_VEC))
     L0 = _as(BUSS_TORQUED_COEFFS[0])
@@ -63,12 +63,12 @@ def buss_torqued() -> Problem:
         State(R0, R0.T @ L0),
         t_end=2.0,
         name="buss_torqued",
-        description="SPEC 8 / v1: J=(1,2,3.5), R0=exp(0.3,-0.2,0.5), cubic prescribed L(t)",
+        description="Buss-style torqued test: J=(1,2,3.5), R0=exp(0.3,-0.2,0.5), cubic prescribed L(t)",
     )
 
 
 def buss_prism(omega0=(0.02, 0.01, 4.0), revolutions: float = 45.25) -> Problem:
-    """Buss's 1x4x18 uniform prism, torque-free, for ~45 revolutions (SPEC 1.6).
+    """Buss's 1x4x18 uniform prism, torque-free, for ~45 revolutions.
 
     The talk gives neither the initial rate nor the span; this default spins near the long axis
     and ends when ``|omega0| t = revolutions * 2 pi`` (see ``experiments`` for the protocol study).
@@ -88,7 +88,7 @@ def buss_prism(omega0=(0.02, 0.01, 4.0), revolutions: float = 45.25) -> Problem:
 
 
 def free_body_mz() -> Problem:
-    """Krysl (a), McLachlan-Zanna free body; R0 = identity (assumed, SPEC 3.4)."""
+    """Krysl (a), McLachlan-Zanna free body; R0 = identity (assumed)."""
     body = RigidBody(_as([0.9144, 1.098, 1.66]))
     return Problem(
         body,

@@ -3,7 +3,7 @@
 Vectors have shape (3,), matrices (3, 3); batch with ``jax.vmap``. Every function is safe under
 ``jit``, ``vmap`` and ``grad``: closed forms are evaluated on a *safe* argument and Taylor
 polynomials are selected near zero with ``jnp.where``, so neither values nor gradients are NaN at
-0 (and ``log`` is finite at pi). Conventions follow SPEC section 0: ``R`` maps body to world,
+0 (and ``log`` is finite at pi). Conventions (docs/conventions.md): ``R`` maps body to world,
 ``hat(v) @ x = v x x``.
 
 With ``a = |v|``:  S1 = sin a / a,  S2 = (1 - cos a) / a^2,  S3 = (a - sin a) / a^3;

@@ -64,7 +64,7 @@ class GravityTorque(AbstractTorque):
     """Heavy top: ``t = -mgl (R c) x up``, potential ``V = mgl up . (R c)``.
 
     ``c`` is the body-frame unit vector from the fixed point to the centre of mass and ``up`` is the
-    world unit vector against gravity. Krysl's tops use ``mgl = 20``, ``c = up = e_z`` (SPEC 3.4;
+    world unit vector against gravity. Krysl's tops use ``mgl = 20``, ``c = up = e_z`` (Krysl 2005, section 6;
     only ``mgl = 20`` makes the printed torque conserve the printed Hamiltonian).
     """
 
@@ -86,7 +86,7 @@ class CoulombWallTorque(AbstractTorque):
 
     ``t = f(c) (e_z x chi)`` with ``f = V'(c)``. ``sign = +1`` is the torque as printed in the paper,
     ``V = 1/c - 0.001 c^-10`` (repulsive Coulomb, attractive wall); ``sign = -1`` is the physically
-    described model ``V = -1/c + 0.001 c^-10`` (attractive well, repulsive wall). See SPEC 3.4(d).
+    described model ``V = -1/c + 0.001 c^-10`` (attractive well, repulsive wall). See docs/problems.md (Krysl's problem d).
     """
 
     sign: float = 1.0
@@ -138,7 +138,7 @@ class AbstractPrescribedMomentum(AbstractTorque):
 
 
 class PolynomialMomentum(AbstractPrescribedMomentum):
-    """``L(t) = sum_k t^k / k! * coeffs[k]`` (coeffs of shape (K, 3)); SPEC 8 uses a cubic."""
+    """``L(t) = sum_k t^k / k! * coeffs[k]`` (coeffs of shape (K, 3)) uses a cubic."""
 
     coeffs: jax.Array
 

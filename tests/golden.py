@@ -1,4 +1,4 @@
-"""SPEC section 8 golden values (a copy of shared/golden.json: consistency targets from the spec
+"""Golden values (tests/data/golden.json: consistency targets from the spec
 author's NumPy implementation, not outputs of jaxrot)."""
 
 import json

@@ -23,7 +23,7 @@ class Case:
 
 
 # Without torque Krysl's E, E1 and E2 are LIEMID (order 2); with torque they are first order only
-# asymptotically (SPEC 3.3: local slopes 1.98 -> 1.49 on the slow top), which the generic fixed
+# asymptotically (Krysl 2005: local slopes 1.98 -> 1.49 on the slow top), which the generic fixed
 # sweep cannot show: tests/test_midpoint_lie.py checks their falling local slopes instead.
 FREE_ORDER: dict[str, int] = {"liemid_e": 2, "liemid_e1": 2, "liemid_e2": 2}
 SKIP: dict[str, set[str]] = {n: {"order_torqued"} for n in ("liemid_e", "liemid_e1", "liemid_e2")}

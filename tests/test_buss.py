@@ -41,7 +41,7 @@ def test_omega_derivatives_golden_and_ad():
 
 @pytest.mark.parametrize("name", ["fast_top", "coulomb_wall"])
 def test_omega_derivatives_attitude_dependent_torque(name):
-    # SPEC T2: against finite differences of the reference omega(t) (5-point stencil)
+    # against finite differences of the reference omega(t) (5-point stencil)
     p = problems.get(name)
     J = p.body.J
 

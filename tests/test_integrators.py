@@ -57,7 +57,7 @@ def test_invariants_torque_free(name):
     if "|Pi|" in c.conserves or "L" in c.conserves:
         n = jnp.linalg.norm(tr.states.Pi, axis=-1)
         assert float(jnp.abs(n - n[0]).max() / n[0]) < 1e-11
-    if "E" in c.conserves:  # EP methods: exact after unclamped steps only (SPEC 1.5)
+    if "E" in c.conserves:  # EP methods: exact after unclamped steps only
         E = analysis.energy(p, tr.states)
         ok = jnp.concatenate([jnp.array([True]), tr.stats.clamped == 0])
         assert int(ok.sum()) >= 5  # not vacuous (buss1_ep clamps most frames on the T-handle)

@@ -1,4 +1,4 @@
-"""Lie-Taylor (Magnus / dexpinv) methods, SPEC 2."""
+"""Lie-Taylor (Magnus / dexpinv) methods."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Batched maps (SPEC 4.5 acceptance numbers) and Kantorovich sub-stepping (SPEC 4.4)."""
+"""Batched maps (acceptance numbers of an independent NumPy implementation) and Kantorovich sub-stepping."""
 
 import math
 
@@ -23,20 +23,20 @@ def test_convergence_map_article_settings():
     newton = maps.convergence_map("midpoint", J, ells, solver="newton", tol=1e-6, max_iters=10)
     fixed = maps.convergence_map("midpoint", J, ells, solver="fixed_point", tol=1e-6, max_iters=10)
     assert newton.shape == (121, 121)
-    assert 0.83 < (newton >= 0).mean() < 0.87  # SPEC 4.5: 84.9%
-    assert (fixed >= 0).mean() < 0.03  # SPEC 4.5: 1.8%
+    assert 0.83 < (newton >= 0).mean() < 0.87  # independent NumPy: 84.9%
+    assert (fixed >= 0).mean() < 0.03  # independent NumPy: 1.8%
     # Newton converges inside the Kantorovich disc |L| <= 0.8284 J_min (dt = 1)
     r = np.linalg.norm(ells, axis=-1)
     assert np.all(newton[r <= KANTOROVICH_X * J.min()] >= 0)
-    # the nearest Newton failure is far outside it (SPEC: |L| = 9.8)
+    # the nearest Newton failure is far outside it (independent NumPy: |L| = 9.8)
     assert 9.0 < r[newton < 0].min() < 10.5
 
 
 def test_energy_change_map_bounded_like_the_article():
     dE = maps.energy_change_map("midpoint_exp_adaptive", jaxrot.RigidBody(J), _plane(50.0, 21))
     assert not np.isnan(dE).any()
-    assert 1e-4 < np.abs(dE).max() < 3e-3  # article: ~0.3% at most; SPEC: 0.23%
-    # one step of dt = 1 fails for OSTR at some |L| <= 10 (its Newton region, SPEC 4.3): NaN, not dropped
+    assert 1e-4 < np.abs(dE).max() < 3e-3  # article: ~0.3% at most; independent NumPy: 0.23%
+    # one step of dt = 1 fails for OSTR at some |L| <= 10 (its Newton region): NaN, not dropped
     ostr1 = maps.energy_change_map("trapezoid_object", jaxrot.RigidBody(J), _plane(10.0, 5))
     assert np.isnan(ostr1).any() and not np.isnan(ostr1).all()
     ostr = maps.energy_change_map("trapezoid_object", jaxrot.RigidBody(J), _plane(10.0, 5), n_steps=20)

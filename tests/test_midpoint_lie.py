@@ -1,5 +1,5 @@
 """Krysl's family, the implicit comparison methods and the Roblox rules: golden values, the
-conservation table of SPEC 3.3 / 3.5, E1/E2's falling order, and methods that refuse torques."""
+conservation table of Krysl (2005), E1/E2's falling order, and methods that refuse torques."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +14,7 @@ from .golden import golden
 FASTTOP = {"liemid_i": "LIEMID_I", "liemid_e": "LIEMID_E", "liemid_e1": "LIEMID_E1", "liemid_e2": "LIEMID_E2",
            "liemid_ea": "LIEMID_EA", "akw": "AKW", "simo_wong": "SW", "nmb": "NMB"}
 FREE = {"liemid": "LIEMID", "dmv": "DMV", "akw": "AKW", "simo_wong": "SW",
-        # the same maps under other names (SPEC 4.2, 4.3)
+        # the same maps under other names
         "midpoint_exp": "LIEMID", "trapezoid_object": "SW"}
 
 
@@ -65,7 +65,7 @@ def _rel_drift(x):
 
 @pytest.mark.parametrize("method", ["liemid_i", "liemid_e", "liemid_e1", "liemid_e2", "liemid_ea", "simo_wong"])
 def test_pi_z_exact_on_tops(method):
-    # SPEC 3.3: spatial momentum changes only by torque impulses, which are horizontal on the tops
+    # Krysl (2005): spatial momentum changes only by torque impulses, which are horizontal on the tops
     for name in ["fast_top", "slow_top"]:
         tr = jaxrot.simulate(method, problems.get(name), 0.01, 300, save_every=10)
         assert _rel_drift(_pi_z(tr.states)) < 1e-12, name
@@ -100,7 +100,7 @@ def test_liemid_energy_bounded_not_exact():
 
 
 def test_e1_e2_local_order_falls_toward_one_on_slow_top():
-    # SPEC 3.3: local slopes 1.98 -> 1.49 at dt = 2^-7 ... 2^-11 (slow top, t_end = 20)
+    # Krysl (2005): local slopes 1.98 -> 1.49 at dt = 2^-7 ... 2^-11 (slow top, t_end = 20)
     p = problems.get("slow_top")
     ref = reference.reference_solution(p, 20.0).final
     ns = [20 * 2**k for k in (7, 8, 9, 10, 11)]

@@ -87,7 +87,7 @@ def test_left_jacobian_identities(v):
 
 @pytest.mark.parametrize("v", _vecs()[::3])
 def test_left_trivialised_derivative(v):
-    # d/de R(v + e d) = hat(T(v) d) R(v)   (SPEC 0.2), with forward-mode AD
+    # d/de R(v + e d) = hat(T(v) d) R(v), with forward-mode AD
     d = jnp.asarray(rng.normal(size=3))
     _, dR = jax.jvp(so3.exp, (v,), (d,))
     np.testing.assert_allclose(dR, so3.hat(so3.left_jacobian(v) @ d) @ so3.exp(v), atol=1e-14)

@@ -1,4 +1,4 @@
-"""Symplectic splittings and the classical baselines (SPEC 1.7, 5.2-5.3)."""
+"""Symplectic splittings and the classical baselines."""
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,7 @@ def test_axis_flow_is_exact_rotation():
 
 
 def test_ordering_matters_on_the_prism():
-    """SPEC 1.7: errors differ by a large factor between orderings; fast axis (z = 3) in the middle
+    """Buss (talk, 2011): errors differ by a large factor between orderings; fast axis (z = 3) in the middle
     slot is worst."""
     p = problems.buss_prism(revolutions=2.0)
     ref = reference.reference_solution(p, p.t_end).final
@@ -50,7 +50,7 @@ def test_plain_rk4_leaves_so3_and_svd_variant_does_not():
 
 
 def test_euler_svd_and_quaternion_agree_to_first_order():
-    """SPEC 5.3: both are order 1 and give near-identical errors."""
+    """Postma & Nerbonne: both are order 1 and give near-identical errors."""
     p = problems.get("free_body_mz")
     ref = reference.reference_solution(p, 2.0).final
     e = {}
@@ -60,7 +60,7 @@ def test_euler_svd_and_quaternion_agree_to_first_order():
 
 
 def test_printed_inertia_convention_does_not_converge():
-    """SPEC 5.2's negative test: with the slide's ``R^T I_b R`` the error does not shrink with dt."""
+    """The slides' negative test: with the slide's ``R^T I_b R`` the error does not shrink with dt."""
     p = problems.get("free_body_mz")
     ref = reference.reference_solution(p, 2.0).final
     J = p.body.J

@@ -45,7 +45,7 @@ class MethodInfo:
 
 REGISTRY: dict[str, MethodInfo] = {}
 
-_BUSS = "Buss, J. Comput. Phys. 164 (2000) 377-406; SPEC 1.3"
+_BUSS = "Buss, J. Comput. Phys. 164 (2000) 377-406"
 
 
 def register(info: MethodInfo) -> None:
@@ -92,8 +92,8 @@ for _name, _cls, _evals, _desc in [
         )
     )
 
-_KRYSL = "Krysl, IJNME 63 (2005) 2171-2193; SPEC 3.3"
-_ROBLOX = "Mizerski, Motion of Spinning Bodies (Roblox, 2020); SPEC 4"
+_KRYSL = "Krysl, IJNME 63 (2005) 2171-2193"
+_ROBLOX = "Mizerski, Motion of Spinning Bodies (Roblox, 2020)"
 _LP = ("L", "|Pi|")
 _LPE = ("L", "|Pi|", "E")
 for _name, _cls, _order, _cons, _impl, _evals, _ref, _fam, _torque, _desc in [
@@ -105,15 +105,15 @@ for _name, _cls, _order, _cons, _impl, _evals, _ref, _fam, _torque, _desc in [
     ("liemid_e1", LieMidE1, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True, "torque kick at the end"),
     ("liemid_e2", LieMidE2, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True, "torque kick at the start"),
     ("liemid_ea", LieMidEA, 2, _LP, True, "1 (cached)", _KRYSL, "midpoint-lie", True, "half E2 + half E1, symmetric"),
-    ("akw", AKW, 2, _LPE, True, "1 per Newton iteration", "Austin-Krishnaprasad-Wang 1993; Krysl appendix; SPEC 3.5",
+    ("akw", AKW, 2, _LPE, True, "1 per Newton iteration", "Austin-Krishnaprasad-Wang 1993; Krysl appendix",
      "comparison", True, "almost-Lie-Poisson midpoint with the Cayley map"),
-    ("simo_wong", SimoWong, 2, _LPE, True, "1 per Newton iteration", "Simo-Wong 1991 (port's algo C1); SPEC 3.5",
+    ("simo_wong", SimoWong, 2, _LPE, True, "1 per Newton iteration", "Simo-Wong 1991 (port's algo C1)",
      "comparison", True, "energy-momentum, implicit"),
-    ("simo_wong_explicit", SimoWongExplicit, 2, _LP, False, "1", "Simo-Wong explicit (port's algo C2); SPEC 3.5",
+    ("simo_wong_explicit", SimoWongExplicit, 2, _LP, False, "1", "Simo-Wong explicit (port's algo C2)",
      "baseline", True, "explicit C2 variant"),
-    ("nmb", NMB, 2, (), True, "1", "Krysl-Endres explicit Newmark; SPEC 3.5", "comparison", True,
+    ("nmb", NMB, 2, (), True, "1", "Krysl-Endres explicit Newmark", "comparison", True,
      "Newmark gamma=1/2, beta=0 in the body frame (A solved implicitly)"),
-    ("dmv", DMV, 2, _LPE, True, "0 (free only)", "Moser-Veselov 1991; SPEC 3.5", "comparison", False,
+    ("dmv", DMV, 2, _LPE, True, "0 (free only)", "Moser-Veselov 1991", "comparison", False,
      "discrete Moser-Veselov"),
     ("midpoint_exp", MidpointExp, 2, _LP, True, "0 (free only)", _ROBLOX, "exponential", False,
      "implicit midpoint in exponential coordinates (= liemid)"),
@@ -125,7 +125,7 @@ for _name, _cls, _order, _cons, _impl, _evals, _ref, _fam, _torque, _desc in [
     register(MethodInfo(name=_name, factory=_cls, order=_order, conserves=_cons, implicit=_impl,
                         torque_evals=_evals, reference=_ref, family=_fam, torque=_torque, description=_desc))
 
-_EP = "Buss, talk (2011), energy preservation via the Poinsot ellipsoid; SPEC 1.5 (reconstruction)"
+_EP = "Buss, talk (2011), energy preservation via the Poinsot ellipsoid (reconstructed)"
 for _base in ("buss1", "buss2", "buss2p", "buss3", "buss4"):
     _b = REGISTRY[_base]
     register(MethodInfo(name=f"{_base}_ep", factory=lambda _f=_b.factory: EnergyProjection(_f()), order=_b.order,
@@ -136,10 +136,10 @@ for _base in ("buss1", "buss2", "buss2p", "buss3", "buss4"):
 for _K in range(1, 6):
     register(MethodInfo(name=f"lie_taylor{_K}", factory=lambda _K=_K: LieTaylor(_K), order=_K, conserves=("L",),
                         implicit=False, torque_evals=f"1 + Taylor({_K})" if _K > 1 else "1 + Taylor(1)",
-                        reference="Buss, talk (2011) Part II; Magnus/dexpinv series; SPEC 2", family="lie-taylor",
+                        reference="Buss, talk (2011) Part II; Magnus/dexpinv series", family="lie-taylor",
                         description=f"Lie-group Taylor of order {_K} (= buss3/buss4 for K = 3/4)"))
 
-_SPLIT = "McLachlan-Reich splitting (Buss's comparison); Yoshida 1990 for 4th order; SPEC 1.7"
+_SPLIT = "McLachlan-Reich splitting (Buss's comparison); Yoshida 1990 for 4th order"
 for _perm in ("123", "132", "213", "231", "312", "321"):
     _ax = tuple(int(c) for c in _perm)
     for _order, _cls in ((2, Split2), (4, Split4)):
@@ -151,11 +151,11 @@ for _perm in ("123", "132", "213", "231", "312", "321"):
                             description=f"{_kind}, outer axis {_perm[0]}, centre axis {_perm[2]}"))
         register(MethodInfo(name=f"{_n}_ep", factory=lambda _c=_cls, _a=_ax: EnergyProjection(_c(_a)),
                             order=_order, conserves=("L", "|Pi|", "E"), implicit=False,
-                            torque_evals="0 (free only)", reference=_SPLIT + "; EP: SPEC 1.5", family="splitting",
+                            torque_evals="0 (free only)", reference=_SPLIT + "; EP: Buss, talk (2011)", family="splitting",
                             torque=False, description=f"{_kind} {_perm} + energy projection"))
 
-_BASE = "Buss (2000) comparison baselines; SPEC 1.7"
-_GRON = "Postma & Nerbonne, Books in space (2011); SPEC 5.2-5.3"
+_BASE = "Buss (2000) comparison baselines"
+_GRON = "Postma & Nerbonne, Books in space (2011)"
 for _name, _factory, _order, _cons, _evals, _ref, _desc in [
     ("rk4", RK4, 4, (), "4", _BASE, "classical RK4 on (R, Pi), no re-orthonormalisation"),
     ("rk4_svd", lambda: Reorthonormalize(RK4()), 4, (), "4", _BASE,

@@ -1,4 +1,4 @@
-"""Adams-Bashforth-Moulton predictor-corrector of order 4 on ``(R, Pi)`` (Buss's baseline; SPEC 1.7).
+"""Adams-Bashforth-Moulton predictor-corrector of order 4 on ``(R, Pi)`` (Buss's baseline).
 
 PECE with the 4-step Adams-Bashforth predictor and the 3-step Adams-Moulton corrector:
 

@@ -1,9 +1,9 @@
-"""Kantorovich-safe sub-stepping of an implicit one-step rule (Roblox article; SPEC 4.4).
+"""Kantorovich-safe sub-stepping of an implicit one-step rule (Roblox article).
 
 For the implicit midpoint ``F(v) = v - I^-1 R(-v/2) l`` started at ``v0 = 0``, Kantorovich's
 condition holds (Newton converges, iterates stay within ``|v| <= 2 sqrt 2``) when
 
-    x = h |L| / J_min <= 2 sqrt 2 - 2 ~ 0.8284          (SPEC 4.4, derivation [D])
+    x = h |L| / J_min <= 2 sqrt 2 - 2 ~ 0.8284
 
 so each frame step ``dt`` is split into sub-steps ``h = min(remaining, c J_min / |L|)`` with
 ``c = 0.8284`` (|L| re-read before every sub-step, so torques are allowed when the base takes

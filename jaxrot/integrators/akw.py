@@ -1,4 +1,4 @@
-"""AKW: Austin-Krishnaprasad-Wang "almost Lie-Poisson" midpoint (Krysl's appendix; SPEC 3.5).
+"""AKW: Austin-Krishnaprasad-Wang "almost Lie-Poisson" midpoint (Krysl's appendix).
 
 With ``Om_bar = (Om_n + Om_{n+1}) / 2`` (body frame), solved for ``Om_{n+1}`` by Newton:
 

@@ -1,7 +1,7 @@
-"""Buss's 1st-4th order rotation updates (J. Comput. Phys. 164 (2000); talk 2011; SPEC 1.1-1.3).
+"""Buss's 1st-4th order rotation updates (J. Comput. Phys. 164 (2000); talk 2011).
 
 Every method has the form ``R_{i+1} = exp(h hat(w_bar)) R_i`` in the **world** frame, with a net
-rotation rate ``w_bar`` built from ``w = I_w^-1 L`` and its time derivatives (SPEC 1.2):
+rotation rate ``w_bar`` built from ``w = I_w^-1 L`` and its time derivatives:
 
     w'   = I^-1 (L' - w x L)
     w''  = w x w' + I^-1 (L'' - w' x L - 2 w x L' + w x (w x L))
@@ -41,7 +41,7 @@ from .world_update import initial_momentum, world_increment_step
 
 
 def buss_omega_derivatives(J, R, L, L_derivs, n: int):
-    """``[w, w', ..., w^(n)]`` (world frame, n <= 3) from Buss's closed formulas (SPEC 1.2)."""
+    """``[w, w', ..., w^(n)]`` (world frame, n <= 3) from Buss's closed formulas."""
     cross = jnp.cross
 
     def inv(x):  # I_w^-1 x = R diag(1/J) R^T x

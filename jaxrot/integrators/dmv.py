@@ -1,4 +1,4 @@
-"""DMV: discrete Moser-Veselov for the free body (standard form; SPEC 3.5).
+"""DMV: discrete Moser-Veselov for the free body (standard form).
 
 With ``D = diag(d)``, ``d_i = (J_j + J_k - J_i)/2`` (so ``hat(J Om) = hat(Om) D + D hat(Om)``):
 

@@ -1,12 +1,11 @@
-"""Forward Euler in the world frame with re-orthonormalisation (Postma & Nerbonne; SPEC 5.2-5.3).
+"""Forward Euler in the world frame with re-orthonormalisation (Postma & Nerbonne).
 
 Both rules use the world rate ``w = R diag(1/J) R^T L`` and advance ``L <- L + h tau`` (exact
 without torque, so world momentum is conserved; energy drifts). Order 1.
 
-``euler_svd`` (SPEC 5.2, the slide's inconsistent inertia fixed): ``R <- nearest_rotation(R + h
-hat(w) R)``.
+``euler_svd`` (the slides' rule with the inertia convention fixed): ``R <- nearest_rotation(R + h hat(w) R)``.
 
-``euler_quat`` (SPEC 5.3): ``q <- normalize(q + h/2 (0, w) (x) q)`` (Hamilton product), ``R = R(q)``;
+``euler_quat``: ``q <- normalize(q + h/2 (0, w) (x) q)`` (Hamilton product), ``R = R(q)``;
 ``q`` is recovered from ``R`` each step (the sign of ``q`` does not matter for ``R``).
 """
 

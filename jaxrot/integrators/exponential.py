@@ -1,4 +1,4 @@
-"""One-step rules in exponential coordinates from the Roblox article (Mizerski 2020; SPEC 4.1-4.3).
+"""One-step rules in exponential coordinates from the Roblox article (Mizerski 2020).
 
 Each step works in the world frame of the step's start: ``O(t) = R(v(t)) O_0`` with ``v(0) = 0``,
 world inertia ``I = O_0 diag(J) O_0^T`` and ``l = dt L`` (world momentum, constant: torque-free).
@@ -11,7 +11,7 @@ trapezoid_world     v = 1/2 (I^-1 l + R(v) I^-1 R(v)^T l)  (world-space) v0 = I^
 ================== ==================================================== ==================
 
 The starting guess is a parameter (``guess="zero"`` or ``"explicit"`` for ``I^-1 l``); the
-defaults are the ones SPEC 4.2-4.3 reports (the article's images were not retrievable).
+defaults are our reading of the article's text (its images were not retrievable).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lie-group Taylor (Magnus / dexpinv) methods of order K = 1...5 (Buss's talk, Part II; SPEC 2).
+"""Lie-group Taylor (Magnus / dexpinv) methods of order K = 1...5 (Buss's talk, Part II).
 
 For ``y' = W(t) y`` with ``W_k = W^(k)(0)`` (here ``W = hat(omega)``, world frame), ``y(h) =
 exp(h Z(h)) y(0)`` with ``Z(h) = sum_k h^k/(k+1)! Y_k`` and (right-nested brackets,

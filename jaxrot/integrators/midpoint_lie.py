@@ -1,4 +1,4 @@
-"""Krysl's explicit momentum-conserving midpoint-Lie family (IJNME 63 (2005) 2171-2193; SPEC 3.2-3.3).
+"""Krysl's explicit momentum-conserving midpoint-Lie family (IJNME 63 (2005) 2171-2193).
 
 Body frame throughout: ``Pi = J Omega``, body torque ``T = R^T t``, ``E(x) = exp(hat x)``,
 ``R_n = R_{n-1} E(Psi)``. Every variant solves the core implicit equation
@@ -34,7 +34,7 @@ from ._base import AbstractIntegrator
 
 
 def solve_midpoint(J, tau, P, newton: Newton):
-    """Krysl's core equation ``Psi = tau J^-1 E(-Psi/2) P`` (SPEC 3.2); returns ``(Psi, stats)``."""
+    """Krysl's core equation ``Psi = tau J^-1 E(-Psi/2) P``; returns ``(Psi, stats)``."""
     def residual(psi):
         return psi - tau * so3.rotate(-0.5 * psi, P) / J
 

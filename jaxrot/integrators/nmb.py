@@ -1,4 +1,4 @@
-"""NMB: Krysl-Endres explicit Newmark (gamma = 1/2, beta = 0) in the body frame (SPEC 3.5).
+"""NMB: Krysl-Endres explicit Newmark (gamma = 1/2, beta = 0) in the body frame.
 
     A_n = J^-1 (T_n - Om_n x J Om_n)                              (cached from the last step)
     R_{n+1} = R_n E(dt Om_n + dt^2/2 A_n);  T_{n+1} = T(t_{n+1}, R_{n+1})

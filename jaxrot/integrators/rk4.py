@@ -1,4 +1,4 @@
-"""Classical Runge-Kutta 4 on the body-frame equations for ``(R, Pi)`` (Buss's baseline; SPEC 1.7).
+"""Classical Runge-Kutta 4 on the body-frame equations for ``(R, Pi)`` (Buss's baseline).
 
     R' = R hat(Om),  Pi' = Pi x Om + R^T tau(t, R, Pi),  Om = Pi / J
 

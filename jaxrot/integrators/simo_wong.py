@@ -1,4 +1,4 @@
-"""Simo-Wong energy-momentum algorithm, implicit form (Krysl's ``simo_wong_algo_c1``; SPEC 3.5),
+"""Simo-Wong energy-momentum algorithm, implicit form (Krysl's ``simo_wong_algo_c1``),
 and the explicit "C2" variant Buss compared against.
 
 Implicit (``simo_wong``), solved for ``Om_{n+1}`` by Newton:

@@ -1,4 +1,4 @@
-"""McLachlan-Reich symplectic splittings of the free rigid body (Buss's comparison; SPEC 1.7).
+"""McLachlan-Reich symplectic splittings of the free rigid body (Buss's comparison).
 
 ``H = sum_k Pi_k^2 / (2 J_k)``; the flow of one term for time ``tau`` is an exact rotation about the
 body axis ``e_k`` by ``theta = tau Pi_k / J_k``: ``R <- R Rot(e_k, theta)``, ``Pi <- Rot(e_k,
@@ -11,7 +11,7 @@ theta)^T Pi``. Every sub-flow preserves the world momentum ``L = R Pi`` and ``|P
 
 and ``split4_abc`` Yoshida's triple jump of it, ``S2(c1 h) S2(c0 h) S2(c1 h)`` with
 ``c1 = 1/(2 - 2^(1/3))``, ``c0 = -2^(1/3)/(2 - 2^(1/3))`` (order 4). Which physical axes Buss
-calls 1, 2, 3 is unknown (SPEC 9.3); on the 1x4x18 prism (x = 1, y = 2, z = 3 the fast axis) the
+calls 1, 2, 3 is unknown; on the 1x4x18 prism (x = 1, y = 2, z = 3 the fast axis) the
 orderings with the fast axis in the middle slot are the worst.
 Reference: McLachlan, Reich; Buss's talk (2011); Yoshida, Phys. Lett. A 150 (1990) 262.
 """

@@ -1,0 +1,47 @@
+"""docs/ stands alone: a page for every registered family, generated from the code and up to date."""
+
+import pathlib
+import re
+
+import pytest
+
+from jaxrot import docgen
+from jaxrot.integrators import REGISTRY
+
+DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_every_registered_family_has_a_page():
+    assert {i.family for i in REGISTRY.values()} <= set(docgen.FAMILIES)
+
+
+@pytest.mark.parametrize("family", sorted(docgen.FAMILIES))
+def test_method_page_is_current_and_lists_its_methods(family):
+    page = DOCS / "methods" / docgen.PAGE[family]
+    assert page.read_text() == docgen.render(family), f"stale: run python -m jaxrot.docgen ({page.name})"
+    for i in REGISTRY.values():
+        if i.family == family:
+            assert f"| `{i.name}` | {i.order} |" in page.read_text()
+    assert "## Papers" in page.read_text()
+
+
+def test_problems_page_is_current():
+    assert (DOCS / "problems.md").read_text() == docgen.render_problems()
+
+
+def test_index_links_resolve():
+    index = (DOCS / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)\)", index)
+    assert {f"methods/{p}" for p in docgen.PAGE.values()} <= set(links)
+    for link in links:
+        assert (DOCS / link).exists(), link
+
+
+def test_docstring_tables_are_fenced():
+    """A reST '====' line under text would render as a heading in markdown."""
+    for p in (DOCS / "methods").glob("*.md"):
+        text, fenced = p.read_text(), False
+        for line in text.splitlines():
+            if line.startswith("```"):
+                fenced = not fenced
+            assert fenced or not re.match(r"^=+( +=+)+\s*$", line), p.name
