@@ -90,7 +90,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     out = setup(out_dir, quick)
     import matplotlib.pyplot as plt
 
-    from jaxrot.plotting import convergence_figure
+    from jaxrot.plotting import conserved_drift_figure, convergence_figure
 
     res: dict = {"quick": quick, "problems": {}}
     rows = []
@@ -123,20 +123,10 @@ def main(quick: bool = False, out_dir=None) -> dict:
             fig = convergence_figure({f"{pname}, t_end={T:g}": panel}, ylabel=f"||{key[:-1]} - ref||_2 at t_end")
             fig.savefig(out / f"krysl_{pname}_{key}.png", dpi=110)
             plt.close(fig)
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-        for m, s in series.items():
-            t = np.asarray(s["t"])
-            axes[0].plot(t, np.asarray(s["H"]) - s["H"][0], lw=0.8, label=m)
-            axes[1].plot(t, np.asarray(s["pi_z"]) - s["pi_z"][0], lw=0.8, label=m)
-            axes[2].plot(t, np.asarray(s["pi_chi"]) - s["pi_chi"][0], lw=0.8, label=m)
-        for ax, lab in zip(axes, ["H - H0", "pi_z - pi_z0", "pi.chi - (pi.chi)0"]):
-            ax.set_xlabel("t")
-            ax.set_ylabel(lab)
-            ax.grid(alpha=0.3)
-            ax.set_yscale("symlog", linthresh=1e-12)
-        axes[0].legend(fontsize=7)
-        fig.suptitle(f"{pname}, dt = {dt_series:g}")
-        fig.tight_layout()
+        fig = conserved_drift_figure(series, {"H": "|H - H0| (energy)", "pi_z": "|pi_z - pi_z0| (vertical momentum)",
+                                              "pi_chi": "|pi.chi - (pi.chi)0| (momentum along the axis)"},
+                                     title=f"{pname}, dt = {dt_series:g}: change of the quantities the exact flow "
+                                           "conserves (1e-17 = exact)")
         fig.savefig(out / f"krysl_{pname}_conserved.png", dpi=110)
         plt.close(fig)
 

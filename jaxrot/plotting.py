@@ -30,7 +30,11 @@ def convergence_figure(panels: dict[str, dict[str, dict]], *, ylabel: str = "err
         dts = np.array(next(iter(methods.values()))["dts"])
         e0 = min(min(r["errors"]) for r in methods.values())
         for k in (1, 2, 3, 4):
-            ax.loglog(dts, e0 * (dts / dts.min()) ** k, ":", color="0.6", lw=0.8)
+            ref = e0 * (dts / dts.min()) ** k
+            ax.loglog(dts, ref, ":", color="0.6", lw=0.8)
+            j = int(np.argmax(dts))
+            ax.annotate(f"slope {k}", (dts[j], ref[j]), fontsize=7, color="0.45", ha="left", va="center",
+                        xytext=(2, 0), textcoords="offset points")
         ax.set_xlabel("step size dt")
         ax.set_ylabel(ylabel)
         ax.set_title(ptitle)
@@ -128,7 +132,7 @@ def convergence_maps_figure(x, maps: dict[str, np.ndarray], *, max_iters: int, d
     from matplotlib.colors import ListedColormap
 
     n = len(maps)
-    fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 1.2, 4.0), squeeze=False, sharey=True, layout="constrained")
     greys = plt.get_cmap("Greys")(np.linspace(0.15, 0.9, max_iters))
     cmap = ListedColormap(np.vstack([[1.0, 0.85, 0.0, 1.0], greys]))  # index 0: not converged
     ext = [x[0], x[-1], x[0], x[-1]]
@@ -140,9 +144,12 @@ def convergence_maps_figure(x, maps: dict[str, np.ndarray], *, max_iters: int, d
             ax.add_patch(plt.Circle((0, 0), disc_radius, fill=False, color="red", lw=1.2))
         ok = np.asarray(it) >= 0
         ax.set_title(f"{title}\n{100 * ok.mean():.1f}% converged", fontsize=9)
-        ax.set_xlabel("L_x")
-        ax.set_ylabel("L_y")
-    cb = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, ticks=range(0, max_iters + 1))
+        ax.set_xlabel("dt L_x")
+    axes[0][0].set_ylabel("dt L_y")
+    if disc_radius is not None:
+        axes[0][0].plot([], [], color="red", lw=1.2, label="Kantorovich disc")
+        axes[0][0].legend(fontsize=7, loc="lower left")
+    cb = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, ticks=range(0, max_iters + 1))
     cb.set_label("iterations (0 = yellow = not converged)")
     return fig
 
@@ -318,6 +325,28 @@ def _separatrix(J, L, n: int = 200):
         x = L * (np.cos(t)[:, None] * d[0][None] + np.sin(t)[:, None] * w[None])
         out.append(x)
     return out
+
+
+def conserved_drift_figure(series: dict[str, dict[str, np.ndarray]], quantities: dict[str, str], *,
+                           title: str = ""):
+    """How far each conserved quantity moves from its initial value, one panel per quantity, on a
+    log axis (|q(t) - q(0)|; exact zeros drawn at 1e-17 so they stay visible as "exact");
+    ``series[method] = {"t": ..., key: ...}``, ``quantities[key] = axis label``."""
+    n = len(quantities)
+    fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 3.9), squeeze=False)
+    for ax, (key, label) in zip(axes[0], quantities.items()):
+        for i, (m, s) in enumerate(series.items()):
+            q = np.asarray(s[key], dtype=np.float64)
+            ax.semilogy(np.asarray(s["t"]), np.maximum(np.abs(q - q[0]), 1e-17), label=m, **_overlap_style(i))
+        ax.set_ylim(5e-18, None)
+        ax.set_xlabel("t")
+        ax.set_ylabel(label)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def series_panels_figure(ts, panels: dict[str, dict[str, np.ndarray]], *, xlabel: str = "t", title: str = "",
