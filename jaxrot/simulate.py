@@ -65,6 +65,8 @@ def _check_counts(n_steps, save_every):
 
 
 def _check_dt(dt):
+    if isinstance(dt, (str, bytes)) or (_is_concrete(dt) and not np.issubdtype(np.asarray(dt).dtype, np.number)):
+        raise TypeError(f"dt must be a number, got {type(dt).__name__} {dt!r}")
     if _is_concrete(dt):
         d = np.asarray(dt)
         if d.size != 1 and d.ndim != 0:
@@ -104,22 +106,28 @@ def _check_problem(problem: Problem):
 
 
 def _traced_checks(problem: Problem, state0: State, dt):
-    """``eqx.error_if`` versions of the host checks for values that are traced."""
+    """``eqx.error_if`` versions of the host checks, for values that are traced (under ``jit``,
+    ``grad`` or ``vmap``), with the same messages; works for one body or a leading batch axis."""
     J = problem.body.J
     if not _is_concrete(J):
         bad = jnp.any(J <= 0) | ~jnp.all(jnp.isfinite(J))
         if problem.body.physical:
-            bad = bad | jnp.any(2 * J > jnp.sum(J) * (1 + 1e-12))
+            bad = bad | jnp.any(2 * J > jnp.sum(J, axis=-1, keepdims=True) * (1 + 1e-12))
         J = eqx.error_if(J, bad, "principal moments J must be finite, positive and satisfy J_i <= J_j + J_k")
         problem = eqx.tree_at(lambda p: p.body.J, problem, J)
     if not _is_concrete(dt):
-        dt = eqx.error_if(dt, ~(dt > 0), "dt must be > 0")
-    Pi = state0.Pi
-    if not _is_concrete(Pi) or not _is_concrete(state0.R):
-        Pi = eqx.error_if(
-            Pi, ~(jnp.all(jnp.isfinite(Pi)) & jnp.all(jnp.isfinite(state0.R))), "initial state contains NaN or inf"
-        )
-        state0 = State(state0.R, Pi)
+        dt = eqx.error_if(dt, ~(jnp.isfinite(dt) & (dt > 0)), "dt must be finite and > 0")
+    R, Pi = state0.R, state0.Pi
+    if not _is_concrete(Pi) or not _is_concrete(R):
+        finite = jnp.all(jnp.isfinite(Pi)) & jnp.all(jnp.isfinite(R))
+        Pi = eqx.error_if(Pi, ~finite, "initial state contains NaN or inf")
+        tol = 1e-5 if R.dtype == jnp.float32 else 1e-8
+        orth = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)))
+        R = eqx.error_if(R, finite & (orth > tol), f"initial attitude R is not orthogonal (max|R^T R - 1| > {tol:g}); "
+                         "project it with jaxrot.so3.nearest_rotation")
+        R = eqx.error_if(R, finite & jnp.any(jnp.linalg.det(R) <= 0),
+                         "initial attitude R has det <= 0: it is a reflection, not a rotation")
+        state0 = State(R, Pi)
     return problem, state0, dt
 
 
@@ -390,6 +398,11 @@ def simulate_batch(
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
     problems = _physics(problems)
+    if states0 is None:
+        problems, s0, dt = _traced_checks(problems, problems.state0, dt)
+        problems = eqx.tree_at(lambda p: p.state0, problems, s0)
+    else:
+        problems, states0, dt = _traced_checks(problems, states0, dt)
     problem_axis, _ = _batch_axes(problems, states0)
     devices = list(jax.local_devices() if devices is None else devices)
     batched = problems if states0 is None else states0
@@ -446,9 +459,13 @@ def final_state(method, problem: Problem, dt, n_steps: int, *, state0: State | N
     :func:`simulate` for ``jax.grad``).
     """
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, 1, False)
+    problem, state0, dt = _traced_checks(problem, state0, dt)
     state, failed = _final_state_jit(method, problem, state0, dt, t0, jnp.asarray(n_steps, jnp.int32))
-    if throw and int(failed) >= 0:
+    if throw and _is_concrete(failed) and int(failed) >= 0:
         raise SimulationError(
-            f"step {int(failed)} failed: its nonlinear solve did not converge or the state became non-finite"
+            f"step {int(failed)} failed: its nonlinear solve did not converge or the state became non-finite",
+            step=int(failed),
         )
+    if throw and not _is_concrete(failed):
+        state = eqx.error_if(state, failed >= 0, "a step's solve did not converge or the state became non-finite")
     return state

@@ -98,3 +98,45 @@ def test_save_load_round_trip_is_exact(tmp_path):
         traj.save(tmp_path / "t.csv")
     with pytest.raises(FileNotFoundError):
         jaxrot.load(tmp_path / "missing.npz")
+
+
+def test_quick_reproduce_leaves_the_checkout_clean(capsys, monkeypatch):
+    """--quick writes to a fresh temporary folder, never over the committed figures."""
+    import pathlib
+    import shutil
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+
+    def status():
+        return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
+                              capture_output=True, text=True, check=True).stdout
+
+    before = status()
+    monkeypatch.chdir(root)
+    assert cli.main(["reproduce", "dancing_pole", "--quick"]) == 0
+    assert "quick run: writing to" in capsys.readouterr().out
+    assert status() == before
+    from jaxrot.experiments._common import setup
+
+    out = setup(None, quick=True)
+    assert root not in out.resolve().parents and out.resolve() != root / "figures"
+
+
+def test_dt_as_string_is_a_clear_type_error():
+    p = jaxrot.problems.get("t_handle")
+    with pytest.raises(TypeError, match="dt must be a number"):
+        jaxrot.simulate("buss2p", p, "0.01", 10)
+
+
+def test_problems_build_without_x64_and_without_warnings():
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('error'); from jaxrot import problems\n"
+            "for n in problems.PROBLEMS: assert str(problems.get(n).body.J.dtype) == 'float32', n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"JAX_ENABLE_X64": "0",
+                       "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]
