@@ -7,7 +7,7 @@ from . import analysis, flow, integrators, problems, reference, so3, torques
 from .body import RigidBody
 from .integrators import REGISTRY, get
 from .problems import Problem
-from .simulate import SimulationError, final_state, simulate, simulate_batch, stack_problems
+from .simulate import SimulationError, cast, final_state, simulate, simulate_batch, stack_problems
 from .state import State, StepStats, Trajectory, load
 
 __version__ = "0.1.0"
@@ -28,6 +28,7 @@ __all__ = [
     "simulate",
     "simulate_batch",
     "final_state",
+    "cast",
     "stack_problems",
     "State",
     "StepStats",

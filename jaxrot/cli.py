@@ -18,7 +18,7 @@ EXPERIMENTS = {
     "krysl": "jaxrot.experiments.krysl",
     "roblox": "jaxrot.experiments.roblox",
 }
-BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss"}
+BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss", "throughput": "jaxrot.experiments.bench_throughput"}
 
 
 def _list(args) -> int:

@@ -85,6 +85,23 @@ def throughput_figure(rows: list[dict]):
     return fig
 
 
+def throughput_lines_figure(bodies, series: dict[str, list[float]], *, title: str = ""):
+    """Body-steps per second against the number of bodies, one line per implementation."""
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for i, (name, y) in enumerate(series.items()):
+        y = np.asarray(y, dtype=float)
+        if np.all(np.isnan(y)):
+            continue
+        ax.loglog(bodies, y, marker="os^vD<>p"[i % 8], label=name, **_overlap_style(i))
+    ax.set_xlabel("bodies in the batch")
+    ax.set_ylabel("body-steps per second")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title(title or "buss2p throughput (higher is better)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def work_precision_figure(data: dict[str, dict], *, title: str = "", eps: float | None = None):
     """Error against steps and against wall time; ``data[method] = {"N": [...], "errors": [...],
     "seconds_per_step": s}``. Families share a colour map so 30 lines stay readable."""

@@ -182,8 +182,8 @@ PROBLEMS: dict[str, Callable[[], Problem]] = {
 
 
 def get(name: str) -> Problem:
-    """A problem by name (float64 arrays; for float32 cast the array leaves, e.g. with
-    ``jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), problem)``)."""
+    """A problem by name (float64 arrays when x64 is on; ``jaxrot.cast(problem, jnp.float32)`` gives
+    float32, and ``simulate`` runs in the dtype of the initial state)."""
     try:
         return PROBLEMS[name]()
     except KeyError:

@@ -229,6 +229,20 @@ def _provenance(traj: Trajectory, method, problem: Problem, dt, n_steps, save_ev
                                 jax=jax.__version__, jaxlib=jaxlib.__version__, **extra)
 
 
+def cast(tree, dtype):
+    """``tree`` (a Problem, State, RigidBody, ...) with every floating-point array leaf cast to ``dtype``.
+
+    ``simulate`` runs in the dtype of the initial state and casts the problem's data to it, so
+    ``simulate(m, cast(problem, jnp.float32), ...)`` is a float32 run.
+    """
+    def one(x):
+        if isinstance(x, (jax.Array, np.ndarray)) and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
+            return jnp.asarray(x, dtype)
+        return x
+
+    return jax.tree_util.tree_map(one, tree)
+
+
 def _physics(problem: Problem) -> Problem:
     """The problem without its scenario labels (span, name, description): static fields of the
     compiled signature, so keeping them would recompile for every new span."""
@@ -247,9 +261,12 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
         raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
     _check_state(state0, batched)
     dtype = state0.R.dtype
+    if state0.Pi.dtype != dtype:
+        raise TypeError(f"state0.R is {dtype} but state0.Pi is {state0.Pi.dtype}; pass both in one dtype "
+                        "(jaxrot.cast(state0, dtype))")
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
-    return method, state0, dt, t0, _physics(problem)
+    return method, state0, dt, t0, cast(_physics(problem), dtype)  # the run's dtype is the state's
 
 
 def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps):
@@ -436,7 +453,9 @@ def simulate_batch(
         raise ValueError("empty batch")
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
-    problems = _physics(problems)
+    problems = cast(_physics(problems), dtype)
+    if states0 is not None:
+        states0 = cast(states0, dtype)
     if states0 is None:
         problems, s0, dt = _traced_checks(problems, problems.state0, dt)
         problems = eqx.tree_at(lambda p: p.state0, problems, s0)

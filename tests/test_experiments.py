@@ -25,6 +25,19 @@ def test_bench_quick(tmp_path):
     assert all(r["jax_steps_per_s"] > 0 and r["numpy_steps_per_s"] > 0 for r in rows)
 
 
+def test_throughput_bench_quick(tmp_path):
+    """The benchmark runs, and its C baseline (when a compiler exists) computes the same update."""
+    from jaxrot.experiments import bench_throughput
+
+    res = bench_throughput.main(quick=True, out_dir=tmp_path)
+    row = res["rows"][0]
+    assert row["jaxrot f64 blocked"] > 0 and row["jaxrot f32 blocked"] > 0 and row["NumPy f64"] > 0
+    for k, v in row.items():
+        if k.endswith("max diff"):
+            assert v < 1e-12, k
+    assert (tmp_path / "bench_throughput.png").stat().st_size > 0
+
+
 def test_numpy_baseline_is_the_same_update():
     # the benchmark compares like with like: the NumPy step equals jaxrot's step
     import jax.numpy as jnp

@@ -1,0 +1,194 @@
+"""Throughput: body-steps per second of ``buss2p`` from 1 to 10^6 bodies, float64 and float32,
+cache-blocked and not, beside NumPy and a C implementation of the same update timed in the same
+run; the cost of other families relative to ``buss2p``; and a roofline estimate for GPUs.
+
+The C file (``experiments/buss2p.c``) is compiled at run time with the system C compiler (skipped
+with a note when there is none): ``-O2`` on one thread, ``-O2 -fopenmp`` on all cores, and
+``-O3 -march=native -ffast-math`` on one thread (the loop runs all steps of one body before the
+next, as jaxrot's blocks do, so it is not restructured for SIMD across bodies: no hand-vectorised
+C is included). Every result is checked against
+jaxrot after the timed runs. Timings are medians of several repetitions; compare ratios, not
+absolute numbers, across machines. Writes ``bench_throughput.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrot
+from jaxrot import problems
+
+from ._common import md_table, setup, write_json
+from .bench_buss import numpy_step
+
+H = 1e-3
+C_SOURCE = pathlib.Path(__file__).with_name("buss2p.c")
+C_VARIANTS = {"C, 1 thread": ["-O2"], "C, all threads": ["-O2", "-fopenmp"],
+              "C -O3 -march=native -ffast-math": ["-O3", "-march=native", "-ffast-math"]}
+OTHER_METHODS = ["buss4", "lie_taylor5", "split4_231", "liemid_ea"]
+
+
+def _median_time(f, reps: int = 5) -> float:
+    f()  # warm (compilation, caches)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def compile_c(folder: pathlib.Path) -> dict:
+    """The C variants as ctypes functions (an empty dict when no compiler works)."""
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    libs = {}
+    if cc is None:
+        return libs
+    for name, flags in C_VARIANTS.items():
+        so = folder / f"buss2p_{len(libs)}.so"
+        r = subprocess.run([cc, *flags, "-shared", "-fPIC", str(C_SOURCE), "-o", str(so), "-lm"], capture_output=True)
+        if r.returncode:
+            continue
+        fn = ctypes.CDLL(str(so)).buss2p_run
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_long, ctypes.c_long]
+        libs[name] = fn
+    return libs
+
+
+def _bodies(B: int, dtype, rng):
+    R0 = np.asarray(jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3)))))
+    Pi0 = rng.normal(size=(B, 3))
+    return jaxrot.State(jnp.asarray(R0, dtype), jnp.asarray(Pi0, dtype)), R0, np.einsum("bij,bj->bi", R0, Pi0)
+
+
+def _jax_runner(method, p, states, n, block):
+    B = states.R.shape[0]
+    if B == 1:
+        s1 = jaxrot.State(states.R[0], states.Pi[0])
+        return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s1).states.R.block_until_ready()
+    return lambda: jaxrot.simulate_batch(method, p, H, n, states0=states, save_every=n,
+                                         block_size=block).states.R.block_until_ready()
+
+
+def _cost_per_body_step(method, p, states) -> dict:
+    """XLA's cost analysis of a 1-step batched call, per body (includes the initialisation and the
+    output copies, so it over-counts a steady-state step)."""
+    f = jax.jit(lambda s: jaxrot.simulate_batch(method, p, H, 1, states0=s, save_every=1, block_size=None).states.R)
+    ca = f.lower(states).compile().cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    B = states.R.shape[0]
+    return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
+
+
+def main(quick: bool = False, out_dir=None) -> dict:
+    out = setup(out_dir, quick)
+    p = problems.get("t_handle")
+    J = np.asarray(p.body.J)
+    rng = np.random.default_rng(0)
+    batches = [1000] if quick else [1, 1000, 10_000, 100_000, 1_000_000]
+    budget = 2e6 if quick else 2e7  # body-steps per timed call
+    res: dict = {"device": str(jax.devices()[0]), "quick": quick, "rows": [], "methods": [], "notes": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        libs = compile_c(pathlib.Path(tmp))
+        if not libs:
+            res["notes"].append("no working C compiler: the C columns are skipped")
+        for B in batches:
+            n = int(max(4, min(200_000, budget // B)))
+            row = {"bodies": B, "steps": n}
+            for dtype in (jnp.float64, jnp.float32):
+                states, R0, L0 = _bodies(B, dtype, rng)
+                tag = "f64" if dtype == jnp.float64 else "f32"
+                for label, block in (("blocked", "auto"), ("unblocked", None)):
+                    if B == 1 and label == "unblocked":
+                        continue
+                    run = _jax_runner("buss2p", p, states, n, block)
+                    t0 = time.perf_counter()
+                    run()
+                    first = time.perf_counter() - t0
+                    t = _median_time(run, 3 if B >= 100_000 else 5)
+                    row[f"jaxrot {tag} {label}"] = B * n / t
+                    row[f"compile s {tag} {label}"] = max(first - t, 0.0)
+            _, R0, L0 = _bodies(B, jnp.float64, np.random.default_rng(0))
+            n_np = max(1, min(n, int(2e5 / B) + 1))
+
+            def np_run(R0=R0, L0=L0, n_np=n_np):
+                R = R0
+                for _ in range(n_np):
+                    R = numpy_step("buss2p", R, L0, J, H)
+                return R
+
+            row["NumPy f64"] = B * n_np / _median_time(np_run, 3)
+            ref = np.asarray(jaxrot.simulate_batch("buss2p", p, H, 100, states0=jaxrot.State(
+                jnp.asarray(R0), jnp.asarray(np.einsum("bji,bj->bi", R0, L0))), save_every=100).final.R) \
+                if B > 1 else None
+            for name, fn in libs.items():
+                Rc, Lc = np.ascontiguousarray(R0.copy()), np.ascontiguousarray(L0)
+
+                def c_run(Rc=Rc, Lc=Lc, fn=fn, n=n):
+                    fn(Rc.ctypes.data, Lc.ctypes.data, J.ctypes.data, H, B, n)
+
+                row[name] = B * n / _median_time(c_run, 3)
+                if ref is not None:  # correctness of the baseline: 100 steps from the same start
+                    Rchk = np.ascontiguousarray(R0.copy())
+                    fn(Rchk.ctypes.data, Lc.ctypes.data, J.ctypes.data, H, B, 100)
+                    row[f"{name} max diff"] = float(np.abs(Rchk - ref).max())
+            res["rows"].append(row)
+            print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+
+        # other families at 1 000 bodies, float64, relative to buss2p (same run)
+        states, _, _ = _bodies(1000, jnp.float64, rng)
+        n = 200 if quick else 1000
+        base = None
+        for m in ["buss2p"] + OTHER_METHODS[: 1 if quick else None]:
+            run = _jax_runner(m, p, states, n, "auto")
+            t0 = time.perf_counter()
+            run()
+            first = time.perf_counter() - t0
+            t = _median_time(run, 3)
+            us = 1e6 * t / (1000 * n)
+            base = base or us
+            res["methods"].append({"method": m, "us_per_body_step": us, "relative_to_buss2p": us / base,
+                                   "compile_s": max(first - t, 0.0)})
+        cost = _cost_per_body_step("buss2p", p, _bodies(1000, jnp.float64, rng)[0])
+        res["xla_cost_buss2p_f64"] = cost
+        res["h100_limits"] = {"memory_bound_body_steps_per_s": 3.35e12 / cost["bytes"],
+                              "compute_bound_body_steps_per_s": 60e12 / cost["flops"]}
+
+    cols = ["jaxrot f64 blocked", "jaxrot f64 unblocked", "jaxrot f32 blocked", "jaxrot f32 unblocked", "NumPy f64",
+            *libs]
+    rows = [[r["bodies"]] + [f"{r[c]:.3g}" if c in r else "-" for c in cols] for r in res["rows"]]
+    text = (f"device: {res['device']}; buss2p, torque-free T-handle, dt = {H}; body-steps per second (median)\n\n"
+            + md_table(["bodies", *cols], rows))
+    c1 = "C, 1 thread"
+    if c1 in libs:
+        text += "\n\nRatios to single-thread C (float64): " + ", ".join(
+            f"{r['bodies']}: {r['jaxrot f64 blocked'] / r[c1]:.2f}" for r in res["rows"])
+    text += "\n\n" + md_table(["method (1 000 bodies, f64)", "µs per body-step", "× buss2p", "compile s"],
+                              [[m["method"], f"{m['us_per_body_step']:.3g}", f"{m['relative_to_buss2p']:.1f}",
+                                f"{m['compile_s']:.1f}"] for m in res["methods"]])
+    c = res["xla_cost_buss2p_f64"]
+    lim = res["h100_limits"]
+    text += (f"\n\nXLA cost analysis of a 1-step buss2p call, per body (float64; includes initialisation and "
+             f"output copies): {c['flops']:.0f} flops, {c['bytes']:.0f} bytes. Roofline on an H100 (3.35 TB/s, "
+             f"60 TFLOP/s fp64): memory-bound {lim['memory_bound_body_steps_per_s']:.2g}, compute-bound "
+             f"{lim['compute_bound_body_steps_per_s']:.2g} body-steps/s.\n")
+    for note in res["notes"]:
+        text += f"\n{note}\n"
+    print(text)
+    (out / "bench_throughput.md").write_text(text)
+    write_json(out / "bench_throughput.json", res)
+    from jaxrot.plotting import throughput_lines_figure
+
+    series = {c: [r.get(c, np.nan) for r in res["rows"]] for c in cols}
+    throughput_lines_figure([r["bodies"] for r in res["rows"]], series).savefig(out / "bench_throughput.png", dpi=110)
+    return res

@@ -1,0 +1,54 @@
+/* Buss's augmented 2nd-order update (torque-free), the C baseline of `jaxrot bench throughput`.
+ *
+ * For each body: w = I_w^-1 L with I_w^-1 x = R diag(1/J) R^T x, w' = -I_w^-1 (w x L),
+ * w_bar = w + h/2 w' + h^2/12 w' x w, R <- exp(h w_bar) R (Rodrigues). L is constant. R is row-major
+ * (9 doubles per body). Compiled at run time by the benchmark (cc -O2, and -O3 -march=native
+ * -ffast-math for the vectorised variant); bodies are independent, so the outer loop is split over
+ * threads with OpenMP when available. */
+#include <math.h>
+#include <stddef.h>
+
+static inline void cross(const double *a, const double *b, double *c) {
+    c[0] = a[1] * b[2] - a[2] * b[1];
+    c[1] = a[2] * b[0] - a[0] * b[2];
+    c[2] = a[0] * b[1] - a[1] * b[0];
+}
+
+static inline void inv_inertia(const double *R, const double *J, const double *x, double *y) {
+    double b[3];
+    for (int i = 0; i < 3; i++) b[i] = (R[i] * x[0] + R[3 + i] * x[1] + R[6 + i] * x[2]) / J[i];
+    for (int i = 0; i < 3; i++) y[i] = R[3 * i] * b[0] + R[3 * i + 1] * b[1] + R[3 * i + 2] * b[2];
+}
+
+static void step(double *R, const double *L, const double *J, double h) {
+    double w[3], wL[3], w1[3], c[3], v[3], E[9], out[9];
+    inv_inertia(R, J, L, w);
+    cross(w, L, wL);
+    inv_inertia(R, J, wL, w1);
+    for (int i = 0; i < 3; i++) w1[i] = -w1[i];
+    cross(w1, w, c);
+    for (int i = 0; i < 3; i++) v[i] = h * (w[i] + 0.5 * h * w1[i] + h * h / 12.0 * c[i]);
+    double a2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2], s1, s2;
+    if (a2 < 1e-8) {
+        s1 = 1.0 - a2 / 6.0 + a2 * a2 / 120.0;
+        s2 = 0.5 - a2 / 24.0 + a2 * a2 / 720.0;
+    } else {
+        double a = sqrt(a2), sh = sin(0.5 * a);
+        s1 = sin(a) / a;
+        s2 = 2.0 * sh * sh / a2;
+    }
+    /* exp(v) = I + s1 V + s2 V^2,  V^2 = v v^T - a2 I */
+    E[0] = 1 + s2 * (v[0] * v[0] - a2); E[1] = -s1 * v[2] + s2 * v[0] * v[1]; E[2] = s1 * v[1] + s2 * v[0] * v[2];
+    E[3] = s1 * v[2] + s2 * v[1] * v[0]; E[4] = 1 + s2 * (v[1] * v[1] - a2); E[5] = -s1 * v[0] + s2 * v[1] * v[2];
+    E[6] = -s1 * v[1] + s2 * v[2] * v[0]; E[7] = s1 * v[0] + s2 * v[2] * v[1]; E[8] = 1 + s2 * (v[2] * v[2] - a2);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            out[3 * i + j] = E[3 * i] * R[j] + E[3 * i + 1] * R[3 + j] + E[3 * i + 2] * R[6 + j];
+    for (int k = 0; k < 9; k++) R[k] = out[k];
+}
+
+void buss2p_run(double *R, const double *L, const double *J, double h, long n_bodies, long n_steps) {
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < n_bodies; b++)
+        for (long s = 0; s < n_steps; s++) step(R + 9 * b, L + 3 * b, J, h);
+}
