@@ -7,7 +7,7 @@ from . import analysis, flow, integrators, problems, reference, so3, torques
 from .body import RigidBody
 from .integrators import REGISTRY, get
 from .problems import Problem
-from .simulate import SimulationError, cast, final_state, simulate, simulate_batch, stack_problems
+from .simulate import RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch, stack_problems
 from .state import State, StepStats, Trajectory, load
 
 __version__ = "0.1.0"
@@ -25,6 +25,8 @@ __all__ = [
     "get",
     "Problem",
     "SimulationError",
+    "RESULTS",
+    "InvariantMonitor",
     "simulate",
     "simulate_batch",
     "final_state",

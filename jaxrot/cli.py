@@ -110,7 +110,7 @@ def _run(args) -> int:
     ts = np.asarray(traj.ts)[:keep]
     print(f"{args.method} on {p.name}: dt={args.dt}, {n} steps, t_end={args.dt * n:g}")
     if failed >= 0:
-        print(f"  step {failed} failed (solve did not converge or the state became non-finite); "
+        print(f"  step {failed} failed ({jaxrot.RESULTS(int(traj.result)).name}); "
               f"statistics below cover t <= {T:g}")
     print(f"  relative energy drift   max|E-E0|/|E0| = {np.abs(E - E[0]).max() / abs(E[0]):.3e}")
     print(f"  world momentum drift    max|L-L0|/|L0| = {np.abs(L - L[0]).max() / np.linalg.norm(L[0]):.3e}"
@@ -260,8 +260,9 @@ def main(argv=None) -> int:
         return args.fn(args)
     except SimulationError as e:
         hint = "rerun with --no-throw to keep the trajectory up to it" if args.cmd == "run" else "reduce --dt"
-        print(f"jaxrot: simulation failed at step {e.step}: the solve did not converge or the state became "
-              f"non-finite. Reduce --dt, or {hint}.", file=sys.stderr)
+        why = {"solve_failed": "the nonlinear solve did not converge",
+               "nonfinite_state": "the state became non-finite"}.get(getattr(e.reason, "name", ""), "it failed")
+        print(f"jaxrot: simulation failed at step {e.step}: {why}. Reduce --dt, or {hint}.", file=sys.stderr)
         return 1
     except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e  # str(KeyError) adds quotes

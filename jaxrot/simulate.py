@@ -8,6 +8,7 @@ non-finite is recorded in ``Trajectory.failed_step`` and, with ``throw=True``, r
 
 from __future__ import annotations
 
+import enum
 import math
 import sys
 import time as _time
@@ -28,12 +29,13 @@ from .state import State, StepStats, Trajectory
 class SimulationError(RuntimeError):
     """A step's solve did not converge or the state became non-finite.
 
-    ``step`` is the first failed step (1-based) and ``body`` its index in a batch (None for one body).
+    ``step`` is the first failed step (1-based), ``body`` its index in a batch (None for one body)
+    and ``reason`` a :class:`RESULTS` member.
     """
 
-    def __init__(self, message: str, step: int | None = None, body: tuple | None = None):
+    def __init__(self, message: str, step: int | None = None, body: tuple | None = None, reason=None):
         super().__init__(message)
-        self.step, self.body = step, body
+        self.step, self.body, self.reason = step, body, reason
 
 
 def _is_concrete(x) -> bool:
@@ -152,45 +154,131 @@ def _finite(state: State):
     return jnp.isfinite(jnp.sum(state.Pi))
 
 
-def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, unroll: int):
-    """Scan ``n_frames`` frames of ``save_every`` steps from ``carry = (state, aux, k, failed)``."""
+class RESULTS(enum.IntEnum):
+    """Why a trajectory stopped being trustworthy: the reason of the first failed step, per body."""
+
+    successful = 0
+    #: a nonlinear solve (Newton, Kantorovich sub-stepping) hit its iteration limit
+    solve_failed = 1
+    #: the state became NaN or inf
+    nonfinite_state = 2
+    #: energy or momentum drifted beyond the :class:`InvariantMonitor`'s tolerance
+    invariant_drift = 3
+
+
+_REASON_TEXT = {
+    RESULTS.solve_failed: "its nonlinear solve did not converge",
+    RESULTS.nonfinite_state: "the state became non-finite",
+    RESULTS.invariant_drift: "an invariant drifted beyond the monitor's tolerance",
+}
+
+
+class InvariantMonitor(eqx.Module):
+    """Flag a step whose energy (kinetic + potential) or, without torque, world momentum has moved
+    more than a relative tolerance from its initial value (``None`` switches a check off).
+
+    Example::
+
+        jaxrot.simulate("split4_231", p, 0.1, 1000, monitor=InvariantMonitor(energy_rtol=1e-3))
+    """
+
+    energy_rtol: float | None = None
+    momentum_rtol: float | None = None
+
+
+def _invariants(problem, t, state):
+    E = problem.body.kinetic_energy(state.Pi)
+    V = problem.torque.potential(t, state.R)
+    return (E if V is None else E + V), state.L
+
+
+def _step_reason(problem, t, new_state, stats, ref, monitor):
+    reason = jnp.where(~_finite(new_state), RESULTS.nonfinite_state,
+                       jnp.where(~stats.converged, RESULTS.solve_failed, RESULTS.successful))
+    if monitor is not None and ref is not None:
+        E0, L0 = ref
+        E, L = _invariants(problem, t, new_state)
+        drift = jnp.asarray(False)
+        if monitor.energy_rtol is not None:
+            drift = drift | (jnp.abs(E - E0) > monitor.energy_rtol * jnp.abs(E0))
+        if monitor.momentum_rtol is not None and problem.torque.is_free:
+            drift = drift | (jnp.linalg.norm(L - L0) > monitor.momentum_rtol * jnp.linalg.norm(L0))
+        reason = jnp.where((reason == RESULTS.successful) & drift, RESULTS.invariant_drift, reason)
+    return reason.astype(jnp.int32)
+
+
+def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
+                n_valid=None):
+    """Scan ``n_frames`` frames of ``save_every`` steps from
+    ``carry = (state, aux, k, failed, reason, ref)`` (``ref``: initial invariants for the monitor).
+    With a (traced) ``n_valid``, frames from ``n_valid`` on are skipped by ``lax.cond`` (carry
+    unchanged; their outputs are to be dropped), so one compiled length serves any count."""
 
     def inner(c, _):
-        (state, aux, k, failed), acc = c
+        (state, aux, k, failed, reason, ref), acc = c
         t = t0 + k.astype(dt.dtype) * dt  # no accumulated round-off in time
         new_state, aux, stats = method.step(problem, t, state, aux, dt)
         k = k + 1
-        bad = ~stats.converged | ~_finite(new_state)
-        failed = jnp.where((failed < 0) & bad, k, failed)
-        return ((new_state, aux, k, failed), _fold(acc, stats)), None
+        r = _step_reason(problem, t + dt, new_state, stats, ref, monitor)
+        first = (failed < 0) & (r != RESULTS.successful)
+        failed = jnp.where(first, k, failed)
+        reason = jnp.where(first, r, reason)
+        return ((new_state, aux, k, failed, reason, ref), _fold(acc, stats)), None
 
-    def outer(c, _):
+    def frame(c):
         (c, acc), _ = lax.scan(inner, (c, _empty_stats()), None, length=save_every, unroll=min(unroll, save_every))
         return c, (c[0], t0 + c[2].astype(dt.dtype) * dt, acc)
 
-    return lax.scan(outer, carry, None, length=n_frames)
+    def outer(c, i):
+        if n_valid is None:
+            return frame(c)
+        return lax.cond(i < n_valid, frame, lambda c: (c, (c[0], t0 + c[2].astype(dt.dtype) * dt, _empty_stats())), c)
+
+    return lax.scan(outer, carry, jnp.arange(n_frames, dtype=jnp.int32))
+
+
+#: frames per compiled chunk of :func:`simulate`: a run is a sequence of such chunks, the last one
+#: partly skipped, so a new ``n_steps`` (same ``save_every``) reuses the compiled chunk
+FRAMES_PER_CHUNK = 1024
 
 
 @eqx.filter_jit
-def _simulate_chunk(method, problem, carry, dt, t0, n_frames, save_every, unroll):
-    return _run_frames(method, problem, carry, dt, t0, n_frames, save_every, unroll)
+def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll, monitor=None):
+    return _run_frames(method, problem, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid)
 
 
-def _init_carry(method, problem, state0, dt, t0):
+def _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor, report=None):
+    """All frames in chunks of :data:`FRAMES_PER_CHUNK` (one compiled program for any count)."""
+    parts = []
+    for start in range(0, n_frames, FRAMES_PER_CHUNK):
+        nv = min(FRAMES_PER_CHUNK, n_frames - start)
+        carry, part = _simulate_chunk(method, problem, carry, dt, t0, jnp.asarray(nv, jnp.int32), save_every, unroll,
+                                      monitor)
+        parts.append(part if nv == FRAMES_PER_CHUNK else jax.tree_util.tree_map(lambda x, nv=nv: x[:nv], part))
+        if report is not None:
+            jax.block_until_ready(part)
+            report(start + nv)
+    out = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+    return carry, out
+
+
+def _init_carry(method, problem, state0, dt, t0, monitor=None):
     aux = method.init(problem, t0, state0, dt)
-    return (state0, aux, jnp.asarray(0, jnp.int32), jnp.asarray(-1, jnp.int32))
+    ref = _invariants(problem, t0, state0) if monitor is not None else None
+    return (state0, aux, jnp.asarray(0, jnp.int32), jnp.asarray(-1, jnp.int32),
+            jnp.asarray(RESULTS.successful, jnp.int32), ref)
 
 
 @eqx.filter_jit
-def _init_carry_jit(method, problem, state0, dt, t0):
-    return _init_carry(method, problem, state0, dt, t0)
+def _init_carry_jit(method, problem, state0, dt, t0, monitor=None):
+    return _init_carry(method, problem, state0, dt, t0, monitor)
 
 
-def _assemble(state0, t0, states, ts, stats, failed):
+def _assemble(state0, t0, states, ts, stats, failed, reason):
     R = jnp.concatenate([state0.R[None], states.R], axis=0)
     Pi = jnp.concatenate([state0.Pi[None], states.Pi], axis=0)
     ts = jnp.concatenate([jnp.reshape(t0, (1,)), ts])
-    return Trajectory(ts=ts, states=State(R, Pi), stats=stats, failed_step=failed)
+    return Trajectory(ts=ts, states=State(R, Pi), stats=stats, failed_step=failed, result=reason)
 
 
 def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory:
@@ -203,11 +291,14 @@ def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory
             idx = np.argwhere(f >= 0)[0]
             step = int(f[tuple(idx)])
             body = tuple(int(i) for i in idx) if f.ndim else None
+            reason = RESULTS(int(np.asarray(traj.result)[tuple(idx)])) if traj.result is not None \
+                else RESULTS.solve_failed
+            n_bad = int(np.sum(f >= 0))
             raise SimulationError(
-                f"{where}step {step}{f' (body {body})' if body else ''} failed: its nonlinear solve did not "
-                "converge or the state became non-finite. Reduce dt, use a safeguarded method (e.g. "
-                "AdaptiveKantorovich), or pass throw=False to get the flags.",
-                step=step, body=body,
+                f"{where}step {step}{f' (body {body}' + (f', and {n_bad - 1} more' if n_bad > 1 else '') + ')' if body else ''}"
+                f" failed: {_REASON_TEXT[reason]} ({reason.name}). Reduce dt, use a safeguarded method "
+                "(e.g. AdaptiveKantorovich), or pass throw=False to get the flags.",
+                step=step, body=body, reason=reason,
             )
         return traj
     states = eqx.error_if(
@@ -269,27 +360,27 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     return method, state0, dt, t0, cast(_physics(problem), dtype)  # the run's dtype is the state's
 
 
-def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps):
-    """The run in ~20 equal compiled chunks (plus one remainder), reporting compilation as its own
-    phase and then steps done, elapsed and remaining time on stderr."""
-    chunk = max(1, math.ceil(n_frames / 20))
-    sizes = [chunk] * (n_frames // chunk) + ([n_frames % chunk] if n_frames % chunk else [])
+def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps, monitor=None):
+    """:func:`_run_chunks` reporting compilation as its own phase, then steps done, elapsed and
+    remaining time on stderr."""
     print("  compiling ...", end="", file=sys.stderr, flush=True)
     start = _time.perf_counter()
-    compiled = {m: _simulate_chunk.lower(method, problem, carry, dt, t0, m, save_every, unroll).compile()
-                for m in sorted(set(sizes))}
+    _simulate_chunk.lower(method, problem, carry, dt, t0, jnp.asarray(0, jnp.int32), save_every, unroll,
+                          monitor).compile()
+    # the AOT compile above fills XLA's cache only on some JAX versions: warm the jit cache with an
+    # empty chunk (every frame skipped), so the timed phase below is pure running
+    jax.block_until_ready(_simulate_chunk(method, problem, carry, dt, t0, jnp.asarray(0, jnp.int32), save_every,
+                                          unroll, monitor))
     print(f" {_time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    parts, done, start = [], 0, _time.perf_counter()
-    for m in sizes:
-        carry, part = compiled[m](method, problem, carry, dt, t0, m, save_every, unroll)
-        jax.block_until_ready(part)
-        parts.append(part)
-        done += m
+    start = _time.perf_counter()
+
+    def report(done):
         el = _time.perf_counter() - start
         print(f"\r  {done * save_every}/{n_steps} steps ({100 * done / n_frames:5.1f}%), {el:.1f} s running, "
               f"~{el * (n_frames - done) / done:.1f} s left", end="" if done < n_frames else "\n",
               file=sys.stderr, flush=True)
-    return carry, jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+
+    return _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor, report)
 
 
 def simulate(
@@ -304,6 +395,7 @@ def simulate(
     throw: bool = True,
     progress: bool = False,
     unroll: int = 1,
+    monitor: InvariantMonitor | None = None,
 ) -> Trajectory:
     """Integrate one body for ``n_steps`` steps of size ``dt``, saving every ``save_every`` steps.
 
@@ -317,8 +409,10 @@ def simulate(
       t0: initial time.
       throw: raise :class:`SimulationError` naming the first failed step; ``False`` returns the
         flags in ``Trajectory.failed_step`` / ``stats.converged``.
-      progress: print progress to stderr (runs in ~20 compiled chunks).
+      progress: print compilation time, then progress after each chunk of 1024 frames, to stderr.
       unroll: inner-scan unroll factor (a speed knob for tiny problems on CPU).
+      monitor: an :class:`InvariantMonitor` flagging energy/momentum drift as a failure
+        (``RESULTS.invariant_drift``); off by default.
 
     Returns:
       :class:`~jaxrot.state.Trajectory` with ``n_steps // save_every + 1`` frames.
@@ -331,13 +425,13 @@ def simulate(
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
     problem, state0, dt = _traced_checks(problem, state0, dt)
     n_frames = n_steps // save_every
-    carry = _init_carry_jit(method, problem, state0, dt, t0)
+    carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
     if not progress:
-        carry, (states, ts, stats) = _simulate_chunk(method, problem, carry, dt, t0, n_frames, save_every, unroll)
+        carry, (states, ts, stats) = _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
     else:
         carry, (states, ts, stats) = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every,
-                                                        unroll, n_steps)
-    traj = _assemble(state0, t0, states, ts, stats, carry[3])
+                                                        unroll, n_steps, monitor)
+    traj = _assemble(state0, t0, states, ts, stats, carry[3], carry[4])
     traj = _provenance(traj, given_method, given_problem, dt, n_steps, save_every)
     return _raise_or_flag(traj, throw)
 
@@ -367,13 +461,14 @@ def _auto_block(block, batch: int, devices) -> int | None:
 
 
 @eqx.filter_jit
-def _batch_run(method, problem, state0, dt, t0, n_frames, save_every, problem_axis, unroll, block=None):
+def _batch_run(method, problem, state0, dt, t0, n_frames, save_every, problem_axis, unroll, block=None,
+               monitor=None):
     def one(p, s):
         if s is None:
             s = p.state0
-        carry = _init_carry(method, p, s, dt, t0)
-        carry, (states, ts, stats) = _run_frames(method, p, carry, dt, t0, n_frames, save_every, unroll)
-        return _assemble(s, t0, states, ts, stats, carry[3])
+        carry = _init_carry(method, p, s, dt, t0, monitor)
+        carry, (states, ts, stats) = _run_frames(method, p, carry, dt, t0, n_frames, save_every, unroll, monitor)
+        return _assemble(s, t0, states, ts, stats, carry[3], carry[4])
 
     def run(batched):
         if problem_axis is None:
@@ -416,6 +511,7 @@ def simulate_batch(
     devices=None,
     unroll: int = 1,
     block_size="auto",
+    monitor: InvariantMonitor | None = None,
 ) -> Trajectory:
     """Integrate a batch of bodies at once (``vmap``), sharded over ``devices``.
 
@@ -470,10 +566,10 @@ def simulate_batch(
     block = _auto_block(block_size, batch + pad, devices)
     if states0 is None:
         traj = _batch_run(method, batched, None, dt, t0, n_steps // save_every, save_every, problem_axis, unroll,
-                          block)
+                          block, monitor)
     else:
         traj = _batch_run(method, problems, batched, dt, t0, n_steps // save_every, save_every, problem_axis, unroll,
-                          block)
+                          block, monitor)
     if pad:
         traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
     traj = _provenance(traj, given_method, given_problem, dt, n_steps, save_every, batch=batch)

@@ -55,7 +55,8 @@ class Trajectory(eqx.Module):
 
     ``ts`` has shape ``(n_frames + 1,)`` and ``states`` leading axis ``n_frames + 1`` (the initial
     state first); ``stats`` has leading axis ``n_frames``. ``failed_step`` is the index (1-based)
-    of the first step whose solve failed or whose state became non-finite, or -1.
+    of the first step whose solve failed or whose state became non-finite, or -1; ``result`` the
+    reason, a :class:`jaxrot.RESULTS` code (0 = successful), per body in a batch.
     ``provenance`` records how it was made (method, problem, dt, steps, dtype, versions), as
     ``(key, value)`` string pairs; :attr:`info` gives it as a dict.
     """
@@ -64,6 +65,7 @@ class Trajectory(eqx.Module):
     states: State
     stats: StepStats
     failed_step: jax.Array
+    result: jax.Array | None = None
     provenance: tuple = eqx.field(static=True, default=())
 
     @property
@@ -86,6 +88,8 @@ class Trajectory(eqx.Module):
         if not str(path).endswith(".npz"):
             raise ValueError(f"trajectory files end in .npz, got {path!r}")
         arrays = {"ts": self.ts, "R": self.states.R, "Pi": self.states.Pi, "failed_step": self.failed_step}
+        if self.result is not None:
+            arrays["result"] = self.result
         arrays.update({f"stats.{f.name}": getattr(self.stats, f.name) for f in dataclasses.fields(self.stats)})
         np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()},
                  provenance=np.asarray(json.dumps(self.info)))
@@ -106,5 +110,6 @@ def load(path) -> Trajectory:
             raise ValueError(f"{path!r} is not a jaxrot trajectory file (missing {sorted(missing)})")
         stats = StepStats(**{f.name: jnp.asarray(z[f"stats.{f.name}"]) for f in dataclasses.fields(StepStats)})
         info = json.loads(str(z["provenance"]))
+        result = jnp.asarray(z["result"]) if "result" in z.files else None
         return Trajectory(jnp.asarray(z["ts"]), State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])), stats,
-                          jnp.asarray(z["failed_step"]), tuple(sorted(info.items())))
+                          jnp.asarray(z["failed_step"]), result, tuple(sorted(info.items())))

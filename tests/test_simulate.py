@@ -188,3 +188,25 @@ def test_blocked_stacked_problems_and_bad_block_size():
     for bad in [0, -4, 2.5, "big", True]:
         with pytest.raises(ValueError, match="block_size"):
             jaxrot.simulate_batch("buss4", stacked, 0.01, 30, block_size=bad)
+
+
+def test_new_step_count_or_span_does_not_recompile_the_run():
+    """The step loop is compiled once per (method, shapes, save_every): a new n_steps or t_end reuses
+    it (only tiny eager slices/concatenations of the outputs are new)."""
+    from jax import monitoring
+
+    compiled = []
+    monitoring.register_event_duration_secs_listener(
+        lambda name, dur, **kw: compiled.append(kw.get("fun_name", "")) if name.endswith("backend_compile_duration")
+        else None)
+    p = problems.get("slow_top")
+    jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10)
+    assert any("_simulate_chunk" in f for f in compiled)  # the listener sees the run's compilation
+    compiled.clear()
+    a = jaxrot.simulate("buss3", p, 1e-3, 2370, save_every=10)  # 237 frames: another count
+    q = jaxrot.Problem(p.body, p.torque, p.state0, 123.0, "other", "another span")
+    b = jaxrot.simulate("buss3", q, 1e-3, 20_480 + 30, save_every=10)  # two chunks, another span
+    heavy = [f for f in compiled if "_simulate_chunk" in f or "_init_carry" in f]
+    assert not heavy, heavy
+    np.testing.assert_allclose(np.asarray(b.states.R[:238]), np.asarray(a.states.R), atol=0, rtol=0)
+    assert b.states.R.shape[0] == 2052 and a.ts[-1] == pytest.approx(2.37)
