@@ -103,7 +103,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
         if not libs:
             res["notes"].append("no working C compiler: the C columns are skipped")
         for B in batches:
-            n = int(max(4, min(200_000, budget // B)))
+            n = int(max(100, min(200_000, budget // B)))  # >= 100 steps: per-call costs (checks, copies) amortised
             row = {"bodies": B, "steps": n}
             for dtype in (jnp.float64, jnp.float32):
                 states, R0, L0 = _bodies(B, dtype, rng)

@@ -85,18 +85,26 @@ def _check_state(state: State, batched: bool):
     if not batched and lead:
         raise ValueError(f"simulate takes one body (R of shape (3, 3)); got {R.shape}: use simulate_batch")
     if _is_concrete(R) and _is_concrete(Pi):
-        Rn, Pn = np.asarray(R, np.float64), np.asarray(Pi, np.float64)
-        if not np.all(np.isfinite(Rn)) or not np.all(np.isfinite(Pn)):
+        finite, err, det_min = (float(x) for x in _state_defects(R, Pi))  # one compiled pass, one transfer
+        if not finite:
             raise ValueError("initial state contains NaN or inf")
         tol = 1e-5 if R.dtype == jnp.float32 else 1e-8
-        err = np.abs(np.swapaxes(Rn, -1, -2) @ Rn - np.eye(3)).max()
         if err > tol:
             raise ValueError(
                 f"initial attitude R is not orthogonal: max|R^T R - 1| = {err:.3g} > {tol:g}; "
                 "project it with jaxrot.so3.nearest_rotation"
             )
-        if np.any(np.linalg.det(Rn) <= 0):
+        if det_min <= 0:
             raise ValueError("initial attitude R has det <= 0: it is a reflection, not a rotation")
+
+
+@jax.jit
+def _state_defects(R, Pi):
+    """(all finite, max |R^T R - 1|, min det R) over any batch, on the device."""
+    finite = jnp.all(jnp.isfinite(R)) & jnp.all(jnp.isfinite(Pi))
+    err = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)))
+    det = jnp.min(jnp.sum(R[..., 0, :] * jnp.cross(R[..., 1, :], R[..., 2, :]), axis=-1))  # 3x3 closed form
+    return jnp.stack([finite.astype(R.dtype), err, det])
 
 
 def _check_problem(problem: Problem):
