@@ -85,7 +85,8 @@ def _check_state(state: State, batched: bool):
     if not batched and lead:
         raise ValueError(f"simulate takes one body (R of shape (3, 3)); got {R.shape}: use simulate_batch")
     if _is_concrete(R) and _is_concrete(Pi):
-        finite, err, det_min = (float(x) for x in _state_defects(R, Pi))  # one compiled pass, one transfer
+        with jax.ensure_compile_time_eval():  # concrete values inside someone's trace: evaluate now
+            finite, err, det_min = (float(x) for x in _state_defects(R, Pi))  # one compiled pass
         if not finite:
             raise ValueError("initial state contains NaN or inf")
         tol = 1e-5 if R.dtype == jnp.float32 else 1e-8
@@ -105,6 +106,14 @@ def _state_defects(R, Pi):
     err = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)))
     det = jnp.min(jnp.sum(R[..., 0, :] * jnp.cross(R[..., 1, :], R[..., 2, :]), axis=-1))  # 3x3 closed form
     return jnp.stack([finite.astype(R.dtype), err, det])
+
+
+def _check_capability(method, problem: Problem):
+    """The one check of a free-only method's capability (a class fact), before anything is traced."""
+    if not getattr(method, "torque", True) and not problem.torque.is_free:
+        raise ValueError(f"{type(method).__name__} is for torque-free problems (no torque; it declares "
+                         f"torque = False); use a torque-capable method (e.g. liemid_ea or buss4) for "
+                         f"{type(problem.torque).__name__}")
 
 
 def _check_problem(problem: Problem):
@@ -353,6 +362,7 @@ def _physics(problem: Problem) -> Problem:
 def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     method = _resolve_method(method)
     _check_problem(problem)
+    _check_capability(method, problem)
     _check_counts(n_steps, save_every)
     _check_dt(dt)
     state0 = problem.state0 if state0 is None else state0
@@ -553,6 +563,7 @@ def simulate_batch(
             raise ValueError(f"states0 must have one leading batch axis, got R of shape {states0.R.shape}")
         batch = states0.R.shape[0]
         dtype = states0.R.dtype
+    _check_capability(method, problems)
     if batch == 0:
         raise ValueError("empty batch")
     dt = jnp.asarray(dt, dtype)

@@ -40,6 +40,17 @@ class StepStats(eqx.Module):
     substeps: jax.Array
 
     @classmethod
+    def from_solves(cls, *solves) -> "StepStats":
+        """Stats of a step made of one or more nonlinear solves (``NewtonStats``: iterations summed,
+        converged only if all did)."""
+        it = sum(s.iters for s in solves)
+        ok = solves[0].converged
+        for s in solves[1:]:
+            ok = ok & s.converged
+        return cls(newton_iters=jnp.asarray(it, jnp.int32), converged=ok, clamped=jnp.asarray(0, jnp.int32),
+                   substeps=jnp.asarray(1, jnp.int32))
+
+    @classmethod
     def explicit(cls, substeps: int = 1) -> "StepStats":
         """Stats of a step with no solve."""
         return cls(

@@ -157,3 +157,8 @@ class PrescribedMomentum(AbstractPrescribedMomentum):
 
     def momentum(self, t):
         return self.fn(t)
+
+
+def body_torque(problem, t, R, Pi):
+    """The problem's torque in the body frame, ``R^T t(time, R, Pi)``."""
+    return R.T @ problem.torque(t, R, Pi)

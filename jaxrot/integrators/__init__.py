@@ -28,7 +28,8 @@ from .simo_wong import SimoWong, SimoWongExplicit
 
 @dataclasses.dataclass(frozen=True)
 class MethodInfo:
-    """What a research user needs to know before choosing a method."""
+    """What a research user needs to know before choosing a method: the facts declared on the
+    method's class (see :class:`AbstractIntegrator`), read from a fresh instance at registration."""
 
     name: str
     factory: Callable[[], AbstractIntegrator]
@@ -41,18 +42,22 @@ class MethodInfo:
     torque: bool = True  # False: torque-free problems only
     on_so3: bool = True  # False: R drifts off SO(3) (plain RK4)
     description: str = ""
+    free_order: int | None = None  # order without torque (None: the same as ``order``)
 
 
 REGISTRY: dict[str, MethodInfo] = {}
 
-_BUSS = "Buss, J. Comput. Phys. 164 (2000) 377-406"
 
-
-def register(info: MethodInfo) -> None:
-    """Add a method (names are unique)."""
-    if info.name in REGISTRY:
-        raise ValueError(f"method {info.name!r} is already registered")
-    REGISTRY[info.name] = info
+def register(name: str, factory: Callable[[], AbstractIntegrator], description: str = "") -> MethodInfo:
+    """Add a method under a unique ``name``; its facts come from ``factory()``'s class."""
+    if name in REGISTRY:
+        raise ValueError(f"method {name!r} is already registered")
+    m = factory()
+    info = MethodInfo(name=name, factory=factory, order=m.order, conserves=tuple(m.conserves), implicit=m.implicit,
+                      torque_evals=m.torque_evals, reference=m.reference, family=m.family, torque=m.torque,
+                      on_so3=m.on_so3, description=description, free_order=m.free_order)
+    REGISTRY[name] = info
+    return info
 
 
 def get(name: str) -> AbstractIntegrator:
@@ -70,108 +75,47 @@ def info(name: str) -> MethodInfo:
     return REGISTRY[name]
 
 
-for _name, _cls, _evals, _desc in [
-    ("buss1", Buss1, "1", "1st order, w_bar = w"),
-    ("buss2", Buss2, "1 + Taylor(1)", "2nd order, w + h/2 w'"),
-    ("buss3_false", Buss3False, "1 + Taylor(2)", "naive 3rd-order Taylor; really 2nd order"),
-    ("buss2p", Buss2Plus, "1 + Taylor(1)", "augmented 2nd order (2+), + h^2/12 w' x w"),
-    ("buss3", Buss3, "1 + Taylor(2)", "true 3rd order"),
-    ("buss4", Buss4, "1 + Taylor(3)", "true 4th order"),
-]:
-    register(
-        MethodInfo(
-            name=_name,
-            factory=_cls,
-            order=_cls.order,
-            conserves=("L",),
-            implicit=False,
-            torque_evals=_evals,
-            reference=_BUSS,
-            family="buss",
-            description=_desc,
-        )
-    )
-
-_KRYSL = "Krysl, IJNME 63 (2005) 2171-2193"
-_ROBLOX = "Mizerski, Motion of Spinning Bodies (Roblox, 2020)"
-_LP = ("L", "|Pi|")
-_LPE = ("L", "|Pi|", "E")
-for _name, _cls, _order, _cons, _impl, _evals, _ref, _fam, _torque, _desc in [
-    ("liemid", LieMid, 2, _LP, True, "0 (free only)", _KRYSL, "midpoint-lie", False, "Krysl's midpoint-Lie, free motion"),
-    ("liemid_i", LieMidI, 2, _LP, True, "1 per Newton iteration", _KRYSL, "midpoint-lie", True,
-     "implicit: torque at the midpoint attitude"),
-    ("liemid_e", LieMidE, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True,
-     "explicit torque at the start (the 'no good' variant)"),
-    ("liemid_e1", LieMidE1, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True, "torque kick at the end"),
-    ("liemid_e2", LieMidE2, 1, _LP, True, "1", _KRYSL, "midpoint-lie", True, "torque kick at the start"),
-    ("liemid_ea", LieMidEA, 2, _LP, True, "1 (cached)", _KRYSL, "midpoint-lie", True, "half E2 + half E1, symmetric"),
-    ("akw", AKW, 2, _LPE, True, "1 per Newton iteration", "Austin-Krishnaprasad-Wang 1993; Krysl appendix",
-     "comparison", True, "almost-Lie-Poisson midpoint with the Cayley map"),
-    ("simo_wong", SimoWong, 2, _LPE, True, "1 per Newton iteration", "Simo-Wong 1991 (port's algo C1)",
-     "comparison", True, "energy-momentum, implicit"),
-    ("simo_wong_explicit", SimoWongExplicit, 2, _LP, False, "1", "Simo-Wong explicit (port's algo C2)",
-     "baseline", True, "explicit C2 variant"),
-    ("nmb", NMB, 2, (), True, "1", "Krysl-Endres explicit Newmark", "comparison", True,
-     "Newmark gamma=1/2, beta=0 in the body frame (A solved implicitly)"),
-    ("dmv", DMV, 2, _LPE, True, "0 (free only)", "Moser-Veselov 1991", "comparison", False,
-     "discrete Moser-Veselov"),
-    ("midpoint_exp", MidpointExp, 2, _LP, True, "0 (free only)", _ROBLOX, "exponential", False,
-     "implicit midpoint in exponential coordinates (= liemid)"),
-    ("trapezoid_object", TrapezoidObject, 2, _LPE, True, "0 (free only)", _ROBLOX, "exponential", False,
-     "object-space trapezoidal rule"),
-    ("trapezoid_world", TrapezoidWorld, 2, _LP, True, "0 (free only)", _ROBLOX, "exponential", False,
-     "world-space trapezoidal rule"),
-]:
-    register(MethodInfo(name=_name, factory=_cls, order=_order, conserves=_cons, implicit=_impl,
-                        torque_evals=_evals, reference=_ref, family=_fam, torque=_torque, description=_desc))
-
-_EP = "Buss, talk (2011), energy preservation via the Poinsot ellipsoid (reconstructed)"
+# name, factory, description: one line per method (the facts live on the classes)
+register("buss1", Buss1, "1st order, w_bar = w")
+register("buss2", Buss2, "2nd order, w + h/2 w'")
+register("buss3_false", Buss3False, "naive 3rd-order Taylor; really 2nd order")
+register("buss2p", Buss2Plus, "augmented 2nd order (2+), + h^2/12 w' x w")
+register("buss3", Buss3, "true 3rd order")
+register("buss4", Buss4, "true 4th order")
+register("liemid", LieMid, "Krysl's midpoint-Lie, free motion")
+register("liemid_i", LieMidI, "implicit: torque at the midpoint attitude")
+register("liemid_e", LieMidE, "explicit torque at the start (the 'no good' variant)")
+register("liemid_e1", LieMidE1, "torque kick at the end")
+register("liemid_e2", LieMidE2, "torque kick at the start")
+register("liemid_ea", LieMidEA, "half E2 + half E1, symmetric")
+register("akw", AKW, "almost-Lie-Poisson midpoint with the Cayley map")
+register("simo_wong", SimoWong, "energy-momentum, implicit")
+register("simo_wong_explicit", SimoWongExplicit, "explicit C2 variant")
+register("nmb", NMB, "Newmark gamma=1/2, beta=0 in the body frame (A solved implicitly)")
+register("dmv", DMV, "discrete Moser-Veselov")
+register("midpoint_exp", MidpointExp, "implicit midpoint in exponential coordinates (= liemid)")
+register("trapezoid_object", TrapezoidObject, "object-space trapezoidal rule")
+register("trapezoid_world", TrapezoidWorld, "world-space trapezoidal rule")
 for _base in ("buss1", "buss2", "buss2p", "buss3", "buss4"):
-    _b = REGISTRY[_base]
-    register(MethodInfo(name=f"{_base}_ep", factory=lambda _f=_b.factory: EnergyProjection(_f()), order=_b.order,
-                        conserves=("L", "|Pi|", "E"), implicit=False, torque_evals="0 (free only)",
-                        reference=_EP, family="buss", torque=False,
-                        description=f"{_b.description} + energy projection"))
-
+    register(f"{_base}_ep", lambda _f=REGISTRY[_base].factory: EnergyProjection(_f()),
+             f"{REGISTRY[_base].description} + energy projection")
 for _K in range(1, 6):
-    register(MethodInfo(name=f"lie_taylor{_K}", factory=lambda _K=_K: LieTaylor(_K), order=_K, conserves=("L",),
-                        implicit=False, torque_evals=f"1 + Taylor({_K})" if _K > 1 else "1 + Taylor(1)",
-                        reference="Buss, talk (2011) Part II; Magnus/dexpinv series", family="lie-taylor",
-                        description=f"Lie-group Taylor of order {_K} (= buss3/buss4 for K = 3/4)"))
-
-_SPLIT = "McLachlan-Reich splitting (Buss's comparison); Yoshida 1990 for 4th order"
+    register(f"lie_taylor{_K}", lambda _K=_K: LieTaylor(_K),
+             f"Lie-group Taylor of order {_K} (= buss3/buss4 for K = 3/4)")
 for _perm in ("123", "132", "213", "231", "312", "321"):
     _ax = tuple(int(c) for c in _perm)
-    for _order, _cls in ((2, Split2), (4, Split4)):
-        _n = f"split{_order}_{_perm}"
-        _kind = "Strang" if _order == 2 else "Yoshida triple jump of Strang"
-        register(MethodInfo(name=_n, factory=lambda _c=_cls, _a=_ax: _c(_a), order=_order,
-                            conserves=("L", "|Pi|"), implicit=False, torque_evals="0 (free only)",
-                            reference=_SPLIT, family="splitting", torque=False,
-                            description=f"{_kind}, outer axis {_perm[0]}, centre axis {_perm[2]}"))
-        register(MethodInfo(name=f"{_n}_ep", factory=lambda _c=_cls, _a=_ax: EnergyProjection(_c(_a)),
-                            order=_order, conserves=("L", "|Pi|", "E"), implicit=False,
-                            torque_evals="0 (free only)", reference=_SPLIT + "; EP: Buss, talk (2011)", family="splitting",
-                            torque=False, description=f"{_kind} {_perm} + energy projection"))
-
-_BASE = "Buss (2000) comparison baselines"
-_GRON = "Postma & Nerbonne, Books in space (2011)"
-for _name, _factory, _order, _cons, _evals, _ref, _desc in [
-    ("rk4", RK4, 4, (), "4", _BASE, "classical RK4 on (R, Pi), no re-orthonormalisation"),
-    ("rk4_svd", lambda: Reorthonormalize(RK4()), 4, (), "4", _BASE,
-     "RK4 on (R, Pi) + nearest rotation after each step"),
-    ("abm", lambda: Reorthonormalize(ABM()), 4, (), "2", _BASE,
-     "Adams-Bashforth-Moulton PECE order 4, RK4 start, + nearest rotation after each step"),
-    ("euler_svd", EulerSVD, 1, ("L", "|Pi|"), "1", _GRON, "forward Euler (world rate) + SVD re-orthonormalisation"),
-    ("euler_quat", EulerQuat, 1, ("L", "|Pi|"), "1", _GRON, "forward Euler on the quaternion, normalised"),
-]:
-    register(MethodInfo(name=_name, factory=_factory, order=_order, conserves=_cons, on_so3=_name != "rk4",
-                        implicit=False, torque_evals=_evals, reference=_ref, family="baseline", description=_desc))
-
-register(MethodInfo(name="midpoint_exp_adaptive", factory=lambda: AdaptiveKantorovich(MidpointExp()), order=2,
-                    conserves=("L", "|Pi|"), implicit=True, torque_evals="0 (free only)", reference=_ROBLOX,
-                    family="exponential", torque=False,
-                    description="implicit midpoint, Kantorovich-safe sub-steps (h|L|/J_min <= 0.8284)"))
+    for _cls, _kind in ((Split2, "Strang"), (Split4, "Yoshida triple jump of Strang")):
+        _n = f"split{_cls.order}_{_perm}"
+        register(_n, lambda _c=_cls, _a=_ax: _c(_a), f"{_kind}, outer axis {_perm[0]}, centre axis {_perm[2]}")
+        register(f"{_n}_ep", lambda _c=_cls, _a=_ax: EnergyProjection(_c(_a)), f"{_kind} {_perm} + energy projection")
+register("rk4", RK4, "classical RK4 on (R, Pi), no re-orthonormalisation")
+register("rk4_svd", lambda: Reorthonormalize(RK4()), "RK4 on (R, Pi) + nearest rotation after each step")
+register("abm", lambda: Reorthonormalize(ABM()),
+         "Adams-Bashforth-Moulton PECE order 4, RK4 start, + nearest rotation after each step")
+register("euler_svd", EulerSVD, "forward Euler (world rate) + SVD re-orthonormalisation")
+register("euler_quat", EulerQuat, "forward Euler on the quaternion, normalised")
+register("midpoint_exp_adaptive", lambda: AdaptiveKantorovich(MidpointExp()),
+         "implicit midpoint, Kantorovich-safe sub-steps (h|L|/J_min <= 0.8284)")
 
 __all__ = [
     "AbstractIntegrator",

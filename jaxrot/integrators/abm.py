@@ -28,6 +28,10 @@ class ABM(AbstractIntegrator):
     """4th-order Adams-Bashforth-Moulton PECE with RK4 start-up (no projection)."""
 
     order: ClassVar[int] = 4
+    on_so3: ClassVar[bool] = False
+    torque_evals: ClassVar[str] = "2"
+    reference: ClassVar[str] = "Buss (2000) comparison baselines"
+    family: ClassVar[str] = "baseline"
 
     def init(self, problem, t0, state0, dt):
         z = jnp.zeros(12, state0.Pi.dtype)

@@ -15,13 +15,18 @@ from typing import ClassVar
 
 from .. import so3
 from ..newton import Newton
-from ..state import State
+from ..state import State, StepStats
+from ..torques import body_torque
 from ._base import AbstractIntegrator
-from .midpoint_lie import body_torque, stats_of
 
 
 class AKW(AbstractIntegrator):
     order: ClassVar[int] = 2
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|", "E")
+    implicit: ClassVar[bool] = True
+    torque_evals: ClassVar[str] = "1 per Newton iteration"
+    reference: ClassVar[str] = "Austin-Krishnaprasad-Wang 1993; Krysl appendix"
+    family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
     def init(self, problem, t0, state0, dt):
@@ -42,4 +47,4 @@ class AKW(AbstractIntegrator):
 
         Om1, st = self.newton(residual, Om0)
         _, R1, T1 = end(Om1)
-        return State(R1, J * Om1), T1, stats_of(st)
+        return State(R1, J * Om1), T1, StepStats.from_solves(st)

@@ -81,6 +81,9 @@ def buss_omega_derivatives(J, R, L, L_derivs, n: int):
 
 
 class _AbstractBuss(AbstractIntegrator):
+    conserves: ClassVar[tuple[str, ...]] = ("L",)
+    reference: ClassVar[str] = "Buss, J. Comput. Phys. 164 (2000) 377-406"
+    family: ClassVar[str] = "buss"
     #: how many derivatives of omega the net rate needs
     n_omega: ClassVar[int]
 
@@ -114,6 +117,7 @@ class Buss2(_AbstractBuss):
     """Buss 2nd order: ``w_bar = w + h/2 w'``."""
 
     order: ClassVar[int] = 2
+    torque_evals: ClassVar[str] = "1 + Taylor(1)"
     n_omega: ClassVar[int] = 1
 
     def omega_bar(self, h, ws):
@@ -125,6 +129,7 @@ class Buss3False(_AbstractBuss):
     """Buss's "false 3rd order": the naive Taylor ``w + h/2 w' + h^2/6 w''``; only 2nd order."""
 
     order: ClassVar[int] = 2
+    torque_evals: ClassVar[str] = "1 + Taylor(2)"
     n_omega: ClassVar[int] = 2
 
     def omega_bar(self, h, ws):
@@ -136,6 +141,7 @@ class Buss2Plus(_AbstractBuss):
     """Buss augmented 2nd order ("2+"): ``w + h/2 w' + h^2/12 w' x w`` (Chern's Algorithm 2)."""
 
     order: ClassVar[int] = 2
+    torque_evals: ClassVar[str] = "1 + Taylor(1)"
     n_omega: ClassVar[int] = 1
 
     def omega_bar(self, h, ws):
@@ -147,6 +153,7 @@ class Buss3(_AbstractBuss):
     """Buss true 3rd order: ``w + h/2 w' + h^2/6 w'' + h^2/12 w' x w``."""
 
     order: ClassVar[int] = 3
+    torque_evals: ClassVar[str] = "1 + Taylor(2)"
     n_omega: ClassVar[int] = 2
 
     def omega_bar(self, h, ws):
@@ -158,6 +165,7 @@ class Buss4(_AbstractBuss):
     """Buss true 4th order: 3rd order ``+ h^3/24 w''' + h^3/24 w'' x w``."""
 
     order: ClassVar[int] = 4
+    torque_evals: ClassVar[str] = "1 + Taylor(3)"
     n_omega: ClassVar[int] = 3
 
     def omega_bar(self, h, ws):

@@ -18,9 +18,8 @@ import jax.numpy as jnp
 
 from .. import so3
 from ..newton import Newton
-from ..state import State
-from ._base import AbstractIntegrator
-from .midpoint_lie import require_free, stats_of
+from ..state import State, StepStats
+from ._base import AbstractIntegrator, require_free
 
 
 def _Q(q):
@@ -30,6 +29,12 @@ def _Q(q):
 
 class DMV(AbstractIntegrator):
     order: ClassVar[int] = 2
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|", "E")
+    implicit: ClassVar[bool] = True
+    torque: ClassVar[bool] = False
+    torque_evals: ClassVar[str] = "0 (free only)"
+    reference: ClassVar[str] = "Moser-Veselov 1991"
+    family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
     def step(self, problem, t, state, aux, dt):
@@ -43,4 +48,4 @@ class DMV(AbstractIntegrator):
 
         q, st = self.newton(residual, dt * Pi / (2 * J))
         Q = _Q(q)
-        return State(state.R @ Q, Q.T @ Pi), aux, stats_of(st)
+        return State(state.R @ Q, Q.T @ Pi), aux, StepStats.from_solves(st)

@@ -48,6 +48,8 @@ Phys. 164 (2000) and the 2011 talk (EP outlined there; both rules are reconstruc
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 
@@ -156,6 +158,17 @@ class EnergyProjection(AbstractWrapper):
     """
 
     rule: str = "nearest"
+    torque: ClassVar[bool] = False
+    torque_evals: ClassVar[str] = "0 (free only)"
+
+    @property
+    def conserves(self):
+        return tuple(q for q in ("L", "|Pi|", "E") if q in self.base.conserves or q in ("|Pi|", "E"))
+
+    @property
+    def reference(self):
+        ep = "Buss, talk (2011), energy preservation via the Poinsot ellipsoid (reconstructed)"
+        return ep if self.base.family == "buss" else f"{self.base.reference}; EP: Buss, talk (2011)"
 
     def __check_init__(self):
         if self.rule not in _RULES:

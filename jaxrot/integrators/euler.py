@@ -30,6 +30,9 @@ def _rate_and_momentum(problem, t, state, dt):
 
 class EulerSVD(AbstractIntegrator):
     order: ClassVar[int] = 1
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|")
+    reference: ClassVar[str] = "Postma & Nerbonne, Books in space (2011)"
+    family: ClassVar[str] = "baseline"
 
     def step(self, problem, t, state, aux, dt):
         w, L1 = _rate_and_momentum(problem, t, state, dt)
@@ -40,6 +43,9 @@ class EulerSVD(AbstractIntegrator):
 
 class EulerQuat(AbstractIntegrator):
     order: ClassVar[int] = 1
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|")
+    reference: ClassVar[str] = "Postma & Nerbonne, Books in space (2011)"
+    family: ClassVar[str] = "baseline"
 
     def step(self, problem, t, state, aux, dt):
         w, L1 = _rate_and_momentum(problem, t, state, dt)

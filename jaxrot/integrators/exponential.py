@@ -22,9 +22,8 @@ import jax.numpy as jnp
 
 from .. import so3
 from ..newton import Newton
-from ..state import State
-from ._base import AbstractIntegrator
-from .midpoint_lie import require_free, stats_of
+from ..state import State, StepStats
+from ._base import AbstractIntegrator, require_free
 
 
 def _world_inv(J, O):
@@ -48,6 +47,12 @@ def trapezoid_world_residual(J, O, ell):
 
 class _AbstractExponential(AbstractIntegrator):
     order: ClassVar[int] = 2
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|")
+    implicit: ClassVar[bool] = True
+    torque: ClassVar[bool] = False
+    torque_evals: ClassVar[str] = "0 (free only)"
+    reference: ClassVar[str] = "Mizerski, Motion of Spinning Bodies (Roblox, 2020)"
+    family: ClassVar[str] = "exponential"
     newton: Newton = Newton()
     guess: str = "zero"
 
@@ -69,7 +74,7 @@ class _AbstractExponential(AbstractIntegrator):
         L = O @ state.Pi
         v, st = self.solve(J, O, dt * L)
         O1 = so3.exp(v) @ O
-        return State(O1, O1.T @ L), aux, stats_of(st)
+        return State(O1, O1.T @ L), aux, StepStats.from_solves(st)
 
 
 class MidpointExp(_AbstractExponential):
@@ -81,6 +86,8 @@ class MidpointExp(_AbstractExponential):
 
 class TrapezoidObject(_AbstractExponential):
     """Object-space trapezoidal rule: average of start and end body angular velocities."""
+
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|", "E")
 
     def residual(self, J, O, ell):
         return trapezoid_object_residual(J, O, ell)

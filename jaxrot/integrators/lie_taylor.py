@@ -16,7 +16,8 @@ is advanced with K derivatives. ``magnus_z`` works in any Lie algebra given its 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ClassVar
+
 
 import jax.numpy as jnp
 
@@ -63,10 +64,17 @@ class LieTaylor(AbstractIntegrator):
     """Lie-Taylor method of order ``K`` (1...5), world frame: ``R <- exp(h Z(h)) R``."""
 
     K: int = 3
+    conserves: ClassVar[tuple[str, ...]] = ("L",)
+    reference: ClassVar[str] = "Buss, talk (2011) Part II; Magnus/dexpinv series"
+    family: ClassVar[str] = "lie-taylor"
 
     @property
     def order(self):
         return self.K
+
+    @property
+    def torque_evals(self):
+        return f"1 + Taylor({self.K})"
 
     def __check_init__(self):
         if self.K not in (1, 2, 3, 4, 5):

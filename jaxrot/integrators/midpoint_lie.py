@@ -28,9 +28,10 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from .. import so3
-from ..newton import Newton, NewtonStats
+from ..newton import Newton
 from ..state import State, StepStats
-from ._base import AbstractIntegrator
+from ..torques import body_torque
+from ._base import AbstractIntegrator, require_free
 
 
 def solve_midpoint(J, tau, P, newton: Newton):
@@ -41,30 +42,11 @@ def solve_midpoint(J, tau, P, newton: Newton):
     return newton(residual, tau * P / J)
 
 
-def body_torque(problem, t, R, Pi):
-    """``R^T t(time, R, Pi)``."""
-    return R.T @ problem.torque(t, R, Pi)
-
-
-def stats_of(*ss: NewtonStats) -> StepStats:
-    """Step stats from one or more Newton solves (iterations summed)."""
-    it = sum(s.iters for s in ss)
-    ok = ss[0].converged
-    for s in ss[1:]:
-        ok = ok & s.converged
-    return StepStats(newton_iters=jnp.asarray(it, jnp.int32), converged=ok,
-                     clamped=jnp.asarray(0, jnp.int32), substeps=jnp.asarray(1, jnp.int32))
-
-
-def require_free(problem, name: str):
-    """Trace-time guard for torque-free methods."""
-    if not problem.torque.is_free:
-        raise ValueError(f"{name} is for torque-free problems; use a torque-capable method "
-                         "(e.g. liemid_ea or liemid_i) for "
-                         f"{type(problem.torque).__name__}")
-
-
 class _AbstractLieMid(AbstractIntegrator):
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|")
+    implicit: ClassVar[bool] = True
+    reference: ClassVar[str] = "Krysl, IJNME 63 (2005) 2171-2193"
+    family: ClassVar[str] = "midpoint-lie"
     newton: Newton = Newton()
 
 
@@ -72,17 +54,20 @@ class LieMid(_AbstractLieMid):
     """LIEMID: Krysl's midpoint-Lie algorithm for free motion (= Roblox's implicit midpoint)."""
 
     order: ClassVar[int] = 2
+    torque: ClassVar[bool] = False
+    torque_evals: ClassVar[str] = "0 (free only)"
 
     def step(self, problem, t, state, aux, dt):
         require_free(problem, "liemid")
         psi, st = solve_midpoint(problem.body.J, dt, state.Pi, self.newton)
-        return State(state.R @ so3.exp(psi), so3.rotate(-psi, state.Pi)), aux, stats_of(st)
+        return State(state.R @ so3.exp(psi), so3.rotate(-psi, state.Pi)), aux, StepStats.from_solves(st)
 
 
 class LieMidI(_AbstractLieMid):
     """LIEMID[I]: implicit midpoint-Lie with the torque at the midpoint attitude."""
 
     order: ClassVar[int] = 2
+    torque_evals: ClassVar[str] = "1 per Newton iteration"
 
     def step(self, problem, t, state, aux, dt):
         J, R, P0 = problem.body.J, state.R, state.Pi
@@ -96,50 +81,54 @@ class LieMidI(_AbstractLieMid):
 
         psi, st = self.newton(residual, dt * P0 / J)
         Pi = so3.rotate(-psi, P0) + dt * so3.rotate(-0.5 * psi, t_half(psi))
-        return State(R @ so3.exp(psi), Pi), aux, stats_of(st)
+        return State(R @ so3.exp(psi), Pi), aux, StepStats.from_solves(st)
 
 
 class LieMidE(_AbstractLieMid):
     """LIEMID[E]: explicit torque at the start in both halves (Krysl's "no good" variant)."""
 
     order: ClassVar[int] = 1
+    free_order: ClassVar[int] = 2
 
     def step(self, problem, t, state, aux, dt):
         J, R, P0 = problem.body.J, state.R, state.Pi
         T0 = body_torque(problem, t, R, P0)
         psi, st = solve_midpoint(J, dt, P0 + 0.5 * dt * T0, self.newton)
-        return State(R @ so3.exp(psi), so3.rotate(-psi, P0 + dt * T0)), aux, stats_of(st)
+        return State(R @ so3.exp(psi), so3.rotate(-psi, P0 + dt * T0)), aux, StepStats.from_solves(st)
 
 
 class LieMidE1(_AbstractLieMid):
     """LIEMID[E1]: free midpoint step, then the torque kick at the end of the step."""
 
     order: ClassVar[int] = 1
+    free_order: ClassVar[int] = 2
 
     def step(self, problem, t, state, aux, dt):
         J, R, P0 = problem.body.J, state.R, state.Pi
         psi, st = solve_midpoint(J, dt, P0, self.newton)
         R1 = R @ so3.exp(psi)
         Pi_free = so3.rotate(-psi, P0)
-        return State(R1, Pi_free + dt * body_torque(problem, t + dt, R1, Pi_free)), aux, stats_of(st)
+        return State(R1, Pi_free + dt * body_torque(problem, t + dt, R1, Pi_free)), aux, StepStats.from_solves(st)
 
 
 class LieMidE2(_AbstractLieMid):
     """LIEMID[E2]: the torque kick at the start of the step, then a free midpoint step."""
 
     order: ClassVar[int] = 1
+    free_order: ClassVar[int] = 2
 
     def step(self, problem, t, state, aux, dt):
         J, R, P0 = problem.body.J, state.R, state.Pi
         P = P0 + dt * body_torque(problem, t, R, P0)
         psi, st = solve_midpoint(J, dt, P, self.newton)
-        return State(R @ so3.exp(psi), so3.rotate(-psi, P)), aux, stats_of(st)
+        return State(R @ so3.exp(psi), so3.rotate(-psi, P)), aux, StepStats.from_solves(st)
 
 
 class LieMidEA(_AbstractLieMid):
     """LIEMID[EA]: half E2 + half E1, symmetric, one torque evaluation per step (cached)."""
 
     order: ClassVar[int] = 2
+    torque_evals: ClassVar[str] = "1 (cached)"
 
     def init(self, problem, t0, state0, dt):
         return body_torque(problem, t0, state0.R, state0.Pi)
@@ -154,4 +143,4 @@ class LieMidEA(_AbstractLieMid):
         R1 = R @ so3.exp(psi1) @ so3.exp(psi2)
         P = so3.rotate(-psi2, P)
         T1 = body_torque(problem, t + dt, R1, P)
-        return State(R1, P + h * T1), T1, stats_of(s1, s2)
+        return State(R1, P + h * T1), T1, StepStats.from_solves(s1, s2)

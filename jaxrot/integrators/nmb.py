@@ -16,13 +16,16 @@ import jax.numpy as jnp
 
 from .. import so3
 from ..newton import Newton
-from ..state import State
+from ..state import State, StepStats
+from ..torques import body_torque
 from ._base import AbstractIntegrator
-from .midpoint_lie import body_torque, stats_of
 
 
 class NMB(AbstractIntegrator):
     order: ClassVar[int] = 2
+    implicit: ClassVar[bool] = True
+    reference: ClassVar[str] = "Krysl-Endres explicit Newmark"
+    family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
     def init(self, problem, t0, state0, dt):
@@ -42,4 +45,4 @@ class NMB(AbstractIntegrator):
 
         A1, st = self.newton(residual, A0)
         Om1 = Om0 + 0.5 * dt * (A0 + A1)
-        return State(R1, J * Om1), A1, stats_of(st)
+        return State(R1, J * Om1), A1, StepStats.from_solves(st)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from .. import so3
 from ..state import State
 from ._base import AbstractWrapper
@@ -13,6 +15,8 @@ class Reorthonormalize(AbstractWrapper):
     The body momentum is re-expressed so the world momentum ``R Pi`` of the base step is kept:
     ``Pi <- R_new^T R_old Pi``. Projection keeps the base method's order.
     """
+
+    on_so3: ClassVar[bool] = True
 
     def step(self, problem, t, state, aux, dt):
         new, aux, st = self.base.step(problem, t, state, aux, dt)

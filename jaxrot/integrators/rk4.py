@@ -28,6 +28,10 @@ class RK4(AbstractIntegrator):
     """RK4 on ``(R, Pi)``; R is *not* kept orthogonal (see ``Reorthonormalize``)."""
 
     order: ClassVar[int] = 4
+    on_so3: ClassVar[bool] = False
+    torque_evals: ClassVar[str] = "4"
+    reference: ClassVar[str] = "Buss (2000) comparison baselines"
+    family: ClassVar[str] = "baseline"
 
     def step(self, problem, t, state, aux, dt):
         y = rk4_step(body_vector_field(problem), t, pack_body(state.R, state.Pi), dt)

@@ -26,11 +26,15 @@ from .. import so3
 from ..newton import Newton
 from ..state import State, StepStats
 from ._base import AbstractIntegrator
-from .midpoint_lie import stats_of
 
 
 class SimoWong(AbstractIntegrator):
     order: ClassVar[int] = 2
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|", "E")
+    implicit: ClassVar[bool] = True
+    torque_evals: ClassVar[str] = "1 per Newton iteration"
+    reference: ClassVar[str] = "Simo-Wong 1991 (port's algo C1)"
+    family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
     def step(self, problem, t, state, aux, dt):
@@ -49,11 +53,14 @@ class SimoWong(AbstractIntegrator):
 
         Om1, st = self.newton(residual, Om0)
         _, R1, Pi1 = end(Om1)
-        return State(R1, Pi1), aux, stats_of(st)
+        return State(R1, Pi1), aux, StepStats.from_solves(st)
 
 
 class SimoWongExplicit(AbstractIntegrator):
     order: ClassVar[int] = 2
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|")
+    reference: ClassVar[str] = "Simo-Wong explicit (port's algo C2)"
+    family: ClassVar[str] = "baseline"
 
     def init(self, problem, t0, state0, dt):
         # A_0 from Euler's equations (the port starts from the exact acceleration)

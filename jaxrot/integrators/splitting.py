@@ -24,8 +24,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..state import State, StepStats
-from ._base import AbstractIntegrator
-from .midpoint_lie import require_free
+from ._base import AbstractIntegrator, require_free
 
 _CBRT2 = 2.0 ** (1.0 / 3.0)
 _C1 = 1.0 / (2.0 - _CBRT2)
@@ -65,6 +64,11 @@ def strang(J, R, Pi, axes, h):
 
 
 class _AbstractSplit(AbstractIntegrator):
+    conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|")
+    torque: ClassVar[bool] = False
+    torque_evals: ClassVar[str] = "0 (free only)"
+    reference: ClassVar[str] = "McLachlan-Reich splitting (Buss's comparison); Yoshida 1990 for 4th order"
+    family: ClassVar[str] = "splitting"
     axes: tuple[int, int, int] = (2, 3, 1)
     #: Strang sub-steps per step, as fractions of the step
     fractions: ClassVar[tuple[float, ...]]
