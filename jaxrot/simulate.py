@@ -71,10 +71,15 @@ def _check_dt(dt):
         raise TypeError(f"dt must be a number, got {type(dt).__name__} {dt!r}")
     if _is_concrete(dt):
         d = np.asarray(dt)
-        if d.size != 1 and d.ndim != 0:
+        if d.ndim != 0:
             raise ValueError(f"dt must be a scalar, got shape {d.shape}")
         if not np.isfinite(d) or d <= 0:
             raise ValueError(f"dt must be finite and > 0, got {dt}")
+
+
+def _check_t0(t0):
+    if _is_concrete(t0) and (np.ndim(t0) != 0 or not np.isfinite(np.asarray(t0, np.float64))):
+        raise ValueError(f"t0 must be a finite scalar, got {t0!r}")
 
 
 def _check_state(state: State, batched: bool):
@@ -84,6 +89,8 @@ def _check_state(state: State, batched: bool):
         raise ValueError(f"state must have R of shape (..., 3, 3) and Pi (..., 3); got {R.shape}, {Pi.shape}")
     if not batched and lead:
         raise ValueError(f"simulate takes one body (R of shape (3, 3)); got {R.shape}: use simulate_batch")
+    if R.size == 0:
+        raise ValueError("empty batch: states0 has no bodies")
     if _is_concrete(R) and _is_concrete(Pi):
         with jax.ensure_compile_time_eval():  # concrete values inside someone's trace: evaluate now
             finite, err, det_min = (float(x) for x in _state_defects(R, Pi))  # one compiled pass
@@ -369,6 +376,7 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     if not isinstance(state0, State):
         raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
     _check_state(state0, batched)
+    _check_t0(t0)
     dtype = state0.R.dtype
     if state0.Pi.dtype != dtype:
         raise TypeError(f"state0.R is {dtype} but state0.Pi is {state0.Pi.dtype}; pass both in one dtype "
@@ -442,6 +450,7 @@ def simulate(
     given_method, given_problem = method, problem
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
     problem, state0, dt = _traced_checks(problem, state0, dt)
+    n_steps, save_every = int(n_steps), int(save_every)  # NumPy integers would be traced by filter_jit
     n_frames = n_steps // save_every
     carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
     if not progress:
@@ -546,7 +555,9 @@ def simulate_batch(
     given_method, given_problem = method, problems
     method = _resolve_method(method)
     _check_counts(n_steps, save_every)
+    n_steps, save_every = int(n_steps), int(save_every)
     _check_dt(dt)
+    _check_t0(t0)
     if states0 is None:
         J = problems.body.J
         if J.ndim != 2:
@@ -578,6 +589,8 @@ def simulate_batch(
         problems, states0, dt = _traced_checks(problems, states0, dt)
     problem_axis, _ = _batch_axes(problems, states0)
     devices = list(jax.local_devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("devices must be a non-empty list of JAX devices (default: all local devices)")
     batched = problems if states0 is None else states0
     pad = (-batch) % len(devices)
     if len(devices) > 1:

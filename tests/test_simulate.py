@@ -69,12 +69,31 @@ def test_grad_wrt_dt():
         (dict(n_steps=0), "n_steps must be >= 1"),
         (dict(n_steps=10, save_every=3), "multiple of save_every"),
         (dict(save_every=0), "save_every must be >= 1"),
+        (dict(dt=np.array([1e-3])), "dt must be a scalar"),
+        (dict(t0=float("nan")), "t0 must be a finite scalar"),
     ],
 )
 def test_bad_counts_and_dt(kwargs, match):
-    args = dict(dt=1e-3, n_steps=10, save_every=1) | kwargs
+    args = dict(dt=1e-3, n_steps=10, save_every=1, t0=0.0) | kwargs
     with pytest.raises(ValueError, match=match):
-        jaxrot.simulate("buss2p", problems.get("fast_top"), args["dt"], args["n_steps"], save_every=args["save_every"])
+        jaxrot.simulate("buss2p", problems.get("fast_top"), args["dt"], args["n_steps"], save_every=args["save_every"],
+                        t0=args["t0"])
+
+
+def test_numpy_integer_steps_work():
+    tr = jaxrot.simulate("buss2p", problems.get("fast_top"), 1e-3, np.int64(20), save_every=np.int64(10))
+    assert tr.states.R.shape[0] == 3
+
+
+def test_bad_batch_arguments():
+    p = problems.get("t_handle")
+    one = jax.tree_util.tree_map(lambda x: x[None], p.state0)
+    with pytest.raises(ValueError, match="non-empty list of JAX devices"):
+        jaxrot.simulate_batch("buss2p", p, 0.01, 10, states0=one, devices=[])
+    with pytest.raises(ValueError, match="empty batch"):
+        jaxrot.simulate_batch("buss2p", p, 0.01, 10, states0=jax.tree_util.tree_map(lambda x: x[:0], one))
+    with pytest.raises(ValueError, match="t0 must be a finite scalar"):
+        jaxrot.simulate_batch("buss2p", p, 0.01, 10, states0=one, t0=float("inf"))
 
 
 def test_bad_method_name():
