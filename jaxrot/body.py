@@ -68,10 +68,7 @@ class RigidBody(eqx.Module):
         m = np.broadcast_to(np.asarray(masses, dtype=np.float64), (len(X),))
         if np.any(m <= 0):
             raise ValueError("masses must be positive")
-        X = X - (m[:, None] * X).sum(0) / m.sum()
-        I = np.einsum("i,ij,ik->jk", m, X, X)
-        I = np.eye(3) * np.trace(I) - I
-        return cls.from_tensor(I)
+        return cls.from_tensor(point_inertia_tensor(X, m))
 
     def omega(self, Pi: jax.Array) -> jax.Array:
         """Body angular velocity ``Pi / J``."""
@@ -106,3 +103,12 @@ def validate_inertia(J, physical: bool = True) -> None:
             f"principal moments J={J} violate the triangle inequality J_i <= J_j + J_k; "
             "no mass distribution has these moments (RigidBody(J, physical=False) skips this check)"
         )
+
+
+def point_inertia_tensor(points, masses=1.0) -> np.ndarray:
+    """Inertia tensor of point masses about their centre of mass, ``sum m (|x|^2 1 - x x^T)``."""
+    X = np.asarray(points, dtype=np.float64)
+    m = np.broadcast_to(np.asarray(masses, dtype=np.float64), (len(X),))
+    X = X - (m[:, None] * X).sum(0) / m.sum()
+    S = np.einsum("i,ij,ik->jk", m, X, X)
+    return np.eye(3) * np.trace(S) - S

@@ -55,7 +55,7 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
         ["midpoint_lie"],
         "Body-frame updates `R ← R exp(Ψ̂)` from the core implicit equation `Ψ = τ J⁻¹ exp(−Ψ̂/2) P`, "
         "solved by Newton with a `jax.jacfwd` Jacobian (gradients by the implicit-function theorem); the "
-        "variants differ in where the torque impulse enters. Cost: Newton iterations (typically 2–4) of a "
+        "variants differ in where the torque impulse enters. Cost: Newton iterations (reported per step in `StepStats.newton_iters`) of a "
         "3×3 system per step and 0–1 torque evaluations per step (LIEMID[I]: one per iteration).",
         ["P. Krysl, \"Explicit momentum-conserving integrator for dynamics of rigid bodies approximating the "
          "midpoint Lie algorithm\", Int. J. Numer. Meth. Engng 63 (2005) 2171–2193."],

@@ -95,10 +95,9 @@ class SpringBook(eqx.Module):
     def rigid_body(self):
         """The rigid body of the same point masses (for an axis-aligned cuboid the principal axes
         are x, y, z, so the moments are returned in that order, unsorted)."""
-        from .body import RigidBody
+        from .body import RigidBody, point_inertia_tensor
 
-        X = np.asarray(self.X_rest) - np.asarray(self.X_rest).mean(0)
-        I = float(self.mass) * (np.eye(3) * np.sum(X * X) - X.T @ X)
+        I = point_inertia_tensor(np.asarray(self.X_rest), float(self.mass))
         return RigidBody(jnp.asarray(np.diag(I).copy()))
 
 
