@@ -100,6 +100,20 @@ def free_body_mz() -> Problem:
     )
 
 
+def free_body_hlw() -> Problem:
+    """Hairer-Lubich-Wanner's free body ("case A" of Hairer-Vilmart 2006 and Celledoni et al. 2008):
+    J = (2, 1, 2/3) (not physical: 2 > 1 + 2/3), Pi0 = (cos 1.1, 0, sin 1.1), R0 = identity."""
+    body = RigidBody(_as([2.0, 1.0, 2.0 / 3.0]), physical=False)
+    return Problem(
+        body,
+        FreeTorque(),
+        State(_as(np.eye(3)), _as([np.cos(1.1), 0.0, np.sin(1.1)])),
+        t_end=100.0,
+        name="free_body_hlw",
+        description="Hairer-Lubich-Wanner: J=(2,1,2/3), Pi0=(cos 1.1, 0, sin 1.1)",
+    )
+
+
 def _top(tilt: float, spin: float, t_end: float, name: str) -> Problem:
     body = RigidBody(_as([5.0, 5.0, 1.0]))
     return Problem(
@@ -178,6 +192,7 @@ PROBLEMS: dict[str, Callable[[], Problem]] = {
     "coulomb_wall_physical": lambda: coulomb_wall(-1.0),
     "t_handle": t_handle,
     "dancing_pole": dancing_pole,
+    "free_body_hlw": free_body_hlw,
 }
 
 

@@ -13,12 +13,15 @@ from .akw import AKW
 from .buss import Buss1, Buss2, Buss2Plus, Buss3, Buss3False, Buss4, buss_omega_derivatives
 from .abm import ABM
 from .adaptive import KANTOROVICH_X, AdaptiveKantorovich
-from .dmv import DMV
+from .compose import SCHEMES, Compose
+from .dmv import DMV, DMV4, DMV6, DMV8, DMV10
+from .exact_flow import ExactFree, ExactSplit
 from .energy_projection import EnergyProjection, project_energy
 from .euler import EulerQuat, EulerSVD, EulerSVDPrinted
 from .lie_taylor import LieTaylor, magnus_y, magnus_z
 from .reorthonormalize import Reorthonormalize
 from .rk4 import RK4
+from .rkmk import RKMK4
 from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
 from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
@@ -93,6 +96,8 @@ register("simo_wong", SimoWong, "energy-momentum, implicit")
 register("simo_wong_explicit", SimoWongExplicit, "explicit C2 variant")
 register("nmb", NMB, "Newmark gamma=1/2, beta=0 in the body frame (A solved implicitly)")
 register("dmv", DMV, "discrete Moser-Veselov")
+for _p, _cls in ((4, DMV4), (6, DMV6), (8, DMV8), (10, DMV10)):
+    register(f"dmv{_p}", _cls, f"Hairer-Vilmart: DMV with modified moments of inertia, order {_p}")
 register("midpoint_exp", MidpointExp, "implicit midpoint in exponential coordinates (= liemid)")
 register("trapezoid_object", TrapezoidObject, "object-space trapezoidal rule")
 register("trapezoid_world", TrapezoidWorld, "world-space trapezoidal rule")
@@ -117,6 +122,14 @@ register("euler_quat", EulerQuat, "forward Euler on the quaternion, normalised")
 register("midpoint_exp_adaptive", lambda: AdaptiveKantorovich(MidpointExp()),
          "implicit midpoint, Kantorovich-safe sub-steps (h|L|/J_min <= 0.8284)")
 
+register("rkmk4", RKMK4, "classical RK4 lifted to SO(3) (Munthe-Kaas), any torque")
+register("exact_free", ExactFree, "the exact free-body flow (elliptic functions)")
+register("exact_split", ExactSplit, "half kick, exact free flow, half kick (Strang)")
+for _base in ("liemid_ea", "exact_split"):
+    for _s, _tag in (("triple4", "tj4"), ("kahan_li6", "kl6"), ("kahan_li8", "kl8")):
+        register(f"{_base}_{_tag}", lambda _b=_base, _s=_s: Compose(REGISTRY[_b].factory(), _s),
+                 f"{_base} composed by {_s} (order {SCHEMES[_s][0]})")
+
 __all__ = [
     "AbstractIntegrator",
     "MethodInfo",
@@ -135,4 +148,5 @@ __all__ = [
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
     "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
+    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4",
 ]

@@ -31,6 +31,8 @@ class AbstractIntegrator(eqx.Module):
     torque: ClassVar[bool] = True
     #: keeps R on SO(3) to round-off
     on_so3: ClassVar[bool] = True
+    #: time-symmetric (Phi_{-h} = Phi_h^{-1}): a base for the compositions of ``Compose``
+    symmetric: ClassVar[bool] = False
     #: torque evaluations per step
     torque_evals: ClassVar[str] = "1"
     #: the paper

@@ -80,6 +80,8 @@ class _AbstractExponential(AbstractIntegrator):
 class MidpointExp(_AbstractExponential):
     """Implicit midpoint in exponential coordinates (the article's first method)."""
 
+    symmetric: ClassVar[bool] = True
+
     def residual(self, J, O, ell):
         return midpoint_residual(J, O, ell)
 

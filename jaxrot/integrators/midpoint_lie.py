@@ -54,6 +54,7 @@ class LieMid(_AbstractLieMid):
     """LIEMID: Krysl's midpoint-Lie algorithm for free motion (= Roblox's implicit midpoint)."""
 
     order: ClassVar[int] = 2
+    symmetric: ClassVar[bool] = True
     torque: ClassVar[bool] = False
     torque_evals: ClassVar[str] = "0 (free only)"
 
@@ -128,6 +129,7 @@ class LieMidEA(_AbstractLieMid):
     """LIEMID[EA]: half E2 + half E1, symmetric, one torque evaluation per step (cached)."""
 
     order: ClassVar[int] = 2
+    symmetric: ClassVar[bool] = True
     torque_evals: ClassVar[str] = "1 (cached)"
 
     def init(self, problem, t0, state0, dt):

@@ -88,6 +88,7 @@ class Split2(_AbstractSplit):
     """Second-order Strang splitting ``split2_abc`` (free rigid body only)."""
 
     order: ClassVar[int] = 2
+    symmetric: ClassVar[bool] = True
     fractions: ClassVar[tuple[float, ...]] = (1.0,)
 
 
