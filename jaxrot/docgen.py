@@ -84,6 +84,26 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
          "J. Moser, A. P. Veselov, \"Discrete versions of some classical integrable systems and factorization "
          "of matrix polynomials\", Commun. Math. Phys. 139 (1991) 217–243."],
     ),
+    "high-order": (
+        "High order: the exact free flow, Hairer–Vilmart's DMV, compositions, RKMK4",
+        ["exact_flow", "dmv", "compose", "rkmk"],
+        "For accuracy per second: the exact torque-free flow (`exact_free`; `jaxrot.exact.free_flow`) and "
+        "the Strang splitting around it for torques (`exact_split`), the discrete Moser–Veselov map with "
+        "Hairer–Vilmart's modified moments of inertia (orders 4–10, every invariant of DMV kept), "
+        "`Compose(base, scheme)` raising any symmetric second-order method to order 4, 6 or 8, and RKMK4, "
+        "classical RK4 on the rotation group for any torque. Registered compositions: `<base>_tj4` "
+        "(triple jump), `<base>_kl6`, `<base>_kl8` (Kahan–Li) for `liemid_ea` and `exact_split`.",
+        ["E. Celledoni, F. Fassò, N. Säfström, A. Zanna, \"The exact computation of the free rigid body motion "
+         "and its use in splitting methods\", SIAM J. Sci. Comput. 30 (2008) 2084–2112.",
+         "E. Hairer, G. Vilmart, \"Preprocessed discrete Moser–Veselov algorithm for the full dynamics of a "
+         "rigid body\", J. Phys. A 39 (2006) 13225–13235 (coefficients from the authors' DMV10.f).",
+         "H. Yoshida, Phys. Lett. A 150 (1990) 262; M. Suzuki, Phys. Lett. A 146 (1990) 319; "
+         "W. Kahan, R.-C. Li, Math. Comp. 66 (1997) 1089; R. I. McLachlan, SIAM J. Sci. Comput. 16 (1995) 151; "
+         "as tabulated in Hairer, Lubich, Wanner, Geometric Numerical Integration (2006), section V.3.",
+         "H. Munthe-Kaas, \"Runge–Kutta methods on Lie groups\", BIT 38 (1998) 92–111.",
+         "B. C. Carlson, \"Numerical computation of real or complex elliptic integrals\", Numer. Algorithms 10 "
+         "(1995) 13–26."],
+    ),
     "baseline": (
         "Classical baselines: Euler, quaternions, RK4, Adams–Bashforth–Moulton",
         ["euler", "rk4", "abm", "reorthonormalize"],

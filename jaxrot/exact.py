@@ -37,7 +37,12 @@ _AGM_ITERS = 40
 def ellipk(m):
     """Complete elliptic integral of the first kind ``K(m) = int_0^{pi/2} (1 - m sin^2)^{-1/2}``, ``m < 1``."""
     m = jnp.asarray(m)
-    a, b = jnp.ones_like(m), jnp.sqrt(1.0 - m)
+    return _ellipk_c(1.0 - m)
+
+
+def _ellipk_c(mc):
+    """K from the complementary parameter ``mc = 1 - m`` (accurate near the separatrix, mc -> 0)."""
+    a, b = jnp.ones_like(mc), jnp.sqrt(mc)
 
     def body(_, ab):
         a, b = ab
@@ -122,22 +127,30 @@ def _unwrap(theta):
 
 def ellipf(theta, m):
     """Incomplete elliptic integral of the first kind ``F(theta|m)`` for any real theta, m <= 1."""
+    return _ellipf_c(theta, 1.0 - jnp.asarray(m))
+
+
+def _ellipf_c(theta, mc):
     tr, k = _unwrap(theta)
     s, c = jnp.sin(tr), jnp.cos(tr)
-    part = s * carlson_rf(c * c, 1.0 - m * s * s, jnp.ones_like(s))
-    return part + jnp.where(k == 0, 0.0, 2.0 * k * ellipk(jnp.minimum(m, 1.0 - 1e-300)))
+    part = s * carlson_rf(c * c, c * c + mc * s * s, jnp.ones_like(s))  # 1 - m s^2 = c^2 + mc s^2
+    return part + jnp.where(k == 0, 0.0, 2.0 * k * _ellipk_c(jnp.maximum(mc, 1e-300)))
 
 
 def ellippi(n, theta, m):
     """Incomplete elliptic integral of the third kind
     ``Pi(n; theta|m) = int_0^theta dt / ((1 - n sin^2 t) sqrt(1 - m sin^2 t))``, n < 1, any real theta."""
+    return _ellippi_c(n, theta, 1.0 - jnp.asarray(m))
+
+
+def _ellippi_c(n, theta, mc):
     tr, k = _unwrap(theta)
     s, c = jnp.sin(tr), jnp.cos(tr)
     one = jnp.ones_like(s)
-    d2 = 1.0 - m * s * s
+    d2 = c * c + mc * s * s
     part = s * carlson_rf(c * c, d2, one) + n / 3.0 * s ** 3 * carlson_rj(c * c, d2, one, 1.0 - n * s * s)
-    mc = jnp.maximum(1.0 - m, 1e-300)  # the complete integral is only needed off the separatrix
-    full = carlson_rf(0.0 * one, mc, one) + n / 3.0 * carlson_rj(0.0 * one, mc, one, 1.0 - n)
+    mcs = jnp.maximum(mc, 1e-300)  # the complete integral is only needed off the separatrix
+    full = carlson_rf(0.0 * one, mcs, one) + n / 3.0 * carlson_rj(0.0 * one, mcs, one, 1.0 - n)
     return part + jnp.where(k == 0, 0.0, 2.0 * k * full)
 
 
@@ -147,9 +160,14 @@ def jacobi_am(u, m):
     Descending Landen/AGM (Abramowitz & Stegun 16.4) on u reduced to [-K, K]; on the separatrix
     (m = 1) ``am = gd(u) = atan(sinh u)``.
     """
-    sep = m >= 1.0
-    ms = jnp.where(sep, 0.5, m)  # a harmless value on the separatrix branch
-    K = ellipk(ms)
+    return _am_c(u, 1.0 - jnp.asarray(m))
+
+
+def _am_c(u, mc):
+    """am from the complementary parameter mc = 1 - m (no cancellation near the separatrix)."""
+    sep = mc <= 0.0
+    mcs = jnp.where(sep, 0.5, mc)  # a harmless value on the separatrix branch
+    K = _ellipk_c(mcs)
     k = jnp.round(u / (2.0 * K))
     ur = u - 2.0 * k * K
     n = _DUP_ITERS + 6  # the AGM converges in ~5 steps for 1 - m > 1e-16
@@ -158,7 +176,7 @@ def jacobi_am(u, m):
         a, b = ab
         return (0.5 * (a + b), jnp.sqrt(a * b)), (0.5 * (a - b), 0.5 * (a + b))
 
-    (a, _), (cs, As) = lax.scan(agm, (jnp.ones_like(ms), jnp.sqrt(1.0 - ms)), None, length=n)
+    (a, _), (cs, As) = lax.scan(agm, (jnp.ones_like(mcs), jnp.sqrt(mcs)), None, length=n)
 
     def back(phi, ca):
         c, a = ca
@@ -216,14 +234,16 @@ def free_flow(J, state0: State, t) -> State:
     # u = u0 + lam t; below the separatrix (I3 < I1) the labelled frame runs the other way round
     lam = jnp.sign(d31) * jnp.sqrt(jnp.maximum(d32 * lo / (I1 * I2 * I3), 0.0))
     lo_s = jnp.where(lo == 0, 1.0, lo)
-    m = jnp.clip((I2 - I1) * up / (d32 * lo_s), 0.0, 1.0)
+    # m = (I2 - I1) up / (d32 lo); its complement from the state directly, since near the
+    # separatrix 1 - m would lose every digit
+    mc = jnp.clip(d31 * (d32 * P3 * P3 / I3 - (I2 - I1) * P1 * P1 / I1) / (d32 * lo_s), 0.0, 1.0)
     nu = I3 * (I2 - I1) / (I1 * d32)
     sigma = jnp.where(P3 >= 0, 1.0, -1.0)
     th0 = jnp.arctan2(sigma * P2 * A1, P1 * A2)  # am(u0): sn = sigma P2/A2, cn = P1/A1
-    u0 = ellipf(th0, m)
-    th = jacobi_am(u0 + lam * t, m)
+    u0 = _ellipf_c(th0, mc)
+    th = _am_c(u0 + lam * t, mc)
     sn, cn = jnp.sin(th), jnp.cos(th)
-    Pi_t = jnp.stack([A1 * cn, sigma * A2 * sn, sigma * A3 * jnp.sqrt(1.0 - m * sn * sn)])
+    Pi_t = jnp.stack([A1 * cn, sigma * A2 * sn, sigma * A3 * jnp.sqrt(cn * cn + mc * sn * sn)])
     # psi' = sigma (2T/G + Omega_e)/(1 + c); see the module docstring for the decomposition
     a = A3 / G
     mu = jnp.where(A3 == 0, 0.0, A1 * A1 / jnp.where(A3 == 0, 1.0, A3 * A3))
@@ -236,7 +256,7 @@ def free_flow(J, state0: State, t) -> State:
     kappa = -A3 * d31 / (I1 * I3)
     lam_s = jnp.where(lam == 0, 1.0, lam)
     dpsi = (twoT / G * t + kappa / lam_s * (theta1(th) - theta1(th0) + a * mu * lam * t
-            - a * (1.0 + mu) * (ellippi(-nu, th, m) - ellippi(-nu, th0, m))))
+            - a * (1.0 + mu) * (_ellippi_c(-nu, th, mc) - _ellippi_c(-nu, th0, mc))))
     psi = sigma * jnp.where(sph, G / I1 * t, dpsi)
     e = jnp.array([0.0, 0.0, 1.0], state0.Pi.dtype) * sigma
 

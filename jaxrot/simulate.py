@@ -248,6 +248,9 @@ def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, 
         reason = jnp.where(first, r, reason)
         return ((new_state, aux, k, failed, reason, ref), _fold(acc, stats)), None
 
+    # rematerialised under reverse-mode AD: the backward pass keeps one carry per frame, not every
+    # step's residuals for the whole chunk (skipped frames included), at the cost of one re-run
+    @jax.checkpoint
     def frame(c):
         (c, acc), _ = lax.scan(inner, (c, _empty_stats()), None, length=save_every, unroll=min(unroll, save_every))
         return c, (c[0], t0 + c[2].astype(dt.dtype) * dt, acc)

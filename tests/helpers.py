@@ -8,6 +8,7 @@ their registered global order (none so far); ``SKIP`` names generic tests a meth
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from jaxrot.integrators import REGISTRY
 
@@ -33,8 +34,21 @@ SKIP: dict[str, set[str]] = {n: {"order_torqued"} for n, i in REGISTRY.items() i
 # so float32 differs from float64 by 2.2e-4 after 100 steps, just over the generic 2e-4;
 # tests/test_energy_projection.py checks EP in float32 on a regular problem.
 SKIP["buss1_ep"] = {"float32"}
+# exact_split_kl8 near the T-handle's separatrix in float32: 17 exact-flow stages per step (some
+# backwards), each with float32 round-off amplified ~1e2 by the flow's sensitivity there, differ from
+# float64 by 1.9e-3 after 100 steps; tests/test_exact.py checks the exact flow in float32.
+SKIP["exact_split_kl8"] = {"float32"}
+# compositions differentiate through the same exact flow and lax.scan of stages as exact_split_kl8
+# (tested); their gradient compiles cost ~20 s each
+for _n in ("exact_split_tj4", "exact_split_kl6"):
+    SKIP[_n] = {"gradients"}
 # ABM's order-4 regime starts at smaller steps than the generic sweep (3.4 there, 3.9 below)
-STEP_SCALE: dict[str, int] = {"abm": 4}
+STEP_SCALE: dict[str, int] = {"abm": 4, "dmv8": 3}
+# the exact flow and the splittings built on it are exact without torque: no free-body order to
+# observe (tests/test_exact.py checks them against the published codes' values instead)
+for _n, _i in REGISTRY.items():
+    if (_i.free_order or _i.order) == math.inf:
+        SKIP.setdefault(_n, set()).add("order_free")
 
 # Splittings come in 6 orderings x (2nd, 4th) x (plain, EP) that differ only by a permutation of the
 # axes: the generic tests (compile-bound, ~10 s per method) take the 2-3-1 family and split2_123_ep;

@@ -58,3 +58,102 @@ def test_dancing_pole_precession_kept_by_midpoint_lost_by_euler():
     assert a["midpoint_exp"][0] > 80  # L nearly perpendicular to the rod: a wide precession cone
     assert abs(a["midpoint_exp"][-1] - a["midpoint_exp"][0]) < 1e-6  # kept (pi_z and |Pi| exact)
     assert a["euler_svd"][-1] < 0.5 * a["euler_svd"][0]  # Euler collapses it (measured 85.7 -> 29 deg)
+
+
+# --- the exact flow -----------------------------------------------------------------------------------
+
+def _golden_external():
+    import json
+    import pathlib
+
+    return json.loads((pathlib.Path(__file__).parent / "data" / "golden_external.json").read_text())
+
+
+@pytest.mark.parametrize("t", [1, 5, 10, 100])
+def test_free_flow_matches_calgo_903(t):
+    """Celledoni-Fasso-Safstrom-Zanna's FRB_STEP (CALGO 903), case A, one step from 0 to t."""
+    g = _golden_external()[f"exact_caseA_t{t}"]
+    s = exact.free_flow(np.array(g["J"]), jaxrot.State(np.array(g["R0"]), np.array(g["Pi0"])), g["t"])
+    assert np.abs(np.asarray(s.R) - np.array(g["R"])).max() <= 1e-12
+    assert np.abs(np.asarray(s.Pi) - np.array(g["Pi"])).max() <= 1e-12
+
+
+def test_free_flow_matches_the_reference_on_the_mz_body_over_100():
+    p = problems.get("free_body_mz")
+    ref = reference.reference_solution(p, 100.0).final
+    s = exact.free_flow(p.body.J, p.state0, 100.0)
+    assert np.abs(np.asarray(s.R - ref.R)).max() <= 1e-12
+    assert np.abs(np.asarray(s.Pi - ref.Pi)).max() <= 1e-12
+
+
+def _bodies():
+    rng = np.random.default_rng(3)
+    out = []
+    for _ in range(6):  # random bodies, attitudes and momenta: both sides of the separatrix
+        out.append((rng.uniform(0.5, 2.0, 3), rng.normal(size=3), rng.normal(size=3)))
+    out += [([1.0, 1.0, 2.0], [0.3, -0.2, 0.1], [0.3, 0.5, -0.8]),  # symmetric (oblate, prolate)
+            ([2.0, 1.0, 1.0], [0.3, -0.2, 0.1], [0.3, 0.5, -0.8]),
+            ([1.5, 1.5, 1.5], [0.3, -0.2, 0.1], [0.3, 0.5, -0.8]),  # a sphere
+            ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [1.0, 0.0, np.sqrt(3.0)]),  # on the separatrix (m = 1)
+            ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [0.0, 0.0, -2.0])]  # a steady spin (m = 0)
+    return out
+
+
+@pytest.mark.parametrize("J,rv,Pi0", _bodies())
+def test_free_flow_matches_the_reference(J, rv, Pi0):
+    body = jaxrot.RigidBody(np.asarray(J, float), physical=False)
+    s0 = jaxrot.State(jaxrot.so3.exp(np.asarray(rv, float)), np.asarray(Pi0, float))
+    p = jaxrot.Problem(body, problems.get("free_body_mz").torque, s0, 10.0)
+    ref = reference.reference_solution(p, 10.0).final
+    s = jax.jit(exact.free_flow)(body.J, s0, 10.0)
+    assert np.abs(np.asarray(s.R - ref.R)).max() <= 1e-11
+    assert np.abs(np.asarray(s.Pi - ref.Pi)).max() <= 1e-11
+
+
+def test_free_flow_gradients_match_finite_differences():
+    p = problems.get("free_body_mz")
+    w = np.arange(9.0).reshape(3, 3)
+
+    def f(J, Pi0, t):
+        s = exact.free_flow(J, jaxrot.State(p.state0.R, Pi0), t)
+        return np.sum(s.R * w) + s.Pi @ np.array([1.0, -2.0, 3.0])
+
+    args = [np.asarray(p.body.J), np.asarray(p.state0.Pi), np.asarray(7.3)]
+    grads = jax.grad(f, argnums=(0, 1, 2))(*args)
+    for k, g in enumerate(grads):
+        fd = []
+        for i in range(args[k].size):
+            e = np.zeros(args[k].size)
+            e[i] = 1e-6
+            up = [a if j != k else a + e.reshape(a.shape) for j, a in enumerate(args)]
+            dn = [a if j != k else a - e.reshape(a.shape) for j, a in enumerate(args)]
+            fd.append((float(f(*up)) - float(f(*dn))) / 2e-6)
+        np.testing.assert_allclose(np.ravel(g), fd, rtol=1e-6, atol=1e-7)
+
+
+def test_free_flow_float32_and_vmap():
+    p = problems.get("free_body_mz")
+    ts = np.linspace(0.0, 20.0, 9)
+    s64 = jax.vmap(lambda t: exact.free_flow(p.body.J, p.state0, t))(ts)
+    s32 = jax.vmap(lambda t: exact.free_flow(jaxrot.cast(p.body.J, np.float32), jaxrot.cast(p.state0, np.float32), t)
+                   )(ts.astype(np.float32))
+    assert s32.R.dtype == np.float32
+    assert np.abs(np.asarray(s32.R) - np.asarray(s64.R)).max() <= 2e-5
+    np.testing.assert_allclose(np.asarray(s64.R[0]), np.asarray(p.state0.R), atol=1e-15)
+
+
+@pytest.mark.parametrize("x,y,z,p", [(0.3, 1.0, 0.7, 0.4), (0.0, 0.5, 1.0, 2.0), (1e-3, 1.0, 2.0, 1e-2)])
+def test_carlson_integrals_against_scipy(x, y, z, p):
+    from scipy.special import elliprf, elliprj
+
+    assert float(exact.carlson_rf(x, y, z)) == pytest.approx(elliprf(x, y, z), rel=1e-14)
+    assert float(exact.carlson_rj(x, y, z, p)) == pytest.approx(elliprj(x, y, z, p), rel=1e-13)
+
+
+@pytest.mark.parametrize("u,m", [(0.3, 0.5), (5.0, 0.9), (-7.0, 0.99), (3.0, 1 - 1e-12), (2.0, 1.0)])
+def test_jacobi_amplitude_and_elliptic_f_against_scipy(u, m):
+    from scipy.special import ellipj, ellipkinc
+
+    am = float(exact.jacobi_am(u, m))
+    assert am == pytest.approx(ellipj(u, m)[3], abs=1e-13)
+    assert float(exact.ellipf(am, m)) == pytest.approx(ellipkinc(am, m), rel=1e-13)

@@ -21,7 +21,13 @@ def _ref(name, T):
 
 def _steps(order):
     # step counts in the asymptotic range and above round-off for each order
-    return {1: [80, 160, 320, 640], 2: [40, 80, 160, 320], 3: [40, 80, 160, 320]}.get(order, [20, 40, 80, 160])
+    return {1: [80, 160, 320, 640], 2: [40, 80, 160, 320], 3: [40, 80, 160, 320], 6: [5, 10, 20, 40],
+            8: [3, 4, 6, 8], 10: [7, 9, 12, 16]}.get(order, [20, 40, 80, 160])
+
+
+def _tol(order):
+    # orders 6-10 reach round-off within a factor 8 in step size: a short, pre-asymptotic sweep
+    return 0.15 if order <= 4 else 0.3
 
 
 @pytest.mark.parametrize("name", TORQUE_NAMES)
@@ -29,7 +35,7 @@ def test_order_torqued(name):
     c = case(name)
     ns = [n * STEP_SCALE.get(name, 1) for n in _steps(c.order)]
     r = analysis.convergence_study(name, problems.get("buss_torqued"), 2.0, ns, _ref("buss_torqued", 2.0))
-    assert abs(r["order"] - c.order) <= 0.15, r
+    assert abs(r["order"] - c.order) <= _tol(c.order), r
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -40,7 +46,7 @@ def test_order_free_body(name):
     ns = [n * 2 * STEP_SCALE.get(name, 1) for n in _steps(c.order_free)]
     r = analysis.convergence_study(name, problems.get("free_body_mz"), 10.0, ns,
                                    _ref("free_body_mz", 10.0))
-    assert abs(r["order"] - c.order_free) <= 0.15, r
+    assert abs(r["order"] - c.order_free) <= _tol(c.order_free), r
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,0 +1,63 @@
+"""The high-order methods against the published codes and on the heavy top (their order and
+invariants are in the generic tests of tests/test_integrators.py)."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import analysis, problems, reference
+from jaxrot.integrators import Compose
+
+GOLDEN = json.loads((pathlib.Path(__file__).parent / "data" / "golden_external.json").read_text())
+
+
+@pytest.mark.parametrize("order", [2, 4, 6, 8, 10])
+def test_dmv_matches_hairer_vilmart_fortran(order):
+    """50 steps of h = 0.1 on case A, against DMV10.f's subroutines DMV2 ... DMV10."""
+    g = GOLDEN[f"dmv{order}_caseA"]
+    p = problems.get("free_body_hlw")
+    np.testing.assert_allclose(np.asarray(p.body.J), g["J"], rtol=1e-16)
+    np.testing.assert_allclose(np.asarray(p.state0.Pi), g["Pi0"], rtol=1e-16)
+    fin = jaxrot.simulate("dmv" if order == 2 else f"dmv{order}", p, g["h"], g["n_steps"]).final
+    assert np.abs(np.asarray(fin.R) - np.array(g["R"])).max() <= 1e-12
+    assert np.abs(np.asarray(fin.Pi) - np.array(g["Pi"])).max() <= 1e-12
+
+
+@pytest.mark.parametrize("name,order,ns", [("exact_split", 2, [40, 80, 160, 320]),
+                                           ("exact_split_tj4", 4, [20, 40, 80, 160]),
+                                           ("exact_split_kl6", 6, [5, 10, 20, 40])])
+def test_exact_splitting_orders_on_the_heavy_top(name, order, ns):
+    p = problems.get("fast_top")
+    ref = reference.reference_solution(p, 1.0).final
+    r = analysis.convergence_study(name, p, 1.0, ns, ref)
+    assert abs(r["order"] - order) <= 0.3, r
+
+
+def test_exact_free_is_exact_at_any_step():
+    p = problems.get("free_body_hlw")
+    g = GOLDEN["exact_caseA_t100"]
+    for n in (1, 7, 1000):
+        fin = jaxrot.simulate("exact_free", p, 100.0 / n, n).final
+        assert np.abs(np.asarray(fin.R) - np.array(g["R"])).max() <= 1e-12 * max(1, n / 100)
+
+
+def test_compose_refuses_a_non_symmetric_or_high_order_base():
+    with pytest.raises(ValueError, match="symmetric second-order"):
+        Compose(jaxrot.get("buss2p"), "triple4")
+    with pytest.raises(ValueError, match="symmetric second-order"):
+        Compose(jaxrot.get("dmv4"), "triple4")
+    with pytest.raises(ValueError, match="unknown composition scheme"):
+        Compose(jaxrot.get("liemid"), "nope")
+
+
+@pytest.mark.parametrize("scheme,order", [("suzuki4", 4), ("yoshida6", 6), ("mclachlan8", 8)])
+def test_unregistered_schemes_reach_their_order(scheme, order):
+    """The schemes not registered under a name (split2 as the base: explicit, torque-free part exact)."""
+    p = problems.get("free_body_mz")
+    ref = reference.reference_solution(p, 10.0).final
+    ns = {4: [20, 40, 80, 160], 6: [10, 20, 40, 80], 8: [12, 16, 24, 32]}[order]
+    r = analysis.convergence_study(Compose(jaxrot.get("split2_231"), scheme), p, 10.0, ns, ref)
+    assert abs(r["order"] - order) <= 0.3, r
