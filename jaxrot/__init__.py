@@ -4,6 +4,7 @@ The public API (plotting lives in :mod:`jaxrot.plotting` and is never imported h
 """
 
 from . import analysis, flow, integrators, problems, reference, so3, torques
+from .adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive
 from .body import RigidBody
 from .integrators import REGISTRY, get
 from .problems import Problem
@@ -23,6 +24,9 @@ __all__ = [
     "RigidBody",
     "REGISTRY",
     "get",
+    "simulate_adaptive",
+    "AdaptiveTrajectory",
+    "PAIRS",
     "Problem",
     "SimulationError",
     "RESULTS",
