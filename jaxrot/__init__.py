@@ -3,9 +3,10 @@
 The public API (plotting lives in :mod:`jaxrot.plotting` and is never imported here).
 """
 
-from . import analysis, flow, integrators, problems, reference, so3, torques
+from . import analysis, exact, flow, integrators, problems, reference, so3, torques
 from .adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive
 from .body import RigidBody
+from .compiled import CompiledRun, compile
 from .integrators import REGISTRY, get
 from .problems import Problem
 from .simulate import RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch, stack_problems
@@ -15,6 +16,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "analysis",
+    "exact",
     "flow",
     "integrators",
     "problems",
@@ -25,6 +27,8 @@ __all__ = [
     "REGISTRY",
     "get",
     "simulate_adaptive",
+    "compile",
+    "CompiledRun",
     "AdaptiveTrajectory",
     "PAIRS",
     "Problem",

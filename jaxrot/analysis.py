@@ -241,3 +241,46 @@ def body_axis_momentum_angle(states: State, axis: int) -> jax.Array:
     """
     Pi = states.Pi
     return jnp.arccos(jnp.clip(jnp.abs(Pi[..., axis]) / jnp.linalg.norm(Pi, axis=-1), 0.0, 1.0))
+
+
+def smallest_passing_count(passes, n_start: int = 4, n_max: int = 1 << 20, rel: float = 0.05):
+    """The smallest step count (to a relative resolution ``rel``) for which ``passes(n)`` is True:
+    double from ``n_start`` until it passes (``None`` past ``n_max``), then bisect geometrically
+    between the last failing and the first passing count. Returns ``(N, evaluations)``, where
+    ``evaluations`` maps every tried count to its ``passes`` result."""
+    tried: dict[int, bool] = {}
+
+    def ok(n):
+        if n not in tried:
+            tried[n] = bool(passes(n))
+        return tried[n]
+
+    n = max(1, int(n_start))
+    while not ok(n):
+        if n >= n_max:
+            return None, tried
+        n = min(2 * n, n_max)
+    lo, hi = n // 2, n
+    if lo < max(1, int(n_start)):
+        return hi, tried
+    while hi > lo * (1 + rel) and hi - lo > 1:
+        mid = int(round(np.sqrt(lo * hi)))
+        mid = min(max(mid, lo + 1), hi - 1)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi, tried
+
+
+def loosest_passing_tolerance(passes, start: float, factor: float = 10 ** -0.5, tries: int = 12):
+    """The loosest of ``start, start*factor, start*factor^2, ...`` for which ``passes(tol)`` is True
+    (``None`` after ``tries`` failures). Returns ``(tol, evaluations)``."""
+    tried = {}
+    tol = float(start)
+    for _ in range(tries):
+        tried[tol] = bool(passes(tol))
+        if tried[tol]:
+            return tol, tried
+        tol *= factor
+    return None, tried

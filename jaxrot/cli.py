@@ -18,7 +18,8 @@ EXPERIMENTS = {
     "krysl": "jaxrot.experiments.krysl",
     "roblox": "jaxrot.experiments.roblox",
 }
-BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss", "throughput": "jaxrot.experiments.bench_throughput"}
+BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss", "throughput": "jaxrot.experiments.bench_throughput",
+              "precision": "jaxrot.experiments.bench_precision"}
 
 
 def _list(args) -> int:

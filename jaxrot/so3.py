@@ -171,11 +171,13 @@ def log(R: jax.Array) -> jax.Array:
 
 
 def rotation_angle(R1: jax.Array, R2: jax.Array) -> jax.Array:
-    """Angle (radians, in [0, pi]) of the rotation ``R1 @ R2.T`` between two attitudes."""
+    """Angle (radians, in [0, pi]) of the rotation ``R1 @ R2.T`` between two attitudes (NaN if either
+    holds a NaN or inf: a diverged run must never read as a perfect one)."""
     v = log(R1 @ R2.T)
     a2 = jnp.dot(v, v)
     safe = jnp.where(a2 > 0, a2, 1.0)
-    return jnp.where(a2 > 0, jnp.sqrt(safe), 0.0)
+    angle = jnp.where(a2 > 0, jnp.sqrt(safe), 0.0)
+    return jnp.where(jnp.all(jnp.isfinite(R1)) & jnp.all(jnp.isfinite(R2)), angle, jnp.nan)
 
 
 @jax.custom_jvp

@@ -38,6 +38,19 @@ def test_throughput_bench_quick(tmp_path):
     assert (tmp_path / "bench_throughput.png").stat().st_size > 0
 
 
+def test_precision_bench_quick(tmp_path):
+    """Every row reached its target (the search found a setting whose measured error is below it),
+    and diffrax, a dev dependency, was measured beside jaxrot."""
+    from jaxrot.experiments import bench_precision
+
+    res = bench_precision.main(quick=True, out_dir=tmp_path)
+    rows = [r for r in res["rows"] if r["us"] is not None]
+    assert len(rows) == len(res["rows"]) >= 6
+    assert all(r["err"] <= r["target"] and r["us"] > 0 for r in rows)
+    assert any(r["method"].startswith("diffrax") for r in rows) and res["summary"]
+    assert (tmp_path / "bench_precision.png").stat().st_size > 0
+
+
 def test_numpy_baseline_is_the_same_update():
     # the benchmark compares like with like: the NumPy step equals jaxrot's step
     import jax.numpy as jnp

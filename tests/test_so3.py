@@ -186,3 +186,10 @@ def test_vmap_batches():
     Rs = jax.vmap(so3.exp)(vs)
     for v, R in zip(vs, Rs):
         np.testing.assert_allclose(R, so3.exp(v), atol=1e-15)
+
+
+def test_rotation_angle_of_a_diverged_attitude_is_nan():
+    """A NaN attitude (a failed run) must not read as zero error (log's small-angle branch would)."""
+    bad = jnp.full((3, 3), jnp.nan)
+    assert np.isnan(float(so3.rotation_angle(bad, jnp.eye(3))))
+    assert np.isnan(float(so3.rotation_angle(jnp.eye(3), bad.at[0, 0].set(jnp.inf))))
