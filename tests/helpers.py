@@ -39,8 +39,9 @@ SKIP["buss1_ep"] = {"float32"}
 # float64 by 1.9e-3 after 100 steps; tests/test_exact.py checks the exact flow in float32.
 SKIP["exact_split_kl8"] = {"float32"}
 # compositions differentiate through the same exact flow and lax.scan of stages as exact_split_kl8
-# (tested); their gradient compiles cost ~20 s each
-for _n in ("exact_split_tj4", "exact_split_kl6"):
+# (tested), exact_free/exact_split through the flow whose gradients tests/test_exact.py checks
+# against finite differences; each gradient compile costs ~20 s
+for _n in ("exact_split_tj4", "exact_split_kl6", "exact_free", "exact_split"):
     SKIP[_n] = {"gradients"}
 # ABM's order-4 regime starts at smaller steps than the generic sweep (3.4 there, 3.9 below)
 STEP_SCALE: dict[str, int] = {"abm": 4, "dmv8": 3}

@@ -120,6 +120,7 @@ def test_free_flow_gradients_match_finite_differences():
 
     args = [np.asarray(p.body.J), np.asarray(p.state0.Pi), np.asarray(7.3)]
     grads = jax.grad(f, argnums=(0, 1, 2))(*args)
+    f = jax.jit(f)  # the finite differences: 14 evaluations of one compiled function
     for k, g in enumerate(grads):
         fd = []
         for i in range(args[k].size):
