@@ -58,6 +58,11 @@ REPRESENTATIVE_ONLY = {n for n in REGISTRY if n.startswith("split") and "_231" n
 # Kantorovich sub-stepping runs a data-dependent while_loop: forward-mode AD only (tests/test_maps.py)
 SKIP["midpoint_exp_adaptive"] = {"gradients"}
 
+# High-order variants whose generic tests (~25 s of compilation each) repeat a sibling's code path:
+# dmv6/dmv8 (dmv4 and dmv10 enrolled), liemid_ea_kl6 (tj4 and kl8 enrolled), exact_split_tj4/kl6
+# (kl8 enrolled). Their orders and golden values are checked in tests/test_high_order.py.
+REPRESENTATIVE_ONLY |= {"dmv6", "dmv8", "liemid_ea_kl6", "exact_split_tj4", "exact_split_kl6"}
+
 CASES = [
     Case(n, i.order, i.free_order or i.order, i.conserves, i.torque, i.on_so3) for n, i in sorted(REGISTRY.items())
 ]

@@ -45,7 +45,7 @@ def test_precision_bench_quick(tmp_path):
 
     res = bench_precision.main(quick=True, out_dir=tmp_path)
     rows = [r for r in res["rows"] if r["us"] is not None]
-    assert len(rows) == len(res["rows"]) >= 6
+    assert len(rows) == len(res["rows"]) >= 3
     assert all(r["err"] <= r["target"] and r["us"] > 0 for r in rows)
     assert any(r["method"].startswith("diffrax") for r in rows) and res["summary"]
     assert (tmp_path / "bench_precision.png").stat().st_size > 0

@@ -62,3 +62,12 @@ def test_unregistered_schemes_reach_their_order(scheme, order):
     ns = {4: [20, 40, 80, 160], 6: [10, 20, 40, 80], 8: [12, 16, 24, 32]}[order]
     r = analysis.convergence_study(Compose(jaxrot.get("split2_231"), scheme), p, 10.0, ns, ref)
     assert abs(r["order"] - order) <= 0.3, r
+
+
+@pytest.mark.parametrize("name,order,ns", [("dmv6", 6, [10, 20, 40, 80]), ("dmv8", 8, [36, 48, 72, 96]),
+                                           ("liemid_ea_kl6", 6, [10, 20, 40, 80])])
+def test_orders_of_the_representative_only_variants(name, order, ns):
+    """The variants left out of the generic tests (tests/helpers.py): their free-body order."""
+    p = problems.get("free_body_mz")
+    r = analysis.convergence_study(name, p, 10.0, ns, reference.reference_solution(p, 10.0).final)
+    assert abs(r["order"] - order) <= 0.3, r
