@@ -37,11 +37,12 @@ def test_orders_on_the_heavy_top(name, order, ns):
     assert abs(r["order"] - order) <= 0.3, r
 
 
-def test_exact_free_is_exact_at_any_step():
+@pytest.mark.parametrize("name", ["exact_free", "exact_split", "exact_split_kl8"])
+def test_exact_methods_are_exact_without_torque_at_any_step(name):
     p = problems.get("free_body_hlw")
     g = GOLDEN["exact_caseA_t100"]
     for n in (1, 7, 1000):
-        fin = jaxrot.simulate("exact_free", p, 100.0 / n, n).final
+        fin = jaxrot.simulate(name, p, 100.0 / n, n).final
         assert np.abs(np.asarray(fin.R) - np.array(g["R"])).max() <= 1e-12 * max(1, n / 100)
 
 

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..state import StepStats
-from ._base import AbstractIntegrator, AbstractWrapper
+from ._base import AbstractWrapper
 
 
 def _symmetric(half):
@@ -82,9 +82,9 @@ class Compose(AbstractWrapper):
     def __check_init__(self):
         if self.scheme not in SCHEMES:
             raise ValueError(f"unknown composition scheme {self.scheme!r}; known: {', '.join(SCHEMES)}")
-        if not getattr(self.base, "symmetric", False) or self.base.order != 2:
+        if not self.base.symmetric or self.base.order != 2:
             raise ValueError(f"Compose needs a symmetric second-order base method; {type(self.base).__name__} "
-                             f"has order {self.base.order} and symmetric={getattr(self.base, 'symmetric', False)}")
+                             f"has order {self.base.order} and symmetric={self.base.symmetric}")
 
     order = property(lambda self: SCHEMES[self.scheme][0])
     # where the base is exact without torque (exact_split) the composition is too
@@ -108,7 +108,3 @@ class Compose(AbstractWrapper):
                                                 (gammas, offsets))
         return state, aux, StepStats(newton_iters=it, converged=ok, clamped=zero, substeps=sub)
 
-
-def is_symmetric(method: AbstractIntegrator) -> bool:
-    """Whether ``method`` declares itself symmetric (time-reversible: Phi_{-h} = Phi_h^{-1})."""
-    return bool(getattr(method, "symmetric", False))
