@@ -90,17 +90,19 @@ def _cost_per_body_step(method, p, states) -> dict:
     return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
 
 
-def main(quick: bool = False, out_dir=None) -> dict:
+def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True) -> dict:
+    """``batches`` overrides the batch sizes; ``baselines=False`` skips NumPy and C (a GPU run,
+    where the host baselines would measure the host, not the device)."""
     out = setup(out_dir, quick)
     p = problems.get("t_handle")
     J = np.asarray(p.body.J)
     rng = np.random.default_rng(0)
-    batches = [1000] if quick else [1, 1000, 10_000, 100_000, 1_000_000]
+    batches = batches or ([1000] if quick else [1, 1000, 10_000, 100_000, 1_000_000])
     budget = 2e6 if quick else 2e7  # body-steps per timed call
     res: dict = {"device": str(jax.devices()[0]), "quick": quick, "rows": [], "methods": [], "notes": []}
     with tempfile.TemporaryDirectory() as tmp:
-        libs = compile_c(pathlib.Path(tmp))
-        if not libs:
+        libs = compile_c(pathlib.Path(tmp)) if baselines else {}
+        if baselines and not libs:
             res["notes"].append("no working C compiler: the C columns are skipped")
         for B in batches:
             n = int(max(100, min(200_000, budget // B)))  # >= 100 steps: per-call costs (checks, copies) amortised
@@ -119,6 +121,10 @@ def main(quick: bool = False, out_dir=None) -> dict:
                     row[f"jaxrot {tag} {label}"] = B * n / t
                     row[f"compile s {tag} {label}"] = max(first - t, 0.0)
             _, R0, L0 = _bodies(B, jnp.float64, np.random.default_rng(0))
+            if not baselines:
+                res["rows"].append(row)
+                print(row, flush=True)
+                continue
             n_np = max(1, min(n, int(2e5 / B) + 1))
 
             def np_run(R0=R0, L0=L0, n_np=n_np):
