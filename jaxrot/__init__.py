@@ -10,6 +10,7 @@ from .compiled import CompiledRun, compile
 from .integrators import REGISTRY, get
 from .problems import Problem
 from .simulate import RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch, stack_problems
+from .sharding import gather
 from .state import State, StepStats, Trajectory, load
 
 __version__ = "0.1.0"
@@ -26,6 +27,7 @@ __all__ = [
     "RigidBody",
     "REGISTRY",
     "get",
+    "gather",
     "simulate_adaptive",
     "compile",
     "CompiledRun",

@@ -2,7 +2,8 @@
 
 Every map flattens its grid, evaluates a ``vmap``-ed function in fixed-size chunks (so a 1024x1024
 grid fits in memory and compiles once: the last chunk is padded) and, with several local devices,
-shards each chunk over them (``jax.sharding``; results identical to one device).
+shards each chunk over them (``jax.sharding``; results identical to one device), across processes
+too under ``jax.distributed`` (every process passes the whole grid and gets the whole map).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from .integrators.exponential import midpoint_residual, trapezoid_object_residual, trapezoid_world_residual
-from .simulate import _shard
+from .sharding import default_devices, gather, shard
 
 #: one-step rules of the Roblox article: residual builders ``(J, O, ell) -> F(v)``
 RULES = {
@@ -50,7 +51,7 @@ def grid_map(fn: Callable, *grids, grid_shape=None, chunk: int = 65536, devices=
     if chunk < 1:
         raise ValueError(f"chunk must be positive, got {chunk}")
     flat = [a.reshape((n,) + a.shape[len(shape):]) for a in arrays]
-    devices = list(jax.local_devices() if devices is None else devices)
+    devices = default_devices(devices)
     size = min(chunk, n)
     size += (-size) % len(devices)
     f = jax.jit(jax.vmap(fn))
@@ -60,11 +61,12 @@ def grid_map(fn: Callable, *grids, grid_shape=None, chunk: int = 65536, devices=
         m = part[0].shape[0]
         if m < size:  # pad to the compiled size
             part = [np.concatenate([x, np.repeat(x[-1:], size - m, axis=0)]) for x in part]
-        part = [jnp.asarray(x) for x in part]
-        if len(devices) > 1:
-            part = _shard(part, devices, 0)
+        if len(devices) == 1:
+            part = [jnp.asarray(x) for x in part]
+        else:
+            part = shard(part, devices, 0)
         res = f(*part)
-        outs.append(jax.tree_util.tree_map(lambda r: np.asarray(r)[:m], res))
+        outs.append(jax.tree_util.tree_map(lambda r: r[:m], gather(res)))
     return jax.tree_util.tree_map(lambda *rs: np.concatenate(rs).reshape(shape + rs[0].shape[1:]), *outs)
 
 
@@ -127,7 +129,7 @@ def energy_change_map(method, body, Ls, *, t_total: float = 1.0, n_steps: int = 
     where a step's solve failed (never silently dropped)."""
     from . import integrators
     from .problems import Problem
-    from .simulate import _final_state_jit
+    from .simulate import run_steps
     from .state import State
     from .torques import FreeTorque
 
@@ -135,15 +137,14 @@ def energy_change_map(method, body, Ls, *, t_total: float = 1.0, n_steps: int = 
         method = integrators.get(method)
     if not t_total > 0 or n_steps < 1:
         raise ValueError(f"need t_total > 0 and n_steps >= 1, got {t_total}, {n_steps}")
-    J = jnp.asarray(body.J)
 
     def one(L):
         s0 = State(jnp.eye(3, dtype=L.dtype), L)
         p = Problem(body, FreeTorque(), s0, t_total)
         dt = jnp.asarray(t_total / n_steps, L.dtype)
-        s, failed = _final_state_jit(method, p, s0, dt, jnp.zeros((), L.dtype), jnp.asarray(n_steps, jnp.int32))
-        E0 = 0.5 * jnp.sum(L * L / J)
-        rel = (0.5 * jnp.sum(s.Pi * s.Pi / J) - E0) / jnp.where(E0 > 0, E0, 1.0)  # L = 0: no energy, 0 change
+        s, failed = run_steps(method, p, s0, dt, jnp.zeros((), L.dtype), jnp.asarray(n_steps, jnp.int32))
+        E0 = body.kinetic_energy(L)
+        rel = (body.kinetic_energy(s.Pi) - E0) / jnp.where(E0 > 0, E0, 1.0)  # L = 0: no energy, 0 change
         return jnp.where(failed < 0, rel, jnp.nan)  # NaN: a solve failed
 
     Ls = np.asarray(Ls)

@@ -23,6 +23,7 @@ from .body import validate_inertia
 from .integrators import AbstractIntegrator
 from .integrators import get as _get_method
 from .problems import Problem
+from .sharding import default_devices, gather, is_multiprocess, shard
 from .state import State, StepStats, Trajectory
 
 
@@ -336,12 +337,12 @@ def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory
         return traj
     failed = traj.failed_step
     if _is_concrete(failed):
-        f = np.asarray(failed)
+        f = gather(failed)  # every process sees every body's flag (a collective under jax.distributed)
         if np.any(f >= 0):
             idx = np.argwhere(f >= 0)[0]
             step = int(f[tuple(idx)])
             body = tuple(int(i) for i in idx) if f.ndim else None
-            reason = RESULTS(int(np.asarray(traj.result)[tuple(idx)])) if traj.result is not None \
+            reason = RESULTS(int(gather(traj.result)[tuple(idx)])) if traj.result is not None \
                 else RESULTS.solve_failed
             n_bad = int(np.sum(f >= 0))
             raise SimulationError(
@@ -568,8 +569,10 @@ def simulate_batch(
 
     Either ``states0`` is a :class:`State` with a leading batch axis (all bodies share ``problems``),
     or ``problems`` is a stacked problem (:func:`stack_problems`) and ``states0`` is None. The batch
-    is split over all local devices (or ``devices``) with ``jax.sharding``; results are identical
-    to a single-device run. Returns a :class:`Trajectory` whose leaves have a leading batch axis.
+    is split over all devices (or ``devices``) with ``jax.sharding``; results are identical to a
+    single-device run. Returns a :class:`Trajectory` whose leaves have a leading batch axis.
+    Under ``jax.distributed`` (several processes) every process calls it with the whole batch, each
+    computes its devices' shards, and :func:`jaxrot.gather` collects the result on every process.
 
     ``block_size``: on one CPU device the batch runs in blocks of this many bodies (``lax.map``
     over blocks, each scanned over all its steps), so a block's data stay in cache: ``"auto"``
@@ -612,13 +615,14 @@ def simulate_batch(
     else:
         problems, states0, dt = _traced_checks(problems, states0, dt)
     problem_axis, _ = _batch_axes(problems, states0)
-    devices = list(jax.local_devices() if devices is None else devices)
-    if not devices:
-        raise ValueError("devices must be a non-empty list of JAX devices (default: all local devices)")
+    devices = default_devices(devices)
     batched = problems if states0 is None else states0
     pad = (-batch) % len(devices)
+    if is_multiprocess(devices) and not all(_is_concrete(x) for x in jax.tree_util.tree_leaves(batched)):
+        raise ValueError("under jax.distributed simulate_batch takes concrete (not traced) initial states: "
+                         "every process passes the whole batch")
     if len(devices) > 1:
-        batched = _shard(batched, devices, pad)
+        batched = shard(batched, devices, pad)
     block = _auto_block(block_size, batch + pad, devices)
     if states0 is None:
         traj = _batch_run(method, batched, None, dt, t0, n_steps // save_every, save_every, problem_axis, unroll,
@@ -632,23 +636,9 @@ def simulate_batch(
     return _raise_or_flag(traj, throw, "batched simulation: ")
 
 
-def _shard(tree, devices, pad):
-    """Pad the leading axis to a multiple of the device count and shard it over a 1-D mesh."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    mesh = Mesh(np.asarray(devices), ("batch",))
-
-    def put(x):
-        if not isinstance(x, jax.Array) or x.ndim == 0:
-            return x
-        if pad:
-            x = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)], axis=0)
-        return jax.device_put(x, NamedSharding(mesh, PartitionSpec("batch")))
-
-    return jax.tree_util.tree_map(put, tree)
-
-
-def _final_state_loop(method, problem, state0, dt, t0, n_steps):
+def run_steps(method, problem, state0, dt, t0, n_steps):
+    """The unchecked step loop: ``(state after n_steps, first failed step or -1)``, ``n_steps`` may
+    be traced. For use inside one's own ``jit``/``vmap`` (the maps do); callers validate inputs."""
     def body(k, c):
         state, aux, failed = c
         t = t0 + k.astype(dt.dtype) * dt
@@ -662,12 +652,12 @@ def _final_state_loop(method, problem, state0, dt, t0, n_steps):
     return state, failed
 
 
-_final_state_jit = eqx.filter_jit(_final_state_loop)
+_final_state_jit = eqx.filter_jit(run_steps)
 
 
 @eqx.filter_jit
 def _final_state_batch_jit(method, problem, states0, dt, t0, n_steps):
-    return jax.vmap(lambda s: _final_state_loop(method, problem, s, dt, t0, n_steps))(states0)
+    return jax.vmap(lambda s: run_steps(method, problem, s, dt, t0, n_steps))(states0)
 
 
 def final_state(method, problem: Problem, dt, n_steps: int, *, state0: State | None = None, t0=0.0,
