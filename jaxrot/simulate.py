@@ -512,26 +512,12 @@ def _auto_block(block, batch: int, devices) -> int | None:
     return int(block)
 
 
-@eqx.filter_jit
-def _batch_run(method, problem, state0, dt, t0, n_frames, save_every, problem_axis, unroll, block=None,
-               monitor=None):
-    def one(p, s):
-        if s is None:
-            s = p.state0
-        carry = _init_carry(method, p, s, dt, t0, monitor)
-        carry, (states, ts, stats) = _run_frames(method, p, carry, dt, t0, n_frames, save_every, unroll, monitor)
-        return _assemble(s, t0, states, ts, stats, carry[3], carry[4])
-
-    def run(batched):
-        if problem_axis is None:
-            return jax.vmap(lambda s: one(problem, s))(batched)
-        return jax.vmap(lambda p: one(p, None))(batched)
-
-    batched = state0 if problem_axis is None else problem
+def _blocked(fn, block, *trees):
+    """``fn(*trees)`` for trees with a leading batch axis, run as ``lax.map`` over blocks of
+    ``block`` bodies (the last block padded by repeating the last body; padding dropped)."""
     if block is None:
-        return run(batched)
-    # cache blocking: lax.map over blocks, each block vmapped and scanned over all its steps
-    arrays, static = eqx.partition(batched, eqx.is_array)
+        return fn(*trees)
+    arrays, static = eqx.partition(trees, eqx.is_array)
     B = jax.tree_util.tree_leaves(arrays)[0].shape[0]
     nb = -(-B // block)
 
@@ -539,8 +525,59 @@ def _batch_run(method, problem, state0, dt, t0, n_frames, save_every, problem_ax
         x = jnp.concatenate([x, jnp.repeat(x[-1:], nb * block - B, axis=0)], axis=0)
         return x.reshape((nb, block) + x.shape[1:])
 
-    out = lax.map(lambda a: run(eqx.combine(a, static)), jax.tree_util.tree_map(split, arrays))
+    out = lax.map(lambda a: fn(*eqx.combine(a, static)), jax.tree_util.tree_map(split, arrays))
     return jax.tree_util.tree_map(lambda x: x.reshape((nb * block,) + x.shape[2:])[:B], out)
+
+
+@eqx.filter_jit
+def _batch_init(method, problem, state0, dt, t0, problem_axis, monitor=None):
+    """The initial carry of every body (vmapped :func:`_init_carry`)."""
+    if problem_axis is None:
+        return jax.vmap(lambda s: _init_carry(method, problem, s, dt, t0, monitor))(state0)
+    return jax.vmap(lambda p: _init_carry(method, p, p.state0, dt, t0, monitor))(problem)
+
+
+@eqx.filter_jit
+def _batch_chunk(method, problem, carry, dt, t0, n_valid, n_frames, save_every, problem_axis, unroll, block=None,
+                 monitor=None):
+    """``n_frames`` frames of every body (frames from ``n_valid`` on skipped), cache-blocked when
+    ``block`` is set. The compiled program depends on ``n_frames`` (fixed per batch size), not on
+    the run's length."""
+
+    def one(p, c):
+        return _run_frames(method, p, c, dt, t0, n_frames, save_every, unroll, monitor, n_valid)
+
+    if problem_axis is None:
+        return _blocked(lambda c: jax.vmap(lambda c1: one(problem, c1))(c), block, carry)
+    return _blocked(lambda p, c: jax.vmap(one)(p, c), block, problem, carry)
+
+
+#: saved-frame memory of one compiled chunk of a batch: a chunk holds as many frames (a power of
+#: two, at most :data:`FRAMES_PER_CHUNK`) as fit, so 10^6 bodies run one frame per chunk
+BATCH_CHUNK_BYTES = 1 << 22
+
+
+def _batch_frames_per_chunk(batch: int, itemsize: int) -> int:
+    per_frame = batch * 16 * itemsize  # R (9), Pi (3), t and the frame's stats
+    f = int(max(1, min(FRAMES_PER_CHUNK, BATCH_CHUNK_BYTES // per_frame)))
+    return 1 << (f.bit_length() - 1)
+
+
+def _batch_frames(method, problem, state0, dt, t0, n_frames, save_every, problem_axis, unroll, block, monitor):
+    """Every frame of every body, in chunks of a length fixed by the batch size: a new ``n_steps``
+    reuses the compiled chunk."""
+    carry = _batch_init(method, problem, state0, dt, t0, problem_axis, monitor)
+    batched = state0 if problem_axis is None else problem
+    B = jax.tree_util.tree_leaves(eqx.filter(batched, eqx.is_array))[0].shape[0]
+    F = _batch_frames_per_chunk(B, jnp.dtype(dt.dtype).itemsize)
+    parts = []
+    for start in range(0, n_frames, F):
+        nv = min(F, n_frames - start)
+        carry, part = _batch_chunk(method, problem, carry, dt, t0, jnp.asarray(nv, jnp.int32), F, save_every,
+                                   problem_axis, unroll, block, monitor)
+        parts.append(part if nv == F else jax.tree_util.tree_map(lambda x, nv=nv: x[:, :nv], part))
+    out = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
+    return carry, out
 
 
 def stack_problems(problems: list[Problem]) -> Problem:
@@ -625,11 +662,15 @@ def simulate_batch(
         batched = shard(batched, devices, pad)
     block = _auto_block(block_size, batch + pad, devices)
     if states0 is None:
-        traj = _batch_run(method, batched, None, dt, t0, n_steps // save_every, save_every, problem_axis, unroll,
-                          block, monitor)
-    else:
-        traj = _batch_run(method, problems, batched, dt, t0, n_steps // save_every, save_every, problem_axis, unroll,
-                          block, monitor)
+        problems = batched
+    carry, (states, ts, stats) = _batch_frames(method, problems, None if states0 is None else batched, dt, t0,
+                                               n_steps // save_every, save_every, problem_axis, unroll, block,
+                                               monitor)
+    s0 = problems.state0 if states0 is None else batched
+    traj = Trajectory(ts=jnp.concatenate([jnp.broadcast_to(t0, ts.shape[:1] + (1,)), ts], axis=1),
+                      states=State(jnp.concatenate([s0.R[:, None], states.R], axis=1),
+                                   jnp.concatenate([s0.Pi[:, None], states.Pi], axis=1)),
+                      stats=stats, failed_step=carry[3], result=carry[4])
     if pad:
         traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
     traj = _provenance(traj, given_method, given_problem, dt, n_steps, save_every, batch=batch)

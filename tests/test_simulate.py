@@ -229,3 +229,27 @@ def test_new_step_count_or_span_does_not_recompile_the_run():
     assert not heavy, heavy
     np.testing.assert_allclose(np.asarray(b.states.R[:238]), np.asarray(a.states.R), atol=0, rtol=0)
     assert b.states.R.shape[0] == 2052 and a.ts[-1] == pytest.approx(2.37)
+
+
+def test_batch_new_step_count_or_span_does_not_recompile():
+    """simulate_batch runs chunks of a length fixed by the batch size: a new n_steps or t_end
+    reuses the compiled chunk."""
+    from jax import monitoring
+
+    compiled = []
+    monitoring.register_event_duration_secs_listener(
+        lambda name, dur, **kw: compiled.append(kw.get("fun_name", "")) if name.endswith("backend_compile_duration")
+        else None)
+    p = problems.get("slow_top")
+    s = jax.tree_util.tree_map(lambda x: jnp.stack([x, 1.1 * x]) if x.ndim == 1 else jnp.stack([x, x]), p.state0)
+    jaxrot.simulate_batch("buss2p", p, 1e-3, 100, states0=s, save_every=10)
+    assert any("_batch_chunk" in f for f in compiled)
+    compiled.clear()
+    a = jaxrot.simulate_batch("buss2p", p, 1e-3, 2370, states0=s, save_every=10)
+    q = jaxrot.Problem(p.body, p.torque, p.state0, 55.0, "other", "another span")
+    b = jaxrot.simulate_batch("buss2p", q, 1e-3, 10_270, states0=s, save_every=10)  # two chunks, another span
+    heavy = [f for f in compiled if "_batch_chunk" in f or "_batch_init" in f]
+    assert not heavy, heavy
+    assert a.states.R.shape == (2, 238, 3, 3) and b.states.R.shape == (2, 1028, 3, 3)
+    np.testing.assert_allclose(np.asarray(b.states.R[:, :238]), np.asarray(a.states.R), atol=0, rtol=0)
+    np.testing.assert_allclose(np.asarray(b.ts[:, -1]), 10.27, rtol=1e-12)
