@@ -8,7 +8,7 @@ from .adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive
 from .body import RigidBody
 from .compiled import CompiledRun, compile
 from .integrators import REGISTRY, get
-from .problems import Problem
+from .problems import Problem, System
 from .simulate import RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch, stack_problems
 from .sharding import gather
 from .state import State, StepStats, Trajectory, load
@@ -27,6 +27,7 @@ __all__ = [
     "RigidBody",
     "REGISTRY",
     "get",
+    "System",
     "gather",
     "simulate_adaptive",
     "compile",

@@ -20,8 +20,19 @@ from .torques import (
 )
 
 
+class System(eqx.Module):
+    """The physics an integrator sees: a body and the torque acting on it (``method.step`` reads
+    nothing else). The scenario (initial state, span, names) is the :class:`Problem`'s; the driver
+    compiles against the system alone, so a new span or name never recompiles, and another kind of
+    system (say, several bodies) is one new type of this shape."""
+
+    body: RigidBody
+    torque: AbstractTorque
+
+
 class Problem(eqx.Module):
-    """A body, a torque model, an initial state and the document's time span."""
+    """A scenario: a :class:`System` (body, torque model), an initial state, the document's time
+    span and names."""
 
     body: RigidBody
     torque: AbstractTorque
@@ -29,6 +40,11 @@ class Problem(eqx.Module):
     t_end: float = eqx.field(static=True)
     name: str = eqx.field(static=True, default="custom")
     description: str = eqx.field(static=True, default="")
+
+    @property
+    def system(self) -> System:
+        """The physics alone (what integrators see)."""
+        return System(self.body, self.torque)
 
     def with_state(self, state0: State) -> "Problem":
         """The same problem from another initial state."""

@@ -8,7 +8,9 @@ non-finite is recorded in ``Trajectory.failed_step`` and, with ``throw=True``, r
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 import math
 import sys
 import time as _time
@@ -22,7 +24,7 @@ from jax import lax
 from .body import validate_inertia
 from .integrators import AbstractIntegrator
 from .integrators import get as _get_method
-from .problems import Problem
+from .problems import Problem, System
 from .sharding import default_devices, gather, is_multiprocess, shard
 from .state import State, StepStats, Trajectory
 
@@ -93,8 +95,10 @@ def _check_state(state: State, batched: bool):
     if R.size == 0:
         raise ValueError("empty batch: states0 has no bodies")
     if _is_concrete(R) and _is_concrete(Pi):
+        if _checked_before(R, Pi):
+            return
         with jax.ensure_compile_time_eval():  # concrete values inside someone's trace: evaluate now
-            finite, err, det_min = (float(x) for x in _state_defects(R, Pi))  # one compiled pass
+            finite, err, det_min = np.asarray(_state_defects(R, Pi)).tolist()  # one compiled pass, one transfer
         if not finite:
             raise ValueError("initial state contains NaN or inf")
         tol = 1e-5 if R.dtype == jnp.float32 else 1e-8
@@ -105,6 +109,24 @@ def _check_state(state: State, batched: bool):
             )
         if det_min <= 0:
             raise ValueError("initial attitude R has det <= 0: it is a reflection, not a rotation")
+        _remember_checked(R, Pi)
+
+
+#: the last initial states that passed the value checks (JAX arrays are immutable, so a state seen
+#: before needs no new pass: a loop of calls from one state pays the check once)
+_CHECKED: list = []
+
+
+def _checked_before(R, Pi) -> bool:
+    return any(r() is R and p() is Pi for r, p in _CHECKED)
+
+
+def _remember_checked(R, Pi):
+    if isinstance(R, jax.Array) and isinstance(Pi, jax.Array):  # NumPy arrays are mutable: never cached
+        import weakref
+
+        _CHECKED.insert(0, (weakref.ref(R), weakref.ref(Pi)))
+        del _CHECKED[8:]
 
 
 @jax.jit
@@ -299,18 +321,28 @@ def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll,
 
 
 def _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor, report=None):
-    """All frames in chunks of :data:`FRAMES_PER_CHUNK` (one compiled program for any count)."""
-    parts = []
+    """All frames in chunks of :data:`FRAMES_PER_CHUNK` (one compiled program for any count):
+    ``(carry, chunk outputs, valid frames of each)``; :func:`_join` cuts and joins them."""
+    parts, nvs = [], []
     for start in range(0, n_frames, FRAMES_PER_CHUNK):
         nv = min(FRAMES_PER_CHUNK, n_frames - start)
         carry, part = _simulate_chunk(method, problem, carry, dt, t0, jnp.asarray(nv, jnp.int32), save_every, unroll,
                                       monitor)
-        parts.append(part if nv == FRAMES_PER_CHUNK else jax.tree_util.tree_map(lambda x, nv=nv: x[:nv], part))
+        parts.append(part)
+        nvs.append(nv)
         if report is not None:
             jax.block_until_ready(part)
             report(start + nv)
-    out = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
-    return carry, out
+    return carry, tuple(parts), tuple(nvs)
+
+
+@functools.partial(jax.jit, static_argnames="nvs")
+def _join(state0, t0, parts, nvs, failed, reason):
+    """The trajectory from the chunks' outputs: valid frames cut, joined, the initial frame
+    prepended — one dispatch (a tiny program per distinct ``nvs``) instead of dozens of eager ops."""
+    out = jax.tree_util.tree_map(lambda *xs: jnp.concatenate([x[:nv] for x, nv in zip(xs, nvs)], axis=0), *parts)
+    states, ts, stats = out
+    return _assemble(state0, t0, states, ts, stats, failed, reason)
 
 
 def _init_carry(method, problem, state0, dt, t0, monitor=None):
@@ -360,15 +392,25 @@ def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory
 
 def _provenance(traj: Trajectory, method, problem: Problem, dt, n_steps, save_every, **extra) -> Trajectory:
     """Record how ``traj`` was made (strings; a traced dt is recorded as such)."""
+    name = method if isinstance(method, str) else type(method).__name__
+    if isinstance(dt, (int, float)):
+        d = float(dt)
+    else:
+        d = np.asarray(dt).reshape(())[()] if _is_concrete(dt) and np.size(dt) == 1 else "traced"  # shortest repr
+    return dataclasses.replace(traj, provenance=_provenance_items(
+        name, problem.name or "(unnamed)", str(d), n_steps, save_every, str(traj.states.R.dtype),
+        tuple(sorted(extra.items()))))
+
+
+@functools.lru_cache(maxsize=256)
+def _provenance_items(method, problem, dt, n_steps, save_every, dtype, extra) -> tuple:
     import jaxlib
 
     from . import __version__
 
-    name = method if isinstance(method, str) else type(method).__name__
-    d = np.asarray(dt).reshape(())[()] if _is_concrete(dt) and np.size(dt) == 1 else "traced"  # shortest repr
-    return traj.with_provenance(method=name, problem=problem.name or "(unnamed)", dt=d, n_steps=n_steps,
-                                save_every=save_every, dtype=traj.states.R.dtype, jaxrot=__version__,
-                                jax=jax.__version__, jaxlib=jaxlib.__version__, **extra)
+    info = dict(method=method, problem=problem, dt=dt, n_steps=n_steps, save_every=save_every, dtype=dtype,
+                jaxrot=__version__, jax=jax.__version__, jaxlib=jaxlib.__version__, **dict(extra))
+    return tuple(sorted((k, str(v)) for k, v in info.items()))
 
 
 def cast(tree, dtype):
@@ -385,12 +427,10 @@ def cast(tree, dtype):
     return jax.tree_util.tree_map(one, tree)
 
 
-def _physics(problem: Problem) -> Problem:
-    """The problem without its scenario labels (span, name, description): static fields of the
-    compiled signature, so keeping them would recompile for every new span."""
-    if problem.t_end == 0.0 and not problem.name and not problem.description:
-        return problem
-    return Problem(problem.body, problem.torque, problem.state0, 0.0, "", "")
+def _physics(problem: Problem) -> System:
+    """What the compiled run sees: the problem's :class:`~jaxrot.problems.System` (its scenario —
+    span, names, initial state — stays out of the compiled signature)."""
+    return problem.system
 
 
 def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
@@ -471,27 +511,20 @@ def simulate(
 
         traj = simulate("buss2p", jaxrot.problems.get("fast_top"), 1e-3, 1000, save_every=10)
     """
-    given_method, given_problem = method, problem
+    given_method, given_problem, given_dt = method, problem, dt
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
     problem, state0, dt = _traced_checks(problem, state0, dt)
     n_steps, save_every = int(n_steps), int(save_every)  # NumPy integers would be traced by filter_jit
     n_frames = n_steps // save_every
     carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
     if not progress:
-        carry, (states, ts, stats) = _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
+        carry, parts, nvs = _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
     else:
-        carry, (states, ts, stats) = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every,
-                                                        unroll, n_steps, monitor)
-    traj = _assemble(state0, t0, states, ts, stats, carry[3], carry[4])
-    traj = _provenance(traj, given_method, given_problem, dt, n_steps, save_every)
+        carry, parts, nvs = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps,
+                                               monitor)
+    traj = _join(state0, t0, parts, nvs, carry[3], carry[4])
+    traj = _provenance(traj, given_method, given_problem, given_dt, n_steps, save_every)
     return _raise_or_flag(traj, throw)
-
-
-def _batch_axes(problem: Problem, state0: State | None):
-    """vmap axes: the problem's array leaves are batched iff state0 is None (stacked problems)."""
-    if state0 is None:
-        return 0, None
-    return None, 0
 
 
 #: bodies per block on CPU: a block's state and intermediates stay in cache across its whole time
@@ -532,9 +565,7 @@ def _blocked(fn, block, *trees):
 @eqx.filter_jit
 def _batch_init(method, problem, state0, dt, t0, problem_axis, monitor=None):
     """The initial carry of every body (vmapped :func:`_init_carry`)."""
-    if problem_axis is None:
-        return jax.vmap(lambda s: _init_carry(method, problem, s, dt, t0, monitor))(state0)
-    return jax.vmap(lambda p: _init_carry(method, p, p.state0, dt, t0, monitor))(problem)
+    return jax.vmap(lambda p, s: _init_carry(method, p, s, dt, t0, monitor), in_axes=(problem_axis, 0))(problem, state0)
 
 
 @eqx.filter_jit
@@ -567,8 +598,7 @@ def _batch_frames(method, problem, state0, dt, t0, n_frames, save_every, problem
     """Every frame of every body, in chunks of a length fixed by the batch size: a new ``n_steps``
     reuses the compiled chunk."""
     carry = _batch_init(method, problem, state0, dt, t0, problem_axis, monitor)
-    batched = state0 if problem_axis is None else problem
-    B = jax.tree_util.tree_leaves(eqx.filter(batched, eqx.is_array))[0].shape[0]
+    B = state0.R.shape[0]
     F = _batch_frames_per_chunk(B, jnp.dtype(dt.dtype).itemsize)
     parts = []
     for start in range(0, n_frames, F):
@@ -617,59 +647,32 @@ def simulate_batch(
     devices; ``None`` never blocks. Results are identical to the unblocked run.
     """
     given_method, given_problem = method, problems
-    method = _resolve_method(method)
-    _check_counts(n_steps, save_every)
+    stacked = states0 is None
+    if stacked and isinstance(problems, Problem) and jnp.ndim(problems.body.J) != 2:
+        raise ValueError("without states0, problems must be stacked (leading batch axis): use stack_problems")
+    if not stacked and isinstance(states0, State) and jnp.ndim(states0.R) != 3:
+        raise ValueError(f"states0 must have one leading batch axis, got R of shape {jnp.shape(states0.R)}")
+    # the one input check (shared with simulate and final_state)
+    method, states0, dt, t0, system = _prepare(method, problems, states0, dt, t0, n_steps, save_every, True)
     n_steps, save_every = int(n_steps), int(save_every)
-    _check_dt(dt)
-    _check_t0(t0)
-    if states0 is None:
-        J = problems.body.J
-        if J.ndim != 2:
-            raise ValueError("without states0, problems must be stacked (leading batch axis): use stack_problems")
-        if _is_concrete(J):
-            validate_inertia(J, problems.body.physical)
-        _check_state(problems.state0, batched=True)
-        batch = J.shape[0]
-        dtype = problems.state0.R.dtype
-    else:
-        _check_problem(problems)
-        _check_state(states0, batched=True)
-        if states0.R.ndim != 3:
-            raise ValueError(f"states0 must have one leading batch axis, got R of shape {states0.R.shape}")
-        batch = states0.R.shape[0]
-        dtype = states0.R.dtype
-    _check_capability(method, problems)
-    if batch == 0:
-        raise ValueError("empty batch")
-    dt = jnp.asarray(dt, dtype)
-    t0 = jnp.asarray(t0, dtype)
-    problems = cast(_physics(problems), dtype)
-    if states0 is not None:
-        states0 = cast(states0, dtype)
-    if states0 is None:
-        problems, s0, dt = _traced_checks(problems, problems.state0, dt)
-        problems = eqx.tree_at(lambda p: p.state0, problems, s0)
-    else:
-        problems, states0, dt = _traced_checks(problems, states0, dt)
-    problem_axis, _ = _batch_axes(problems, states0)
+    batch = states0.R.shape[0]
+    system, states0, dt = _traced_checks(system, states0, dt)
+    problem_axis = 0 if stacked else None  # the system's array leaves are batched with the states
     devices = default_devices(devices)
-    batched = problems if states0 is None else states0
+    batched = (system, states0) if stacked else states0
     pad = (-batch) % len(devices)
     if is_multiprocess(devices) and not all(_is_concrete(x) for x in jax.tree_util.tree_leaves(batched)):
         raise ValueError("under jax.distributed simulate_batch takes concrete (not traced) initial states: "
                          "every process passes the whole batch")
     if len(devices) > 1:
         batched = shard(batched, devices, pad)
+    system, states0 = batched if stacked else (system, batched)
     block = _auto_block(block_size, batch + pad, devices)
-    if states0 is None:
-        problems = batched
-    carry, (states, ts, stats) = _batch_frames(method, problems, None if states0 is None else batched, dt, t0,
-                                               n_steps // save_every, save_every, problem_axis, unroll, block,
-                                               monitor)
-    s0 = problems.state0 if states0 is None else batched
+    carry, (states, ts, stats) = _batch_frames(method, system, states0, dt, t0, n_steps // save_every, save_every,
+                                               problem_axis, unroll, block, monitor)
     traj = Trajectory(ts=jnp.concatenate([jnp.broadcast_to(t0, ts.shape[:1] + (1,)), ts], axis=1),
-                      states=State(jnp.concatenate([s0.R[:, None], states.R], axis=1),
-                                   jnp.concatenate([s0.Pi[:, None], states.Pi], axis=1)),
+                      states=State(jnp.concatenate([states0.R[:, None], states.R], axis=1),
+                                   jnp.concatenate([states0.Pi[:, None], states.Pi], axis=1)),
                       stats=stats, failed_step=carry[3], result=carry[4])
     if pad:
         traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
