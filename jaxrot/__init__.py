@@ -9,7 +9,8 @@ from .body import RigidBody
 from .compiled import CompiledRun, compile
 from .integrators import REGISTRY, get
 from .problems import Problem, System
-from .simulate import RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch, stack_problems
+from .simulate import (RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch,
+                       simulation_errors, stack_problems)
 from .sharding import gather
 from .state import State, StepStats, Trajectory, load
 
@@ -30,6 +31,7 @@ __all__ = [
     "System",
     "gather",
     "simulate_adaptive",
+    "simulation_errors",
     "compile",
     "CompiledRun",
     "AdaptiveTrajectory",

@@ -8,11 +8,13 @@ non-finite is recorded in ``Trajectory.failed_step`` and, with ``throw=True``, r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
 import math
 import sys
+import threading
 import time as _time
 
 import equinox as eqx
@@ -364,30 +366,74 @@ def _assemble(state0, t0, states, ts, stats, failed, reason):
     return Trajectory(ts=ts, states=State(R, Pi), stats=stats, failed_step=failed, result=reason)
 
 
-def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory:
-    if not throw:
-        return traj
-    failed = traj.failed_step
-    if _is_concrete(failed):
-        f = gather(failed)  # every process sees every body's flag (a collective under jax.distributed)
-        if np.any(f >= 0):
-            idx = np.argwhere(f >= 0)[0]
-            step = int(f[tuple(idx)])
-            body = tuple(int(i) for i in idx) if f.ndim else None
-            reason = RESULTS(int(gather(traj.result)[tuple(idx)])) if traj.result is not None \
-                else RESULTS.solve_failed
-            n_bad = int(np.sum(f >= 0))
-            raise SimulationError(
-                f"{where}step {step}{f' (body {body}' + (f', and {n_bad - 1} more' if n_bad > 1 else '') + ')' if body else ''}"
-                f" failed: {_REASON_TEXT[reason]} ({reason.name}). Reduce dt, use a safeguarded method "
-                "(e.g. AdaptiveKantorovich), or pass throw=False to get the flags.",
-                step=step, body=body, reason=reason,
-            )
-        return traj
-    states = eqx.error_if(
-        traj.states, jnp.any(failed >= 0), "a step's solve did not converge or the state became non-finite"
+def _failure(f: np.ndarray, result, where: str) -> SimulationError | None:
+    """The :class:`SimulationError` for per-body first-failed steps ``f`` (-1: none), or None."""
+    if not np.any(f >= 0):
+        return None
+    idx = np.argwhere(f >= 0)[0]
+    step = int(f[tuple(idx)])
+    body = tuple(int(i) for i in idx) if f.ndim else None
+    reason = RESULTS(int(np.asarray(result)[tuple(idx)])) if result is not None else RESULTS.solve_failed
+    n_bad = int(np.sum(f >= 0))
+    return SimulationError(
+        f"{where}step {step}{f' (body {body}' + (f', and {n_bad - 1} more' if n_bad > 1 else '') + ')' if body else ''}"
+        f" failed: {_REASON_TEXT[reason]} ({reason.name}). Reduce dt, use a safeguarded method "
+        "(e.g. AdaptiveKantorovich), or pass throw=False to get the flags.",
+        step=step, body=body, reason=reason,
     )
-    return eqx.tree_at(lambda t: t.states, traj, states)
+
+
+_TRACED = threading.local()
+
+
+def _raise_traced_failure(failed, result, where):
+    """Host callback of a traced run: raise the same :class:`SimulationError` as a plain call (JAX
+    wraps it in its runtime error under ``jit``; :func:`simulation_errors` unwraps it)."""
+    err = _failure(np.asarray(failed), None if result is None else np.asarray(result), where)
+    if err is not None:
+        _TRACED.error = err
+        raise err
+
+
+@contextlib.contextmanager
+def simulation_errors():
+    """Re-raise a failed step detected inside ``jax.jit`` (which JAX reports as its own runtime
+    error, with the message inside) as the :class:`SimulationError` itself, with ``.step``,
+    ``.body`` and ``.reason``.
+
+    Example::
+
+        with jaxrot.simulation_errors():
+            jax.jit(lambda s: jaxrot.simulate("liemid_ea", p, 0.5, 10, state0=s).final)(s0)
+    """
+    _TRACED.error = None
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        err = getattr(_TRACED, "error", None)
+        if err is not None and str(err) in str(e):
+            raise err from e
+        raise
+    finally:
+        _TRACED.error = None
+
+
+def _raise_failures(failed, result, where: str = ""):
+    """Raise the :class:`SimulationError` of the first failed step, if any: at once for concrete
+    flags, from a host callback when the run is traced (under jit/grad/vmap; same message)."""
+    if _is_concrete(failed):
+        # every process sees every body's flag (a collective under jax.distributed)
+        err = _failure(gather(failed), None if result is None else gather(result), where)
+        if err is not None:
+            raise err
+    else:
+        jax.debug.callback(functools.partial(_raise_traced_failure, where=where), failed, result)
+
+
+def _raise_or_flag(traj: Trajectory, throw: bool, where: str = "") -> Trajectory:
+    if throw:
+        _raise_failures(traj.failed_step, traj.result, where)
+    return traj
 
 
 def _provenance(traj: Trajectory, method, problem: Problem, dt, n_steps, save_every, **extra) -> Trajectory:
@@ -681,19 +727,21 @@ def simulate_batch(
 
 
 def run_steps(method, problem, state0, dt, t0, n_steps):
-    """The unchecked step loop: ``(state after n_steps, first failed step or -1)``, ``n_steps`` may
-    be traced. For use inside one's own ``jit``/``vmap`` (the maps do); callers validate inputs."""
+    """The unchecked step loop: ``(state after n_steps, first failed step or -1, its RESULTS code)``;
+    ``n_steps`` may be traced. For use inside one's own ``jit``/``vmap`` (the maps do); callers
+    validate inputs."""
     def body(k, c):
-        state, aux, failed = c
+        state, aux, failed, reason = c
         t = t0 + k.astype(dt.dtype) * dt
         new, aux, stats = method.step(problem, t, state, aux, dt)
-        bad = ~stats.converged | ~_finite(new)
-        failed = jnp.where((failed < 0) & bad, k + 1, failed)
-        return new, aux, failed
+        r = _step_reason(problem, t + dt, new, stats, None, None)
+        first = (failed < 0) & (r != RESULTS.successful)
+        return new, aux, jnp.where(first, k + 1, failed), jnp.where(first, r, reason)
 
     aux = method.init(problem, t0, state0, dt)
-    state, _, failed = lax.fori_loop(0, n_steps, body, (state0, aux, jnp.asarray(-1, jnp.int32)))
-    return state, failed
+    init = (state0, aux, jnp.asarray(-1, jnp.int32), jnp.asarray(RESULTS.successful, jnp.int32))
+    state, _, failed, reason = lax.fori_loop(0, n_steps, body, init)
+    return state, failed, reason
 
 
 _final_state_jit = eqx.filter_jit(run_steps)
@@ -717,15 +765,7 @@ def final_state(method, problem: Problem, dt, n_steps: int, *, state0: State | N
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, 1, batched)
     problem, state0, dt = _traced_checks(problem, state0, dt)
     run = _final_state_batch_jit if batched else _final_state_jit
-    state, failed = run(method, problem, state0, dt, t0, jnp.asarray(n_steps, jnp.int32))
-    if throw and _is_concrete(failed) and np.any(np.asarray(failed) >= 0):
-        f = np.asarray(failed)
-        body = int(np.argmax(f >= 0)) if batched else None
-        step = int(f[body] if batched else f)
-        raise SimulationError(
-            f"step {step}{f' (body {body})' if batched else ''} failed: its nonlinear solve did not converge "
-            "or the state became non-finite", step=step, body=(body,) if batched else None,
-        )
-    if throw and not _is_concrete(failed):
-        state = eqx.error_if(state, jnp.any(failed >= 0), "a step's solve did not converge or the state became non-finite")
+    state, failed, reason = run(method, problem, state0, dt, t0, jnp.asarray(n_steps, jnp.int32))
+    if throw:
+        _raise_failures(failed, reason, "")
     return state
