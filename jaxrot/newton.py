@@ -1,7 +1,7 @@
 """The one Newton solver every implicit method uses.
 
 ``x_{k+1} = x_k - F'(x_k)^-1 F(x_k)`` with ``F'`` from ``jax.jacfwd`` (never hand-derived), a
-bounded ``lax.while_loop`` and ``jnp.linalg.solve`` on the small dense system. Gradients of the
+bounded ``lax.while_loop`` and a closed-form 3x3 solve (``jnp.linalg.solve`` for other sizes). Gradients of the
 solution with respect to everything ``F`` closes over come from the implicit function theorem
 (``lax.custom_root``: one linear solve with ``F'(x*)``), not from differentiating the iterations;
 the iteration count and convergence flag are computed outside the differentiated path.
@@ -48,6 +48,19 @@ class Newton(eqx.Module):
                       implicit_diff=self.implicit_diff)
 
 
+def solve(A, b):
+    """``A^-1 b``; for 3x3 systems (every rotation method's) in closed form by the adjugate: a
+    LAPACK call per body costs more than the arithmetic under ``vmap`` (liemid_ea: 18x -> see the
+    README). A singular ``A`` gives non-finite values, which the convergence check reports."""
+    if A.shape != (3, 3):
+        return jnp.linalg.solve(A, b)
+    c0 = jnp.cross(A[1], A[2])
+    c1 = jnp.cross(A[2], A[0])
+    c2 = jnp.cross(A[0], A[1])
+    det = jnp.dot(A[0], c0)
+    return (c0 * b[0] + c1 * b[1] + c2 * b[2]) / det  # adj(A) = [c0 c1 c2] (columns)
+
+
 def _loop(residual, x0, rtol, atol, max_iters):
     def cond(c):
         _, k, done = c
@@ -56,7 +69,7 @@ def _loop(residual, x0, rtol, atol, max_iters):
     def body(c):
         x, k, _ = c
         J = jax.jacfwd(residual)(x)
-        dx = jnp.linalg.solve(J, -residual(x))
+        dx = solve(J, -residual(x))
         x = x + dx
         done = jnp.max(jnp.abs(dx)) <= atol + rtol * jnp.max(jnp.abs(x))
         return x, k + 1, done | ~jnp.all(jnp.isfinite(x))
@@ -76,7 +89,7 @@ def newton(residual, x0, *, rtol=None, atol=None, max_iters: int = 30, implicit_
         def body(c, _):
             x, k, done = c
             J = jax.jacfwd(residual)(x)
-            dx = jnp.linalg.solve(J, -residual(x))
+            dx = solve(J, -residual(x))
             step = jnp.max(jnp.abs(dx)) <= a + r * jnp.max(jnp.abs(x))
             x_new = jnp.where(done, x, x + dx)
             return (x_new, jnp.where(done, k, k + 1), done | step), None
@@ -90,7 +103,7 @@ def newton(residual, x0, *, rtol=None, atol=None, max_iters: int = 30, implicit_
     x_star, k, ok = _loop(lambda x: f(x, *consts_ng), lax.stop_gradient(x0), r, a, max_iters)
 
     def tangent_solve(g, y):
-        return jnp.linalg.solve(jax.jacfwd(g)(y), y)
+        return solve(jax.jacfwd(g)(y), y)
 
     x = lax.custom_root(residual, x_star, lambda _f, x: x, tangent_solve)
     return x, NewtonStats(k, ok)
