@@ -90,6 +90,22 @@ def _cost_per_body_step(method, p, states) -> dict:
     return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
 
 
+def drift(method: str, p, n_steps: int, bodies: int = 16) -> dict:
+    """Worst relative energy change, world-momentum change and orthogonality defect over a batch
+    after ``n_steps`` torque-free steps, float32 and float64 (``final_state``: no frames stored)."""
+    out = {"method": method, "steps": n_steps, "bodies": bodies}
+    for dtype, tag in ((jnp.float32, "f32"), (jnp.float64, "f64")):
+        s0, _, _ = _bodies(bodies, dtype, np.random.default_rng(1))
+        q = jaxrot.cast(p, dtype)
+        fin = jaxrot.final_state(method, q, H, n_steps, state0=s0)
+        E0, E1 = (np.asarray(jaxrot.analysis.kinetic_energy(q.body.J, x.Pi), np.float64) for x in (s0, fin))
+        L0, L1 = (np.asarray(jnp.einsum("bij,bj->bi", x.R, x.Pi), np.float64) for x in (s0, fin))
+        out[f"energy {tag}"] = float(np.max(np.abs(E1 / E0 - 1)))
+        out[f"momentum {tag}"] = float(np.max(np.linalg.norm(L1 - L0, axis=-1) / np.linalg.norm(L0, axis=-1)))
+        out[f"orthogonality {tag}"] = float(np.max(np.asarray(jaxrot.analysis.orthogonality_error(fin.R))))
+    return out
+
+
 def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True) -> dict:
     """``batches`` overrides the batch sizes; ``baselines=False`` skips NumPy and C (a GPU run,
     where the host baselines would measure the host, not the device)."""
@@ -165,6 +181,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
             base = base or us
             res["methods"].append({"method": m, "us_per_body_step": us, "relative_to_buss2p": us / base,
                                    "compile_s": max(first - t, 0.0)})
+        res["drift"] = [drift(m, p, n_steps=10_000 if quick else 1_000_000) for m in ("buss2p", "buss4")]
         cost = _cost_per_body_step("buss2p", p, _bodies(1000, jnp.float64, rng)[0])
         res["xla_cost_buss2p_f64"] = cost
         res["h100_limits"] = {"memory_bound_body_steps_per_s": 3.35e12 / cost["bytes"],
@@ -182,6 +199,10 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
     text += "\n\n" + md_table(["method (1 000 bodies, f64)", "µs per body-step", "× buss2p", "compile s"],
                               [[m["method"], f"{m['us_per_body_step']:.3g}", f"{m['relative_to_buss2p']:.1f}",
                                 f"{m['compile_s']:.1f}"] for m in res["methods"]])
+    keys = [f"{q} {t}" for t in ("f32", "f64") for q in ("energy", "momentum", "orthogonality")]
+    text += (f"\n\nDrift after {res['drift'][0]['steps']:,} torque-free steps (dt = {H}, {res['drift'][0]['bodies']} "
+             "random bodies, worst body; relative energy and world-momentum change, max |R^T R - 1|):\n\n"
+             + md_table(["method", *keys], [[d["method"]] + [f"{d[k]:.1e}" for k in keys] for d in res["drift"]]))
     c = res["xla_cost_buss2p_f64"]
     lim = res["h100_limits"]
     text += (f"\n\nXLA cost analysis of a 1-step buss2p call, per body (float64; includes initialisation and "
