@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import body as _body
 from . import so3
 from .problems import Problem
 from .state import State
@@ -20,9 +21,7 @@ def world_momentum(states: State) -> jax.Array:
     return states.L
 
 
-def kinetic_energy(J, Pi) -> jax.Array:
-    """``0.5 Pi . (Pi / J)``."""
-    return 0.5 * jnp.sum(Pi * Pi / J, axis=-1)
+kinetic_energy = _body.kinetic_energy
 
 
 def energy(problem: Problem, states: State, ts=None) -> jax.Array:

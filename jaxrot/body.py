@@ -76,7 +76,20 @@ class RigidBody(eqx.Module):
 
     def kinetic_energy(self, Pi: jax.Array) -> jax.Array:
         """``0.5 * Pi . (Pi / J)``."""
-        return 0.5 * jnp.sum(Pi * Pi / self.J, axis=-1)
+        return kinetic_energy(self.J, Pi)
+
+
+def kinetic_energy(J, Pi):
+    """``0.5 Pi . (Pi / J)`` (the one definition: ``RigidBody.kinetic_energy`` and
+    ``jaxrot.analysis.kinetic_energy`` are this)."""
+    return 0.5 * jnp.sum(Pi * Pi / J, axis=-1)
+
+
+def violates_triangle(J, xp=jnp):
+    """``J_i > J_j + J_k`` for some i (no mass distribution has these moments), per body.
+    ``J_i <= J_j + J_k  <=>  2 J_i <= sum(J)``; a 1e-12 slack admits thin rods and discs given in
+    floats. ``xp``: ``numpy`` for the host check, ``jax.numpy`` for the traced one."""
+    return xp.any(2 * J > xp.sum(J, axis=-1, keepdims=True) * (1 + 1e-12), axis=-1)
 
 
 def _is_placeholder(x) -> bool:
@@ -96,9 +109,7 @@ def validate_inertia(J, physical: bool = True) -> None:
         raise ValueError(f"principal moments J must be finite, got {J}")
     if np.any(J <= 0):
         raise ValueError(f"principal moments J must be positive, got {J}")
-    s = J.sum(axis=-1, keepdims=True)
-    # J_i <= J_j + J_k  <=>  2 J_i <= sum(J); a small slack admits thin rods/discs given in floats
-    if physical and np.any(2 * J > s * (1 + 1e-12)):
+    if physical and np.any(violates_triangle(J, np)):
         raise ValueError(
             f"principal moments J={J} violate the triangle inequality J_i <= J_j + J_k; "
             "no mass distribution has these moments (RigidBody(J, physical=False) skips this check)"

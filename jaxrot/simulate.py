@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .body import validate_inertia
+from .body import validate_inertia, violates_triangle
 from .integrators import AbstractIntegrator
 from .integrators import get as _get_method
 from .problems import Problem, System
@@ -163,7 +163,7 @@ def _traced_checks(problem: Problem, state0: State, dt):
     if not _is_concrete(J):
         bad = jnp.any(J <= 0) | ~jnp.all(jnp.isfinite(J))
         if problem.body.physical:
-            bad = bad | jnp.any(2 * J > jnp.sum(J, axis=-1, keepdims=True) * (1 + 1e-12))
+            bad = bad | jnp.any(violates_triangle(J))
         J = eqx.error_if(J, bad, "principal moments J must be finite, positive and satisfy J_i <= J_j + J_k")
         problem = eqx.tree_at(lambda p: p.body.J, problem, J)
     if not _is_concrete(dt):
