@@ -99,7 +99,7 @@ def drift(method: str, p, n_steps: int, bodies: int = 16) -> dict:
         q = jaxrot.cast(p, dtype)
         fin = jaxrot.final_state(method, q, H, n_steps, state0=s0)
         E0, E1 = (np.asarray(jaxrot.analysis.kinetic_energy(q.body.J, x.Pi), np.float64) for x in (s0, fin))
-        L0, L1 = (np.asarray(jnp.einsum("bij,bj->bi", x.R, x.Pi), np.float64) for x in (s0, fin))
+        L0, L1 = (np.asarray(x.L, np.float64) for x in (s0, fin))
         out[f"energy {tag}"] = float(np.max(np.abs(E1 / E0 - 1)))
         out[f"momentum {tag}"] = float(np.max(np.linalg.norm(L1 - L0, axis=-1) / np.linalg.norm(L0, axis=-1)))
         out[f"orthogonality {tag}"] = float(np.max(np.asarray(jaxrot.analysis.orthogonality_error(fin.R))))

@@ -143,7 +143,7 @@ def simulate_adaptive(pair, problem: Problem, t1, *, rtol: float = 1e-6, atol: f
         sol = jaxrot.simulate_adaptive("buss4(3)", problems.get("fast_top"), 1.0, rtol=1e-8)
         sol.final, sol.n_accepted, sol.n_rejected
     """
-    from .simulate import _check_capability, _check_problem, _check_state, _physics, cast
+    from .simulate import _check_capability, _check_problem, _check_state, cast
 
     hi, lo = _resolve_pair(pair)
     _check_problem(problem)
@@ -165,7 +165,7 @@ def simulate_adaptive(pair, problem: Problem, t1, *, rtol: float = 1e-6, atol: f
     tsn = np.asarray(ts)
     if not np.all(np.isfinite(tsn)) or np.any(np.diff(tsn) <= 0) or tsn[0] <= t0:
         raise ValueError("saveat (or t1) must be finite, increasing and after t0")
-    physics = cast(_physics(problem), dtype)
+    physics = cast(problem.system, dtype)
 
     def one(s):
         h0 = dt0

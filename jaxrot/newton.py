@@ -50,8 +50,9 @@ class Newton(eqx.Module):
 
 def solve(A, b):
     """``A^-1 b``; for 3x3 systems (every rotation method's) in closed form by the adjugate: a
-    LAPACK call per body costs more than the arithmetic under ``vmap`` (liemid_ea: 18x -> see the
-    README). A singular ``A`` gives non-finite values, which the convergence check reports."""
+    LAPACK call per body costs more than the arithmetic under ``vmap`` (midpoint_exp, 1 000 bodies,
+    one run: 1.56 -> 0.67 us per body-step). A singular ``A`` gives non-finite values, which the
+    convergence check reports."""
     if A.shape != (3, 3):
         return jnp.linalg.solve(A, b)
     c0 = jnp.cross(A[1], A[2])

@@ -26,7 +26,7 @@ from jax import lax
 from .body import validate_inertia, violates_triangle
 from .integrators import AbstractIntegrator
 from .integrators import get as _get_method
-from .problems import Problem, System
+from .problems import Problem
 from .sharding import default_devices, gather, is_multiprocess, shard
 from .state import State, StepStats, Trajectory
 
@@ -322,14 +322,14 @@ def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll,
     return _run_frames(method, problem, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid)
 
 
-def _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor, report=None):
-    """All frames in chunks of :data:`FRAMES_PER_CHUNK` (one compiled program for any count):
-    ``(carry, chunk outputs, valid frames of each)``; :func:`_join` cuts and joins them."""
+def _run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
+    """All frames in chunks of ``per_chunk`` frames, ``run_chunk(carry, n_valid) -> (carry, out)``
+    being one compiled program for any count: ``(carry, chunk outputs, valid frames of each)``;
+    :func:`_join` cuts and joins them. Shared by :func:`simulate` and :func:`simulate_batch`."""
     parts, nvs = [], []
-    for start in range(0, n_frames, FRAMES_PER_CHUNK):
-        nv = min(FRAMES_PER_CHUNK, n_frames - start)
-        carry, part = _simulate_chunk(method, problem, carry, dt, t0, jnp.asarray(nv, jnp.int32), save_every, unroll,
-                                      monitor)
+    for start in range(0, n_frames, per_chunk):
+        nv = min(per_chunk, n_frames - start)
+        carry, part = run_chunk(carry, jnp.asarray(nv, jnp.int32))
         parts.append(part)
         nvs.append(nv)
         if report is not None:
@@ -338,13 +338,17 @@ def _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, mo
     return carry, tuple(parts), tuple(nvs)
 
 
-@functools.partial(jax.jit, static_argnames="nvs")
-def _join(state0, t0, parts, nvs, failed, reason):
+@functools.partial(jax.jit, static_argnames=("nvs", "batched"))
+def _join(state0, t0, parts, nvs, failed, reason, batched=False):
     """The trajectory from the chunks' outputs: valid frames cut, joined, the initial frame
-    prepended — one dispatch (a tiny program per distinct ``nvs``) instead of dozens of eager ops."""
-    out = jax.tree_util.tree_map(lambda *xs: jnp.concatenate([x[:nv] for x, nv in zip(xs, nvs)], axis=0), *parts)
-    states, ts, stats = out
-    return _assemble(state0, t0, states, ts, stats, failed, reason)
+    prepended — one dispatch (a tiny program per distinct ``nvs``) instead of dozens of eager ops;
+    ``batched``: every leaf has a leading body axis."""
+    def one(state0, parts, failed, reason):
+        states, ts, stats = jax.tree_util.tree_map(
+            lambda *xs: jnp.concatenate([x[:nv] for x, nv in zip(xs, nvs)], axis=0), *parts)
+        return _assemble(state0, t0, states, ts, stats, failed, reason)
+
+    return jax.vmap(one)(state0, parts, failed, reason) if batched else one(state0, parts, failed, reason)
 
 
 def _init_carry(method, problem, state0, dt, t0, monitor=None):
@@ -473,12 +477,6 @@ def cast(tree, dtype):
     return jax.tree_util.tree_map(one, tree)
 
 
-def _physics(problem: Problem) -> System:
-    """What the compiled run sees: the problem's :class:`~jaxrot.problems.System` (its scenario —
-    span, names, initial state — stays out of the compiled signature)."""
-    return problem.system
-
-
 def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     method = _resolve_method(method)
     _check_problem(problem)
@@ -496,7 +494,7 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
                         "(jaxrot.cast(state0, dtype))")
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
-    return method, state0, dt, t0, cast(_physics(problem), dtype)  # the run's dtype is the state's
+    return method, state0, dt, t0, cast(problem.system, dtype)  # the run's dtype is the state's; the scenario stays out
 
 
 def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps, monitor=None):
@@ -516,7 +514,8 @@ def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unr
               f"~{el * (n_frames - done) / done:.1f} s left", end="" if done < n_frames else "\n",
               file=sys.stderr, flush=True)
 
-    return _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor, report)
+    return _run_chunks(lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
+                       carry, n_frames, FRAMES_PER_CHUNK, report)
 
 
 def simulate(
@@ -564,7 +563,9 @@ def simulate(
     n_frames = n_steps // save_every
     carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
     if not progress:
-        carry, parts, nvs = _run_chunks(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
+        carry, parts, nvs = _run_chunks(
+            lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
+            carry, n_frames, FRAMES_PER_CHUNK)
     else:
         carry, parts, nvs = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps,
                                                monitor)
@@ -641,19 +642,12 @@ def _batch_frames_per_chunk(batch: int, itemsize: int) -> int:
 
 
 def _batch_frames(method, problem, state0, dt, t0, n_frames, save_every, problem_axis, unroll, block, monitor):
-    """Every frame of every body, in chunks of a length fixed by the batch size: a new ``n_steps``
-    reuses the compiled chunk."""
+    """Every frame of every body, in chunks of a length fixed by the batch size (a new ``n_steps``
+    reuses the compiled chunk): ``(carry, chunk outputs, valid frames of each)``."""
     carry = _batch_init(method, problem, state0, dt, t0, problem_axis, monitor)
-    B = state0.R.shape[0]
-    F = _batch_frames_per_chunk(B, jnp.dtype(dt.dtype).itemsize)
-    parts = []
-    for start in range(0, n_frames, F):
-        nv = min(F, n_frames - start)
-        carry, part = _batch_chunk(method, problem, carry, dt, t0, jnp.asarray(nv, jnp.int32), F, save_every,
-                                   problem_axis, unroll, block, monitor)
-        parts.append(part if nv == F else jax.tree_util.tree_map(lambda x, nv=nv: x[:, :nv], part))
-    out = parts[0] if len(parts) == 1 else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)
-    return carry, out
+    F = _batch_frames_per_chunk(state0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
+    return _run_chunks(lambda c, nv: _batch_chunk(method, problem, c, dt, t0, nv, F, save_every, problem_axis,
+                                                  unroll, block, monitor), carry, n_frames, F)
 
 
 def stack_problems(problems: list[Problem]) -> Problem:
@@ -714,12 +708,9 @@ def simulate_batch(
         batched = shard(batched, devices, pad)
     system, states0 = batched if stacked else (system, batched)
     block = _auto_block(block_size, batch + pad, devices)
-    carry, (states, ts, stats) = _batch_frames(method, system, states0, dt, t0, n_steps // save_every, save_every,
-                                               problem_axis, unroll, block, monitor)
-    traj = Trajectory(ts=jnp.concatenate([jnp.broadcast_to(t0, ts.shape[:1] + (1,)), ts], axis=1),
-                      states=State(jnp.concatenate([states0.R[:, None], states.R], axis=1),
-                                   jnp.concatenate([states0.Pi[:, None], states.Pi], axis=1)),
-                      stats=stats, failed_step=carry[3], result=carry[4])
+    carry, parts, nvs = _batch_frames(method, system, states0, dt, t0, n_steps // save_every, save_every,
+                                      problem_axis, unroll, block, monitor)
+    traj = _join(states0, t0, parts, nvs, carry[3], carry[4], batched=True)
     if pad:
         traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
     traj = _provenance(traj, given_method, given_problem, dt, n_steps, save_every, batch=batch)

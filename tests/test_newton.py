@@ -99,3 +99,14 @@ def test_newton_stats_in_trajectory():
     tr = jaxrot.simulate("liemid_ea", problems.get("fast_top"), 0.01, 20, save_every=10)
     assert np.all(np.asarray(tr.stats.newton_iters) >= 2)  # two solves per step
     assert bool(tr.stats.converged.all())
+
+
+def test_closed_form_3x3_solve_matches_lapack_and_flags_singular_systems():
+    from jaxrot.newton import solve
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        A, b = jnp.asarray(rng.normal(size=(3, 3))), jnp.asarray(rng.normal(size=3))
+        np.testing.assert_allclose(solve(A, b), jnp.linalg.solve(A, b), rtol=1e-12, atol=1e-12)
+    singular = jnp.asarray([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]])
+    assert not np.all(np.isfinite(np.asarray(solve(singular, jnp.ones(3)))))
