@@ -25,28 +25,77 @@ _SMALL_ANGLE2 = 1e-2
 # elementwise code into one kernel (vectorised over a vmapped batch), whereas a 3x3 ``dot`` is a
 # separate small-GEMM call. Measured once during development (raw buss2p step, 1 000 bodies,
 # 2-core CPU): 10.6 M vs 6.1 M body-steps/s; for a single body the dots were faster (1.5 vs 1.2 M).
-def mv(A: jax.Array, x: jax.Array) -> jax.Array:
+def _entries(A):
+    """Rows of entries ``a[i][j]`` by ``unstack``, which transposes to one ``stack`` under reverse-mode
+    AD (each ``A[i, j]`` index would transpose to a padded 3x3 array summed with the others)."""
+    return [jnp.unstack(r) for r in jnp.unstack(A)]
+
+
+def _mv(A, x):
+    a, x = _entries(A), jnp.unstack(x)
+    return jnp.stack([a[i][0] * x[0] + a[i][1] * x[1] + a[i][2] * x[2] for i in range(3)])
+
+
+def _mtv(A, x):
+    a, x = _entries(A), jnp.unstack(x)
+    return jnp.stack([a[0][i] * x[0] + a[1][i] * x[1] + a[2][i] * x[2] for i in range(3)])
+
+
+def _mm(A, B):
+    a, b = _entries(A), _entries(B)
+    return jnp.stack([jnp.stack([a[i][0] * b[0][j] + a[i][1] * b[1][j] + a[i][2] * b[2][j] for j in range(3)])
+                      for i in range(3)])
+
+
+def _mtm(A, B):
+    a, b = _entries(A), _entries(B)
+    return jnp.stack([jnp.stack([a[0][i] * b[0][j] + a[1][i] * b[1][j] + a[2][i] * b[2][j] for j in range(3)])
+                      for i in range(3)])
+
+
+def _bilinear(fast, linear):
+    """``fast`` for values, ``linear`` (the same product) for tangents. The indexed form vectorises
+    best forward (the unstacked one ran buss2p at 0.6x); the unstacked tangents keep gradients cheap
+    to compile (buss4_ep, 20 steps, jax.grad: 19.4 -> 7.7 s, same run)."""
+    f = jax.custom_jvp(fast)
+
+    @f.defjvp
+    def _jvp(primals, tangents):
+        (A, B), (dA, dB) = primals, tangents
+        return fast(A, B), linear(dA, B) + linear(A, dB)
+
+    f.__doc__ = fast.__doc__
+    return f
+
+
+def _mv_fast(A: jax.Array, x: jax.Array) -> jax.Array:
     """``A @ x`` for a 3x3 matrix and a 3-vector."""
     return jnp.stack([A[i, 0] * x[0] + A[i, 1] * x[1] + A[i, 2] * x[2] for i in range(3)])
 
 
-def mtv(A: jax.Array, x: jax.Array) -> jax.Array:
+def _mtv_fast(A: jax.Array, x: jax.Array) -> jax.Array:
     """``A.T @ x``."""
     return jnp.stack([A[0, i] * x[0] + A[1, i] * x[1] + A[2, i] * x[2] for i in range(3)])
 
 
-def mm(A: jax.Array, B: jax.Array) -> jax.Array:
+def _mm_fast(A: jax.Array, B: jax.Array) -> jax.Array:
     """``A @ B`` for 3x3 matrices."""
     return jnp.stack(
         [jnp.stack([A[i, 0] * B[0, j] + A[i, 1] * B[1, j] + A[i, 2] * B[2, j] for j in range(3)]) for i in range(3)]
     )
 
 
-def mtm(A: jax.Array, B: jax.Array) -> jax.Array:
+def _mtm_fast(A: jax.Array, B: jax.Array) -> jax.Array:
     """``A.T @ B`` for 3x3 matrices."""
     return jnp.stack(
         [jnp.stack([A[0, i] * B[0, j] + A[1, i] * B[1, j] + A[2, i] * B[2, j] for j in range(3)]) for i in range(3)]
     )
+
+
+mv = _bilinear(_mv_fast, _mv)
+mtv = _bilinear(_mtv_fast, _mtv)
+mm = _bilinear(_mm_fast, _mm)
+mtm = _bilinear(_mtm_fast, _mtm)
 
 
 def reorthogonalize(R: jax.Array) -> jax.Array:

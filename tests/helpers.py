@@ -38,6 +38,12 @@ SKIP["buss1_ep"] = {"float32"}
 # backwards), each with float32 round-off amplified ~1e2 by the flow's sensitivity there, differ from
 # float64 by 1.9e-3 after 100 steps; tests/test_exact.py checks the exact flow in float32.
 SKIP["exact_split_kl8"] = {"float32"}
+# exact_free / exact_split on the same problem: one float32 step of the flow carries up to 30 ulp
+# (the attitude angle is a difference of elliptic integrals at nearby arguments), so 100 steps differ
+# from float64 by 2.4e-5 on a CPU and 2.2e-4 on an H100 (its float32 sin/arcsin round differently and
+# the errors add up instead of cancelling); tests/test_exact.py checks the flow in float32.
+SKIP["exact_free"] = {"float32"}
+SKIP["exact_split"] = {"float32"}
 # compositions differentiate through the same exact flow and lax.scan of stages as exact_split_kl8
 # (tested), exact_free/exact_split through the flow whose gradients tests/test_exact.py checks
 # against finite differences; each gradient compile costs ~20 s

@@ -67,7 +67,9 @@ def test_invariants_torque_free(name):
         E = analysis.energy(p, tr.states)
         ok = jnp.concatenate([jnp.array([True]), tr.stats.clamped == 0])
         assert int(ok.sum()) >= 5  # not vacuous (buss1_ep clamps most frames on the T-handle)
-        assert float(jnp.abs(jnp.where(ok, E - E[0], 0.0)).max() / E[0]) < 1e-12
+        # exact in exact arithmetic; the round-off of implicit solves adds up linearly (trapezoid_object:
+        # ~10 ulp a step on a CPU, ~27 on an H100), so 100 ulp a step over the 400 steps
+        assert float(jnp.abs(jnp.where(ok, E - E[0], 0.0)).max() / E[0]) < 400 * 100 * np.finfo(np.float64).eps
 
 
 @pytest.mark.parametrize("name", NAMES)

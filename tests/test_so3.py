@@ -162,7 +162,8 @@ def test_nearest_rotation():
     R = so3.exp(jnp.asarray([0.3, 1.0, -2.0]))
     M = R + 1e-3 * jnp.asarray(rng.normal(size=(3, 3)))
     Q = so3.nearest_rotation(M)
-    np.testing.assert_allclose(Q.T @ Q, np.eye(3), atol=1e-15)
+    # round-off of the SVD: LAPACK's is within 1e-15, an H100's (cuSOLVER) up to 3.7e-15
+    np.testing.assert_allclose(Q.T @ Q, np.eye(3), atol=1e-14)
     assert float(jnp.linalg.det(Q)) > 0
     assert float(jnp.abs(Q - R).max()) < 3e-3
     np.testing.assert_allclose(so3.nearest_rotation(R), R, atol=1e-14)
