@@ -74,16 +74,16 @@ def _check_counts(n_steps, save_every):
 def _check_dt(dt):
     if isinstance(dt, (str, bytes)) or (_is_concrete(dt) and not np.issubdtype(np.asarray(dt).dtype, np.number)):
         raise TypeError(f"dt must be a number, got {type(dt).__name__} {dt!r}")
+    if jnp.ndim(dt) != 0:  # shapes are static: checked for traced values too
+        raise ValueError(f"dt must be a scalar, got shape {jnp.shape(dt)}")
     if _is_concrete(dt):
         d = np.asarray(dt)
-        if d.ndim != 0:
-            raise ValueError(f"dt must be a scalar, got shape {d.shape}")
         if not np.isfinite(d) or d <= 0:
             raise ValueError(f"dt must be finite and > 0, got {dt}")
 
 
 def _check_t0(t0):
-    if _is_concrete(t0) and (np.ndim(t0) != 0 or not np.isfinite(np.asarray(t0, np.float64))):
+    if jnp.ndim(t0) != 0 or (_is_concrete(t0) and not np.isfinite(np.asarray(t0, np.float64))):
         raise ValueError(f"t0 must be a finite scalar, got {t0!r}")
 
 
@@ -101,17 +101,48 @@ def _check_state(state: State, batched: bool):
             return
         with jax.ensure_compile_time_eval():  # concrete values inside someone's trace: evaluate now
             finite, err, det_min = np.asarray(_state_defects(R, Pi)).tolist()  # one compiled pass, one transfer
-        if not finite:
-            raise ValueError("initial state contains NaN or inf")
-        tol = 1e-5 if R.dtype == jnp.float32 else 1e-8
-        if err > tol:
-            raise ValueError(
-                f"initial attitude R is not orthogonal: max|R^T R - 1| = {err:.3g} > {tol:g}; "
-                "project it with jaxrot.so3.nearest_rotation"
-            )
-        if det_min <= 0:
-            raise ValueError("initial attitude R has det <= 0: it is a reflection, not a rotation")
+            tol = _orthogonality_tol(R.dtype)
+            if not finite or err > tol or det_min <= 0:
+                codes = np.asarray(_state_codes(R, Pi, tol))  # only on failure: which body, which defect
+                idx = tuple(int(i) for i in np.argwhere(codes > 0)[0])
+                _raise_bad_state(int(codes[idx]), idx if lead else None, tol, None if lead else err)
         _remember_checked(R, Pi)
+
+
+_BAD_STATE = {
+    1: "initial state{where} contains NaN or inf",
+    2: "initial attitude R{where} is not orthogonal (max|R^T R - 1| {err}); project it with jaxrot.so3.nearest_rotation",
+    3: "initial attitude R{where} has det <= 0: it is a reflection, not a rotation",
+}
+
+
+def _orthogonality_tol(dtype):
+    return 1e-5 if dtype == jnp.float32 else 1e-8
+
+
+def _raise_bad_state(code: int, body, tol, err=None):
+    """The one message for a bad initial state (host check and traced batch check alike); ``body``:
+    the index of the first bad body in a batch, else None."""
+    where = "" if body is None else f" of body {body[0] if len(body) == 1 else body}"
+    err = f"> {tol:g}" if err is None else f"= {err:.3g} > {tol:g}"
+    raise ValueError(_BAD_STATE[code].format(where=where, err=err))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _state_codes(R, Pi, tol):
+    """Per body: 0 good, 1 non-finite, 2 not orthogonal, 3 a reflection (the first that applies)."""
+    finite = jnp.all(jnp.isfinite(R), axis=(-1, -2)) & jnp.all(jnp.isfinite(Pi), axis=-1)
+    err = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)), axis=(-1, -2))
+    det = jnp.sum(R[..., 0, :] * jnp.cross(R[..., 1, :], R[..., 2, :]), axis=-1)
+    return jnp.where(~finite, 1, jnp.where(err > tol, 2, jnp.where(det <= 0, 3, 0)))
+
+
+def _raise_bad_body(codes, tol):
+    """Host callback of a traced batch check: the same ValueError, naming the first bad body."""
+    codes = np.asarray(codes)
+    if np.any(codes > 0):
+        idx = tuple(int(i) for i in np.argwhere(codes > 0)[0])
+        _raise_bad_state(int(codes[idx]), idx, tol)
 
 
 #: the last initial states that passed the value checks (JAX arrays are immutable, so a state seen
@@ -156,7 +187,7 @@ def _check_problem(problem: Problem):
         validate_inertia(J, problem.body.physical)
 
 
-def _traced_checks(problem: Problem, state0: State, dt):
+def _traced_checks(problem: Problem, state0: State, dt, t0):
     """``eqx.error_if`` versions of the host checks, for values that are traced (under ``jit``,
     ``grad`` or ``vmap``), with the same messages; works for one body or a leading batch axis."""
     J = problem.body.J
@@ -169,16 +200,23 @@ def _traced_checks(problem: Problem, state0: State, dt):
     if not _is_concrete(dt):
         dt = eqx.error_if(dt, ~(jnp.isfinite(dt) & (dt > 0)), "dt must be finite and > 0")
     R, Pi = state0.R, state0.Pi
-    if not _is_concrete(Pi) or not _is_concrete(R):
+    if not _is_concrete(t0):  # on Pi, which every output depends on (a free body's states do not on t0)
+        Pi = eqx.error_if(Pi, ~jnp.isfinite(t0), "t0 must be a finite scalar")
+        state0 = State(R, Pi)
+    if (not _is_concrete(Pi) or not _is_concrete(R)) and R.ndim == 3:
+        # a batch: a host callback names the first bad body (eqx.error_if's message is fixed)
+        tol = _orthogonality_tol(R.dtype)
+        jax.debug.callback(functools.partial(_raise_bad_body, tol=tol), _state_codes(R, Pi, tol))
+    elif not _is_concrete(Pi) or not _is_concrete(R):
         finite, orth, det_min = _state_defects(R, Pi)  # the host check's computation, staged
         finite = finite > 0
         Pi = eqx.error_if(Pi, ~finite, "initial state contains NaN or inf")
-        tol = 1e-5 if R.dtype == jnp.float32 else 1e-8
+        tol = _orthogonality_tol(R.dtype)
         R = eqx.error_if(R, finite & (orth > tol), f"initial attitude R is not orthogonal (max|R^T R - 1| > {tol:g}); "
                          "project it with jaxrot.so3.nearest_rotation")
         R = eqx.error_if(R, finite & (det_min <= 0), "initial attitude R has det <= 0: it is a reflection, not a rotation")
         state0 = State(R, Pi)
-    return problem, state0, dt
+    return problem, state0, dt, t0
 
 
 def _fold(acc: StepStats, s: StepStats) -> StepStats:
@@ -558,7 +596,7 @@ def simulate(
     """
     given_method, given_problem, given_dt = method, problem, dt
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, save_every, False)
-    problem, state0, dt = _traced_checks(problem, state0, dt)
+    problem, state0, dt, t0 = _traced_checks(problem, state0, dt, t0)
     n_steps, save_every = int(n_steps), int(save_every)  # NumPy integers would be traced by filter_jit
     n_frames = n_steps // save_every
     carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
@@ -696,7 +734,7 @@ def simulate_batch(
     method, states0, dt, t0, system = _prepare(method, problems, states0, dt, t0, n_steps, save_every, True)
     n_steps, save_every = int(n_steps), int(save_every)
     batch = states0.R.shape[0]
-    system, states0, dt = _traced_checks(system, states0, dt)
+    system, states0, dt, t0 = _traced_checks(system, states0, dt, t0)
     problem_axis = 0 if stacked else None  # the system's array leaves are batched with the states
     devices = default_devices(devices)
     batched = (system, states0) if stacked else states0
@@ -754,7 +792,7 @@ def final_state(method, problem: Problem, dt, n_steps: int, *, state0: State | N
     """
     batched = state0 is not None and jnp.ndim(state0.R) == 3
     method, state0, dt, t0, problem = _prepare(method, problem, state0, dt, t0, n_steps, 1, batched)
-    problem, state0, dt = _traced_checks(problem, state0, dt)
+    problem, state0, dt, t0 = _traced_checks(problem, state0, dt, t0)
     run = _final_state_batch_jit if batched else _final_state_jit
     state, failed, reason = run(method, problem, state0, dt, t0, jnp.asarray(n_steps, jnp.int32))
     if throw:

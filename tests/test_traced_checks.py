@@ -1,9 +1,13 @@
-"""The input checks hold when simulate / simulate_batch / final_state are traced (jit, grad, vmap):
-the same messages as the plain call, raised at run time through ``eqx.error_if``."""
+"""Every bad input x {plain call, jit, grad, vmap, simulate_batch, jit(simulate_batch)}: the same
+checks and messages whether values are concrete (``ValueError`` before anything runs) or traced
+(``eqx.error_if`` / a host callback at run time, which JAX wraps in its runtime error). Each
+transform is one compiled program for every bad value (all five inputs are its arguments), so the
+whole table costs a handful of compilations."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jaxrot
@@ -11,84 +15,95 @@ from jaxrot import problems
 
 jax.config.update("jax_enable_x64", True)
 P = problems.get("t_handle")
-# under eqx.filter_jit the error is an EquinoxRuntimeError; under jax.jit JAX wraps it in its own
-# runtime error (the message, with ours inside, is all a program can rely on)
+# under eqx.filter_jit the error is an EquinoxRuntimeError; under jax.jit JAX wraps ours in its own
+# runtime error (the message, with ours inside, is what a program can rely on; jaxrot.simulation_errors()
+# re-raises run-time step failures as SimulationError)
 TRACED_ERRORS = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
-
-
-def _state(R=None, Pi=None):
-    return jaxrot.State(P.state0.R if R is None else R, P.state0.Pi if Pi is None else Pi)
-
-
-BAD = {
-    "non-orthogonal R": (lambda: _state(R=1.01 * jnp.eye(3)), "not orthogonal"),
-    "reflection": (lambda: _state(R=jnp.diag(jnp.array([1.0, 1.0, -1.0]))), "det <= 0"),
-    "NaN momentum": (lambda: _state(Pi=jnp.array([jnp.nan, 1.0, 0.0])), "NaN or inf"),
+GOOD = dict(R=P.state0.R, Pi=P.state0.Pi, J=P.body.J, dt=jnp.asarray(0.01), t0=jnp.asarray(0.0))
+DT_MSG = "dt must be finite and > 0"
+# name: (argument, bad value, message, raised while tracing (shapes are static) rather than at run time)
+CASES = {
+    "non-orthogonal R": ("R", 1.01 * jnp.eye(3), "is not orthogonal", False),
+    "reflection": ("R", jnp.diag(jnp.array([1.0, 1.0, -1.0])), "det <= 0", False),
+    "NaN momentum": ("Pi", jnp.array([jnp.nan, 1.0, 0.0]), "NaN or inf", False),
+    "negative J": ("J", jnp.array([-1.0, 1.4, 1.3]), "principal moments J", False),
+    "J violates the triangle inequality": ("J", jnp.array([3.0, 1.0, 1.0]), "principal moments J", False),
+    "dt = 0": ("dt", jnp.asarray(0.0), DT_MSG, False),
+    "dt < 0": ("dt", jnp.asarray(-0.1), DT_MSG, False),
+    "dt = inf": ("dt", jnp.asarray(jnp.inf), DT_MSG, False),
+    "dt = nan": ("dt", jnp.asarray(jnp.nan), DT_MSG, False),
+    "t0 = nan": ("t0", jnp.asarray(jnp.nan), "t0 must be a finite scalar", False),
+    "dt of shape (1,)": ("dt", jnp.asarray([0.01]), "dt must be a scalar", True),
 }
+TRANSFORMS = ["plain", "jit", "grad", "vmap", "batch", "batch_jit"]
 
 
-def _plain(state, dt=0.01):
-    return jaxrot.simulate("buss2p", P, dt, 10, state0=state).final.R
+def _final_R(R, Pi, J, dt, t0):
+    q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, P.t_end)
+    return jaxrot.simulate("buss2p", q, dt, 10, state0=jaxrot.State(R, Pi), t0=t0).final.R
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_plain_call_raises_value_error(case):
-    make, msg = BAD[case]
-    with pytest.raises(ValueError, match=msg):
-        _plain(make())
+def _batch_R(R, Pi, J, dt, t0):  # R, Pi with a leading batch axis; J, dt, t0 shared
+    q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, P.t_end)
+    return jaxrot.simulate_batch("buss2p", q, dt, 10, states0=jaxrot.State(R, Pi), t0=t0).states.R
 
 
-# every transform with some bad input, every bad input under some transform (each pair compiles
-# a program, so the full 3 x 5 product would cost minutes of CI for no extra code path)
-PAIRS = [("non-orthogonal R", "jit"), ("reflection", "grad"), ("NaN momentum", "vmap"),
-         ("non-orthogonal R", "batch_jit"), ("reflection", "final_state_jit"), ("NaN momentum", "jit")]
+_jit = jax.jit(_final_R)
+_vmap = jax.vmap(_final_R)
+_batch_jit = jax.jit(_batch_R)
 
 
-@pytest.mark.parametrize("case,transform", PAIRS)
-def test_traced_call_raises_with_the_same_message(case, transform):
-    make, msg = BAD[case]
-    s = make()
+def _grad(*args):
+    return jax.grad(lambda *a: jnp.sum(_final_R(*a)), argnums=(0, 1, 2, 3, 4))(*args)
+
+
+def _pair(good, bad):  # body 0 good, body 1 bad
+    return jnp.stack([jnp.broadcast_to(jnp.asarray(good, bad.dtype), bad.shape), bad])
+
+
+def _run(transform, args):
+    R, Pi, J, dt, t0 = (args[k] for k in ("R", "Pi", "J", "dt", "t0"))
+    if transform == "plain":
+        return _final_R(R, Pi, J, dt, t0)
     if transform == "jit":
-        run = lambda: jax.jit(_plain)(s)  # noqa: E731
-    elif transform == "grad":
-        run = lambda: jax.grad(lambda R: jnp.sum(_plain(jaxrot.State(R, s.Pi))))(s.R)  # noqa: E731
-    elif transform == "vmap":
-        batch = jax.tree_util.tree_map(lambda x: jnp.stack([P.state0.R if x.shape == (3, 3) else P.state0.Pi, x]), s)
-        run = lambda: jax.vmap(_plain)(batch)  # noqa: E731
-    elif transform == "batch_jit":
-        batch = jax.tree_util.tree_map(lambda x: x[None], s)
-        run = lambda: jax.jit(lambda b: jaxrot.simulate_batch("buss2p", P, 0.01, 10, states0=b).states.R)(batch)  # noqa: E731
-    else:
-        run = lambda: jax.jit(lambda st: jaxrot.final_state("buss2p", P, 0.01, 10, state0=st).R)(s)  # noqa: E731
-    with pytest.raises(TRACED_ERRORS, match=msg):
-        jax.block_until_ready(run())
+        return _jit(R, Pi, J, dt, t0)
+    if transform == "grad":
+        return _grad(R, Pi, J, dt, t0)
+    if transform == "vmap":  # every argument batched: body 0 good, body 1 as given
+        return _vmap(*(_pair(GOOD[k], args[k]) for k in ("R", "Pi", "J", "dt", "t0")))
+    states = (_pair(GOOD["R"], R), _pair(GOOD["Pi"], Pi))
+    return (_batch_R if transform == "batch" else _batch_jit)(*states, J, dt, t0)
 
 
-def test_traced_dt_is_checked():
-    run = jax.jit(lambda d: _plain(P.state0, d))  # one compiled program, four bad values
-    for dt in [0.0, -0.1, float("inf"), float("nan")]:
-        with pytest.raises(TRACED_ERRORS, match="dt must be finite and > 0"):
-            jax.block_until_ready(run(jnp.asarray(dt)))
-    batch = jax.tree_util.tree_map(lambda x: x[None], P.state0)
-    with pytest.raises(TRACED_ERRORS, match="dt must be finite and > 0"):
-        jax.block_until_ready(jax.jit(lambda d: jaxrot.simulate_batch("buss2p", P, d, 10, states0=batch).states.R)(
-            jnp.asarray(0.0)))
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_raises_the_documented_error(case, transform):
+    arg, value, msg, static = CASES[case]
+    if transform in ("batch", "batch_jit") and arg in ("R", "Pi"):
+        msg = "of body 1 .*" + msg  # the batch names the body
+    concrete = transform in ("plain", "batch") or static
+    with pytest.raises(ValueError if concrete else TRACED_ERRORS, match=msg):
+        jax.block_until_ready(_run(transform, dict(GOOD, **{arg: value})))
 
 
-def test_traced_inertia_is_checked_in_batches():
-    batch = jax.tree_util.tree_map(lambda x: x[None], P.state0)
-
-    @jax.jit
-    def run(Jb):
-        q = jaxrot.Problem(jaxrot.RigidBody(Jb), P.torque, P.state0, P.t_end)
-        return jaxrot.simulate_batch("buss2p", q, 0.01, 10, states0=batch).states.R
-
-    for J in ([-1.0, 1.4, 1.3], [3.0, 1.0, 1.0]):  # negative; violates J_i <= J_j + J_k
-        with pytest.raises(TRACED_ERRORS, match="principal moments J"):
-            jax.block_until_ready(run(jnp.asarray(J)))
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_good_input_passes_every_transform(transform):
+    out = _run(transform, GOOD)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree_util.tree_leaves(out))
 
 
-def test_good_input_passes_every_transform():
-    R = jax.jit(_plain)(P.state0)
-    g = jax.grad(lambda R0: jnp.sum(_plain(jaxrot.State(R0, P.state0.Pi))))(P.state0.R)
-    assert bool(jnp.all(jnp.isfinite(R))) and bool(jnp.all(jnp.isfinite(g)))
+def test_structural_inputs_are_promoted_or_rejected_by_name():
+    batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), P.state0)
+    # accepted: a NumPy integer step count; a float32 state with float64 J runs in float32
+    assert jaxrot.simulate("buss2p", P, 0.01, np.int64(10)).final.R.shape == (3, 3)
+    assert jaxrot.simulate("buss2p", P, 0.01, 10, state0=jaxrot.cast(P.state0, jnp.float32)).final.R.dtype == jnp.float32
+    with pytest.raises(ValueError, match="empty batch"):
+        jaxrot.simulate_batch("buss2p", P, 0.01, 10, states0=jax.tree_util.tree_map(lambda x: x[:0], batch))
+    with pytest.raises(ValueError, match="devices must be a non-empty list"):
+        jaxrot.simulate_batch("buss2p", P, 0.01, 10, states0=batch, devices=[])
+    with pytest.raises(TypeError, match="n_steps must be an int"):
+        jaxrot.simulate("buss2p", P, 0.01, 10.0)
+    with pytest.raises(ValueError, match="n_steps must be >= 1"):
+        jaxrot.simulate("buss2p", P, 0.01, 0)
+    with pytest.raises(ValueError, match="t0 must be a finite scalar"):
+        jaxrot.final_state("buss2p", P, 0.01, 10, t0=jnp.zeros(2))
