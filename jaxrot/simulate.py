@@ -515,6 +515,20 @@ def cast(tree, dtype):
     return jax.tree_util.tree_map(one, tree)
 
 
+@functools.lru_cache(maxsize=64)
+def _scalar_of_float(x: float, dtype) -> jax.Array:
+    with jax.ensure_compile_time_eval():  # concrete even when first made inside someone's trace
+        return jnp.asarray(x, dtype)
+
+
+def _scalar(x, dtype):
+    """``jnp.asarray(x, dtype)``; a Python float's device array is reused (arrays are immutable;
+    creating one costs ~27 us, a tenth of a small simulate call)."""
+    if type(x) in (float, int):
+        return _scalar_of_float(x, jnp.dtype(dtype))
+    return jnp.asarray(x, dtype)
+
+
 def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     method = _resolve_method(method)
     _check_problem(problem)
@@ -530,8 +544,7 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
     if state0.Pi.dtype != dtype:
         raise TypeError(f"state0.R is {dtype} but state0.Pi is {state0.Pi.dtype}; pass both in one dtype "
                         "(jaxrot.cast(state0, dtype))")
-    dt = jnp.asarray(dt, dtype)
-    t0 = jnp.asarray(t0, dtype)
+    dt, t0 = _scalar(dt, dtype), _scalar(t0, dtype)
     return method, state0, dt, t0, cast(problem.system, dtype)  # the run's dtype is the state's; the scenario stays out
 
 
