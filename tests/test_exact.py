@@ -1,6 +1,7 @@
 """K(m) and the free-body period; the Dzhanibekov flip interval of simulations against it."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -149,6 +150,22 @@ def test_carlson_integrals_against_scipy(x, y, z, p):
 
     assert float(exact.carlson_rf(x, y, z)) == pytest.approx(elliprf(x, y, z), rel=1e-14)
     assert float(exact.carlson_rj(x, y, z, p)) == pytest.approx(elliprj(x, y, z, p), rel=1e-13)
+
+
+def test_carlson_rc_closed_form_against_scipy_and_its_derivative_at_the_series_switch():
+    from scipy.special import elliprc
+
+    rng = np.random.default_rng(3)
+    # 1e-8 .. 1e8 both ways, x = y, both sides of the |t| = 1e-2 switch, y/x -> 0 (the log form)
+    xy = [(1.0, 1.0), (1.0, 1.0101), (1.0, 1.0099), (1.0, 0.9901), (1.0, 0.9899), (5.0, 1e-12), (1e-12, 5.0)]
+    xy += [tuple(10 ** rng.uniform(-8, 8, 2)) for _ in range(300)]
+    x, y = (np.array(v) for v in zip(*xy))
+    np.testing.assert_allclose(np.asarray(exact.carlson_rc(jnp.asarray(x), jnp.asarray(y))), elliprc(x, y), rtol=4e-15)
+    d = jax.grad(lambda x: exact.carlson_rc(x, 1.0))  # dRC/dx at x = y is -1/6 (series); smooth across the switch
+    assert float(d(1.0)) == pytest.approx(-1.0 / 6.0, rel=1e-14)
+    for x0 in (0.9899, 0.9901, 1.0099, 1.0101):
+        fd = (elliprc(x0 + 1e-6, 1.0) - elliprc(x0 - 1e-6, 1.0)) / 2e-6
+        assert float(d(x0)) == pytest.approx(fd, rel=1e-8)
 
 
 @pytest.mark.parametrize("u,m", [(0.3, 0.5), (5.0, 0.9), (-7.0, 0.99), (3.0, 1 - 1e-12), (2.0, 1.0)])
