@@ -131,9 +131,7 @@ def _raise_bad_state(code: int, body, tol, err=None):
 @functools.partial(jax.jit, static_argnums=2)
 def _state_codes(R, Pi, tol):
     """Per body: 0 good, 1 non-finite, 2 not orthogonal, 3 a reflection (the first that applies)."""
-    finite = jnp.all(jnp.isfinite(R), axis=(-1, -2)) & jnp.all(jnp.isfinite(Pi), axis=-1)
-    err = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)), axis=(-1, -2))
-    det = jnp.sum(R[..., 0, :] * jnp.cross(R[..., 1, :], R[..., 2, :]), axis=-1)
+    finite, err, det = _body_defects(R, Pi)
     return jnp.where(~finite, 1, jnp.where(err > tol, 2, jnp.where(det <= 0, 3, 0)))
 
 
@@ -165,10 +163,16 @@ def _remember_checked(R, Pi):
 @jax.jit
 def _state_defects(R, Pi):
     """(all finite, max |R^T R - 1|, min det R) over any batch, on the device."""
-    finite = jnp.all(jnp.isfinite(R)) & jnp.all(jnp.isfinite(Pi))
-    err = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)))
-    det = jnp.min(jnp.sum(R[..., 0, :] * jnp.cross(R[..., 1, :], R[..., 2, :]), axis=-1))  # 3x3 closed form
-    return jnp.stack([finite.astype(R.dtype), err, det])
+    finite, err, det = _body_defects(R, Pi)
+    return jnp.stack([jnp.all(finite).astype(R.dtype), jnp.max(err), jnp.min(det)])
+
+
+def _body_defects(R, Pi):
+    """Per body: finite, max |R^T R - 1|, det R (3x3 closed form); the one formula of both checks."""
+    finite = jnp.all(jnp.isfinite(R), axis=(-1, -2)) & jnp.all(jnp.isfinite(Pi), axis=-1)
+    err = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)), axis=(-1, -2))
+    det = jnp.sum(R[..., 0, :] * jnp.cross(R[..., 1, :], R[..., 2, :]), axis=-1)
+    return finite, err, det
 
 
 def _check_capability(method, problem: Problem):
@@ -210,11 +214,11 @@ def _traced_checks(problem: Problem, state0: State, dt, t0):
     elif not _is_concrete(Pi) or not _is_concrete(R):
         finite, orth, det_min = _state_defects(R, Pi)  # the host check's computation, staged
         finite = finite > 0
-        Pi = eqx.error_if(Pi, ~finite, "initial state contains NaN or inf")
         tol = _orthogonality_tol(R.dtype)
-        R = eqx.error_if(R, finite & (orth > tol), f"initial attitude R is not orthogonal (max|R^T R - 1| > {tol:g}); "
-                         "project it with jaxrot.so3.nearest_rotation")
-        R = eqx.error_if(R, finite & (det_min <= 0), "initial attitude R has det <= 0: it is a reflection, not a rotation")
+        msg = {c: m.format(where="", err=f"> {tol:g}") for c, m in _BAD_STATE.items()}
+        Pi = eqx.error_if(Pi, ~finite, msg[1])
+        R = eqx.error_if(R, finite & (orth > tol), msg[2])
+        R = eqx.error_if(R, finite & (det_min <= 0), msg[3])
         state0 = State(R, Pi)
     return problem, state0, dt, t0
 
