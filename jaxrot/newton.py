@@ -1,7 +1,10 @@
 """The one Newton solver every implicit method uses.
 
 ``x_{k+1} = x_k - F'(x_k)^-1 F(x_k)`` with ``F'`` from ``jax.jacfwd`` (never hand-derived), a
-bounded ``lax.while_loop`` and a closed-form 3x3 solve (``jnp.linalg.solve`` for other sizes). Gradients of the
+bounded ``lax.while_loop`` and a closed-form 3x3 solve (``jnp.linalg.solve`` for other sizes).
+Optionally a few *chord* iterations come first, ``x_{k+1} = x_k - F'(x_J)^-1 F(x_k)`` with one
+Jacobian at a fixed point ``x_J``, unrolled into the step; the while loop then only runs for a
+body whose residual is not yet within the tolerance. Gradients of the
 solution with respect to everything ``F`` closes over come from the implicit function theorem
 (``lax.custom_root``: one linear solve with ``F'(x*)``), not from differentiating the iterations;
 the iteration count and convergence flag are computed outside the differentiated path.
@@ -29,12 +32,21 @@ class Newton(eqx.Module):
     (2e-13 in float64, 1e-4 in float32), after which the quadratic convergence leaves the iterate
     at round-off. ``implicit_diff=False`` differentiates through ``max_iters`` unrolled iterations
     instead (for checking the implicit gradients; slower).
+
+    ``chord = m > 0``: ``m`` chord iterations with the Jacobian at ``jac_point`` (given to
+    :meth:`__call__`; default the starting guess), converged by the same criterion on the last
+    chord step; Newton iterations follow only where that fails. The midpoint-Lie family uses it with the
+    Jacobian at ``Psi = 0`` (constant, so XLA folds most of it) from a third-order starting guess,
+    where the chord iteration contracts by ``O((h |Omega|)^2)`` per step: midpoint-Lie solves cost
+    ~5x less than two full Newton iterations (0.75 -> 0.15 us per body-solve, 1 000 bodies, this
+    machine), to the same solution.
     """
 
     rtol: float | None = None
     atol: float | None = None
     max_iters: int = eqx.field(static=True, default=30)
     implicit_diff: bool = eqx.field(static=True, default=True)
+    chord: int = eqx.field(static=True, default=0)
 
     def tolerances(self, dtype):
         eps = float(jnp.finfo(dtype).eps)
@@ -42,10 +54,10 @@ class Newton(eqx.Module):
         atol = 1e3 * eps if self.atol is None else self.atol
         return rtol, atol
 
-    def __call__(self, residual, x0):
+    def __call__(self, residual, x0, jac_point=None):
         """Solve ``residual(x) = 0`` from ``x0``; returns ``(x, NewtonStats)``."""
         return newton(residual, x0, rtol=self.rtol, atol=self.atol, max_iters=self.max_iters,
-                      implicit_diff=self.implicit_diff)
+                      implicit_diff=self.implicit_diff, chord=self.chord, jac_point=jac_point)
 
 
 def solve(A, b):
@@ -62,7 +74,20 @@ def solve(A, b):
     return (c0 * b[0] + c1 * b[1] + c2 * b[2]) / det  # adj(A) = [c0 c1 c2] (columns)
 
 
-def _loop(residual, x0, rtol, atol, max_iters):
+def _chord(residual, x0, rtol, atol, m, jac_point):
+    """``m >= 1`` chord iterations from ``x0``; returns ``(x, done)`` (``x0`` again if they diverged),
+    ``done`` by the same step-size criterion as Newton's, on the last step."""
+    A = jax.jacfwd(residual)(x0 if jac_point is None else jac_point)
+    x = x0
+    for _ in range(m):
+        dx = solve(A, -residual(x))
+        x = x + dx
+    finite = jnp.all(jnp.isfinite(x))
+    done = finite & (jnp.max(jnp.abs(dx)) <= atol + rtol * jnp.max(jnp.abs(x)))
+    return jnp.where(finite, x, x0), done
+
+
+def _loop(residual, x0, rtol, atol, max_iters, chord=0, jac_point=None):
     def cond(c):
         _, k, done = c
         return (k < max_iters) & ~done
@@ -75,11 +100,16 @@ def _loop(residual, x0, rtol, atol, max_iters):
         done = jnp.max(jnp.abs(dx)) <= atol + rtol * jnp.max(jnp.abs(x))
         return x, k + 1, done | ~jnp.all(jnp.isfinite(x))
 
-    x, k, done = lax.while_loop(cond, body, (x0, jnp.asarray(0, jnp.int32), jnp.asarray(False)))
+    start = (x0, jnp.asarray(0, jnp.int32), jnp.asarray(False))
+    if chord:
+        x, done = _chord(residual, x0, rtol, atol, chord, jac_point)
+        start = (x, jnp.asarray(chord, jnp.int32), done)
+    x, k, done = lax.while_loop(cond, body, start)
     return x, k, done & jnp.all(jnp.isfinite(x))
 
 
-def newton(residual, x0, *, rtol=None, atol=None, max_iters: int = 30, implicit_diff: bool = True):
+def newton(residual, x0, *, rtol=None, atol=None, max_iters: int = 30, implicit_diff: bool = True,
+           chord: int = 0, jac_point=None):
     """Solve ``residual(x) = 0`` (``x`` a vector) by Newton's method from ``x0``.
 
     Returns ``(x, NewtonStats(iters, converged))``. See :class:`Newton` for the tolerances.
@@ -101,7 +131,8 @@ def newton(residual, x0, *, rtol=None, atol=None, max_iters: int = 30, implicit_
     # the iterations see the closed-over values without gradient; custom_root supplies the IFT
     f, consts = jax.closure_convert(residual, x0)
     consts_ng = [lax.stop_gradient(c) for c in consts]
-    x_star, k, ok = _loop(lambda x: f(x, *consts_ng), lax.stop_gradient(x0), r, a, max_iters)
+    jp = None if jac_point is None else lax.stop_gradient(jac_point)
+    x_star, k, ok = _loop(lambda x: f(x, *consts_ng), lax.stop_gradient(x0), r, a, max_iters, chord, jp)
 
     def tangent_solve(g, y):
         return solve(jax.jacfwd(g)(y), y)

@@ -9,6 +9,7 @@ import jaxrot
 from jaxrot import analysis, problems, reference, so3
 from jaxrot.integrators import Split2
 from jaxrot.integrators.splitting import axis_flow as axis_flow_for_tests
+from jaxrot.integrators.splitting import axis_flows, strang_flows
 
 
 def test_axis_flow_is_exact_rotation():
@@ -20,6 +21,22 @@ def test_axis_flow_is_exact_rotation():
         Q = so3.exp(0.7 * Pi[k] / J[k] * e)
         np.testing.assert_allclose(R1, R @ Q, atol=1e-15)
         np.testing.assert_allclose(Pi1, Q.T @ Pi, atol=1e-15)
+
+
+def test_merged_flows_equal_the_unmerged_sequence():
+    """split4 merges the adjacent same-axis flows of its three Strang steps (15 -> 13 flows)."""
+    from jaxrot.integrators.splitting import _C0, _C1
+    J = jnp.array([28.3, 27.1, 1.42])
+    R, Pi = so3.exp(jnp.array([0.3, -0.1, 0.2])), jnp.array([0.5, -0.2, 5.0])
+    merged = strang_flows((2, 3, 1), 0.1, (_C1, _C0, _C1))
+    assert len(merged) == 13
+    R1, P1 = axis_flows(J, R, Pi, merged)
+    R2, P2 = R, Pi
+    for c in (_C1, _C0, _C1):
+        for k, tau in strang_flows((2, 3, 1), c * 0.1):
+            R2, P2 = axis_flow_for_tests(J, R2, P2, k, tau)
+    np.testing.assert_allclose(R1, R2, atol=1e-15)
+    np.testing.assert_allclose(P1, P2, atol=1e-14)
 
 
 def test_ordering_matters_on_the_prism():
