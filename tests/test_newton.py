@@ -110,3 +110,40 @@ def test_closed_form_3x3_solve_matches_lapack_and_flags_singular_systems():
         np.testing.assert_allclose(solve(A, b), jnp.linalg.solve(A, b), rtol=1e-12, atol=1e-12)
     singular = jnp.asarray([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]])
     assert not np.all(np.isfinite(np.asarray(solve(singular, jnp.ones(3)))))
+
+
+def test_chord_iterations_reach_newtons_solution_and_fall_back_to_newton():
+    """Newton(chord=m): at small steps the chord iterations alone converge (m iterations counted);
+    at a large step they do not, and the Newton loop that follows still converges, to the same root."""
+    from jaxrot.integrators.midpoint_lie import solve_midpoint
+    J = jnp.array([2.5, 1.4, 1.3])
+    P = jnp.asarray(np.random.default_rng(0).normal(size=(64, 3)))
+    for tau, chord_only in ((5e-4, True), (0.5, False)):
+        xc, sc = jax.vmap(lambda p: solve_midpoint(J, tau, p, Newton(chord=2)))(P)
+        xn, sn = jax.vmap(lambda p: solve_midpoint(J, tau, p, Newton()))(P)
+        assert bool(sc.converged.all()) and bool(sn.converged.all())
+        np.testing.assert_allclose(xc, xn, rtol=0, atol=1e-15)
+        assert bool((sc.iters == 2).all()) == chord_only
+        assert int(sc.iters.max()) <= 30
+
+
+def test_chord_gradients_are_the_implicit_ones():
+    from jaxrot.integrators.midpoint_lie import solve_midpoint
+    J = jnp.array([2.5, 1.4, 1.3])
+    P = jnp.array([0.4, -1.2, 0.9])
+
+    def f(P, newton):
+        return jnp.sum(jnp.sin(solve_midpoint(J, 0.3, P, newton)[0]))
+
+    g_chord = jax.grad(f)(P, Newton(chord=2))
+    g_unrolled = jax.grad(f)(P, Newton(implicit_diff=False))
+    np.testing.assert_allclose(g_chord, g_unrolled, rtol=1e-12)
+
+
+def test_materialize_leaves_values_and_gradients_unchanged():
+    from jaxrot._fusion import materialize
+    x, y = jnp.array([0.3, -1e-300, 7.0]), jnp.array(2.5)
+    a, b = jax.jit(materialize)(x, y)
+    assert np.array_equal(a, x) and np.array_equal(b, y) and a.shape == (3,) and b.shape == ()
+    g = jax.grad(lambda x: jnp.sum(jnp.sin(materialize(x)[0])))(x)
+    np.testing.assert_array_equal(g, jnp.cos(x))
