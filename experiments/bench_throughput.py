@@ -33,8 +33,11 @@ from .bench_buss import numpy_step
 
 H = 1e-3
 C_SOURCE = pathlib.Path(__file__).with_name("buss2p.c")
-C_VARIANTS = {"C, 1 thread": ["-O2"], "C, all threads": ["-O2", "-fopenmp"],
-              "C -O3 -march=native -ffast-math": ["-O3", "-march=native", "-ffast-math"]}
+#: name -> (compiler flags, function, structure-of-arrays layout)
+C_VARIANTS = {"C, 1 thread": (["-O2"], "buss2p_run", False),
+              "C, all threads": (["-O2", "-fopenmp"], "buss2p_run", False),
+              "C -O3 -march=native -ffast-math": (["-O3", "-march=native", "-ffast-math"], "buss2p_run", False),
+              "C SoA SIMD, all threads": (["-O3", "-march=native", "-ffast-math", "-fopenmp"], "buss2p_run_soa", True)}
 OTHER_METHODS = ["buss4", "lie_taylor5", "split4_231", "liemid_ea"]
 
 
@@ -54,14 +57,14 @@ def compile_c(folder: pathlib.Path) -> dict:
     libs = {}
     if cc is None:
         return libs
-    for name, flags in C_VARIANTS.items():
-        so = folder / f"buss2p_{len(libs)}.so"
+    for k, (name, (flags, symbol, soa)) in enumerate(C_VARIANTS.items()):
+        so = folder / f"buss2p_{k}.so"
         r = subprocess.run([cc, *flags, "-shared", "-fPIC", str(C_SOURCE), "-o", str(so), "-lm"], capture_output=True)
         if r.returncode:
             continue
-        fn = ctypes.CDLL(str(so)).buss2p_run
+        fn = getattr(ctypes.CDLL(str(so)), symbol)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_long, ctypes.c_long]
-        libs[name] = fn
+        libs[name] = (fn, soa)
     return libs
 
 
@@ -85,6 +88,20 @@ def _cost_per_body_step(method, p, states) -> dict:
     output copies, so it over-counts a steady-state step)."""
     f = jax.jit(lambda s: jaxrot.simulate_batch(method, p, H, 1, states0=s, save_every=1, block_size=None).states.R)
     ca = f.lower(states).compile().cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    B = states.R.shape[0]
+    return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
+
+
+def _cost_of_one_step(method, p, states) -> dict:
+    """XLA's cost analysis of one bare vmapped step, per body (the steady state of a run: no
+    initialisation, no output copies; a loop's body is counted once by the analysis)."""
+    m, system = jaxrot.get(method), p.system
+
+    def one(s):
+        return m.step(system, 0.0, s, m.init(system, 0.0, s, H), H)[0]
+
+    ca = jax.jit(jax.vmap(one)).lower(states).compile().cost_analysis()
     ca = ca[0] if isinstance(ca, (list, tuple)) else ca
     B = states.R.shape[0]
     return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
@@ -153,16 +170,23 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
             ref = np.asarray(jaxrot.simulate_batch("buss2p", p, H, 100, states0=jaxrot.State(
                 jnp.asarray(R0), jnp.asarray(np.einsum("bji,bj->bi", R0, L0))), save_every=100).final.R) \
                 if B > 1 else None
-            for name, fn in libs.items():
-                Rc, Lc = np.ascontiguousarray(R0.copy()), np.ascontiguousarray(L0)
+            for name, (fn, soa) in libs.items():
+                # SoA: entry k of every body contiguous (R: 9 x B, L: 3 x B)
+                def layout(R, L, soa=soa):
+                    if soa:
+                        return np.ascontiguousarray(R.reshape(B, 9).T), np.ascontiguousarray(L.T)
+                    return np.ascontiguousarray(R.copy()), np.ascontiguousarray(L)
+
+                Rc, Lc = layout(R0, L0)
 
                 def c_run(Rc=Rc, Lc=Lc, fn=fn, n=n):
                     fn(Rc.ctypes.data, Lc.ctypes.data, J.ctypes.data, H, B, n)
 
                 row[name] = B * n / _median_time(c_run, 3)
                 if ref is not None:  # correctness of the baseline: 100 steps from the same start
-                    Rchk = np.ascontiguousarray(R0.copy())
-                    fn(Rchk.ctypes.data, Lc.ctypes.data, J.ctypes.data, H, B, 100)
+                    Rchk, Lchk = layout(R0, L0)
+                    fn(Rchk.ctypes.data, Lchk.ctypes.data, J.ctypes.data, H, B, 100)
+                    Rchk = Rchk.T.reshape(B, 3, 3) if soa else Rchk
                     row[f"{name} max diff"] = float(np.abs(Rchk - ref).max())
             res["rows"].append(row)
             print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
@@ -184,8 +208,10 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
         res["drift"] = [drift(m, p, n_steps=10_000 if quick else 1_000_000) for m in ("buss2p", "buss4")]
         cost = _cost_per_body_step("buss2p", p, _bodies(1000, jnp.float64, rng)[0])
         res["xla_cost_buss2p_f64"] = cost
-        res["h100_limits"] = {"memory_bound_body_steps_per_s": 3.35e12 / cost["bytes"],
-                              "compute_bound_body_steps_per_s": 60e12 / cost["flops"]}
+        step = res["xla_cost_buss2p_step_f64"] = _cost_of_one_step("buss2p", p, _bodies(1000, jnp.float64, rng)[0])
+        # the roofline of a steady step (the 1-step call's count includes set-up and copies)
+        res["h100_limits"] = {"memory_bound_body_steps_per_s": 3.35e12 / step["bytes"],
+                              "compute_bound_body_steps_per_s": 60e12 / step["flops"]}
 
     cols = ["jaxrot f64 blocked", "jaxrot f64 unblocked", "jaxrot f32 blocked", "jaxrot f32 unblocked", "NumPy f64",
             *libs]
@@ -206,9 +232,12 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
     c = res["xla_cost_buss2p_f64"]
     lim = res["h100_limits"]
     text += (f"\n\nXLA cost analysis of a 1-step buss2p call, per body (float64; includes initialisation and "
-             f"output copies): {c['flops']:.0f} flops, {c['bytes']:.0f} bytes. Roofline on an H100 (3.35 TB/s, "
-             f"60 TFLOP/s fp64): memory-bound {lim['memory_bound_body_steps_per_s']:.2g}, compute-bound "
-             f"{lim['compute_bound_body_steps_per_s']:.2g} body-steps/s.\n")
+             f"output copies): {c['flops']:.0f} flops, {c['bytes']:.0f} bytes.")
+    c = res["xla_cost_buss2p_step_f64"]
+    text += (f" One bare step (vmapped, no loop, no copies): {c['flops']:.0f} flops, {c['bytes']:.0f} bytes "
+             f"({c['bytes'] / 192:.1f}x the 192 bytes of reading and writing R and Pi once). Roofline of that step "
+             f"on an H100 (3.35 TB/s, 60 TFLOP/s fp64): memory-bound {lim['memory_bound_body_steps_per_s']:.2g}, "
+             f"compute-bound {lim['compute_bound_body_steps_per_s']:.2g} body-steps/s.\n")
     for note in res["notes"]:
         text += f"\n{note}\n"
     print(text)
