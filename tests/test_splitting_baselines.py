@@ -120,3 +120,19 @@ def test_every_ordering_has_its_order_and_exact_momentum(perm):
         E = analysis.energy(p, tr.states)
         if int(tr.stats.clamped.sum()) == 0:
             assert abs(float(E[-1] / E[0]) - 1) < 1e-13
+
+
+def test_split4_computes_each_flows_sine_once_on_cpu():
+    """XLA's CPU fusion recomputed every flow's sin/cos in each output's kernel (218 sin per step for
+    13 flows) until jaxrot._fusion.materialize; a structural guard (a count, not a timing)."""
+    import re
+
+    import jax
+    if jax.default_backend() != "cpu":
+        pytest.skip("the duplication and its fix are CPU-specific")
+    p = problems.get("t_handle")
+    m = jaxrot.get("split4_231")
+    S = jax.vmap(lambda v: jaxrot.State(so3.exp(v), v))(jnp.ones((64, 3)) * jnp.arange(64.0)[:, None] / 64)
+    hlo = jax.jit(jax.vmap(lambda s: m.step(p.system, 0.0, s, None, 1e-3)[0])).lower(S).compile().as_text()
+    n_sin = len(re.findall(r"\bsine\(", hlo))
+    assert 13 <= n_sin <= 26, n_sin
