@@ -87,10 +87,7 @@ def _cost_per_body_step(method, p, states) -> dict:
     """XLA's cost analysis of a 1-step batched call, per body (includes the initialisation and the
     output copies, so it over-counts a steady-state step)."""
     f = jax.jit(lambda s: jaxrot.simulate_batch(method, p, H, 1, states0=s, save_every=1, block_size=None).states.R)
-    ca = f.lower(states).compile().cost_analysis()
-    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
-    B = states.R.shape[0]
-    return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
+    return _xla_cost(f, states)
 
 
 def _cost_of_one_step(method, p, states) -> dict:
@@ -101,7 +98,11 @@ def _cost_of_one_step(method, p, states) -> dict:
     def one(s):
         return m.step(system, 0.0, s, m.init(system, 0.0, s, H), H)[0]
 
-    ca = jax.jit(jax.vmap(one)).lower(states).compile().cost_analysis()
+    return _xla_cost(jax.jit(jax.vmap(one)), states)
+
+
+def _xla_cost(f, states) -> dict:
+    ca = f.lower(states).compile().cost_analysis()
     ca = ca[0] if isinstance(ca, (list, tuple)) else ca
     B = states.R.shape[0]
     return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
