@@ -152,6 +152,20 @@ def fast_top() -> Problem:
     return _top(0.3, 50.0, 10.0, "fast_top")
 
 
+def asymmetric_top() -> Problem:
+    """The fast top made asymmetric (J = (5, 4, 1)): its free part needs the elliptic-function flow
+    (the symmetric top's is two rotations), a torqued benchmark without that shortcut."""
+    body = RigidBody(_as([5.0, 4.0, 1.0]))
+    return Problem(
+        body,
+        GravityTorque(mgl=20.0),
+        from_body_rate(body, so3.exp(_as([0.3, 0.0, 0.0])), _as([0.0, 0.0, 50.0])),
+        t_end=10.0,
+        name="asymmetric_top",
+        description="asymmetric heavy top J=(5,4,1), mgl=20, tilt 0.3 rad, spin 50 rad/s",
+    )
+
+
 def coulomb_wall(sign: float = 1.0) -> Problem:
     """Krysl (d): Coulomb potential with a soft wall; ``sign=+1`` printed torque, -1 physical."""
     body = RigidBody(_as([2.0, 3.0, 4.5]))
@@ -204,6 +218,7 @@ PROBLEMS: dict[str, Callable[[], Problem]] = {
     "free_body_mz": free_body_mz,
     "slow_top": slow_top,
     "fast_top": fast_top,
+    "asymmetric_top": asymmetric_top,
     "coulomb_wall": coulomb_wall,
     "coulomb_wall_physical": lambda: coulomb_wall(-1.0),
     "t_handle": t_handle,

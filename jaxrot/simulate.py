@@ -16,6 +16,7 @@ import math
 import sys
 import threading
 import time as _time
+import weakref
 
 import equinox as eqx
 import jax
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._jit import lean_jit
 from .body import validate_inertia, violates_triangle
 from .integrators import AbstractIntegrator
 from .integrators import get as _get_method
@@ -154,10 +156,21 @@ def _checked_before(R, Pi) -> bool:
 
 def _remember_checked(R, Pi):
     if isinstance(R, jax.Array) and isinstance(Pi, jax.Array):  # NumPy arrays are mutable: never cached
-        import weakref
-
         _CHECKED.insert(0, (weakref.ref(R), weakref.ref(Pi)))
         del _CHECKED[8:]
+
+
+#: the same for principal moments: (weakref to J, physical) that passed validate_inertia
+_CHECKED_J: list = []
+
+
+def _validate_inertia_once(J, physical: bool):
+    if any(r() is J and ph == physical for r, ph in _CHECKED_J):
+        return
+    validate_inertia(J, physical)
+    if isinstance(J, jax.Array):
+        _CHECKED_J.insert(0, (weakref.ref(J), bool(physical)))
+        del _CHECKED_J[8:]
 
 
 @jax.jit
@@ -188,7 +201,7 @@ def _check_problem(problem: Problem):
         raise TypeError(f"problem must be a jaxrot Problem, got {type(problem).__name__}")
     J = problem.body.J
     if _is_concrete(J):
-        validate_inertia(J, problem.body.physical)
+        _validate_inertia_once(J, problem.body.physical)
 
 
 def _traced_checks(problem: Problem, state0: State, dt, t0):
@@ -359,9 +372,17 @@ _BLOCK = 32
 FRAMES_PER_CHUNK = 1024
 
 
-@eqx.filter_jit
+@lean_jit
 def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll, monitor=None):
     return _run_frames(method, problem, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid)
+
+
+@lean_jit
+def _simulate_exact(method, problem, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None):
+    """The initial carry and a scan of exactly ``n_frames`` frames (for traced calls; a jitted
+    function, so the caller's trace reuses one traced copy however often it calls simulate)."""
+    carry = _init_carry(method, problem, state0, dt, t0, monitor)
+    return _run_frames(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
 
 
 def _run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
@@ -371,7 +392,7 @@ def _run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
     parts, nvs = [], []
     for start in range(0, n_frames, per_chunk):
         nv = min(per_chunk, n_frames - start)
-        carry, part = run_chunk(carry, jnp.asarray(nv, jnp.int32))
+        carry, part = run_chunk(carry, np.asarray(nv, np.int32))
         parts.append(part)
         nvs.append(nv)
         if report is not None:
@@ -400,7 +421,7 @@ def _init_carry(method, problem, state0, dt, t0, monitor=None):
             jnp.asarray(RESULTS.successful, jnp.int32), ref)
 
 
-@eqx.filter_jit
+@lean_jit
 def _init_carry_jit(method, problem, state0, dt, t0, monitor=None):
     return _init_carry(method, problem, state0, dt, t0, monitor)
 
@@ -616,12 +637,19 @@ def simulate(
     problem, state0, dt, t0 = _traced_checks(problem, state0, dt, t0)
     n_steps, save_every = int(n_steps), int(save_every)  # NumPy integers would be traced by filter_jit
     n_frames = n_steps // save_every
-    carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
-    if not progress:
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, state0, dt, t0))):
+        # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one
+        # scan of exactly n_frames, not chunks of 1 024 frames with the unused ones skipped (which
+        # a long traced run would also inline chunk by chunk)
+        carry, part = _simulate_exact(method, problem, state0, dt, t0, n_frames, save_every, unroll, monitor)
+        parts, nvs = (part,), (n_frames,)
+    elif not progress:
+        carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
         carry, parts, nvs = _run_chunks(
             lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
             carry, n_frames, FRAMES_PER_CHUNK)
     else:
+        carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
         carry, parts, nvs = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps,
                                                monitor)
     traj = _join(state0, t0, parts, nvs, carry[3], carry[4])
@@ -664,13 +692,13 @@ def _blocked(fn, block, *trees):
     return jax.tree_util.tree_map(lambda x: x.reshape((nb * block,) + x.shape[2:])[:B], out)
 
 
-@eqx.filter_jit
+@lean_jit
 def _batch_init(method, problem, state0, dt, t0, problem_axis, monitor=None):
     """The initial carry of every body (vmapped :func:`_init_carry`)."""
     return jax.vmap(lambda p, s: _init_carry(method, p, s, dt, t0, monitor), in_axes=(problem_axis, 0))(problem, state0)
 
 
-@eqx.filter_jit
+@lean_jit
 def _batch_chunk(method, problem, carry, dt, t0, n_valid, n_frames, save_every, problem_axis, unroll, block=None,
                  monitor=None):
     """``n_frames`` frames of every body (frames from ``n_valid`` on skipped), cache-blocked when
@@ -790,10 +818,10 @@ def run_steps(method, problem, state0, dt, t0, n_steps):
     return state, failed, reason
 
 
-_final_state_jit = eqx.filter_jit(run_steps)
+_final_state_jit = lean_jit(run_steps)
 
 
-@eqx.filter_jit
+@lean_jit
 def _final_state_batch_jit(method, problem, states0, dt, t0, n_steps):
     return jax.vmap(lambda s: run_steps(method, problem, s, dt, t0, n_steps))(states0)
 

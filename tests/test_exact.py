@@ -175,3 +175,31 @@ def test_jacobi_amplitude_and_elliptic_f_against_scipy(u, m):
     am = float(exact.jacobi_am(u, m))
     assert am == pytest.approx(ellipj(u, m)[3], abs=1e-13)
     assert float(exact.ellipf(am, m)) == pytest.approx(ellipkinc(am, m), rel=1e-13)
+
+
+@pytest.mark.parametrize("J", [[5.0, 5.0, 1.0], [1.0, 2.0, 2.0], [2.0, 1.0, 2.0], [1.5, 1.5, 1.5]])
+def test_axisymmetric_closed_form_equals_the_elliptic_flow(J):
+    J = np.asarray(J)
+    s0 = jaxrot.State(jaxrot.so3.exp(np.array([0.3, -0.2, 0.1])), np.array([0.3, 0.5, -0.8]))
+    assert bool(exact._is_axisymmetric(J)) and not bool(exact._is_axisymmetric(J * [1.0, 1.0 + 1e-9, 1.0 - 1e-9]))
+    for t in (0.3, 17.0):
+        a, b = exact._axisymmetric_flow(J, s0, t), exact._elliptic_flow(J, s0, t)
+        assert np.abs(np.asarray(a.R - b.R)).max() <= 1e-13
+        assert np.abs(np.asarray(a.Pi - b.Pi)).max() <= 1e-13
+
+
+def test_axisymmetric_gradients_along_symmetry_keeping_perturbations():
+    s0 = jaxrot.State(jaxrot.so3.exp(np.array([0.3, -0.2, 0.1])), np.array([0.3, 0.5, -0.8]))
+    w = np.arange(9.0).reshape(3, 3)
+
+    def f(J, t):
+        s = exact.free_flow(J, s0, t)
+        return np.sum(s.R * w) + s.Pi @ np.array([1.0, -2.0, 3.0])
+
+    J = np.array([5.0, 5.0, 1.0])
+    gJ, gt = jax.grad(f, argnums=(0, 1))(J, 2.7)
+    for d in (np.array([1.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0])):  # the equal pair together, the odd one
+        fd = (float(f(J + 1e-6 * d, 2.7)) - float(f(J - 1e-6 * d, 2.7))) / 2e-6
+        np.testing.assert_allclose(float(gJ @ d), fd, rtol=1e-6, atol=1e-7)
+    fd = (float(f(J, 2.7 + 1e-6)) - float(f(J, 2.7 - 1e-6))) / 2e-6
+    np.testing.assert_allclose(float(gt), fd, rtol=1e-6, atol=1e-7)

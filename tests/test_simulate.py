@@ -253,3 +253,17 @@ def test_batch_new_step_count_or_span_does_not_recompile():
     assert a.states.R.shape == (2, 238, 3, 3) and b.states.R.shape == (2, 1028, 3, 3)
     np.testing.assert_allclose(np.asarray(b.states.R[:, :238]), np.asarray(a.states.R), atol=0, rtol=0)
     np.testing.assert_allclose(np.asarray(b.ts[:, -1]), 10.27, rtol=1e-12)
+
+
+def test_traced_call_runs_exactly_its_frames_and_equals_the_plain_call():
+    """Inside jit (and vmap) simulate scans exactly n_steps/save_every frames instead of masked
+    1 024-frame chunks; the trajectory is the plain call's."""
+    p = problems.get("slow_top")
+    plain = jaxrot.simulate("buss3", p, 1e-2, 36, save_every=4)
+    traced = jax.jit(lambda s: jaxrot.simulate("buss3", p, 1e-2, 36, save_every=4, state0=s))(p.state0)
+    assert traced.states.R.shape == plain.states.R.shape == (10, 3, 3)
+    np.testing.assert_allclose(np.asarray(traced.states.R), np.asarray(plain.states.R), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(traced.ts), np.asarray(plain.ts), rtol=0, atol=0)
+    both = jax.vmap(lambda s: jaxrot.simulate("buss3", p, 1e-2, 36, save_every=4, state0=s).final.Pi)(
+        jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), p.state0))
+    np.testing.assert_allclose(np.asarray(both[1]), np.asarray(plain.final.Pi), rtol=0, atol=1e-15)
