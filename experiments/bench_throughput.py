@@ -108,6 +108,39 @@ def _xla_cost(f, states) -> dict:
     return {"flops": float(ca.get("flops", np.nan)) / B, "bytes": float(ca.get("bytes accessed", np.nan)) / B}
 
 
+def call_overhead(p, n_steps: int = 10, calls: int = 300) -> dict:
+    """Median µs of a repeated small call (1 body, ``n_steps`` buss2p steps, compiled beforehand), the
+    three alternated: a plain ``jax.jit`` of the bare step loop (the floor: dispatch and XLA's own
+    per-kernel cost on this machine), ``jaxrot.compile``'s executable, and ``jaxrot.simulate(...).final``."""
+    m, system = jaxrot.get("buss2p"), p.system
+
+    @jax.jit
+    def plain(s):
+        def body(c, _):
+            s, aux = c
+            s, aux, _ = m.step(system, 0.0, s, aux, H)
+            return (s, aux), None
+        return jax.lax.scan(body, (s, m.init(system, 0.0, s, H)), None, length=n_steps)[0][0]
+
+    run = jaxrot.compile("buss2p", p, H, n_steps)
+    fs = {"plain jit": lambda: plain(p.state0).R.block_until_ready(),
+          "jaxrot.compile": lambda: run().states.R.block_until_ready(),
+          "jaxrot.simulate": lambda: jaxrot.simulate("buss2p", p, H, n_steps).final.R.block_until_ready()}
+    ts: dict = {k: [] for k in fs}
+    for f in fs.values():
+        for _ in range(20):
+            f()
+    for _ in range(calls):
+        for k, f in fs.items():
+            t0 = time.perf_counter()
+            f()
+            ts[k].append(time.perf_counter() - t0)
+    out = {k: 1e6 * float(np.median(v)) for k, v in ts.items()}
+    finals = [plain(p.state0).R, run().final.R, jaxrot.simulate("buss2p", p, H, n_steps).final.R]
+    out["max diff"] = float(max(np.abs(np.asarray(a) - np.asarray(finals[0])).max() for a in finals))
+    return out
+
+
 def drift(method: str, p, n_steps: int, bodies: int = 16) -> dict:
     """Worst relative energy change, world-momentum change and orthogonality defect over a batch
     after ``n_steps`` torque-free steps, float32 and float64 (``final_state``: no frames stored)."""
@@ -206,6 +239,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
             base = base or us
             res["methods"].append({"method": m, "us_per_body_step": us, "relative_to_buss2p": us / base,
                                    "compile_s": max(first - t, 0.0)})
+        res["call_overhead_us"] = call_overhead(p, calls=50 if quick else 300)
         res["drift"] = [drift(m, p, n_steps=10_000 if quick else 1_000_000) for m in ("buss2p", "buss4")]
         cost = _cost_per_body_step("buss2p", p, _bodies(1000, jnp.float64, rng)[0])
         res["xla_cost_buss2p_f64"] = cost
@@ -226,6 +260,10 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
     text += "\n\n" + md_table(["method (1 000 bodies, f64)", "µs per body-step", "× buss2p", "compile s"],
                               [[m["method"], f"{m['us_per_body_step']:.3g}", f"{m['relative_to_buss2p']:.1f}",
                                 f"{m['compile_s']:.1f}"] for m in res["methods"]])
+    co = res["call_overhead_us"]
+    text += ("\n\nA repeated small call (1 body, 10 steps, compiled; medians of alternated calls): "
+             + ", ".join(f"{k} {v:.0f} µs ({v / co['plain jit']:.1f}x plain jit)" for k, v in co.items()
+                        if k != "max diff") + ".")
     keys = [f"{q} {t}" for t in ("f32", "f64") for q in ("energy", "momentum", "orthogonality")]
     text += (f"\n\nDrift after {res['drift'][0]['steps']:,} torque-free steps (dt = {H}, {res['drift'][0]['bodies']} "
              "random bodies, worst body; relative energy and world-momentum change, max |R^T R - 1|):\n\n"

@@ -311,11 +311,14 @@ def _step_reason(problem, t, new_state, stats, ref, monitor):
 
 
 def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
-                n_valid=None):
+                n_valid=None, reverse_differentiable: bool = True):
     """Scan ``n_frames`` frames of ``save_every`` steps from
     ``carry = (state, aux, k, failed, reason, ref)`` (``ref``: initial invariants for the monitor).
     With a (traced) ``n_valid``, frames from ``n_valid`` on are skipped by ``lax.cond`` (carry
-    unchanged; their outputs are to be dropped), so one compiled length serves any count."""
+    unchanged; their outputs are to be dropped), so one compiled length serves any count; with
+    ``reverse_differentiable=False`` the frames run in a ``fori_loop`` to ``n_valid`` writing into
+    ``n_frames``-long outputs instead (no per-frame conditional: a 10-step call of a 1 024-frame chunk
+    267 -> ~50 µs on CPU; forward-mode only, as any while loop)."""
 
     def inner(c, _):
         (state, aux, k, failed, reason, ref), acc = c
@@ -342,6 +345,17 @@ def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, 
         if n_valid is None:
             return frame(c)
         return lax.cond(i < n_valid, frame, skip, c)
+
+    if n_valid is not None and not reverse_differentiable:
+        shapes = jax.eval_shape(lambda c: frame(c)[1], carry)
+        ys0 = jax.tree_util.tree_map(lambda v: jnp.zeros((n_frames,) + v.shape, v.dtype), shapes)
+
+        def body(i, val):
+            c, ys = val
+            c, y = frame(c)
+            return c, jax.tree_util.tree_map(lambda buf, v: lax.dynamic_update_index_in_dim(buf, v, i, 0), ys, y)
+
+        return lax.fori_loop(0, jnp.minimum(n_valid, n_frames), body, (carry, ys0))
 
     if n_valid is None or n_frames % _BLOCK or n_frames == _BLOCK:
         return lax.scan(outer, carry, jnp.arange(n_frames, dtype=jnp.int32))
@@ -374,7 +388,9 @@ FRAMES_PER_CHUNK = 1024
 
 @lean_jit
 def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll, monitor=None):
-    return _run_frames(method, problem, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid)
+    # only for concrete inputs (traced calls take _simulate_exact), so never reverse-differentiated
+    return _run_frames(method, problem, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid,
+                       reverse_differentiable=False)
 
 
 @lean_jit
@@ -637,7 +653,8 @@ def simulate(
     problem, state0, dt, t0 = _traced_checks(problem, state0, dt, t0)
     n_steps, save_every = int(n_steps), int(save_every)  # NumPy integers would be traced by filter_jit
     n_frames = n_steps // save_every
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((problem, state0, dt, t0))):
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((method, problem, state0, dt, t0,
+                                                                                monitor))):
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one
         # scan of exactly n_frames, not chunks of 1 024 frames with the unused ones skipped (which
         # a long traced run would also inline chunk by chunk)

@@ -36,6 +36,8 @@ def test_throughput_bench_quick(tmp_path):
         if k.endswith("max diff"):
             assert v < 1e-12, k
     assert (tmp_path / "bench_throughput.png").stat().st_size > 0
+    co = res["call_overhead_us"]  # the three timed small-call paths compute the same 10 steps
+    assert co["max diff"] < 1e-15 and min(co["plain jit"], co["jaxrot.compile"], co["jaxrot.simulate"]) > 0
     for d in res["drift"]:  # momentum-conserving methods: L and R^T R at round-off of the dtype
         assert d["momentum f64"] < 1e-14 and d["orthogonality f64"] < 1e-14, d  # measured 3e-16
         assert d["momentum f32"] < 1e-6 and d["orthogonality f32"] < 1e-6, d  # measured 1.5e-7
