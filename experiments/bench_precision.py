@@ -27,18 +27,19 @@ from jaxrot.flow import body_vector_field, pack_body, unpack_body
 
 from ._common import md_table, setup, write_json
 
+#: label -> (problem, span, fixed-step methods, with the adaptive pairs and SciPy)
 CASES = {
     "free body, T = 100": ("free_body_mz", 100.0,
                            ["exact_free", "dmv10", "dmv8", "dmv6", "lie_taylor5", "buss4", "liemid_ea_kl8", "rkmk4",
-                            "rk4"]),
+                            "rk4"], True),
     "fast top, T = 1": ("fast_top", 1.0,
                         ["exact_split_kl8", "exact_split_kl6", "liemid_ea_kl8", "lie_taylor5", "buss4", "rkmk4",
-                         "rk4"]),
+                         "rk4"], True),
     # the fast top's body is axisymmetric, whose exact free flow is two rotations; this one is not
-    "asymmetric top, T = 1": ("asymmetric_top", 1.0, ["exact_split_kl8", "exact_split_kl6", "lie_taylor5", "buss4"]),
+    # (a check of the torqued result: no adaptive pairs or SciPy)
+    "asymmetric top, T = 1": ("asymmetric_top", 1.0, ["exact_split_kl8", "exact_split_kl6", "lie_taylor5", "buss4"],
+                              False),
 }
-#: cases measured without the adaptive pairs and SciPy (a check of the torqued result, not a study)
-SHORT_CASES = ("asymmetric top, T = 1",)
 PAIRS = ["buss4(3)", "lie_taylor5(4)", "exact_split_tj4(2)"]
 TARGETS = (1e-6, 1e-10)
 SCIPY_BODIES = 5
@@ -196,17 +197,16 @@ def summary(rows):
 def main(quick: bool = False, out_dir=None):
     out = setup(out_dir, quick)
     if quick:
-        cases = {"fast top, T = 1": ("fast_top", 1.0, ["buss4"])}
+        cases = {"fast top, T = 1": ("fast_top", 1.0, ["buss4"], True)}
         pairs, B, targets, baselines = ["buss4(3)"], 16, (1e-6,), {"diffrax": ["Tsit5"], "scipy": False}
     else:
         cases, pairs, B, targets = CASES, PAIRS, 1000, TARGETS
         baselines = {"diffrax": ["Tsit5", "Dopri8"], "scipy": True}
     rows = []
-    for label, (name, T, methods) in cases.items():
+    for label, (name, T, methods, full) in cases.items():
         print(f"{label}: {B} bodies", flush=True)
-        short = label in SHORT_CASES
-        rows += run_case(label, name, T, methods, [] if short else pairs, B, targets,
-                         dict(baselines, scipy=False) if short else baselines,
+        rows += run_case(label, name, T, methods, pairs if full else [], B, targets,
+                         baselines if full else dict(baselines, scipy=False),
                          lambda r: print("  ", {k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in r.items()},
                                          flush=True))
     data = {"bodies": B, "rows": rows, "summary": summary(rows), "devices": [str(d) for d in jax.devices()]}

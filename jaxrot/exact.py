@@ -273,8 +273,8 @@ def free_flow(J, state0: State, t) -> State:
     and t away from the separatrix (on it, derivatives in the initial data are unbounded).
 
     Axisymmetric bodies (two moments equal to 1e-12 relative, spheres included) take the closed form
-    of two rotations (:func:`_axisymmetric_flow`, ~20x cheaper than the elliptic construction) through
-    a ``lax.cond`` on J, a real branch whenever J is not batched. There, derivatives in J are exact
+    of two rotations (:func:`_axisymmetric_flow`; 0.21 against 2.0 us per flow through this function,
+    1 000 fast-top states in one vmapped call, one run) through a ``lax.cond`` on J, a real branch whenever J is not batched. There, derivatives in J are exact
     along perturbations that keep the symmetry (the equal moments moved together, the odd one alone);
     a perturbation that breaks it gets the average of the equal moments' derivatives (the flow is
     smooth in J, but its first-order response to a symmetry-breaking J is not computed).

@@ -130,15 +130,15 @@ def free_body_hlw() -> Problem:
     )
 
 
-def _top(tilt: float, spin: float, t_end: float, name: str) -> Problem:
-    body = RigidBody(_as([5.0, 5.0, 1.0]))
+def _top(tilt: float, spin: float, t_end: float, name: str, J=(5.0, 5.0, 1.0), kind: str = "Lagrangian") -> Problem:
+    body = RigidBody(_as(J))
     return Problem(
         body,
         GravityTorque(mgl=20.0),
         from_body_rate(body, so3.exp(_as([tilt, 0.0, 0.0])), _as([0.0, 0.0, spin])),
         t_end=t_end,
         name=name,
-        description=f"Lagrangian top J=(5,5,1), mgl=20, tilt {tilt} rad, spin {spin} rad/s",
+        description=f"{kind} top J=({','.join(f'{j:g}' for j in J)}), mgl=20, tilt {tilt} rad, spin {spin} rad/s",
     )
 
 
@@ -155,15 +155,7 @@ def fast_top() -> Problem:
 def asymmetric_top() -> Problem:
     """The fast top made asymmetric (J = (5, 4, 1)): its free part needs the elliptic-function flow
     (the symmetric top's is two rotations), a torqued benchmark without that shortcut."""
-    body = RigidBody(_as([5.0, 4.0, 1.0]))
-    return Problem(
-        body,
-        GravityTorque(mgl=20.0),
-        from_body_rate(body, so3.exp(_as([0.3, 0.0, 0.0])), _as([0.0, 0.0, 50.0])),
-        t_end=10.0,
-        name="asymmetric_top",
-        description="asymmetric heavy top J=(5,4,1), mgl=20, tilt 0.3 rad, spin 50 rad/s",
-    )
+    return _top(0.3, 50.0, 10.0, "asymmetric_top", J=(5.0, 4.0, 1.0), kind="asymmetric heavy")
 
 
 def coulomb_wall(sign: float = 1.0) -> Problem:

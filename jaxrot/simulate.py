@@ -99,7 +99,7 @@ def _check_state(state: State, batched: bool):
     if R.size == 0:
         raise ValueError("empty batch: states0 has no bodies")
     if _is_concrete(R) and _is_concrete(Pi):
-        if _checked_before(R, Pi):
+        if _checked_before((R, Pi)):
             return
         with jax.ensure_compile_time_eval():  # concrete values inside someone's trace: evaluate now
             finite, err, det_min = np.asarray(_state_defects(R, Pi)).tolist()  # one compiled pass, one transfer
@@ -108,7 +108,7 @@ def _check_state(state: State, batched: bool):
                 codes = np.asarray(_state_codes(R, Pi, tol))  # only on failure: which body, which defect
                 idx = tuple(int(i) for i in np.argwhere(codes > 0)[0])
                 _raise_bad_state(int(codes[idx]), idx if lead else None, tol, None if lead else err)
-        _remember_checked(R, Pi)
+        _remember_checked((R, Pi))
 
 
 _BAD_STATE = {
@@ -145,32 +145,21 @@ def _raise_bad_body(codes, tol):
         _raise_bad_state(int(codes[idx]), idx, tol)
 
 
-#: the last initial states that passed the value checks (JAX arrays are immutable, so a state seen
-#: before needs no new pass: a loop of calls from one state pays the check once)
+#: the last inputs that passed the value checks, as ((weakrefs to arrays), static extra): JAX arrays
+#: are immutable, so an initial state (R, Pi) or moments (J, physical) seen before need no new pass
+#: (a loop of calls pays each check once)
 _CHECKED: list = []
 
 
-def _checked_before(R, Pi) -> bool:
-    return any(r() is R and p() is Pi for r, p in _CHECKED)
+def _checked_before(arrays: tuple, extra=None) -> bool:
+    return any(e == extra and all(r() is a for r, a in zip(refs, arrays)) for refs, e in _CHECKED
+               if len(refs) == len(arrays))
 
 
-def _remember_checked(R, Pi):
-    if isinstance(R, jax.Array) and isinstance(Pi, jax.Array):  # NumPy arrays are mutable: never cached
-        _CHECKED.insert(0, (weakref.ref(R), weakref.ref(Pi)))
-        del _CHECKED[8:]
-
-
-#: the same for principal moments: (weakref to J, physical) that passed validate_inertia
-_CHECKED_J: list = []
-
-
-def _validate_inertia_once(J, physical: bool):
-    if any(r() is J and ph == physical for r, ph in _CHECKED_J):
-        return
-    validate_inertia(J, physical)
-    if isinstance(J, jax.Array):
-        _CHECKED_J.insert(0, (weakref.ref(J), bool(physical)))
-        del _CHECKED_J[8:]
+def _remember_checked(arrays: tuple, extra=None):
+    if all(isinstance(a, jax.Array) for a in arrays):  # NumPy arrays are mutable: never cached
+        _CHECKED.insert(0, (tuple(weakref.ref(a) for a in arrays), extra))
+        del _CHECKED[16:]
 
 
 @jax.jit
@@ -200,8 +189,10 @@ def _check_problem(problem: Problem):
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a jaxrot Problem, got {type(problem).__name__}")
     J = problem.body.J
-    if _is_concrete(J):
-        _validate_inertia_once(J, problem.body.physical)
+    physical = bool(problem.body.physical)
+    if _is_concrete(J) and not _checked_before((J,), physical):
+        validate_inertia(J, physical)
+        _remember_checked((J,), physical)
 
 
 def _traced_checks(problem: Problem, state0: State, dt, t0):
@@ -317,8 +308,8 @@ def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, 
     With a (traced) ``n_valid``, frames from ``n_valid`` on are skipped by ``lax.cond`` (carry
     unchanged; their outputs are to be dropped), so one compiled length serves any count; with
     ``reverse_differentiable=False`` the frames run in a ``fori_loop`` to ``n_valid`` writing into
-    ``n_frames``-long outputs instead (no per-frame conditional: a 10-step call of a 1 024-frame chunk
-    267 -> ~50 µs on CPU; forward-mode only, as any while loop)."""
+    ``n_frames``-long outputs instead (no per-frame conditional: the chunk of a 10-step call
+    200/222 -> 154/153 us on CPU, A/B in separate processes; forward-mode only, as any while loop)."""
 
     def inner(c, _):
         (state, aux, k, failed, reason, ref), acc = c
@@ -395,8 +386,8 @@ def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll,
 
 @lean_jit
 def _simulate_exact(method, problem, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None):
-    """The initial carry and a scan of exactly ``n_frames`` frames (for traced calls; a jitted
-    function, so the caller's trace reuses one traced copy however often it calls simulate)."""
+    """The initial carry and a scan of exactly ``n_frames`` frames (for calls inside a trace; jitted,
+    so repeated calls with one configuration inside a trace are traced once)."""
     carry = _init_carry(method, problem, state0, dt, t0, monitor)
     return _run_frames(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
 
@@ -653,8 +644,7 @@ def simulate(
     problem, state0, dt, t0 = _traced_checks(problem, state0, dt, t0)
     n_steps, save_every = int(n_steps), int(save_every)  # NumPy integers would be traced by filter_jit
     n_frames = n_steps // save_every
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((method, problem, state0, dt, t0,
-                                                                                monitor))):
+    if not all(map(_is_concrete, jax.tree_util.tree_leaves((method, problem, state0, dt, t0, monitor)))):
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one
         # scan of exactly n_frames, not chunks of 1 024 frames with the unused ones skipped (which
         # a long traced run would also inline chunk by chunk)
