@@ -9,7 +9,6 @@ non-finite is recorded in ``Trajectory.failed_step`` and, with ``throw=True``, r
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import functools
 import math
@@ -49,9 +48,14 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+@functools.lru_cache(maxsize=None)
+def _method_named(name: str) -> AbstractIntegrator:
+    return _get_method(name)  # integrators are immutable: one instance per name serves every call
+
+
 def _resolve_method(method) -> AbstractIntegrator:
     if isinstance(method, str):
-        return _get_method(method)
+        return _method_named(method)
     if not isinstance(method, AbstractIntegrator):
         raise TypeError(f"method must be a registered name or an AbstractIntegrator, got {method!r}")
     return method
@@ -385,6 +389,14 @@ def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll,
 
 
 @lean_jit
+def _simulate_first_chunk(method, problem, state0, dt, t0, n_valid, save_every, unroll, monitor=None):
+    """The initial carry and the first chunk in one program (a short run is one dispatch plus the join)."""
+    carry = _init_carry(method, problem, state0, dt, t0, monitor)
+    return _run_frames(method, problem, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid,
+                       reverse_differentiable=False)
+
+
+@lean_jit
 def _simulate_exact(method, problem, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None):
     """The initial carry and a scan of exactly ``n_frames`` frames (for calls inside a trace; jitted,
     so repeated calls with one configuration inside a trace are traced once)."""
@@ -392,14 +404,16 @@ def _simulate_exact(method, problem, state0, dt, t0, n_frames: int, save_every: 
     return _run_frames(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
 
 
-def _run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
-    """All frames in chunks of ``per_chunk`` frames, ``run_chunk(carry, n_valid) -> (carry, out)``
-    being one compiled program for any count: ``(carry, chunk outputs, valid frames of each)``;
+def _run_chunks(run_first, run_chunk, n_frames: int, per_chunk: int, report=None):
+    """All frames in chunks of ``per_chunk`` frames, ``run_first(n_valid) -> (carry, out)`` (the
+    initial carry and the first chunk, one dispatch) and ``run_chunk(carry, n_valid) -> (carry, out)``
+    each being one compiled program for any count: ``(carry, chunk outputs, valid frames of each)``;
     :func:`_join` cuts and joins them. Shared by :func:`simulate` and :func:`simulate_batch`."""
     parts, nvs = [], []
     for start in range(0, n_frames, per_chunk):
         nv = min(per_chunk, n_frames - start)
-        carry, part = run_chunk(carry, np.asarray(nv, np.int32))
+        nv_arr = np.asarray(nv, np.int32)
+        carry, part = run_first(nv_arr) if start == 0 else run_chunk(carry, nv_arr)
         parts.append(part)
         nvs.append(nv)
         if report is not None:
@@ -517,9 +531,12 @@ def _provenance(traj: Trajectory, method, problem: Problem, dt, n_steps, save_ev
         d = float(dt)
     else:
         d = np.asarray(dt).reshape(())[()] if _is_concrete(dt) and np.size(dt) == 1 else "traced"  # shortest repr
-    return dataclasses.replace(traj, provenance=_provenance_items(
-        name, problem.name or "(unnamed)", str(d), n_steps, save_every, str(traj.states.R.dtype),
-        tuple(sorted(extra.items()))))
+    items = _provenance_items(name, problem.name or "(unnamed)", str(d), n_steps, save_every,
+                              str(traj.states.R.dtype), tuple(sorted(extra.items())))
+    # traj was just made by _join's unflatten and is seen by no one else: set the static field as
+    # that unflatten does, not by dataclasses.replace (a second __init__, ~15% of a small call's Python)
+    object.__setattr__(traj, "provenance", items)
+    return traj
 
 
 @functools.lru_cache(maxsize=256)
@@ -577,7 +594,24 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
         raise TypeError(f"state0.R is {dtype} but state0.Pi is {state0.Pi.dtype}; pass both in one dtype "
                         "(jaxrot.cast(state0, dtype))")
     dt, t0 = _scalar(dt, dtype), _scalar(t0, dtype)
-    return method, state0, dt, t0, cast(problem.system, dtype)  # the run's dtype is the state's; the scenario stays out
+    return method, state0, dt, t0, _system(problem, dtype)  # the run's dtype is the state's; the scenario stays out
+
+
+#: (problem, dtype, its system cast to dtype), most recent first: a loop of calls on one problem
+#: builds and casts its System once (~20% of a small call's Python)
+_SYSTEMS: list = []
+
+
+def _system(problem: Problem, dtype):
+    for p, d, system in _SYSTEMS:
+        if p is problem and d == dtype:
+            return system
+    system = cast(problem.system, dtype)
+    leaves = jax.tree_util.tree_leaves((problem.body, problem.torque))
+    if not any(isinstance(x, np.ndarray) or not _is_concrete(x) for x in leaves):  # NumPy is mutable, tracers local
+        _SYSTEMS.insert(0, (problem, dtype, system))
+        del _SYSTEMS[8:]
+    return system
 
 
 def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps, monitor=None):
@@ -597,8 +631,10 @@ def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unr
               f"~{el * (n_frames - done) / done:.1f} s left", end="" if done < n_frames else "\n",
               file=sys.stderr, flush=True)
 
-    return _run_chunks(lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
-                       carry, n_frames, FRAMES_PER_CHUNK, report)
+    def chunk(c, nv):
+        return _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor)
+
+    return _run_chunks(lambda nv: chunk(carry, nv), chunk, n_frames, FRAMES_PER_CHUNK, report)
 
 
 def simulate(
@@ -651,10 +687,14 @@ def simulate(
         carry, part = _simulate_exact(method, problem, state0, dt, t0, n_frames, save_every, unroll, monitor)
         parts, nvs = (part,), (n_frames,)
     elif not progress:
-        carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
-        carry, parts, nvs = _run_chunks(
-            lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
-            carry, n_frames, FRAMES_PER_CHUNK)
+        def chunk(c, nv):
+            return _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor)
+
+        if n_frames <= FRAMES_PER_CHUNK:  # one dispatch for the initial carry and the frames
+            first = lambda nv: _simulate_first_chunk(method, problem, state0, dt, t0, nv, save_every, unroll, monitor)  # noqa: E731
+        else:  # a long run compiles the chunk it repeats and a tiny init, not a second chunk
+            first = lambda nv: chunk(_init_carry_jit(method, problem, state0, dt, t0, monitor), nv)  # noqa: E731
+        carry, parts, nvs = _run_chunks(first, chunk, n_frames, FRAMES_PER_CHUNK)
     else:
         carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
         carry, parts, nvs = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps,
@@ -736,8 +776,11 @@ def _batch_frames(method, problem, state0, dt, t0, n_frames, save_every, problem
     reuses the compiled chunk): ``(carry, chunk outputs, valid frames of each)``."""
     carry = _batch_init(method, problem, state0, dt, t0, problem_axis, monitor)
     F = _batch_frames_per_chunk(state0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
-    return _run_chunks(lambda c, nv: _batch_chunk(method, problem, c, dt, t0, nv, F, save_every, problem_axis,
-                                                  unroll, block, monitor), carry, n_frames, F)
+
+    def chunk(c, nv):
+        return _batch_chunk(method, problem, c, dt, t0, nv, F, save_every, problem_axis, unroll, block, monitor)
+
+    return _run_chunks(lambda nv: chunk(carry, nv), chunk, n_frames, F)
 
 
 def stack_problems(problems: list[Problem]) -> Problem:

@@ -219,13 +219,15 @@ def test_new_step_count_or_span_does_not_recompile_the_run():
         lambda name, dur, **kw: compiled.append(kw.get("fun_name", "")) if name.endswith("backend_compile_duration")
         else None)
     p = problems.get("slow_top")
-    jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10)
-    assert any("_simulate_chunk" in f for f in compiled)  # the listener sees the run's compilation
+    jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10)  # one chunk: init and frames in one program
+    jaxrot.simulate("buss3", p, 1e-3, 10_250, save_every=10)  # two chunks: the repeated chunk
+    assert any("_simulate_first_chunk" in f for f in compiled)  # the listener sees the runs' compilation
+    assert "jit(_simulate_chunk)" in compiled
     compiled.clear()
     a = jaxrot.simulate("buss3", p, 1e-3, 2370, save_every=10)  # 237 frames: another count
     q = jaxrot.Problem(p.body, p.torque, p.state0, 123.0, "other", "another span")
     b = jaxrot.simulate("buss3", q, 1e-3, 20_480 + 30, save_every=10)  # two chunks, another span
-    heavy = [f for f in compiled if "_simulate_chunk" in f or "_init_carry" in f]
+    heavy = [f for f in compiled if "_simulate_" in f or "_init_carry" in f]
     assert not heavy, heavy
     np.testing.assert_allclose(np.asarray(b.states.R[:238]), np.asarray(a.states.R), atol=0, rtol=0)
     assert b.states.R.shape[0] == 2052 and a.ts[-1] == pytest.approx(2.37)
@@ -267,3 +269,27 @@ def test_traced_call_runs_exactly_its_frames_and_equals_the_plain_call():
     both = jax.vmap(lambda s: jaxrot.simulate("buss3", p, 1e-2, 36, save_every=4, state0=s).final.Pi)(
         jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), p.state0))
     np.testing.assert_allclose(np.asarray(both[1]), np.asarray(plain.final.Pi), rtol=0, atol=1e-15)
+
+
+def test_repeated_calls_reuse_the_system_per_problem_and_dtype_but_see_numpy_changes():
+    """simulate remembers a problem's cast System by identity (a loop of calls builds it once): per
+    dtype, and never for a problem holding NumPy arrays, which can change in place."""
+    p = problems.get("fast_top")
+    a = jaxrot.simulate("buss2p", p, 1e-3, 20)
+    b = jaxrot.simulate("buss2p", p, 1e-3, 20, state0=jaxrot.cast(p.state0, jnp.float32))
+    assert b.states.R.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(b.states.R), np.asarray(a.states.R), atol=1e-5)
+    c = jaxrot.simulate("buss2p", p, 1e-3, 20)
+    assert c.states.R.dtype == jnp.float64
+    np.testing.assert_array_equal(np.asarray(c.states.R), np.asarray(a.states.R))
+    com = np.array([0.0, 0.0, 1.0])  # float64: a float32 run casts a copy of it
+    q = eqx.tree_at(lambda p: p.torque.com, p, com)
+    s32 = jaxrot.cast(p.state0, jnp.float32)
+    before = jaxrot.simulate("buss2p", q, 1e-3, 20, state0=s32).final.Pi
+    np.testing.assert_array_equal(np.asarray(before), np.asarray(b.final.Pi))
+    com[:] = [0.0, 1.0, 0.0]  # moved in place: the next call must use it
+    after = jaxrot.simulate("buss2p", q, 1e-3, 20, state0=s32).final.Pi
+    moved = eqx.tree_at(lambda p: p.torque.com, p, (0.0, 1.0, 0.0))
+    expect = jaxrot.simulate("buss2p", moved, 1e-3, 20, state0=s32).final.Pi
+    np.testing.assert_array_equal(np.asarray(after), np.asarray(expect))
+    assert not np.allclose(np.asarray(after), np.asarray(before))
