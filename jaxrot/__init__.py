@@ -4,7 +4,7 @@ The public API (plotting lives in :mod:`jaxrot.plotting` and is never imported h
 """
 
 from . import analysis, exact, flow, integrators, problems, reference, so3, torques
-from .adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive
+from .adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive, simulate_to_tolerance
 from .body import RigidBody
 from .compiled import CompiledRun, compile
 from .integrators import REGISTRY, get
@@ -31,6 +31,7 @@ __all__ = [
     "System",
     "gather",
     "simulate_adaptive",
+    "simulate_to_tolerance",
     "simulation_errors",
     "compile",
     "CompiledRun",
