@@ -293,3 +293,36 @@ def test_repeated_calls_reuse_the_system_per_problem_and_dtype_but_see_numpy_cha
     expect = jaxrot.simulate("buss2p", moved, 1e-3, 20, state0=s32).final.Pi
     np.testing.assert_array_equal(np.asarray(after), np.asarray(expect))
     assert not np.allclose(np.asarray(after), np.asarray(before))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_frame_rows_pack_and_unpack_exactly(dtype):
+    """simulate's chunk stores a frame as one row of numbers; integers and flags go through bit casts."""
+    from jaxrot.simulate import _row_packing
+
+    rng = np.random.default_rng(0)
+    tree = (jaxrot.State(jnp.asarray(rng.normal(size=(3, 3)), dtype), jnp.asarray([np.nan, -0.0, 1e-30], dtype)),
+            jnp.asarray(-7, jnp.int32), jnp.asarray([True, False]), jnp.asarray(2**31 - 1, jnp.int32))
+    pack, unpack, width = _row_packing(jax.eval_shape(lambda: tree), dtype)
+    assert width == 9 + 3 + 1 + 2 + 1
+    back = jax.jit(lambda t: unpack(jnp.stack([pack(t), pack(t)])))(tree)
+    for a, b in zip(jax.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(back)):
+        assert b.dtype == a.dtype and b.shape == (2,) + a.shape
+        np.testing.assert_array_equal(np.asarray(b[1]), np.asarray(a))
+        assert np.array_equal(np.signbit(np.asarray(b[0])), np.signbit(np.asarray(a)))
+
+
+def test_chunk_frames_and_statistics_equal_the_traced_scan():
+    """The plain call's chunk (a fori_loop writing packed rows) and the traced call's scan agree,
+    Newton statistics included, for frames of several steps and of one step."""
+    p = problems.get("fast_top")
+    for save_every in (3, 1):
+        plain = jaxrot.simulate("liemid_ea", p, 0.01, 12, save_every=save_every)
+        traced = jax.jit(lambda s: jaxrot.simulate("liemid_ea", p, 0.01, 12, save_every=save_every, state0=s))(
+            p.state0)
+        assert int(jnp.sum(plain.stats.newton_iters)) > 0
+        for a, b in zip(jax.tree_util.tree_leaves(plain.stats), jax.tree_util.tree_leaves(traced.stats)):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_allclose(np.asarray(plain.states.R), np.asarray(traced.states.R), atol=1e-15)
+        np.testing.assert_array_equal(np.asarray(plain.ts), np.asarray(traced.ts))
