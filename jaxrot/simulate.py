@@ -395,23 +395,26 @@ _BLOCK = 32
 
 def _row_packing(shapes, dtype):
     """``(pack, unpack, width)``: a pytree of arrays of ``shapes`` as one row of ``dtype`` numbers and
-    back (for a leading axis of rows); other dtypes are bit-cast through the same-width integer."""
+    back (for a leading axis of rows); integers and flags are bit-cast through the same-width integer
+    (exact), other floating types converted."""
     leaves, treedef = jax.tree_util.tree_flatten(shapes)
     dtype = jnp.dtype(dtype)
     as_int = jnp.int64 if dtype.itemsize == 8 else jnp.int32
     sizes = [int(np.prod(v.shape)) for v in leaves]
 
+    def bits(v):
+        return not jnp.issubdtype(v.dtype, jnp.floating)
+
     def pack(tree):
         return jnp.concatenate([
-            jnp.ravel(v) if v.dtype == dtype else lax.bitcast_convert_type(jnp.ravel(v).astype(as_int), dtype)
+            lax.bitcast_convert_type(jnp.ravel(v).astype(as_int), dtype) if bits(v) else jnp.ravel(v).astype(dtype)
             for v in jax.tree_util.tree_leaves(tree)])
 
     def unpack(rows):
         out, k = [], 0
         for v, n in zip(leaves, sizes):
             x = rows[:, k:k + n]
-            if v.dtype != dtype:
-                x = lax.bitcast_convert_type(x, as_int).astype(v.dtype)
+            x = (lax.bitcast_convert_type(x, as_int) if bits(v) else x).astype(v.dtype)
             out.append(x.reshape(rows.shape[:1] + v.shape))
             k += n
         return jax.tree_util.tree_unflatten(treedef, out)

@@ -302,9 +302,10 @@ def test_frame_rows_pack_and_unpack_exactly(dtype):
 
     rng = np.random.default_rng(0)
     tree = (jaxrot.State(jnp.asarray(rng.normal(size=(3, 3)), dtype), jnp.asarray([np.nan, -0.0, 1e-30], dtype)),
-            jnp.asarray(-7, jnp.int32), jnp.asarray([True, False]), jnp.asarray(2**31 - 1, jnp.int32))
+            jnp.asarray(-7, jnp.int32), jnp.asarray([True, False]), jnp.asarray(2**31 - 1, jnp.int32),
+            jnp.asarray(1.5, jnp.float16))  # a narrower float: converted, exactly
     pack, unpack, width = _row_packing(jax.eval_shape(lambda: tree), dtype)
-    assert width == 9 + 3 + 1 + 2 + 1
+    assert width == 9 + 3 + 1 + 2 + 1 + 1
     back = jax.jit(lambda t: unpack(jnp.stack([pack(t), pack(t)])))(tree)
     for a, b in zip(jax.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(back)):
         assert b.dtype == a.dtype and b.shape == (2,) + a.shape
