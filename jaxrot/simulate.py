@@ -306,7 +306,7 @@ def _step_reason(problem, t, new_state, stats, ref, monitor):
 
 
 def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
-                n_valid=None, reverse_differentiable: bool = True):
+                n_valid=None, reverse_differentiable: bool = True, columns: bool = False):
     """Scan ``n_frames`` frames of ``save_every`` steps from
     ``carry = (state, aux, k, failed, reason, ref)`` (``ref``: initial invariants for the monitor).
     With a (traced) ``n_valid``, frames from ``n_valid`` on are skipped by ``lax.cond`` (carry
@@ -316,7 +316,8 @@ def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, 
     200/222 -> 154/153 us on CPU, A/B in separate processes; forward-mode only, as any while loop),
     a frame's outputs packed in one row (a 1-body run of 20 480 steps, alternated in one process
     against the code before: saving every step 2.64 -> 1.23 us per step, every 2nd 1.36 -> 0.87,
-    one frame 0.63 -> 0.48)."""
+    one frame 0.63 -> 0.48). ``columns=True`` (with it): the outputs as :class:`_Columns`, one
+    ``n_frames`` buffer per number, unpacked by :func:`_join`."""
 
     def inner(c, _):
         (state, aux, k, failed, reason, ref), acc = c
@@ -363,10 +364,17 @@ def _run_frames(method, problem, carry, dt, t0, n_frames: int, save_every: int, 
         def body(i, val):
             c, buf = val
             c, y = steps(c)
+            if columns:
+                row = pack(y)
+                return c, tuple(lax.dynamic_update_index_in_dim(b, row[j], i, 0) for j, b in enumerate(buf))
             return c, lax.dynamic_update_index_in_dim(buf, pack(y), i, 0)
 
-        carry, buf = lax.fori_loop(0, jnp.minimum(n_valid, n_frames), body,
-                                   (carry, jnp.zeros((n_frames, width), dt.dtype)))
+        buf0 = (tuple(jnp.zeros((n_frames,), dt.dtype) for _ in range(width)) if columns
+                else jnp.zeros((n_frames, width), dt.dtype))
+        carry, buf = lax.fori_loop(0, jnp.minimum(n_valid, n_frames), body, (carry, buf0))
+        if columns:
+            leaves, treedef = jax.tree_util.tree_flatten(shapes)
+            return carry, _Columns(buf, (treedef, tuple((v.shape, jnp.dtype(v.dtype)) for v in leaves)))
         return carry, unpack(buf)
 
     if n_valid is None or n_frames % _BLOCK or n_frames == _BLOCK:
@@ -422,6 +430,27 @@ def _row_packing(shapes, dtype):
     return pack, unpack, sum(sizes)
 
 
+class _Columns(eqx.Module):
+    """A short run's frames as one buffer per number (``layout``: the frame's tree and leaf shapes).
+
+    XLA's CPU runtime runs a program inline only if it has at most 8 operations or touches no buffer
+    over 512 bytes; otherwise it goes through its thread pool, ~40-50 us a program on the development
+    machine. 64 frames of one number are 512 bytes in float64, so a short run's whole program qualifies
+    (a 10-step call's program 106 -> 45 us), where a (frames, 17) buffer would not."""
+
+    cols: tuple
+    layout: tuple = eqx.field(static=True)
+
+    def unpack(self):
+        treedef, specs = self.layout
+        shapes = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(sh, d) for sh, d in specs])
+        return _row_packing(shapes, self.cols[0].dtype)[1](jnp.stack(self.cols, axis=1))
+
+
+#: frames of a run short enough for :class:`_Columns` (one compiled program for any such run)
+SHORT_RUN_FRAMES = 64
+
+
 #: frames per compiled chunk of :func:`simulate`: a run is a sequence of such chunks, the last one
 #: partly skipped, so a new ``n_steps`` (same ``save_every``) reuses the compiled chunk
 FRAMES_PER_CHUNK = 1024
@@ -435,11 +464,12 @@ def _simulate_chunk(method, problem, carry, dt, t0, n_valid, save_every, unroll,
 
 
 @lean_jit
-def _simulate_first_chunk(method, problem, state0, dt, t0, n_valid, save_every, unroll, monitor=None):
-    """The initial carry and the first chunk in one program (a short run is one dispatch plus the join)."""
+def _simulate_short(method, problem, state0, dt, t0, n_valid, save_every, unroll, monitor=None):
+    """A run of at most :data:`SHORT_RUN_FRAMES` frames: the initial carry and the frames in one
+    program, its frames as :class:`_Columns` (one dispatch plus the join)."""
     carry = _init_carry(method, problem, state0, dt, t0, monitor)
-    return _run_frames(method, problem, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid,
-                       reverse_differentiable=False)
+    return _run_frames(method, problem, carry, dt, t0, SHORT_RUN_FRAMES, save_every, unroll, monitor, n_valid,
+                       reverse_differentiable=False, columns=True)
 
 
 @lean_jit
@@ -473,6 +503,8 @@ def _join(state0, t0, parts, nvs, failed, reason, batched=False):
     """The trajectory from the chunks' outputs: valid frames cut, joined, the initial frame
     prepended — one dispatch (a tiny program per distinct ``nvs``) instead of dozens of eager ops;
     ``batched``: every leaf has a leading body axis."""
+    parts = tuple(p.unpack() if isinstance(p, _Columns) else p for p in parts)
+
     def one(state0, parts, failed, reason):
         states, ts, stats = jax.tree_util.tree_map(
             lambda *xs: jnp.concatenate([x[:nv] for x, nv in zip(xs, nvs)], axis=0), *parts)
@@ -736,9 +768,9 @@ def simulate(
         def chunk(c, nv):
             return _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor)
 
-        if n_frames <= FRAMES_PER_CHUNK:  # one dispatch for the initial carry and the frames
-            first = lambda nv: _simulate_first_chunk(method, problem, state0, dt, t0, nv, save_every, unroll, monitor)  # noqa: E731
-        else:  # a long run compiles the chunk it repeats and a tiny init, not a second chunk
+        if n_frames <= SHORT_RUN_FRAMES:  # one small program for the initial carry and the frames
+            first = lambda nv: _simulate_short(method, problem, state0, dt, t0, nv, save_every, unroll, monitor)  # noqa: E731
+        else:  # the chunk that longer runs repeat, after a tiny init
             first = lambda nv: chunk(_init_carry_jit(method, problem, state0, dt, t0, monitor), nv)  # noqa: E731
         carry, parts, nvs = _run_chunks(first, chunk, n_frames, FRAMES_PER_CHUNK)
     else:

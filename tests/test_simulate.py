@@ -221,7 +221,7 @@ def test_new_step_count_or_span_does_not_recompile_the_run():
     p = problems.get("slow_top")
     jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10)  # one chunk: init and frames in one program
     jaxrot.simulate("buss3", p, 1e-3, 10_250, save_every=10)  # two chunks: the repeated chunk
-    assert any("_simulate_first_chunk" in f for f in compiled)  # the listener sees the runs' compilation
+    assert any("_simulate_short" in f for f in compiled)  # the listener sees the runs' compilation
     assert "jit(_simulate_chunk)" in compiled
     compiled.clear()
     a = jaxrot.simulate("buss3", p, 1e-3, 2370, save_every=10)  # 237 frames: another count
@@ -327,3 +327,18 @@ def test_chunk_frames_and_statistics_equal_the_traced_scan():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         np.testing.assert_allclose(np.asarray(plain.states.R), np.asarray(traced.states.R), atol=1e-15)
         np.testing.assert_array_equal(np.asarray(plain.ts), np.asarray(traced.ts))
+
+
+def test_short_and_chunked_runs_give_the_same_frames():
+    """Runs of at most SHORT_RUN_FRAMES frames take one small program (frames as columns); longer
+    ones the repeated chunk (frames as rows): the same frames, bit for bit, statistics included."""
+    from jaxrot.simulate import SHORT_RUN_FRAMES
+
+    p = problems.get("fast_top")
+    n = SHORT_RUN_FRAMES
+    short = jaxrot.simulate("liemid_ea", p, 0.01, n)
+    long = jaxrot.simulate("liemid_ea", p, 0.01, n + 1)
+    for a, b in zip(jax.tree_util.tree_leaves((short.states, short.ts, short.stats)),
+                    jax.tree_util.tree_leaves((long.states, long.ts, long.stats))):
+        assert a.dtype == b.dtype and a.shape[0] + 1 == b.shape[0]
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b[: a.shape[0]]))
