@@ -436,7 +436,7 @@ class _Columns(eqx.Module):
     XLA's CPU runtime runs a program inline only if it has at most 8 operations or touches no buffer
     over 512 bytes; otherwise it goes through its thread pool, ~40-50 us a program on the development
     machine. 64 frames of one number are 512 bytes in float64, so a short run's whole program qualifies
-    (a 10-step call's program 106 -> 45 us), where a (frames, 17) buffer would not."""
+    (a 10-step call's program ~106 -> ~54 us, separate runs), where a (frames, 17) buffer would not."""
 
     cols: tuple
     layout: tuple = eqx.field(static=True)
