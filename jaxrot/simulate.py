@@ -434,9 +434,9 @@ class _Columns(eqx.Module):
     """A short run's frames as one buffer per number (``layout``: the frame's tree and leaf shapes).
 
     XLA's CPU runtime runs a program inline only if it has at most 8 operations or touches no buffer
-    over 512 bytes; otherwise it goes through its thread pool, ~40-50 us a program on the development
+    over 512 bytes; otherwise it goes through its thread pool, ~30-50 us a program on the development
     machine. 64 frames of one number are 512 bytes in float64, so a short run's whole program qualifies
-    (a 10-step call's program ~106 -> ~54 us, separate runs), where a (frames, 17) buffer would not."""
+    where a (frames, 17) buffer would not (the 10-step call 200 -> 161 us, alternated in one process)."""
 
     cols: tuple
     layout: tuple = eqx.field(static=True)
@@ -480,16 +480,14 @@ def _simulate_exact(method, problem, state0, dt, t0, n_frames: int, save_every: 
     return _run_frames(method, problem, carry, dt, t0, n_frames, save_every, unroll, monitor)
 
 
-def _run_chunks(run_first, run_chunk, n_frames: int, per_chunk: int, report=None):
-    """All frames in chunks of ``per_chunk`` frames, ``run_first(n_valid) -> (carry, out)`` (the
-    initial carry and the first chunk, one dispatch) and ``run_chunk(carry, n_valid) -> (carry, out)``
-    each being one compiled program for any count: ``(carry, chunk outputs, valid frames of each)``;
+def _run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
+    """All frames in chunks of ``per_chunk`` frames, ``run_chunk(carry, n_valid) -> (carry, out)``
+    being one compiled program for any count: ``(carry, chunk outputs, valid frames of each)``;
     :func:`_join` cuts and joins them. Shared by :func:`simulate` and :func:`simulate_batch`."""
     parts, nvs = [], []
     for start in range(0, n_frames, per_chunk):
         nv = min(per_chunk, n_frames - start)
-        nv_arr = np.asarray(nv, np.int32)
-        carry, part = run_first(nv_arr) if start == 0 else run_chunk(carry, nv_arr)
+        carry, part = run_chunk(carry, np.asarray(nv, np.int32))
         parts.append(part)
         nvs.append(nv)
         if report is not None:
@@ -612,7 +610,7 @@ def _provenance(traj: Trajectory, method, problem: Problem, dt, n_steps, save_ev
     items = _provenance_items(name, problem.name or "(unnamed)", str(d), n_steps, save_every,
                               str(traj.states.R.dtype), tuple(sorted(extra.items())))
     # traj was just made by _join's unflatten and is seen by no one else: set the static field as
-    # that unflatten does, not by dataclasses.replace (a second __init__, ~15% of a small call's Python)
+    # that unflatten does, not by dataclasses.replace (a second __init__: 20% of a small call's Python, cProfile of 300 calls)
     object.__setattr__(traj, "provenance", items)
     return traj
 
@@ -676,7 +674,7 @@ def _prepare(method, problem, state0, dt, t0, n_steps, save_every, batched):
 
 
 #: (problem, dtype, its system cast to dtype), most recent first: a loop of calls on one problem
-#: builds and casts its System once (~20% of a small call's Python)
+#: builds and casts its System once (14% of a small call's Python, cProfile of 300 calls)
 _SYSTEMS: list = []
 
 
@@ -709,10 +707,8 @@ def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unr
               f"~{el * (n_frames - done) / done:.1f} s left", end="" if done < n_frames else "\n",
               file=sys.stderr, flush=True)
 
-    def chunk(c, nv):
-        return _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor)
-
-    return _run_chunks(lambda nv: chunk(carry, nv), chunk, n_frames, FRAMES_PER_CHUNK, report)
+    return _run_chunks(lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
+                       carry, n_frames, FRAMES_PER_CHUNK, report)
 
 
 def simulate(
@@ -764,15 +760,15 @@ def simulate(
         # a long traced run would also inline chunk by chunk)
         carry, part = _simulate_exact(method, problem, state0, dt, t0, n_frames, save_every, unroll, monitor)
         parts, nvs = (part,), (n_frames,)
+    elif n_frames <= SHORT_RUN_FRAMES and not progress:  # one small program: the initial carry and the frames
+        carry, part = _simulate_short(method, problem, state0, dt, t0, np.asarray(n_frames, np.int32), save_every,
+                                      unroll, monitor)
+        parts, nvs = (part,), (n_frames,)
     elif not progress:
-        def chunk(c, nv):
-            return _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor)
-
-        if n_frames <= SHORT_RUN_FRAMES:  # one small program for the initial carry and the frames
-            first = lambda nv: _simulate_short(method, problem, state0, dt, t0, nv, save_every, unroll, monitor)  # noqa: E731
-        else:  # the chunk that longer runs repeat, after a tiny init
-            first = lambda nv: chunk(_init_carry_jit(method, problem, state0, dt, t0, monitor), nv)  # noqa: E731
-        carry, parts, nvs = _run_chunks(first, chunk, n_frames, FRAMES_PER_CHUNK)
+        carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
+        carry, parts, nvs = _run_chunks(
+            lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
+            carry, n_frames, FRAMES_PER_CHUNK)
     else:
         carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
         carry, parts, nvs = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps,
@@ -854,11 +850,8 @@ def _batch_frames(method, problem, state0, dt, t0, n_frames, save_every, problem
     reuses the compiled chunk): ``(carry, chunk outputs, valid frames of each)``."""
     carry = _batch_init(method, problem, state0, dt, t0, problem_axis, monitor)
     F = _batch_frames_per_chunk(state0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
-
-    def chunk(c, nv):
-        return _batch_chunk(method, problem, c, dt, t0, nv, F, save_every, problem_axis, unroll, block, monitor)
-
-    return _run_chunks(lambda nv: chunk(carry, nv), chunk, n_frames, F)
+    return _run_chunks(lambda c, nv: _batch_chunk(method, problem, c, dt, t0, nv, F, save_every, problem_axis,
+                                                  unroll, block, monitor), carry, n_frames, F)
 
 
 def stack_problems(problems: list[Problem]) -> Problem:

@@ -24,7 +24,7 @@ def test_fast_top_reaches_the_tolerance_within_a_factor_3(pair, tol, top_ref):
 
 
 def test_free_body_error_is_proportional_to_the_tolerance():
-    """Over T = 100 (15 periods) the global error exceeds the local tolerance (8-18x, see the README),
+    """Over T = 100 (15 periods) the global error exceeds the local tolerance (13.6-31x, see the README),
     but it follows it: 1e4 x tighter tolerance, 1e4 x smaller error (within a factor 3)."""
     p = problems.get("free_body_mz")
     ref = exact.free_flow(p.body.J, p.state0, 100.0)
