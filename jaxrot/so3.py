@@ -158,11 +158,13 @@ def exp(v: jax.Array) -> jax.Array:
 
 
 def rotate(v: jax.Array, x: jax.Array) -> jax.Array:
-    """``exp(hat v) @ x`` without forming the matrix: ``x + S1 v x x + S2 v x (v x x)``."""
+    """``exp(hat v) @ x`` without forming the matrix: ``cos(a) x + S1 v x x + S2 (v . x) v``.
+
+    (``v x (v x x) = (v . x) v - a^2 x``: one cross product instead of two, which XLA on a CPU runs
+    as fewer kernels: ``liemid_ea`` 4.7 -> 4.4x ``buss2p`` per body-step, alternated runs.)"""
     a2 = jnp.dot(v, v)
     s1, s2, _ = rodrigues_coefficients(a2)
-    vx = jnp.cross(v, x)
-    return x + s1 * vx + s2 * jnp.cross(v, vx)
+    return (1.0 - s2 * a2) * x + s1 * jnp.cross(v, x) + (s2 * jnp.dot(v, x)) * v
 
 
 def left_jacobian(v: jax.Array) -> jax.Array:

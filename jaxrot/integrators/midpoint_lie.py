@@ -73,7 +73,7 @@ class LieMid(_AbstractLieMid):
     def step(self, problem, t, state, aux, dt):
         require_free(problem, "liemid")
         psi, st = solve_midpoint(problem.body.J, dt, state.Pi, self.newton)
-        return State(state.R @ so3.exp(psi), so3.rotate(-psi, state.Pi)), aux, StepStats.from_solves(st)
+        return State(so3.mm(state.R, so3.exp(psi)), so3.rotate(-psi, state.Pi)), aux, StepStats.from_solves(st)
 
 
 class LieMidI(_AbstractLieMid):
@@ -155,7 +155,7 @@ class LieMidEA(_AbstractLieMid):
         psi1, s1 = solve_midpoint(J, h, P, self.newton)
         P = so3.rotate(-psi1, P)
         psi2, s2 = solve_midpoint(J, h, P, self.newton)
-        R1 = R @ so3.exp(psi1) @ so3.exp(psi2)
+        R1 = so3.mm(so3.mm(R, so3.exp(psi1)), so3.exp(psi2))
         P = so3.rotate(-psi2, P)
         T1 = body_torque(problem, t + dt, R1, P)
         return State(R1, P + h * T1), T1, StepStats.from_solves(s1, s2)
