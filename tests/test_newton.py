@@ -145,3 +145,11 @@ def test_materialize_leaves_values_and_gradients_unchanged():
     assert np.array_equal(a, x) and np.array_equal(b, y) and a.shape == (3,) and b.shape == ()
     g = jax.grad(lambda x: jnp.sum(jnp.sin(materialize(x)[0])))(x)
     np.testing.assert_array_equal(g, jnp.cos(x))
+    # an exact identity in every float format, the extremes included
+    for dt in (jnp.float64, jnp.float32, jnp.float16, jnp.bfloat16):
+        fi = jnp.finfo(dt)
+        z = jnp.array([fi.max, -fi.max, fi.tiny, fi.smallest_subnormal, -0.0, jnp.inf, 1 / 3], dt)
+        (w,) = jax.jit(materialize)(z)
+        assert w.dtype == z.dtype and np.array_equal(np.asarray(w, np.float64), np.asarray(z, np.float64))
+        assert np.signbit(np.asarray(w, np.float64)[4])
+    assert np.isnan(jax.jit(materialize)(jnp.array([jnp.nan]))[0][0])
