@@ -2,13 +2,17 @@
 cache-blocked and not, beside NumPy and a C implementation of the same update timed in the same
 run; the cost of other families relative to ``buss2p``; and a roofline estimate for GPUs.
 
+``jaxrot bench throughput`` first makes every core a JAX CPU device (:func:`jaxrot.use_cpu_cores`),
+so the batched columns split the batch over the cores; the "1 device" column is the same run on
+one CPU device (XLA then spreads each kernel over the cores), measured beside it.
+
 The C file (``experiments/buss2p.c``) is compiled at run time with the system C compiler (skipped
-with a note when there is none): ``-O2`` on one thread, ``-O2 -fopenmp`` on all cores, and
-``-O3 -march=native -ffast-math`` on one thread (the loop runs all steps of one body before the
-next, as jaxrot's blocks do, so it is not restructured for SIMD across bodies: no hand-vectorised
-C is included). Every result is checked against
-jaxrot after the timed runs. Timings are medians of several repetitions; compare ratios, not
-absolute numbers, across machines. Writes ``bench_throughput.{json,md,png}``.
+with a note when there is none): ``-O2`` on one thread, ``-O2 -fopenmp`` on all cores,
+``-O3 -march=native -ffast-math`` on one thread (all steps of one body before the next), and a
+structure-of-arrays variant written for SIMD across bodies (``-O3 -march=native -ffast-math
+-fopenmp``, blocks of 256 bodies). Every result is checked against jaxrot after the timed runs.
+Timings are medians of several repetitions; compare ratios, not absolute numbers, across
+machines. Writes ``bench_throughput.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -74,13 +78,13 @@ def _bodies(B: int, dtype, rng):
     return jaxrot.State(jnp.asarray(R0, dtype), jnp.asarray(Pi0, dtype)), R0, np.einsum("bij,bj->bi", R0, Pi0)
 
 
-def _jax_runner(method, p, states, n, block):
+def _jax_runner(method, p, states, n, block, devices=None):
     B = states.R.shape[0]
     if B == 1:
         s1 = jaxrot.State(states.R[0], states.Pi[0])
         return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s1).states.R.block_until_ready()
-    return lambda: jaxrot.simulate_batch(method, p, H, n, states0=states, save_every=n,
-                                         block_size=block).states.R.block_until_ready()
+    return lambda: jaxrot.simulate_batch(method, p, H, n, states0=states, save_every=n, block_size=block,
+                                         devices=devices).states.R.block_until_ready()
 
 
 def _cost_per_body_step(method, p, states) -> dict:
@@ -166,7 +170,10 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
     rng = np.random.default_rng(0)
     batches = batches or ([1000] if quick else [1, 1000, 10_000, 100_000, 1_000_000])
     budget = 2e6 if quick else 2e7  # body-steps per timed call
-    res: dict = {"device": str(jax.devices()[0]), "quick": quick, "rows": [], "methods": [], "notes": []}
+    ndev = len(jax.devices())
+    res: dict = {"device": str(jax.devices()[0]), "devices": ndev, "quick": quick, "rows": [], "methods": [],
+                 "notes": []}
+    one_device = (("1 device", "auto", jax.devices()[:1]),) if ndev > 1 else ()
     with tempfile.TemporaryDirectory() as tmp:
         libs = compile_c(pathlib.Path(tmp)) if baselines else {}
         if baselines and not libs:
@@ -177,10 +184,11 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
             for dtype in (jnp.float64, jnp.float32):
                 states, R0, L0 = _bodies(B, dtype, rng)
                 tag = "f64" if dtype == jnp.float64 else "f32"
-                for label, block in (("blocked", "auto"),) + ((("unblocked", None),) if not quick else ()):
-                    if B == 1 and label == "unblocked":
+                variants = (("blocked", "auto", None),) + ((("unblocked", None, None),) if not quick else ()) + one_device
+                for label, block, devs in variants:
+                    if B == 1 and label != "blocked":
                         continue
-                    run = _jax_runner("buss2p", p, states, n, block)
+                    run = _jax_runner("buss2p", p, states, n, block, devs)
                     t0 = time.perf_counter()
                     run()
                     first = time.perf_counter() - t0
@@ -248,11 +256,12 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
         res["h100_limits"] = {"memory_bound_body_steps_per_s": 3.35e12 / step["bytes"],
                               "compute_bound_body_steps_per_s": 60e12 / step["flops"]}
 
-    cols = ["jaxrot f64 blocked", "jaxrot f64 unblocked", "jaxrot f32 blocked", "jaxrot f32 unblocked", "NumPy f64",
-            *libs]
+    cols = [f"jaxrot {t} {q}" for t in ("f64", "f32") for q in ("blocked", "unblocked", "1 device")
+            if any(f"jaxrot {t} {q}" in r for r in res["rows"])] + ["NumPy f64", *libs]
     rows = [[r["bodies"]] + [f"{r[c]:.3g}" if c in r else "-" for c in cols] for r in res["rows"]]
-    text = (f"device: {res['device']}; buss2p, torque-free T-handle, dt = {H}; body-steps per second (median)\n\n"
-            + md_table(["bodies", *cols], rows))
+    devices = f" ({ndev} devices: the batched jaxrot columns split the batch over them)" if ndev > 1 else ""
+    text = (f"device: {res['device']}{devices}; buss2p, torque-free T-handle, dt = {H}; body-steps per second "
+            "(median)\n\n" + md_table(["bodies", *cols], rows))
     c1 = "C, 1 thread"
     if c1 in libs:
         text += "\n\nRatios to single-thread C (float64): " + ", ".join(

@@ -11,7 +11,7 @@ from .integrators import REGISTRY, get
 from .problems import Problem, System
 from .simulate import (RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch,
                        simulation_errors, stack_problems)
-from .sharding import gather
+from .sharding import gather, use_cpu_cores
 from .state import State, StepStats, Trajectory, load
 
 __version__ = "0.1.0"
@@ -30,6 +30,7 @@ __all__ = [
     "get",
     "System",
     "gather",
+    "use_cpu_cores",
     "simulate_adaptive",
     "simulate_to_tolerance",
     "simulation_errors",

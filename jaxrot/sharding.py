@@ -10,9 +10,38 @@ every process as NumPy arrays.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+def use_cpu_cores(n: int | None = None) -> int:
+    """Make ``n`` CPU cores (default: all this process may use) separate JAX CPU devices; returns ``n``.
+
+    Call it right after ``import jax``, before any JAX computation (JAX fixes its devices then; a
+    later call raises ``RuntimeError``). :func:`jaxrot.simulate_batch` and the maps then split a
+    batch over the cores, each core running its part in cache-sized blocks: on one CPU device XLA
+    spreads each of a step's small kernels over the cores, which gains nothing over one core
+    (``jaxrot bench throughput``). Sets JAX's ``jax_num_cpu_devices``; the default device (where a
+    single body runs) is unchanged.
+    """
+    if n is None:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = int(n)
+    if jax.config.jax_num_cpu_devices == n:
+        return n
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except Exception as e:  # JAX raises once its backends exist
+        if len(jax.devices("cpu")) == n:
+            return n
+        raise RuntimeError(f"use_cpu_cores({n}) must come before the first JAX computation (JAX has already "
+                           f"created its devices: {len(jax.devices('cpu'))} CPU device(s))") from e
+    return n
 
 
 def default_devices(devices=None) -> list:

@@ -46,3 +46,43 @@ def test_sharded_batch_matches_single_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_cpu_cores_as_devices_block_each_part_and_match_one_device():
+    """use_cpu_cores(2): the batch is split over two CPU devices and each part runs in its own blocks
+    (13 bodies: padded to 14, 7 per device, blocks of 3 with each part's last block padded)."""
+    code = textwrap.dedent(
+        """
+        import jax
+        import jaxrot
+        assert jaxrot.use_cpu_cores(2) == 2
+        jax.config.update("jax_enable_x64", True)
+        import numpy as np, jax.numpy as jnp
+        from jaxrot import problems
+        assert len(jax.devices()) == 2, jax.devices()
+        try:
+            jaxrot.use_cpu_cores(3)
+            raise SystemExit("a late use_cpu_cores did not raise")
+        except RuntimeError:
+            pass
+        p = problems.get("t_handle")
+        rng = np.random.default_rng(1)
+        B = 13
+        s = jaxrot.State(jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3)))),
+                         jnp.asarray(rng.normal(size=(B, 3))))
+        for m in ["buss2p", "split4_231"]:
+            a = jaxrot.simulate_batch(m, p, 0.01, 20, states0=s, save_every=5, block_size=3)
+            assert len(a.states.R.sharding.device_set) == 2
+            b = jaxrot.simulate_batch(m, p, 0.01, 20, states0=s, save_every=5, block_size=None,
+                                      devices=jax.devices()[:1])
+            assert a.states.R.shape == (B, 5, 3, 3)
+            np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=1e-14)
+            np.testing.assert_allclose(np.asarray(a.states.Pi), np.asarray(b.states.Pi), rtol=0, atol=1e-14)
+            assert np.array_equal(np.asarray(a.ts), np.asarray(b.ts))
+        print("OK")
+        """
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
