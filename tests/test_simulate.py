@@ -342,3 +342,20 @@ def test_short_and_chunked_runs_give_the_same_frames():
                     jax.tree_util.tree_leaves((long.states, long.ts, long.stats))):
         assert a.dtype == b.dtype and a.shape[0] + 1 == b.shape[0]
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b[: a.shape[0]]))
+
+
+def test_batched_final_state_runs_in_blocks_and_matches_the_last_frame(monkeypatch):
+    """final_state on a batch larger than a block (blocks of 4, 10 bodies: the last block padded)
+    equals simulate_batch's last frame bit for bit."""
+    import sys
+
+    sim = sys.modules["jaxrot.simulate"]
+    monkeypatch.setattr(sim, "CPU_BLOCK", 4)
+    p = problems.get("t_handle")
+    rng = np.random.default_rng(3)
+    s = jaxrot.State(jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(10, 3)))), jnp.asarray(rng.normal(size=(10, 3))))
+    a = jaxrot.final_state("buss4", p, 1e-2, 30, state0=s)
+    b = jaxrot.simulate_batch("buss4", p, 1e-2, 30, states0=s, save_every=30, block_size=None).final
+    assert sim._auto_block("auto", 10, jax.devices()[:1]) == (4 if jax.default_backend() == "cpu" else None)
+    np.testing.assert_array_equal(np.asarray(a.R), np.asarray(b.R))
+    np.testing.assert_array_equal(np.asarray(a.Pi), np.asarray(b.Pi))
