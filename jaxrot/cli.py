@@ -187,13 +187,6 @@ def _animate(args) -> int:
 
 
 def _bench(args) -> int:
-    if args.name == "throughput":  # every core a CPU device (must precede JAX's first computation)
-        import jaxrot
-
-        try:
-            jaxrot.use_cpu_cores()
-        except RuntimeError as e:
-            print(f"note: {e}")
     mod = importlib.import_module(BENCHMARKS[args.name])
     mod.main(quick=args.quick, out_dir=args.out)
     return 0
@@ -208,7 +201,17 @@ def _problems_epilog() -> str:
 
 
 def main(argv=None) -> int:
-    from jaxrot import __version__
+    import sys
+
+    from jaxrot import __version__, use_cpu_cores
+
+    words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
+    if words[:2] == ["bench", "throughput"]:
+        # every core a CPU device; before anything below (the problem list) starts JAX
+        try:
+            use_cpu_cores()
+        except RuntimeError as e:
+            print(f"note: {e}")
 
     ap = argparse.ArgumentParser(prog="jaxrot", description="Accurate rigid-body rotation integrators in JAX.")
     ap.add_argument("--version", action="version", version=f"jaxrot {__version__}")

@@ -57,12 +57,19 @@ def is_multiprocess(devices) -> bool:
     return any(d.process_index != jax.process_index() for d in devices)
 
 
+def batch_mesh(devices):
+    """The 1-D mesh (axis ``"batch"``) a batch is split over; ``None`` for one device."""
+    from jax.sharding import Mesh
+
+    return Mesh(np.asarray(devices), ("batch",)) if len(devices) > 1 else None
+
+
 def shard(tree, devices, pad: int = 0):
     """Pad the leading axis of every array leaf by ``pad`` copies of its last entry and split it over
     a 1-D mesh of ``devices`` (across processes too)."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding, PartitionSpec
 
-    sharding = NamedSharding(Mesh(np.asarray(devices), ("batch",)), PartitionSpec("batch"))
+    sharding = NamedSharding(batch_mesh(devices), PartitionSpec("batch"))
     multi = is_multiprocess(devices)
 
     def put(x):

@@ -28,7 +28,7 @@ from .body import validate_inertia, violates_triangle
 from .integrators import AbstractIntegrator
 from .integrators import get as _get_method
 from .problems import Problem
-from .sharding import default_devices, gather, is_multiprocess, shard
+from .sharding import batch_mesh, default_devices, gather, is_multiprocess, shard
 from .state import State, StepStats, Trajectory
 
 
@@ -797,28 +797,49 @@ def _auto_block(block, per_device: int, devices) -> int | None:
     return int(block)
 
 
-def _blocked(fn, block, groups, *trees):
+def _blocks(fn, block, *trees):
     """``fn(*trees)`` for trees with a leading batch axis, run as ``lax.map`` over blocks of
-    ``block`` bodies within each of ``groups`` equal parts (one per device: the parts are vmapped,
-    so a sharded batch stays on its devices; each part's last block padded by repeating its last
-    body, the padding dropped)."""
+    ``block`` bodies (the last block padded by repeating the last body; padding dropped)."""
     if block is None:
         return fn(*trees)
     arrays, static = eqx.partition(trees, eqx.is_array)
     B = jax.tree_util.tree_leaves(arrays)[0].shape[0]
-    per = B // groups
-    nb = -(-per // block)
+    nb = -(-B // block)
 
     def split(x):
-        x = x.reshape((groups, per) + x.shape[1:])
-        x = jnp.concatenate([x, jnp.repeat(x[:, -1:], nb * block - per, axis=1)], axis=1)
-        return x.reshape((groups, nb, block) + x.shape[2:])
+        x = jnp.concatenate([x, jnp.repeat(x[-1:], nb * block - B, axis=0)], axis=0)
+        return x.reshape((nb, block) + x.shape[1:])
 
-    def merge(x):
-        return x.reshape((groups, nb * block) + x.shape[3:])[:, :per].reshape((B,) + x.shape[3:])
+    out = lax.map(lambda a: fn(*eqx.combine(a, static)), jax.tree_util.tree_map(split, arrays))
+    return jax.tree_util.tree_map(lambda x: x.reshape((nb * block,) + x.shape[2:])[:B], out)
 
-    out = jax.vmap(lambda g: lax.map(lambda a: fn(*eqx.combine(a, static)), g))(jax.tree_util.tree_map(split, arrays))
-    return jax.tree_util.tree_map(merge, out)
+
+def _blocked(fn, block, mesh, *trees):
+    """:func:`_blocks` on each device's part of the batch: with a ``mesh`` (several devices) through
+    ``shard_map``, so every device runs its own part, blocks and loops with no communication (a
+    vmapped ``while_loop``'s "any body still iterating" would otherwise be reduced across the
+    devices every step: ``liemid_ea``'s Newton fallback)."""
+    if mesh is None:
+        return _blocks(fn, block, *trees)
+    from jax.sharding import PartitionSpec
+
+    arrays, static = eqx.partition(trees, eqx.is_array)
+    spec = PartitionSpec(mesh.axis_names[0])
+    return _shard_map(lambda a: _blocks(fn, block, *eqx.combine(a, static)), mesh=mesh, in_specs=(spec,),
+                      out_specs=spec)(arrays)
+
+
+def _shard_map(f, **kw):
+    # no replication types: every value inside is per-device (a scan's constant initial carry
+    # would otherwise need a pcast to "varying")
+    try:
+        from jax import shard_map
+
+        return shard_map(f, check_vma=False, **kw)
+    except ImportError:  # JAX < 0.7
+        from jax.experimental.shard_map import shard_map
+
+        return shard_map(f, check_rep=False, **kw)
 
 
 @lean_jit
@@ -829,7 +850,7 @@ def _batch_init(method, problem, state0, dt, t0, problem_axis, monitor=None):
 
 @lean_jit
 def _batch_chunk(method, problem, carry, dt, t0, n_valid, n_frames, save_every, problem_axis, unroll, block=None,
-                 monitor=None, groups=1):
+                 monitor=None, mesh=None):
     """``n_frames`` frames of every body (frames from ``n_valid`` on skipped), cache-blocked when
     ``block`` is set. The compiled program depends on ``n_frames`` (fixed per batch size), not on
     the run's length."""
@@ -838,8 +859,8 @@ def _batch_chunk(method, problem, carry, dt, t0, n_valid, n_frames, save_every, 
         return _run_frames(method, p, c, dt, t0, n_frames, save_every, unroll, monitor, n_valid)
 
     if problem_axis is None:
-        return _blocked(lambda c: jax.vmap(lambda c1: one(problem, c1))(c), block, groups, carry)
-    return _blocked(lambda p, c: jax.vmap(one)(p, c), block, groups, problem, carry)
+        return _blocked(lambda c: jax.vmap(lambda c1: one(problem, c1))(c), block, mesh, carry)
+    return _blocked(lambda p, c: jax.vmap(one)(p, c), block, mesh, problem, carry)
 
 
 #: saved-frame memory of one compiled chunk of a batch: a chunk holds as many frames (a power of
@@ -854,13 +875,13 @@ def _batch_frames_per_chunk(batch: int, itemsize: int) -> int:
 
 
 def _batch_frames(method, problem, state0, dt, t0, n_frames, save_every, problem_axis, unroll, block, monitor,
-                  groups=1):
+                  mesh=None):
     """Every frame of every body, in chunks of a length fixed by the batch size (a new ``n_steps``
     reuses the compiled chunk): ``(carry, chunk outputs, valid frames of each)``."""
     carry = _batch_init(method, problem, state0, dt, t0, problem_axis, monitor)
     F = _batch_frames_per_chunk(state0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
     return _run_chunks(lambda c, nv: _batch_chunk(method, problem, c, dt, t0, nv, F, save_every, problem_axis,
-                                                  unroll, block, monitor, groups), carry, n_frames, F)
+                                                  unroll, block, monitor, mesh), carry, n_frames, F)
 
 
 def stack_problems(problems: list[Problem]) -> Problem:
@@ -928,7 +949,7 @@ def simulate_batch(
     system, states0 = batched if stacked else (system, batched)
     block = _auto_block(block_size, (batch + pad) // len(devices), devices)
     carry, parts, nvs = _batch_frames(method, system, states0, dt, t0, n_steps // save_every, save_every,
-                                      problem_axis, unroll, block, monitor, len(devices))
+                                      problem_axis, unroll, block, monitor, batch_mesh(devices))
     traj = _join(states0, t0, parts, nvs, carry[3], carry[4], batched=True)
     if pad:
         traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
@@ -959,7 +980,7 @@ _final_state_jit = lean_jit(run_steps)
 
 @lean_jit
 def _final_state_batch_jit(method, problem, states0, dt, t0, n_steps, block=None):
-    return _blocked(jax.vmap(lambda s: run_steps(method, problem, s, dt, t0, n_steps)), block, 1, states0)
+    return _blocks(jax.vmap(lambda s: run_steps(method, problem, s, dt, t0, n_steps)), block, states0)
 
 
 def final_state(method, problem: Problem, dt, n_steps: int, *, state0: State | None = None, t0=0.0,
