@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from .integrators.exponential import midpoint_residual, trapezoid_object_residual, trapezoid_world_residual
-from .sharding import default_devices, gather, shard
+from .sharding import batch_mesh, default_devices, gather, per_device, shard
 
 #: one-step rules of the Roblox article: residual builders ``(J, O, ell) -> F(v)``
 RULES = {
@@ -54,7 +54,7 @@ def grid_map(fn: Callable, *grids, grid_shape=None, chunk: int = 65536, devices=
     devices = default_devices(devices)
     size = min(chunk, n)
     size += (-size) % len(devices)
-    f = jax.jit(jax.vmap(fn))
+    f = jax.jit(per_device(jax.vmap(fn), batch_mesh(devices)))
     outs = []
     for s in range(0, n, size):
         part = [x[s:s + size] for x in flat]

@@ -64,6 +64,41 @@ def batch_mesh(devices):
     return Mesh(np.asarray(devices), ("batch",)) if len(devices) > 1 else None
 
 
+def per_device(fn, mesh):
+    """``fn`` applied to each device's part of its arguments (array leaves split along their
+    leading axis over ``mesh``; other leaves static), through ``shard_map``: every device runs its
+    own part with no communication. A batch under a plain ``jit`` would be partitioned by XLA
+    instead, which reduces a vmapped ``while_loop``'s "any body still iterating" across the devices
+    every iteration (``liemid_ea`` on 2 CPU devices: 0.221 -> 0.113 µs per body-step).
+    ``mesh=None`` (one device): ``fn`` itself."""
+    if mesh is None:
+        return fn
+    import equinox as eqx
+    from jax.sharding import PartitionSpec
+
+    spec = PartitionSpec(mesh.axis_names[0])
+
+    def run(*trees):
+        arrays, static = eqx.partition(trees, eqx.is_array)
+        return _shard_map(lambda a: fn(*eqx.combine(a, static)), mesh=mesh, in_specs=(spec,),
+                          out_specs=spec)(arrays)
+
+    return run
+
+
+def _shard_map(f, **kw):
+    # no replication types: every value inside is per-device (a scan's constant initial carry
+    # would otherwise need a pcast to "varying")
+    try:
+        from jax import shard_map
+
+        return shard_map(f, check_vma=False, **kw)
+    except ImportError:  # JAX < 0.7
+        from jax.experimental.shard_map import shard_map
+
+        return shard_map(f, check_rep=False, **kw)
+
+
 def shard(tree, devices, pad: int = 0):
     """Pad the leading axis of every array leaf by ``pad`` copies of its last entry and split it over
     a 1-D mesh of ``devices`` (across processes too)."""

@@ -28,7 +28,7 @@ from .body import validate_inertia, violates_triangle
 from .integrators import AbstractIntegrator
 from .integrators import get as _get_method
 from .problems import Problem
-from .sharding import batch_mesh, default_devices, gather, is_multiprocess, shard
+from .sharding import batch_mesh, default_devices, gather, is_multiprocess, per_device, shard
 from .state import State, StepStats, Trajectory
 
 
@@ -815,31 +815,9 @@ def _blocks(fn, block, *trees):
 
 
 def _blocked(fn, block, mesh, *trees):
-    """:func:`_blocks` on each device's part of the batch: with a ``mesh`` (several devices) through
-    ``shard_map``, so every device runs its own part, blocks and loops with no communication (a
-    vmapped ``while_loop``'s "any body still iterating" would otherwise be reduced across the
-    devices every step: ``liemid_ea``'s Newton fallback)."""
-    if mesh is None:
-        return _blocks(fn, block, *trees)
-    from jax.sharding import PartitionSpec
-
-    arrays, static = eqx.partition(trees, eqx.is_array)
-    spec = PartitionSpec(mesh.axis_names[0])
-    return _shard_map(lambda a: _blocks(fn, block, *eqx.combine(a, static)), mesh=mesh, in_specs=(spec,),
-                      out_specs=spec)(arrays)
-
-
-def _shard_map(f, **kw):
-    # no replication types: every value inside is per-device (a scan's constant initial carry
-    # would otherwise need a pcast to "varying")
-    try:
-        from jax import shard_map
-
-        return shard_map(f, check_vma=False, **kw)
-    except ImportError:  # JAX < 0.7
-        from jax.experimental.shard_map import shard_map
-
-        return shard_map(f, check_rep=False, **kw)
+    """:func:`_blocks` on each device's part of the batch (:func:`per_device`: every device runs
+    its own part, blocks and loops with no communication)."""
+    return per_device(lambda *t: _blocks(fn, block, *t), mesh)(*trees)
 
 
 @lean_jit
