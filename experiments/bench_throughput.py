@@ -88,9 +88,11 @@ def _jax_runner(method, p, states, n, block, devices=None):
 
 
 def _cost_per_body_step(method, p, states) -> dict:
-    """XLA's cost analysis of a 1-step batched call, per body (includes the initialisation and the
-    output copies, so it over-counts a steady-state step)."""
-    f = jax.jit(lambda s: jaxrot.simulate_batch(method, p, H, 1, states0=s, save_every=1, block_size=None).states.R)
+    """XLA's cost analysis of a 1-step batched call on one device, per body (includes the
+    initialisation and the output copies, so it over-counts a steady-state step; on several devices
+    the analysis would count one device's part)."""
+    f = jax.jit(lambda s: jaxrot.simulate_batch(method, p, H, 1, states0=s, save_every=1, block_size=None,
+                                                devices=jax.devices()[:1]).states.R)
     return _xla_cost(f, states)
 
 
