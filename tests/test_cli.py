@@ -140,3 +140,29 @@ def test_problems_build_without_x64_and_without_warnings():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"JAX_ENABLE_X64": "0",
                        "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_bench_throughput_makes_every_core_a_device_before_jax_starts():
+    """`jaxrot bench throughput` calls use_cpu_cores before anything in the CLI starts JAX (building
+    the problem list once did, and the bench silently ran on one device). The benchmark itself is
+    replaced by a probe, in a fresh process."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import jax
+        import jaxrot.experiments.bench_throughput as b
+        b.main = lambda **kw: print("DEVICES", len(jax.devices()))
+        from jaxrot.cli import main
+        main(["bench", "throughput", "--quick"])
+        """
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert f"DEVICES {cores}" in out.stdout, out.stdout + out.stderr[-2000:]
