@@ -79,6 +79,13 @@ def test_cpu_cores_as_devices_block_each_part_and_match_one_device():
             np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=1e-14)
             np.testing.assert_allclose(np.asarray(a.states.Pi), np.asarray(b.states.Pi), rtol=0, atol=1e-14)
             assert np.array_equal(np.asarray(a.ts), np.asarray(b.ts))
+        # shard_map under a caller's jit and grad: the one-device values and gradient
+        def loss(Pi, devices=None):
+            return jnp.sum(jaxrot.simulate_batch("buss4", p, 0.01, 20, states0=jaxrot.State(s.R, Pi),
+                                                 save_every=10, block_size=3, devices=devices).final.Pi ** 2)
+        one = jax.devices()[:1]
+        np.testing.assert_allclose(jax.jit(loss)(s.Pi), loss(s.Pi, one), rtol=1e-14)
+        np.testing.assert_allclose(jax.grad(loss)(s.Pi), jax.grad(lambda P: loss(P, one))(s.Pi), rtol=1e-12, atol=1e-14)
         print("OK")
         """
     )
