@@ -690,14 +690,13 @@ def _system(problem: Problem, dtype):
     return system
 
 
-def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps, monitor=None):
-    """:func:`_run_chunks` reporting compilation as its own phase, then steps done, elapsed and
-    remaining time on stderr."""
+def _progress_report(run_chunk, carry, n_frames, save_every, n_steps):
+    """For :func:`_run_chunks`: compiles ``run_chunk`` first, reporting that as its own phase, and
+    returns the report of steps done, elapsed and remaining time (stderr)."""
     print("  compiling ...", end="", file=sys.stderr, flush=True)
     start = _time.perf_counter()
     # compile by running an empty chunk (every frame skipped): the timed phase below is pure running
-    jax.block_until_ready(_simulate_chunk(method, problem, carry, dt, t0, jnp.asarray(0, jnp.int32), save_every,
-                                          unroll, monitor))
+    jax.block_until_ready(run_chunk(carry, jnp.asarray(0, jnp.int32)))
     print(f" {_time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     start = _time.perf_counter()
 
@@ -707,8 +706,7 @@ def _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unr
               f"~{el * (n_frames - done) / done:.1f} s left", end="" if done < n_frames else "\n",
               file=sys.stderr, flush=True)
 
-    return _run_chunks(lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
-                       carry, n_frames, FRAMES_PER_CHUNK, report)
+    return report
 
 
 def simulate(
@@ -764,15 +762,14 @@ def simulate(
         carry, part = _simulate_short(method, problem, state0, dt, t0, np.asarray(n_frames, np.int32), save_every,
                                       unroll, monitor)
         parts, nvs = (part,), (n_frames,)
-    elif not progress:
+    else:  # the initial carry, then the repeated 1 024-frame chunk
         carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
-        carry, parts, nvs = _run_chunks(
-            lambda c, nv: _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor),
-            carry, n_frames, FRAMES_PER_CHUNK)
-    else:
-        carry = _init_carry_jit(method, problem, state0, dt, t0, monitor)
-        carry, parts, nvs = _run_with_progress(method, problem, carry, dt, t0, n_frames, save_every, unroll, n_steps,
-                                               monitor)
+
+        def run_chunk(c, nv):
+            return _simulate_chunk(method, problem, c, dt, t0, nv, save_every, unroll, monitor)
+
+        report = _progress_report(run_chunk, carry, n_frames, save_every, n_steps) if progress else None
+        carry, parts, nvs = _run_chunks(run_chunk, carry, n_frames, FRAMES_PER_CHUNK, report)
     traj = _join(state0, t0, parts, nvs, carry[3], carry[4])
     traj = _provenance(traj, given_method, given_problem, given_dt, n_steps, save_every)
     return _raise_or_flag(traj, throw)
@@ -784,7 +781,7 @@ def simulate(
 CPU_BLOCK = 512
 
 
-def _auto_block(block, per_device: int, devices) -> int | None:
+def _auto_block(block, part: int, devices) -> int | None:
     """The block size to use: ``None`` (one vmap over each device's part) on accelerators and for
     parts that fit one block; else ``block`` (``"auto"``: :data:`CPU_BLOCK` on CPU devices, each
     device blocking its own part)."""
@@ -792,7 +789,7 @@ def _auto_block(block, per_device: int, devices) -> int | None:
         block = CPU_BLOCK if all(d.platform == "cpu" for d in devices) else None
     elif block is not None and (isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1):
         raise ValueError(f"block_size must be a positive int, None or 'auto', got {block!r}")
-    if block is None or block >= per_device:
+    if block is None or block >= part:
         return None
     return int(block)
 
@@ -902,7 +899,7 @@ def simulate_batch(
     after importing JAX) and the batch is split over them: XLA runs one device's program on one
     core, where a single device spreads each small kernel over the cores and gains nothing from
     the second (buss2p, 2 cores, 16 384 bodies: 2.2e7 body-steps/s on one device, the same pinned
-    to one core; 4.3e7 on two devices).
+    to one core; 4.2e7 on two devices in blocks of 512).
     """
     given_method, given_problem = method, problems
     stacked = states0 is None
