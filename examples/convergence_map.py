@@ -23,7 +23,7 @@ def main(n: int = 41, png: str | None = "convergence_map.png") -> dict:
     print(f"Newton converged at {100 * (iters >= 0).mean():.1f}% of the grid; inside the Kantorovich disc "
           f"|L| <= {disc:.3f}: {100 * (iters[radius <= disc] >= 0).mean():.0f}%")
     if png:
-        from jaxrot.plotting import convergence_maps_figure
+        from jaxrot.present.plotting import convergence_maps_figure
 
         convergence_maps_figure(x, {"implicit midpoint, Newton": iters}, max_iters=10, disc_radius=disc).savefig(png)
         print(f"wrote {png}")

@@ -132,7 +132,7 @@ def main(quick: bool = False, out_dir=None) -> list[dict]:
     header = f"device: {dev.platform} ({dev.device_kind}), float64, torque-free T-handle, dt={h}\n\n"
     (out / "bench_buss.md").write_text(header + table + "\n")
     write_json(out / "bench_buss.json", {"device": str(dev), "quick": quick, "rows": rows})
-    from jaxrot.plotting import throughput_figure
+    from jaxrot.present.plotting import throughput_figure
 
     throughput_figure(rows).savefig(out / "bench_buss.png", dpi=120)
     return rows

@@ -24,7 +24,7 @@ import numpy as np
 
 import jaxrot
 from jaxrot import analysis, exact, problems, reference
-from jaxrot.flow import body_vector_field, pack_body, unpack_body
+from jaxrot.physics.flow import body_vector_field, pack_body, unpack_body
 
 from ._common import md_table, setup, write_json
 

@@ -293,7 +293,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
     print(text)
     (out / "bench_throughput.md").write_text(text)
     write_json(out / "bench_throughput.json", res)
-    from jaxrot.plotting import throughput_lines_figure
+    from jaxrot.present.plotting import throughput_lines_figure
 
     series = {c: [r.get(c, np.nan) for r in res["rows"]] for c in cols}
     throughput_lines_figure([r["bodies"] for r in res["rows"]], series).savefig(out / "bench_throughput.png", dpi=110)

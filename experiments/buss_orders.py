@@ -51,7 +51,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     (out / "buss_orders.md").write_text(table + "\n")
     write_json(out / "buss_orders.json", {"quick": quick, "cases": {k: v[0] for k, v in CASES.items()},
                                          "results": results})
-    from jaxrot.plotting import convergence_figure
+    from jaxrot.present.plotting import convergence_figure
 
     fig = convergence_figure({f"{p} (T={CASES[p][0]})": results[p] for p in CASES},
                              ylabel="attitude error at T (rad)", title="Buss family: observed orders")

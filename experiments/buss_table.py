@@ -1,7 +1,7 @@
 """Buss's prism table under the inferred protocol, with the sensitivity to that protocol.
 
 The talk states neither the initial rate, the span, the error measure nor its splitting axis
-labels; :class:`jaxrot.buss_benchmark.PrismProtocol` holds one reading of each (defaults: the
+labels; :class:`jaxrot.studies.buss_protocol.PrismProtocol` holds one reading of each (defaults: the
 protocol inferred by search). This script reruns the table under a protocol (the default, or one
 given on the command line), prints our N beside Buss's with the ratio, theta-bar, the rows within
 25% and the Spearman rank correlation, repeats the search under a few other protocols (the
@@ -18,9 +18,9 @@ import dataclasses
 import numpy as np
 
 from jaxrot import analysis, simulate
-from jaxrot.buss_benchmark import BUSS_COST, BUSS_TABLE, PrismProtocol, run_table
-from jaxrot.plotting import grouped_series_figure, grouped_work_precision_figure, published_comparison_figure
-from jaxrot.timing import seconds_per_step
+from jaxrot.studies.buss_protocol import BUSS_COST, BUSS_TABLE, PrismProtocol, run_table
+from jaxrot.present.plotting import grouped_series_figure, grouped_work_precision_figure, published_comparison_figure
+from jaxrot.studies.timing import seconds_per_step
 
 from ._common import md_table, setup, write_json
 

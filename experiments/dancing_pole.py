@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from jaxrot import analysis, problems, simulate
-from jaxrot.animation import animate_bodies
-from jaxrot.plotting import series_panels_figure
+from jaxrot.present.animation import animate_bodies
+from jaxrot.present.plotting import series_panels_figure
 
 from ._common import md_table, setup, write_json
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from jaxrot import analysis, exact, problems, reference, simulate
-from jaxrot.animation import animate_bodies
-from jaxrot.plotting import flip_figure, poinsot_figure
+from jaxrot.present.animation import animate_bodies
+from jaxrot.present.plotting import flip_figure, poinsot_figure
 
 from ._common import md_table, setup, write_json
 

@@ -1,4 +1,4 @@
-"""Recover the T-handle's inertia from a noisy simulated tumbling trajectory (jaxrot.fitting).
+"""Recover the T-handle's inertia from a noisy simulated tumbling trajectory (jaxrot.studies.fitting).
 
 Truth: T-handle J = (2.5, 1.4, 1.3), omega0 = (0.3, 2, 0.2) (tumbling with flips), R0 = 1.
 Observed: 200 attitudes every 0.1 s with 1e-3 rad noise. Known: omega0 (one measured angular
@@ -19,7 +19,7 @@ import numpy as np
 
 import jaxrot
 from jaxrot import fitting, problems
-from jaxrot.plotting import fit_figure
+from jaxrot.present.plotting import fit_figure
 
 from ._common import md_table, setup, write_json
 

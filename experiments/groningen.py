@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrot import Problem, RigidBody, analysis, particles, reference, simulate, torques
-from jaxrot.animation import animate_bodies
+from jaxrot.present.animation import animate_bodies
 from jaxrot.integrators import EulerSVDPrinted
-from jaxrot.plotting import series_panels_figure
+from jaxrot.present.plotting import series_panels_figure
 
 from ._common import md_table, setup, write_json
 

@@ -17,7 +17,7 @@ import numpy as np
 
 import jaxrot
 from jaxrot import analysis, problems, reference
-from jaxrot.simulate import final_state
+from jaxrot.driver.simulate import final_state
 
 from ._common import md_table, setup, write_json
 
@@ -90,7 +90,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     out = setup(out_dir, quick)
     import matplotlib.pyplot as plt
 
-    from jaxrot.plotting import conserved_drift_figure, convergence_figure
+    from jaxrot.present.plotting import conserved_drift_figure, convergence_figure
 
     res: dict = {"quick": quick, "problems": {}}
     rows = []

@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxrot import RigidBody, maps
 from jaxrot.integrators import KANTOROVICH_X
-from jaxrot.plotting import convergence_maps_figure, scalar_map_figure
+from jaxrot.present.plotting import convergence_maps_figure, scalar_map_figure
 
 from ._common import md_table, setup, write_json
 

@@ -1,23 +1,29 @@
 """jaxrot: accurate, batched, differentiable simulation of rotating rigid bodies in JAX.
 
-The public API (plotting lives in :mod:`jaxrot.plotting` and is never imported here).
+The public API (plotting lives in :mod:`jaxrot.present.plotting` and is never imported here).
 """
 
-from . import analysis, exact, flow, integrators, problems, reference, so3, torques
-from .adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive, simulate_to_tolerance
-from .body import RigidBody
-from .compiled import CompiledRun, compile
+from .studies import analysis, fitting, maps, reference
+from .physics import exact, flow, particles, problems, torques
+from . import integrators
+from .version import __version__
+from .geometry import so3
+from .driver.adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive, simulate_to_tolerance
+from .geometry.body import RigidBody
+from .driver.compiled import CompiledRun, compile
 from .integrators import REGISTRY, get
-from .problems import Problem, System
-from .simulate import (RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch,
+from .physics.problems import Problem, System
+from .driver.simulate import (RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch,
                        simulation_errors, stack_problems)
-from .sharding import gather, use_cpu_cores
-from .state import State, StepStats, Trajectory, load
+from .driver.sharding import gather, use_cpu_cores
+from .geometry.state import State, StepStats, Trajectory, load
 
-__version__ = "0.1.0"
 
 __all__ = [
     "analysis",
+    "fitting",
+    "maps",
+    "particles",
     "exact",
     "flow",
     "integrators",

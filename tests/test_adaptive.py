@@ -80,7 +80,7 @@ def test_step_budget_and_bad_input():
 
 def _scaled_global_error(sol, ref, tol):
     """max over the 12 numbers of |y - y_exact| / (tol + tol |y_exact|), per body."""
-    from jaxrot.flow import pack_body
+    from jaxrot.physics.flow import pack_body
 
     y, ye = pack_body(sol.final.R, sol.final.Pi), pack_body(ref.R, ref.Pi)
     return np.asarray(jnp.max(jnp.abs(y - ye) / (tol + tol * jnp.abs(ye)), axis=-1))

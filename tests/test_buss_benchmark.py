@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxrot import analysis
-from jaxrot.buss_benchmark import BUSS_TABLE, PrismProtocol, run_table, spearman
+from jaxrot.studies.buss_protocol import BUSS_TABLE, PrismProtocol, run_table, spearman
 
 
 def test_axis_map_names_buss_splittings_in_our_axes():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxrot
-from jaxrot import cli
+from jaxrot.present import cli
 
 
 def _run(capsys, *argv):
@@ -156,7 +156,7 @@ def test_bench_throughput_makes_every_core_a_device_before_jax_starts():
         import jax
         import jaxrot.experiments.bench_throughput as b
         b.main = lambda **kw: print("DEVICES", len(jax.devices()))
-        from jaxrot.cli import main
+        from jaxrot.present.cli import main
         main(["bench", "throughput", "--quick"])
         """
     )

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from jaxrot import docgen
+from jaxrot.present import docgen
 from jaxrot.integrators import REGISTRY
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
@@ -18,7 +18,7 @@ def test_every_registered_family_has_a_page():
 @pytest.mark.parametrize("family", sorted(docgen.FAMILIES))
 def test_method_page_is_current_and_lists_its_methods(family):
     page = DOCS / "methods" / docgen.PAGE[family]
-    assert page.read_text() == docgen.render(family), f"stale: run python -m jaxrot.docgen ({page.name})"
+    assert page.read_text() == docgen.render(family), f"stale: run python -m jaxrot.present.docgen ({page.name})"
     for i in REGISTRY.values():
         if i.family == family:
             assert f"| `{i.name}` | {i.order} |" in page.read_text()

@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from jaxrot.experiments import bench_buss, buss_orders
-from jaxrot import cli
+from jaxrot.present import cli
 
 
 def test_buss_orders_quick(tmp_path):

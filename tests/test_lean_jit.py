@@ -1,10 +1,10 @@
-"""jaxrot._jit.lean_jit: filter_jit's split of arguments (arrays traced, other leaves static)."""
+"""jaxrot.driver.lean_jit.lean_jit: filter_jit's split of arguments (arrays traced, other leaves static)."""
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrot._jit import lean_jit
+from jaxrot.driver.lean_jit import lean_jit
 
 
 class Scale(eqx.Module):

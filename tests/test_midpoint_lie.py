@@ -43,7 +43,7 @@ def test_golden_roblox_one_step(cls, key):
 def test_midpoint_exp_equals_liemid_psi():
     # Roblox's implicit midpoint v is Krysl's Psi (in the world frame of the step)
     from jaxrot.integrators import solve_midpoint
-    from jaxrot.newton import Newton
+    from jaxrot.integrators.newton import Newton
 
     J = jnp.array([2.5, 1.4, 1.3])
     psi, _ = solve_midpoint(J, 1.0, jnp.array([3.0, 1.0, 0.0]), Newton())

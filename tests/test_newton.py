@@ -8,7 +8,7 @@ import jaxrot
 from jaxrot import problems, so3
 from jaxrot.integrators import LieMidI
 from jaxrot.integrators.exponential import midpoint_residual
-from jaxrot.newton import Newton, newton
+from jaxrot.integrators.newton import Newton, newton
 
 
 def test_newton_solves_and_counts():
@@ -100,7 +100,7 @@ def test_newton_stats_in_trajectory():
 
 
 def test_closed_form_3x3_solve_matches_lapack_and_flags_singular_systems():
-    from jaxrot.newton import solve
+    from jaxrot.integrators.newton import solve
 
     rng = np.random.default_rng(3)
     for _ in range(5):
@@ -139,7 +139,7 @@ def test_chord_gradients_are_the_implicit_ones():
 
 
 def test_materialize_leaves_values_and_gradients_unchanged():
-    from jaxrot._fusion import materialize
+    from jaxrot.integrators.fusion import materialize
     x, y = jnp.array([0.3, -1e-300, 7.0]), jnp.array(2.5)
     a, b = jax.jit(materialize)(x, y)
     assert np.array_equal(a, x) and np.array_equal(b, y) and a.shape == (3,) and b.shape == ()

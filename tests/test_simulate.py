@@ -6,7 +6,7 @@ import pytest
 
 import jaxrot
 from jaxrot import problems
-from jaxrot.torques import AbstractTorque
+from jaxrot.physics.torques import AbstractTorque
 
 
 def test_frames_and_times():
@@ -298,7 +298,7 @@ def test_repeated_calls_reuse_the_system_per_problem_and_dtype_but_see_numpy_cha
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_frame_rows_pack_and_unpack_exactly(dtype):
     """simulate's chunk stores a frame as one row of numbers; integers and flags go through bit casts."""
-    from jaxrot.simulate import _row_packing
+    from jaxrot.driver.simulate import _row_packing
 
     rng = np.random.default_rng(0)
     tree = (jaxrot.State(jnp.asarray(rng.normal(size=(3, 3)), dtype), jnp.asarray([np.nan, -0.0, 1e-30], dtype)),
@@ -332,7 +332,7 @@ def test_chunk_frames_and_statistics_equal_the_traced_scan():
 def test_short_and_chunked_runs_give_the_same_frames():
     """Runs of at most SHORT_RUN_FRAMES frames take one small program (frames as columns); longer
     ones the repeated chunk (frames as rows): the same frames, bit for bit, statistics included."""
-    from jaxrot.simulate import SHORT_RUN_FRAMES
+    from jaxrot.driver.simulate import SHORT_RUN_FRAMES
 
     p = problems.get("fast_top")
     n = SHORT_RUN_FRAMES

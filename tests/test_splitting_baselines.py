@@ -124,7 +124,7 @@ def test_every_ordering_has_its_order_and_exact_momentum(perm):
 
 def test_split4_computes_each_flows_sine_once_on_cpu():
     """XLA's CPU fusion recomputed every flow's sin/cos in each output's kernel (218 sin per step for
-    13 flows) until jaxrot._fusion.materialize; a structural guard (a count, not a timing)."""
+    13 flows) until jaxrot.integrators.fusion.materialize; a structural guard (a count, not a timing)."""
     import re
 
     import jax

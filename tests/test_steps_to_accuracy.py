@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxrot import analysis, problems, reference
-from jaxrot.simulate import final_state
+from jaxrot.driver.simulate import final_state
 
 
 def test_finds_the_threshold_and_it_is_consistent_with_the_order():

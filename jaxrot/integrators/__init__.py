@@ -12,7 +12,7 @@ from ._base import AbstractIntegrator, AbstractWrapper
 from .akw import AKW
 from .buss import Buss1, Buss2, Buss2Plus, Buss3, Buss3False, Buss4, buss_omega_derivatives
 from .abm import ABM
-from .adaptive import KANTOROVICH_X, AdaptiveKantorovich
+from .kantorovich import KANTOROVICH_X, AdaptiveKantorovich
 from .compose import SCHEMES, Compose
 from .dmv import DMV, DMV4, DMV6, DMV8, DMV10
 from .exact_flow import ExactFree, ExactSplit

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import equinox as eqx
 
-from ..state import State, StepStats
+from ..geometry.state import State, StepStats
 
 
 class AbstractIntegrator(eqx.Module):

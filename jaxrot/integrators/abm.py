@@ -18,8 +18,8 @@ from typing import ClassVar
 import jax.numpy as jnp
 from jax import lax
 
-from ..flow import body_vector_field, pack_body, unpack_body
-from ..state import State, StepStats
+from ..physics.flow import body_vector_field, pack_body, unpack_body
+from ..geometry.state import State, StepStats
 from ._base import AbstractIntegrator
 from .rk4 import rk4_step
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .. import so3
-from ..newton import Newton
-from ..state import State, StepStats
-from ..torques import body_torque
+from ..geometry import so3
+from .newton import Newton
+from ..geometry.state import State, StepStats
+from ..physics.torques import body_torque
 from ._base import AbstractIntegrator
 
 

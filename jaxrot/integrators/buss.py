@@ -33,9 +33,9 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .. import so3
-from ..flow import momentum_derivatives
-from ..state import State, StepStats
+from ..geometry import so3
+from ..physics.flow import momentum_derivatives
+from ..geometry.state import State, StepStats
 from ._base import AbstractIntegrator
 from .world_update import initial_momentum, world_increment_step
 

@@ -53,8 +53,8 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from .. import so3
-from ..state import State, StepStats
+from ..geometry import so3
+from ..geometry.state import State, StepStats
 from ._base import AbstractWrapper
 
 _RULES = ("nearest", "hyperboloid")

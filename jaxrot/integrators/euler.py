@@ -15,8 +15,8 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .. import so3
-from ..state import State, StepStats
+from ..geometry import so3
+from ..geometry.state import State, StepStats
 from ._base import AbstractIntegrator
 
 

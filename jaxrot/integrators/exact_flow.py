@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from .. import exact
-from ..state import State, StepStats
-from ..torques import body_torque
+from ..physics import exact
+from ..geometry.state import State, StepStats
+from ..physics.torques import body_torque
 from ._base import AbstractIntegrator, require_free
 
 

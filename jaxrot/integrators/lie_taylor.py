@@ -21,9 +21,9 @@ from typing import Callable, ClassVar
 
 import jax.numpy as jnp
 
-from .. import so3
-from ..flow import momentum_derivatives, omega_derivatives
-from ..state import StepStats
+from ..geometry import so3
+from ..physics.flow import momentum_derivatives, omega_derivatives
+from ..geometry.state import StepStats
 from ._base import AbstractIntegrator
 from .world_update import initial_momentum, world_increment_step
 

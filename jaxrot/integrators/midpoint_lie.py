@@ -5,7 +5,7 @@ Body frame throughout: ``Pi = J Omega``, body torque ``T = R^T t``, ``E(x) = exp
 
     Psi = tau J^-1 E(-Psi/2) P                                              (*)
 
-by Newton (:mod:`jaxrot.newton`) from ``Psi0 = tau J^-1 P``. Without torque all variants are
+by Newton (:mod:`jaxrot.integrators.newton`) from ``Psi0 = tau J^-1 P``. Without torque all variants are
 LIEMID: world momentum ``R Pi`` and ``|Pi|`` exact, energy bounded, order 2.
 
 =========== ============================================================================== =====
@@ -27,10 +27,10 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .. import so3
-from ..newton import Newton
-from ..state import State, StepStats
-from ..torques import body_torque
+from ..geometry import so3
+from .newton import Newton
+from ..geometry.state import State, StepStats
+from ..physics.torques import body_torque
 from ._base import AbstractIntegrator, require_free
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .. import so3
-from ..state import State
+from ..geometry import so3
+from ..geometry.state import State
 from ._base import AbstractWrapper
 
 

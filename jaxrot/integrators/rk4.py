@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..flow import body_vector_field, pack_body, unpack_body
-from ..state import State, StepStats
+from ..physics.flow import body_vector_field, pack_body, unpack_body
+from ..geometry.state import State, StepStats
 from ._base import AbstractIntegrator
 
 

@@ -20,9 +20,9 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .. import so3
-from ..state import State, StepStats
-from ..torques import body_torque
+from ..geometry import so3
+from ..geometry.state import State, StepStats
+from ..physics.torques import body_torque
 from ._base import AbstractIntegrator
 
 

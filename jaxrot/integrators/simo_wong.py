@@ -22,9 +22,9 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .. import so3
-from ..newton import Newton
-from ..state import State, StepStats
+from ..geometry import so3
+from .newton import Newton
+from ..geometry.state import State, StepStats
 from ._base import AbstractIntegrator
 
 

@@ -22,8 +22,8 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .._fusion import materialize
-from ..state import State, StepStats
+from .fusion import materialize
+from ..geometry.state import State, StepStats
 from ._base import AbstractIntegrator, require_free
 
 _CBRT2 = 2.0 ** (1.0 / 3.0)

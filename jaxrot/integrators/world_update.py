@@ -18,8 +18,8 @@ number of steps (tested in float64 and float32).
 
 from __future__ import annotations
 
-from .. import so3
-from ..state import State
+from ..geometry import so3
+from ..geometry.state import State
 
 
 def initial_momentum(state0: State):

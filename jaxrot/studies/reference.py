@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._dop853 import A as _A
-from ._dop853 import B as _B
-from ._dop853 import C as _C
-from .flow import body_vector_field, pack_body, unpack_body  # body_vector_field re-exported
-from .problems import Problem
-from .state import State, StepStats, Trajectory
+from .dop853 import A as _A
+from .dop853 import B as _B
+from .dop853 import C as _C
+from ..physics.flow import body_vector_field, pack_body, unpack_body  # body_vector_field re-exported
+from ..physics.problems import Problem
+from ..geometry.state import State, StepStats, Trajectory
 
 
 def _dop853_step(f, t, y, h):

@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._jit import lean_jit
-from .body import validate_inertia, violates_triangle
-from .integrators import AbstractIntegrator
-from .integrators import get as _get_method
-from .problems import Problem
+from .lean_jit import lean_jit
+from ..geometry.body import validate_inertia, violates_triangle
+from ..integrators import AbstractIntegrator
+from ..integrators import get as _get_method
+from ..physics.problems import Problem
 from .sharding import batch_mesh, default_devices, gather, is_multiprocess, per_device, shard
-from .state import State, StepStats, Trajectory
+from ..geometry.state import State, StepStats, Trajectory
 
 
 class SimulationError(RuntimeError):
@@ -619,7 +619,7 @@ def _provenance(traj: Trajectory, method, problem: Problem, dt, n_steps, save_ev
 def _provenance_items(method, problem, dt, n_steps, save_every, dtype, extra) -> tuple:
     import jaxlib
 
-    from . import __version__
+    from ..version import __version__
 
     info = dict(method=method, problem=problem, dt=dt, n_steps=n_steps, save_every=save_every, dtype=dtype,
                 jaxrot=__version__, jax=jax.__version__, jaxlib=jaxlib.__version__, **dict(extra))
@@ -741,7 +741,7 @@ def simulate(
         (``RESULTS.invariant_drift``); off by default.
 
     Returns:
-      :class:`~jaxrot.state.Trajectory` with ``n_steps // save_every + 1`` frames.
+      :class:`~jaxrot.geometry.state.Trajectory` with ``n_steps // save_every + 1`` frames.
 
     Example::
 

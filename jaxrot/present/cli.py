@@ -122,7 +122,7 @@ def _run(args) -> int:
     if int(traj.stats.newton_iters.max()) > 0:
         print(f"  Newton iterations per step: max {int(traj.stats.newton_iters.max())}")
     if args.plot:
-        from jaxrot.plotting import series_panels_figure
+        from jaxrot.present.plotting import series_panels_figure
 
         tiny = np.finfo(np.float64).tiny  # exact zeros would vanish from a log axis
         panels = {"relative energy error |E - E0| / |E0|": {args.method: np.abs(E - E[0]) / abs(E[0]) + tiny},
@@ -150,7 +150,7 @@ def _reproduce(args) -> int:
                              f" only apply to 'reproduce buss'")
         mod.main(quick=args.quick, out_dir=args.out)
         return 0
-    from jaxrot.buss_benchmark import PrismProtocol
+    from jaxrot.studies.buss_protocol import PrismProtocol
 
     mod.main(quick=args.quick, out_dir=args.out, protocol=PrismProtocol(**given))
     return 0
@@ -164,7 +164,7 @@ def _animate(args) -> int:
 
     import jaxrot
     from jaxrot import problems
-    from jaxrot.animation import animate_bodies, shape_for
+    from jaxrot.present.animation import animate_bodies, shape_for
 
     out = args.out
     _check_out_path(out, "--out", (".gif",))
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)
-    from jaxrot.simulate import SimulationError
+    from jaxrot.driver.simulate import SimulationError
 
     try:
         return args.fn(args)

@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .integrators import get as _get_method
-from .flow import pack_body
-from .problems import Problem
-from .state import State
+from ..integrators import get as _get_method
+from ..physics.flow import pack_body
+from ..physics.problems import Problem
+from ..geometry.state import State
 
 #: name -> (higher-order method, lower-order method); the estimate is of the lower one's local error
 PAIRS: dict[str, tuple[str, str]] = {

@@ -31,12 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import so3
-from .body import RigidBody
-from .problems import Problem
-from .simulate import simulate
-from .state import State
-from .torques import FreeTorque
+from ..geometry import so3
+from ..geometry.body import RigidBody
+from ..physics.problems import Problem
+from ..driver.simulate import simulate
+from ..geometry.state import State
+from ..physics.torques import FreeTorque
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +191,7 @@ def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=
     ``max_iters``. Returns moments, their standard deviations and covariance, the loss history and
     the reduced chi-square (about 1 when the noise model fits).
     """
-    from .body import validate_inertia
+    from ..geometry.body import validate_inertia
 
     validate_inertia(J_guess)
     if max_iters < 1:

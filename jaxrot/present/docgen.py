@@ -3,7 +3,7 @@
 Each page is a family's introduction and papers (below), its modules' docstrings (the update
 equations live there, next to the code) and a table of its registered methods read from the
 registry (order, exact invariants, explicit/implicit, torque evaluations per step, torque support).
-Regenerate with ``python -m jaxrot.docgen`` (a test fails when a page is stale).
+Regenerate with ``python -m jaxrot.present.docgen`` (a test fails when a page is stale).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
     ),
     "exponential": (
         "Implicit midpoint and trapezoidal rules in exponential coordinates",
-        ["exponential", "adaptive"],
+        ["exponential", "kantorovich"],
         "One implicit equation per step for the rotation vector `v` of the step, solved by Newton with a "
         "`jax.jacfwd` Jacobian; torque-free. The midpoint rule is Krysl's LIEMID, the object-space "
         "trapezoid is Simo–Wong (energy exact). Kantorovich-safe sub-stepping makes Newton's convergence "
@@ -110,7 +110,7 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
         "The non-geometric methods Buss and the Groningen slides compare against, with the "
         "re-orthonormalisation they need (SVD nearest rotation, quaternion normalisation). Cost: 1 (Euler), "
         "4 (RK4) or 2 (ABM) vector-field evaluations per step. The Groningen particle model (8 masses on "
-        "springs) is in `jaxrot.particles`.",
+        "springs) is in `jaxrot.physics.particles`.",
         ["S. R. Buss (2000, 2011): RK4 and Adams–Bashforth–Moulton comparisons.",
          "I. Postma, E. Nerbonne, \"Simulation of the unstable rotation of a cuboid\", University of Groningen "
          "(2011): the Euler + SVD and quaternion updates and the spring book."],
@@ -149,7 +149,7 @@ def _markdown(doc: str) -> str:
 
 def render(family: str) -> str:
     """The markdown page of one family."""
-    from .integrators import REGISTRY
+    from ..integrators import REGISTRY
 
     title, modules, intro, papers = FAMILIES[family]
     rows = [i for i in REGISTRY.values() if i.family == family]
@@ -173,7 +173,7 @@ def render_problems() -> str:
     """The page of named problems: each one's docstring, data and span."""
     import inspect
 
-    from . import problems
+    from ..physics import problems
 
     parts = ["# Named problems", "", "`jaxrot.problems.get(name)`; `jaxrot list problems` prints the same list.", ""]
     for name, factory in problems.PROBLEMS.items():

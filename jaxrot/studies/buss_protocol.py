@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import analysis, reference
-from .body import RigidBody
-from .problems import Problem, from_body_rate
-from .torques import FreeTorque
+from ..geometry.body import RigidBody
+from ..physics.problems import Problem, from_body_rate
+from ..physics.torques import FreeTorque
 
 # (label, Buss's method, published N or None for "> 20480", published theta-bar in degrees)
 # A splitting row names Buss's axis labels; PrismProtocol.method maps them to ours.

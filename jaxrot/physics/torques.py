@@ -14,7 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import so3
+from ..geometry import so3
 
 _EZ = (0.0, 0.0, 1.0)
 

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import so3
-from .state import State
+from ..geometry import so3
+from ..geometry.state import State
 
 # AGM steps: b_0 = sqrt(mc) >= 1e-150 (mc clipped at 1e-300) is within a factor 2 of a_n after ~9
 # steps, then converges quadratically (float64 round-off at 12 in a check down to mc = 1e-300);

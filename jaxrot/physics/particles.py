@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import so3
+from ..geometry import so3
 
 SCHEMES = ("euler", "symplectic_euler", "verlet")
 _PAIRS = np.array(list(itertools.combinations(range(8), 2)), dtype=np.int32)  # 28 springs
@@ -95,7 +95,7 @@ class SpringBook(eqx.Module):
     def rigid_body(self):
         """The rigid body of the same point masses (for an axis-aligned cuboid the principal axes
         are x, y, z, so the moments are returned in that order, unsorted)."""
-        from .body import RigidBody, point_inertia_tensor
+        from ..geometry.body import RigidBody, point_inertia_tensor
 
         I = point_inertia_tensor(np.asarray(self.X_rest), float(self.mass))
         return RigidBody(jnp.asarray(np.diag(I).copy()))

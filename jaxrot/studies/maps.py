@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .integrators.exponential import midpoint_residual, trapezoid_object_residual, trapezoid_world_residual
-from .sharding import batch_mesh, default_devices, gather, per_device, shard
+from ..integrators.exponential import midpoint_residual, trapezoid_object_residual, trapezoid_world_residual
+from ..driver.sharding import batch_mesh, default_devices, gather, per_device, shard
 
 #: one-step rules of the Roblox article: residual builders ``(J, O, ell) -> F(v)``
 RULES = {
@@ -127,11 +127,11 @@ def energy_change_map(method, body, Ls, *, t_total: float = 1.0, n_steps: int = 
     """Relative energy change ``(E(T) - E0)/E0`` of ``method`` after ``n_steps`` steps of
     ``t_total / n_steps`` from ``R = 1, Pi = L`` (torque-free), for each ``L`` of the grid; NaN
     where a step's solve failed (never silently dropped)."""
-    from . import integrators
-    from .problems import Problem
-    from .simulate import run_steps
-    from .state import State
-    from .torques import FreeTorque
+    from .. import integrators
+    from ..physics.problems import Problem
+    from ..driver.simulate import run_steps
+    from ..geometry.state import State
+    from ..physics.torques import FreeTorque
 
     if isinstance(method, str):
         method = integrators.get(method)

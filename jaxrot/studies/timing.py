@@ -6,8 +6,8 @@ import time
 
 import jax
 
-from .problems import Problem
-from .simulate import final_state
+from ..physics.problems import Problem
+from ..driver.simulate import final_state
 
 
 def seconds_per_step(method, problem: Problem, dt: float, n_steps: int = 20000, repeats: int = 3) -> float:

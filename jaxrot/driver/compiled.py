@@ -14,9 +14,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .problems import Problem
+from ..physics.problems import Problem
 from .simulate import _assemble, _init_carry, _prepare, _run_frames
-from .state import State, Trajectory
+from ..geometry.state import State, Trajectory
 
 
 class CompiledRun:

@@ -8,9 +8,9 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from . import so3
-from .body import RigidBody
-from .state import State
+from ..geometry import so3
+from ..geometry.body import RigidBody
+from ..geometry.state import State
 from .torques import (
     AbstractTorque,
     CoulombWallTorque,

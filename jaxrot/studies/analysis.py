@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import body as _body
-from . import so3
-from .problems import Problem
-from .state import State
+from ..geometry import body as _body
+from ..geometry import so3
+from ..physics.problems import Problem
+from ..geometry.state import State
 
 
 def world_momentum(states: State) -> jax.Array:
@@ -78,7 +78,7 @@ def convergence_study(method, problem: Problem, t_end: float, ns, reference: Sta
     ``"Pi2"`` (norm of Pi - Pi_ref). Errors at or below ``floor`` (a round-off level) are kept in
     the output but left out of the fitted order. Returns ``dict(dts, errors, order)``.
     """
-    from .simulate import final_state
+    from ..driver.simulate import final_state
 
     errs, dts = [], []
     for n in ns:
@@ -127,7 +127,7 @@ def steps_to_accuracy(method, problem: Problem, eps: float, metric: str = "angle
     (from the reference trajectory), Buss's theta-bar.
     """
     from .reference import reference_solution
-    from .simulate import final_state
+    from ..driver.simulate import final_state
 
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")

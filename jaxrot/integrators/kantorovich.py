@@ -15,8 +15,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from .. import so3
-from ..state import StepStats
+from ..geometry import so3
+from ..geometry.state import StepStats
 from ._base import AbstractWrapper
 
 KANTOROVICH_X = 2.0 * 2.0**0.5 - 2.0

@@ -1,0 +1,1 @@
+"""The driver: checks, the time loop, results, step-size controllers and executors."""

@@ -1,0 +1,1 @@
+"""Geometry of SO(3) and rigid bodies: rotations, inertia, states."""
