@@ -16,7 +16,9 @@ from .physics.problems import Problem, System
 from .driver.simulate import (RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch,
                        simulation_errors, stack_problems)
 from .driver.sharding import gather, use_cpu_cores
-from .geometry.state import State, StepStats, Trajectory, load
+from .geometry.state import State
+from .integrators.stats import StepStats
+from .driver.results import Trajectory, load
 
 
 __all__ = [

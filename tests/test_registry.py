@@ -8,7 +8,7 @@ import pytest
 import jaxrot
 from jaxrot import integrators, problems, so3
 from jaxrot.integrators import REGISTRY, EnergyProjection, Reorthonormalize
-from jaxrot.geometry.state import State, StepStats
+from jaxrot import State, StepStats
 
 FACTS = ("order", "free_order", "conserves", "implicit", "torque", "on_so3", "torque_evals", "reference", "family")
 

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 
 from ..physics.problems import Problem
 from .simulate import _assemble, _init_carry, _prepare, _run_frames
-from ..geometry.state import State, Trajectory
+from ..geometry.state import State
+from .results import Trajectory
 
 
 class CompiledRun:

@@ -29,7 +29,9 @@ from ..integrators import AbstractIntegrator
 from ..integrators import get as _get_method
 from ..physics.problems import Problem
 from .sharding import batch_mesh, default_devices, gather, is_multiprocess, per_device, shard
-from ..geometry.state import State, StepStats, Trajectory
+from ..geometry.state import State
+from ..integrators.stats import StepStats
+from .results import Trajectory
 
 
 class SimulationError(RuntimeError):
@@ -741,7 +743,7 @@ def simulate(
         (``RESULTS.invariant_drift``); off by default.
 
     Returns:
-      :class:`~jaxrot.geometry.state.Trajectory` with ``n_steps // save_every + 1`` frames.
+      :class:`~jaxrot.driver.results.Trajectory` with ``n_steps // save_every + 1`` frames.
 
     Example::
 

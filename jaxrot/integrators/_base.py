@@ -7,7 +7,8 @@ from typing import Any, ClassVar
 
 import equinox as eqx
 
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 
 
 class AbstractIntegrator(eqx.Module):

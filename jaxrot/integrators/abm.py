@@ -19,7 +19,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..physics.flow import body_vector_field, pack_body, unpack_body
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ._base import AbstractIntegrator
 from .rk4 import rk4_step
 

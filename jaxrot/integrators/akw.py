@@ -15,7 +15,8 @@ from typing import ClassVar
 
 from ..geometry import so3
 from .newton import Newton
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ..physics.torques import body_torque
 from ._base import AbstractIntegrator
 

@@ -35,7 +35,8 @@ import jax.numpy as jnp
 
 from ..geometry import so3
 from ..physics.flow import momentum_derivatives
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ._base import AbstractIntegrator
 from .world_update import initial_momentum, world_increment_step
 

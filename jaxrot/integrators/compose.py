@@ -32,7 +32,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
 
-from ..geometry.state import StepStats
+from .stats import StepStats
 from ._base import AbstractWrapper
 
 

@@ -54,7 +54,8 @@ import jax
 import jax.numpy as jnp
 
 from ..geometry import so3
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ._base import AbstractWrapper
 
 _RULES = ("nearest", "hyperboloid")

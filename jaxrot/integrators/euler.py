@@ -16,7 +16,8 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from ..geometry import so3
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ._base import AbstractIntegrator
 
 

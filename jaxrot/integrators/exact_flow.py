@@ -23,7 +23,8 @@ import math
 from typing import ClassVar
 
 from ..physics import exact
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ..physics.torques import body_torque
 from ._base import AbstractIntegrator, require_free
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..geometry import so3
-from ..geometry.state import StepStats
+from .stats import StepStats
 from ._base import AbstractWrapper
 
 KANTOROVICH_X = 2.0 * 2.0**0.5 - 2.0

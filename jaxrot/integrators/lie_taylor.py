@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from ..geometry import so3
 from ..physics.flow import momentum_derivatives, omega_derivatives
-from ..geometry.state import StepStats
+from .stats import StepStats
 from ._base import AbstractIntegrator
 from .world_update import initial_momentum, world_increment_step
 

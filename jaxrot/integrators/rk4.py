@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..physics.flow import body_vector_field, pack_body, unpack_body
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ._base import AbstractIntegrator
 
 

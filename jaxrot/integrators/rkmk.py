@@ -21,7 +21,8 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from ..geometry import so3
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ..physics.torques import body_torque
 from ._base import AbstractIntegrator
 

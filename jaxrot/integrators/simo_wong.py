@@ -24,7 +24,8 @@ import jax.numpy as jnp
 
 from ..geometry import so3
 from .newton import Newton
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ._base import AbstractIntegrator
 
 

@@ -23,7 +23,8 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from .fusion import materialize
-from ..geometry.state import State, StepStats
+from ..geometry.state import State
+from .stats import StepStats
 from ._base import AbstractIntegrator, require_free
 
 _CBRT2 = 2.0 ** (1.0 / 3.0)

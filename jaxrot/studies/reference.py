@@ -22,7 +22,9 @@ from .dop853 import B as _B
 from .dop853 import C as _C
 from ..physics.flow import body_vector_field, pack_body, unpack_body  # body_vector_field re-exported
 from ..physics.problems import Problem
-from ..geometry.state import State, StepStats, Trajectory
+from ..geometry.state import State
+from ..integrators.stats import StepStats
+from ..driver.results import Trajectory
 
 
 def _dop853_step(f, t, y, h):
