@@ -349,7 +349,7 @@ def test_batched_final_state_runs_in_blocks_and_matches_the_last_frame(monkeypat
     equals simulate_batch's last frame bit for bit."""
     import sys
 
-    sim = sys.modules["jaxrot.simulate"]
+    sim = sys.modules["jaxrot.driver.simulate"]
     monkeypatch.setattr(sim, "CPU_BLOCK", 4)
     p = problems.get("t_handle")
     rng = np.random.default_rng(3)
