@@ -41,12 +41,12 @@ class AbstractIntegrator(eqx.Module):
     #: the family (one documentation page each)
     family: ClassVar[str] = ""
 
-    def init(self, problem, t0, state0: State, dt) -> Any:
+    def init(self, system, t0, state0: State, dt) -> Any:
         """Memory carried between steps (default: none)."""
         return None
 
     @abc.abstractmethod
-    def step(self, problem, t, state: State, aux: Any, dt) -> tuple[State, Any, StepStats]:
+    def step(self, system, t, state: State, aux: Any, dt) -> tuple[State, Any, StepStats]:
         """Advance one step."""
 
 
@@ -66,14 +66,14 @@ class AbstractWrapper(AbstractIntegrator):
     reference = property(lambda self: self.base.reference)
     family = property(lambda self: self.base.family)
 
-    def init(self, problem, t0, state0: State, dt) -> Any:
-        return self.base.init(problem, t0, state0, dt)
+    def init(self, system, t0, state0: State, dt) -> Any:
+        return self.base.init(system, t0, state0, dt)
 
 
-def require_free(problem, name: str):
+def require_free(system, name: str):
     """Trace-time guard of a torque-free method (the driver already refuses torqued problems for a
     method that declares ``torque = False``; this keeps direct ``step`` calls honest)."""
-    if not problem.torque.is_free:
+    if not system.torque.is_free:
         raise ValueError(f"{name} is for torque-free problems; use a torque-capable method "
                          "(e.g. liemid_ea or liemid_i) for "
-                         f"{type(problem.torque).__name__}")
+                         f"{type(system.torque).__name__}")

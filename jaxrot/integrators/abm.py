@@ -34,12 +34,12 @@ class ABM(AbstractIntegrator):
     reference: ClassVar[str] = "Buss (2000) comparison baselines"
     family: ClassVar[str] = "baseline"
 
-    def init(self, problem, t0, state0, dt):
+    def init(self, system, t0, state0, dt):
         z = jnp.zeros(12, state0.Pi.dtype)
         return (z, z, z, jnp.asarray(0, jnp.int32))  # f_{n-1}, f_{n-2}, f_{n-3}, steps done
 
-    def step(self, problem, t, state, aux, dt):
-        f = body_vector_field(problem)
+    def step(self, system, t, state, aux, dt):
+        f = body_vector_field(system)
         fm1, fm2, fm3, n = aux
         y = pack_body(state.R, state.Pi)
         fn = f(t, y)

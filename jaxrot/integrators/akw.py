@@ -6,7 +6,7 @@ With ``Om_bar = (Om_n + Om_{n+1}) / 2`` (body frame), solved for ``Om_{n+1}`` by
     R_{n+1}   = R_n cay(dt Om_bar)
 
 Free body: ``Pi_{n+1} = cay(dt Om_bar)^T Pi_n``, so world momentum, |Pi| and energy are exact.
-Order 2; with torque nothing is conserved exactly (pi_z drifts on the Coulomb problem).
+Order 2; with torque nothing is conserved exactly (pi_z drifts on the Coulomb system).
 """
 
 from __future__ import annotations
@@ -30,17 +30,17 @@ class AKW(AbstractIntegrator):
     family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
-    def init(self, problem, t0, state0, dt):
-        return body_torque(problem, t0, state0.R, state0.Pi)
+    def init(self, system, t0, state0, dt):
+        return body_torque(system, t0, state0.R, state0.Pi)
 
-    def step(self, problem, t, state, aux, dt):
-        J, R = problem.body.J, state.R
+    def step(self, system, t, state, aux, dt):
+        J, R = system.body.J, state.R
         Om0 = state.Pi / J
 
         def end(Om1):
             ob = 0.5 * (Om0 + Om1)
             R1 = R @ so3.cayley(dt * ob)
-            return ob, R1, body_torque(problem, t + dt, R1, J * Om1)
+            return ob, R1, body_torque(system, t + dt, R1, J * Om1)
 
         def residual(Om1):
             ob, _, T1 = end(Om1)

@@ -91,11 +91,11 @@ class _AbstractBuss(AbstractIntegrator):
     def omega_bar(self, h, ws):
         raise NotImplementedError
 
-    def init(self, problem, t0, state0, dt):
+    def init(self, system, t0, state0, dt):
         return initial_momentum(state0)
 
-    def step(self, problem, t, state: State, aux, dt):
-        J, torque = problem.body.J, problem.torque
+    def step(self, system, t, state: State, aux, dt):
+        J, torque = system.body.J, system.torque
         R, L = state.R, aux
         n_L = max(self.order, self.n_omega)
         L_derivs = momentum_derivatives(J, torque, t, R, L, n_L)

@@ -93,14 +93,14 @@ class Compose(AbstractWrapper):
     reference = property(lambda self: f"{self.base.reference}; composition: {SCHEMES[self.scheme][2]}")
     family = property(lambda self: "high-order")
 
-    def step(self, problem, t, state, aux, dt):
+    def step(self, system, t, state, aux, dt):
         gammas = jnp.asarray(SCHEMES[self.scheme][1], dtype=state.Pi.dtype)
         offsets = jnp.concatenate([jnp.zeros((1,), gammas.dtype), jnp.cumsum(gammas)[:-1]])
 
         def stage(carry, go):
             state, aux, it, ok, sub = carry
             g, off = go
-            state, aux, st = self.base.step(problem, t + off * dt, state, aux, g * dt)
+            state, aux, st = self.base.step(system, t + off * dt, state, aux, g * dt)
             return (state, aux, it + st.newton_iters, ok & st.converged, sub + st.substeps), None
 
         zero = jnp.asarray(0, jnp.int32)

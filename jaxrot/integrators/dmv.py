@@ -111,10 +111,10 @@ class DMV(AbstractIntegrator):
     family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
-    def step(self, problem, t, state, aux, dt):
-        require_free(problem, f"dmv{self.order if self.order > 2 else ''}")
+    def step(self, system, t, state, aux, dt):
+        require_free(system, f"dmv{self.order if self.order > 2 else ''}")
         Pi = state.Pi
-        J = 1.0 / modified_inverse_inertia(problem.body.J, Pi, dt, self.order)
+        J = 1.0 / modified_inverse_inertia(system.body.J, Pi, dt, self.order)
         d = 0.5 * (jnp.sum(J) - 2 * J)
 
         def residual(q):

@@ -175,18 +175,18 @@ class EnergyProjection(AbstractWrapper):
         if self.rule not in _RULES:
             raise ValueError(f"EP rule must be one of {_RULES}, got {self.rule!r}")
 
-    def init(self, problem, t0, state0, dt):
+    def init(self, system, t0, state0, dt):
         Pi = state0.Pi
-        E0 = 0.5 * jnp.sum(Pi * Pi / problem.body.J)
-        return self.base.init(problem, t0, state0, dt), (E0, jnp.sum(Pi * Pi))
+        E0 = 0.5 * jnp.sum(Pi * Pi / system.body.J)
+        return self.base.init(system, t0, state0, dt), (E0, jnp.sum(Pi * Pi))
 
-    def step(self, problem, t, state, aux, dt):
-        if not problem.torque.is_free:
+    def step(self, system, t, state, aux, dt):
+        if not system.torque.is_free:
             raise ValueError("energy projection assumes no torque (Buss's EP); "
-                             f"got {type(problem.torque).__name__}")
+                             f"got {type(system.torque).__name__}")
         base_aux, (E0, L2) = aux
-        new, base_aux, st = self.base.step(problem, t, state, base_aux, dt)
-        R1, Pi1, clamped = project_energy(problem.body.J, new.R, new.Pi, L2, E0, self.rule)
+        new, base_aux, st = self.base.step(system, t, state, base_aux, dt)
+        R1, Pi1, clamped = project_energy(system.body.J, new.R, new.Pi, L2, E0, self.rule)
         st = StepStats(newton_iters=st.newton_iters, converged=st.converged,
                        clamped=st.clamped + clamped.astype(jnp.int32), substeps=st.substeps)
         return State(R1, Pi1), (base_aux, (E0, L2)), st

@@ -21,11 +21,11 @@ from .stats import StepStats
 from ._base import AbstractIntegrator
 
 
-def _rate_and_momentum(problem, t, state, dt):
-    J, R = problem.body.J, state.R
+def _rate_and_momentum(system, t, state, dt):
+    J, R = system.body.J, state.R
     L = so3.mv(R, state.Pi)
     w = so3.mv(R, state.Pi / J)
-    L1 = L if problem.torque.is_free else L + dt * problem.torque(t, R, state.Pi)
+    L1 = L if system.torque.is_free else L + dt * system.torque(t, R, state.Pi)
     return w, L1
 
 
@@ -35,8 +35,8 @@ class EulerSVD(AbstractIntegrator):
     reference: ClassVar[str] = "Postma & Nerbonne, Books in space (2011)"
     family: ClassVar[str] = "baseline"
 
-    def step(self, problem, t, state, aux, dt):
-        w, L1 = _rate_and_momentum(problem, t, state, dt)
+    def step(self, system, t, state, aux, dt):
+        w, L1 = _rate_and_momentum(system, t, state, dt)
         R = state.R
         R1 = so3.nearest_rotation(R + dt * jnp.cross(w[:, None], R, axis=0))
         return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()
@@ -48,8 +48,8 @@ class EulerQuat(AbstractIntegrator):
     reference: ClassVar[str] = "Postma & Nerbonne, Books in space (2011)"
     family: ClassVar[str] = "baseline"
 
-    def step(self, problem, t, state, aux, dt):
-        w, L1 = _rate_and_momentum(problem, t, state, dt)
+    def step(self, system, t, state, aux, dt):
+        w, L1 = _rate_and_momentum(system, t, state, dt)
         q = so3.matrix_to_quat(state.R)
         q = q + 0.5 * dt * so3.quat_multiply(jnp.concatenate([jnp.zeros_like(w[:1]), w]), q)
         R1 = so3.quat_to_matrix(q / jnp.linalg.norm(q))
@@ -66,10 +66,10 @@ class EulerSVDPrinted(AbstractIntegrator):
 
     order: ClassVar[int] = 0
 
-    def step(self, problem, t, state, aux, dt):
-        J, R = problem.body.J, state.R
+    def step(self, system, t, state, aux, dt):
+        J, R = system.body.J, state.R
         L = so3.mv(R, state.Pi)
         w = so3.mtv(R, so3.mv(R, L) / J)  # R^T diag(1/J) R L: the printed convention
-        L1 = L if problem.torque.is_free else L + dt * problem.torque(t, R, state.Pi)
+        L1 = L if system.torque.is_free else L + dt * system.torque(t, R, state.Pi)
         R1 = so3.nearest_rotation(R + dt * jnp.cross(w[:, None], R, axis=0))
         return State(R1, so3.mtv(R1, L1)), aux, StepStats.explicit()

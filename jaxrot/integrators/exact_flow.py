@@ -40,9 +40,9 @@ class ExactFree(AbstractIntegrator):
     reference: ClassVar[str] = "Celledoni-Fasso-Safstrom-Zanna 2008"
     family: ClassVar[str] = "high-order"
 
-    def step(self, problem, t, state, aux, dt):
-        require_free(problem, "exact_free")
-        return exact.free_flow(problem.body.J, state, dt), aux, StepStats.explicit()
+    def step(self, system, t, state, aux, dt):
+        require_free(system, "exact_free")
+        return exact.free_flow(system.body.J, state, dt), aux, StepStats.explicit()
 
 
 class ExactSplit(AbstractIntegrator):
@@ -56,11 +56,11 @@ class ExactSplit(AbstractIntegrator):
     reference: ClassVar[str] = "Celledoni-Fasso-Safstrom-Zanna 2008"
     family: ClassVar[str] = "high-order"
 
-    def init(self, problem, t0, state0, dt):
-        return body_torque(problem, t0, state0.R, state0.Pi)
+    def init(self, system, t0, state0, dt):
+        return body_torque(system, t0, state0.R, state0.Pi)
 
-    def step(self, problem, t, state, aux, dt):
+    def step(self, system, t, state, aux, dt):
         h = 0.5 * dt
-        free = exact.free_flow(problem.body.J, State(state.R, state.Pi + h * aux), dt)
-        T1 = body_torque(problem, t + dt, free.R, free.Pi)
+        free = exact.free_flow(system.body.J, State(state.R, state.Pi + h * aux), dt)
+        T1 = body_torque(system, t + dt, free.R, free.Pi)
         return State(free.R, free.Pi + h * T1), T1, StepStats.explicit()

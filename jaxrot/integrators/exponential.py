@@ -69,9 +69,9 @@ class _AbstractExponential(AbstractIntegrator):
         v0 = jnp.zeros_like(ell) if self.guess == "zero" else _world_inv(J, O)(ell)
         return self.newton(self.residual(J, O, ell), v0)
 
-    def step(self, problem, t, state, aux, dt):
-        require_free(problem, type(self).__name__)
-        O, J = state.R, problem.body.J
+    def step(self, system, t, state, aux, dt):
+        require_free(system, type(self).__name__)
+        O, J = state.R, system.body.J
         L = O @ state.Pi
         v, st = self.solve(J, O, dt * L)
         O1 = so3.exp(v) @ O

@@ -36,8 +36,8 @@ class AdaptiveKantorovich(AbstractWrapper):
         if not self.c > 0:
             raise ValueError(f"the safe-step constant c must be positive, got {self.c}")
 
-    def step(self, problem, t, state, aux, dt):
-        Jmin = jnp.min(problem.body.J)
+    def step(self, system, t, state, aux, dt):
+        Jmin = jnp.min(system.body.J)
 
         def cond(c):
             _, _, _, remaining, k, _ = c
@@ -50,7 +50,7 @@ class AdaptiveKantorovich(AbstractWrapper):
             h = jnp.minimum(remaining, safe)
             # the last sub-step absorbs a round-off remainder instead of a near-zero extra step
             h = jnp.where(remaining - h <= 1e-12 * dt, remaining, h)
-            s1, a1, st1 = self.base.step(problem, tt, s, a, h)
+            s1, a1, st1 = self.base.step(system, tt, s, a, h)
             acc = StepStats(newton_iters=jnp.maximum(st.newton_iters, st1.newton_iters),
                             converged=st.converged & st1.converged, clamped=st.clamped + st1.clamped,
                             substeps=st.substeps + 1)

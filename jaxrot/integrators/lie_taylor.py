@@ -80,11 +80,11 @@ class LieTaylor(AbstractIntegrator):
         if self.K not in (1, 2, 3, 4, 5):
             raise ValueError(f"Lie-Taylor order K must be 1...5, got {self.K}")
 
-    def init(self, problem, t0, state0, dt):
+    def init(self, system, t0, state0, dt):
         return initial_momentum(state0)
 
-    def step(self, problem, t, state, aux, dt):
-        J, torque = problem.body.J, problem.torque
+    def step(self, system, t, state, aux, dt):
+        J, torque = system.body.J, system.torque
         R, L = state.R, aux
         W = omega_derivatives(J, torque, t, R, L, self.K - 1)
         L1 = torque.advance_momentum(t, dt, L, momentum_derivatives(J, torque, t, R, L, self.K))

@@ -71,9 +71,9 @@ class LieMid(_AbstractLieMid):
     torque_evals: ClassVar[str] = "0 (free only)"
     newton: Newton = _CHORD
 
-    def step(self, problem, t, state, aux, dt):
-        require_free(problem, "liemid")
-        psi, st = solve_midpoint(problem.body.J, dt, state.Pi, self.newton)
+    def step(self, system, t, state, aux, dt):
+        require_free(system, "liemid")
+        psi, st = solve_midpoint(system.body.J, dt, state.Pi, self.newton)
         return State(so3.mm(state.R, so3.exp(psi)), so3.rotate(-psi, state.Pi)), aux, StepStats.from_solves(st)
 
 
@@ -83,12 +83,12 @@ class LieMidI(_AbstractLieMid):
     order: ClassVar[int] = 2
     torque_evals: ClassVar[str] = "1 per Newton iteration"
 
-    def step(self, problem, t, state, aux, dt):
-        J, R, P0 = problem.body.J, state.R, state.Pi
+    def step(self, system, t, state, aux, dt):
+        J, R, P0 = system.body.J, state.R, state.Pi
         th = t + 0.5 * dt
 
         def t_half(psi):
-            return body_torque(problem, th, R @ so3.exp(0.5 * psi), so3.rotate(-0.5 * psi, P0))
+            return body_torque(system, th, R @ so3.exp(0.5 * psi), so3.rotate(-0.5 * psi, P0))
 
         def residual(psi):
             return psi - dt * (so3.rotate(-0.5 * psi, P0) + 0.5 * dt * t_half(psi)) / J
@@ -104,9 +104,9 @@ class LieMidE(_AbstractLieMid):
     order: ClassVar[int] = 1
     free_order: ClassVar[int] = 2
 
-    def step(self, problem, t, state, aux, dt):
-        J, R, P0 = problem.body.J, state.R, state.Pi
-        T0 = body_torque(problem, t, R, P0)
+    def step(self, system, t, state, aux, dt):
+        J, R, P0 = system.body.J, state.R, state.Pi
+        T0 = body_torque(system, t, R, P0)
         psi, st = solve_midpoint(J, dt, P0 + 0.5 * dt * T0, self.newton)
         return State(R @ so3.exp(psi), so3.rotate(-psi, P0 + dt * T0)), aux, StepStats.from_solves(st)
 
@@ -117,12 +117,12 @@ class LieMidE1(_AbstractLieMid):
     order: ClassVar[int] = 1
     free_order: ClassVar[int] = 2
 
-    def step(self, problem, t, state, aux, dt):
-        J, R, P0 = problem.body.J, state.R, state.Pi
+    def step(self, system, t, state, aux, dt):
+        J, R, P0 = system.body.J, state.R, state.Pi
         psi, st = solve_midpoint(J, dt, P0, self.newton)
         R1 = R @ so3.exp(psi)
         Pi_free = so3.rotate(-psi, P0)
-        return State(R1, Pi_free + dt * body_torque(problem, t + dt, R1, Pi_free)), aux, StepStats.from_solves(st)
+        return State(R1, Pi_free + dt * body_torque(system, t + dt, R1, Pi_free)), aux, StepStats.from_solves(st)
 
 
 class LieMidE2(_AbstractLieMid):
@@ -131,9 +131,9 @@ class LieMidE2(_AbstractLieMid):
     order: ClassVar[int] = 1
     free_order: ClassVar[int] = 2
 
-    def step(self, problem, t, state, aux, dt):
-        J, R, P0 = problem.body.J, state.R, state.Pi
-        P = P0 + dt * body_torque(problem, t, R, P0)
+    def step(self, system, t, state, aux, dt):
+        J, R, P0 = system.body.J, state.R, state.Pi
+        P = P0 + dt * body_torque(system, t, R, P0)
         psi, st = solve_midpoint(J, dt, P, self.newton)
         return State(R @ so3.exp(psi), so3.rotate(-psi, P)), aux, StepStats.from_solves(st)
 
@@ -146,11 +146,11 @@ class LieMidEA(_AbstractLieMid):
     torque_evals: ClassVar[str] = "1 (cached)"
     newton: Newton = _CHORD
 
-    def init(self, problem, t0, state0, dt):
-        return body_torque(problem, t0, state0.R, state0.Pi)
+    def init(self, system, t0, state0, dt):
+        return body_torque(system, t0, state0.R, state0.Pi)
 
-    def step(self, problem, t, state, aux, dt):
-        J, R = problem.body.J, state.R
+    def step(self, system, t, state, aux, dt):
+        J, R = system.body.J, state.R
         h = 0.5 * dt
         P = state.Pi + h * aux
         psi1, s1 = solve_midpoint(J, h, P, self.newton)
@@ -158,5 +158,5 @@ class LieMidEA(_AbstractLieMid):
         psi2, s2 = solve_midpoint(J, h, P, self.newton)
         R1 = so3.mm(so3.mm(R, so3.exp(psi1)), so3.exp(psi2))
         P = so3.rotate(-psi2, P)
-        T1 = body_torque(problem, t + dt, R1, P)
+        T1 = body_torque(system, t + dt, R1, P)
         return State(R1, P + h * T1), T1, StepStats.from_solves(s1, s2)

@@ -29,16 +29,16 @@ class NMB(AbstractIntegrator):
     family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
-    def init(self, problem, t0, state0, dt):
-        J = problem.body.J
+    def init(self, system, t0, state0, dt):
+        J = system.body.J
         Om = state0.Pi / J
-        return (body_torque(problem, t0, state0.R, state0.Pi) - jnp.cross(Om, J * Om)) / J
+        return (body_torque(system, t0, state0.R, state0.Pi) - jnp.cross(Om, J * Om)) / J
 
-    def step(self, problem, t, state, aux, dt):
-        J, R = problem.body.J, state.R
+    def step(self, system, t, state, aux, dt):
+        J, R = system.body.J, state.R
         Om0, A0 = state.Pi / J, aux
         R1 = R @ so3.exp(dt * Om0 + 0.5 * dt * dt * A0)
-        T1 = body_torque(problem, t + dt, R1, state.Pi)
+        T1 = body_torque(system, t + dt, R1, state.Pi)
 
         def residual(A1):
             Om1 = Om0 + 0.5 * dt * (A0 + A1)

@@ -18,8 +18,8 @@ class Reorthonormalize(AbstractWrapper):
 
     on_so3: ClassVar[bool] = True
 
-    def step(self, problem, t, state, aux, dt):
-        new, aux, st = self.base.step(problem, t, state, aux, dt)
+    def step(self, system, t, state, aux, dt):
+        new, aux, st = self.base.step(system, t, state, aux, dt)
         R1 = so3.nearest_rotation(new.R)
         Pi1 = so3.mtv(R1, so3.mv(new.R, new.Pi))
         return State(R1, Pi1), aux, st

@@ -34,6 +34,6 @@ class RK4(AbstractIntegrator):
     reference: ClassVar[str] = "Buss (2000) comparison baselines"
     family: ClassVar[str] = "baseline"
 
-    def step(self, problem, t, state, aux, dt):
-        y = rk4_step(body_vector_field(problem), t, pack_body(state.R, state.Pi), dt)
+    def step(self, system, t, state, aux, dt):
+        y = rk4_step(body_vector_field(system), t, pack_body(state.R, state.Pi), dt)
         return State(*unpack_body(y)), aux, StepStats.explicit()

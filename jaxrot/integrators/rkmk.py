@@ -33,14 +33,14 @@ class RKMK4(AbstractIntegrator):
     reference: ClassVar[str] = "Munthe-Kaas 1998"
     family: ClassVar[str] = "high-order"
 
-    def step(self, problem, t, state, aux, dt):
-        J, R0, P0 = problem.body.J, state.R, state.Pi
+    def step(self, system, t, state, aux, dt):
+        J, R0, P0 = system.body.J, state.R, state.Pi
         U, P = jnp.zeros_like(P0), P0
         Ks, Fs = [], []
         for i, c in enumerate((0.0, 0.5, 0.5, 1.0)):
             Om = P / J
             Ks.append(Om + 0.5 * jnp.cross(U, Om) + jnp.cross(U, jnp.cross(U, Om)) / 12.0)
-            Fs.append(jnp.cross(P, Om) + body_torque(problem, t + c * dt, R0 @ so3.exp(U), P))
+            Fs.append(jnp.cross(P, Om) + body_torque(system, t + c * dt, R0 @ so3.exp(U), P))
             if i < 3:
                 a = (0.5, 0.5, 1.0)[i]
                 U, P = dt * a * Ks[-1], P0 + dt * a * Fs[-1]

@@ -38,14 +38,14 @@ class SimoWong(AbstractIntegrator):
     family: ClassVar[str] = "comparison"
     newton: Newton = Newton()
 
-    def step(self, problem, t, state, aux, dt):
-        J, R, Pi0 = problem.body.J, state.R, state.Pi
+    def step(self, system, t, state, aux, dt):
+        J, R, Pi0 = system.body.J, state.R, state.Pi
         Om0 = Pi0 / J
 
         def end(Om1):
             th = 0.5 * dt * (Om0 + Om1)
             Rh = R @ so3.exp(0.5 * th)
-            ta = problem.torque(t + 0.5 * dt, Rh, so3.rotate(-0.5 * th, Pi0))
+            ta = system.torque(t + 0.5 * dt, Rh, so3.rotate(-0.5 * th, Pi0))
             R1 = R @ so3.exp(th)
             return th, R1, so3.rotate(-th, Pi0) + dt * (R1.T @ ta)
 
@@ -63,19 +63,19 @@ class SimoWongExplicit(AbstractIntegrator):
     reference: ClassVar[str] = "Simo-Wong explicit (port's algo C2)"
     family: ClassVar[str] = "baseline"
 
-    def init(self, problem, t0, state0, dt):
+    def init(self, system, t0, state0, dt):
         # A_0 from Euler's equations (the port starts from the exact acceleration)
-        J = problem.body.J
-        T0 = state0.R.T @ problem.torque(t0, state0.R, state0.Pi)
-        return jnp.cross(state0.Pi, state0.Pi / J) / J + T0 / J, problem.torque(t0, state0.R, state0.Pi)
+        J = system.body.J
+        T0 = state0.R.T @ system.torque(t0, state0.R, state0.Pi)
+        return jnp.cross(state0.Pi, state0.Pi / J) / J + T0 / J, system.torque(t0, state0.R, state0.Pi)
 
-    def step(self, problem, t, state, aux, dt):
-        J, R, Pi0 = problem.body.J, state.R, state.Pi
+    def step(self, system, t, state, aux, dt):
+        J, R, Pi0 = system.body.J, state.R, state.Pi
         A0, t0 = aux
         Om0 = Pi0 / J
         R1 = R @ so3.exp(dt * (Om0 + 0.5 * dt * A0))
         # the end torque at R_{n+1}; for a Pi-independent torque this is explicit
-        t1 = problem.torque(t + dt, R1, R1.T @ (R @ Pi0))
+        t1 = system.torque(t + dt, R1, R1.T @ (R @ Pi0))
         Pi1 = R1.T @ (R @ Pi0 + 0.5 * dt * (t0 + t1))
         A1 = (Pi1 / J - Om0) / dt
         return State(R1, Pi1), (A1, t1), StepStats.explicit()

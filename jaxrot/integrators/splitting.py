@@ -99,9 +99,9 @@ class _AbstractSplit(AbstractIntegrator):
     def __check_init__(self):
         _parse(self.axes)
 
-    def step(self, problem, t, state, aux, dt):
-        require_free(problem, type(self).__name__)
-        R, Pi = axis_flows(problem.body.J, state.R, state.Pi, strang_flows(self.axes, dt, self.fractions))
+    def step(self, system, t, state, aux, dt):
+        require_free(system, type(self).__name__)
+        R, Pi = axis_flows(system.body.J, state.R, state.Pi, strang_flows(self.axes, dt, self.fractions))
         return State(R, Pi), aux, StepStats.explicit()
 
 
