@@ -6,11 +6,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from . import so3
+
 
 class State(eqx.Module):
     """Attitude ``R`` (body -> world, 3x3) and **body** angular momentum ``Pi = J * Omega``.
 
-    World momentum is ``R @ Pi``; world angular velocity ``R @ (Pi / J)``.
+    World momentum is ``R @ Pi``; world angular velocity ``R @ (Pi / J)``. Besides ``State(R, Pi)``,
+    the attitude can be given as a quaternion (:meth:`from_quaternion`), Euler angles
+    (:meth:`from_euler`) or a SciPy ``Rotation`` (:meth:`from_scipy`).
     """
 
     R: jax.Array
@@ -20,3 +24,56 @@ class State(eqx.Module):
     def L(self) -> jax.Array:
         """World angular momentum ``R @ Pi``."""
         return jnp.einsum("...ij,...j->...i", self.R, self.Pi)
+
+    @classmethod
+    def from_quaternion(cls, q, Pi, *, order: str) -> "State":
+        """State with attitude the quaternion ``q`` (normalised; shape ``(..., 4)``) and body momentum ``Pi``.
+
+        ``order`` is ``"wxyz"`` (scalar first) or ``"xyzw"`` (scalar last, SciPy's); required. ``Pi``
+        is cast to ``R``'s dtype.
+
+        Example::
+
+            s0 = jaxrot.State.from_quaternion(jnp.array([1.0, 0.0, 0.0, 0.0]), J * omega0, order="wxyz")
+        """
+        R = so3.from_quaternion(q, order)
+        return cls(R, _momentum(Pi, R))
+
+    @classmethod
+    def from_euler(cls, angles, seq: str, Pi, *, degrees: bool = False) -> "State":
+        """State with attitude given by Euler angles (SciPy's ``seq``: ``"xyz"`` extrinsic, ``"XYZ"``
+        intrinsic; see :func:`jaxrot.so3.from_euler`) and body momentum ``Pi``.
+
+        Example::
+
+            s0 = jaxrot.State.from_euler(jnp.array([0.0, 20.0, 0.0]), "ZYX", J * omega0, degrees=True)
+        """
+        R = so3.from_euler(angles, seq, degrees=degrees)
+        return cls(R, _momentum(Pi, R))
+
+    @classmethod
+    def from_scipy(cls, rotation, Pi) -> "State":
+        """State with attitude a ``scipy.spatial.transform.Rotation`` (one or several: the leading axes
+        of ``rotation.as_matrix()``) and body momentum ``Pi``. SciPy is optional and only imported here.
+
+        Example::
+
+            s0 = jaxrot.State.from_scipy(Rotation.from_rotvec([0.0, 0.3, 0.0]), J * omega0)
+        """
+        try:
+            from scipy.spatial.transform import Rotation
+        except ImportError as err:  # pragma: no cover - SciPy is installed with the test extras
+            raise ImportError("State.from_scipy needs SciPy (pip install scipy)") from err
+        if not isinstance(rotation, Rotation):
+            raise TypeError(f"State.from_scipy: rotation must be a scipy.spatial.transform.Rotation, "
+                            f"got {type(rotation).__name__}")
+        # through the quaternion: exact for SciPy's stored representation, orthogonal to round-off
+        R = so3.from_quaternion(jnp.asarray(rotation.as_quat()), "xyzw")
+        return cls(R, _momentum(Pi, R))
+
+
+def _momentum(Pi, R) -> jax.Array:
+    Pi = jnp.asarray(Pi, R.dtype)
+    if Pi.shape[-1:] != (3,):
+        raise ValueError(f"Pi must have shape (..., 3), got {Pi.shape}")
+    return Pi

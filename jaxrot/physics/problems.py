@@ -17,6 +17,7 @@ from .torques import (
     FreeTorque,
     GravityTorque,
     PolynomialMomentum,
+    as_torque,
 )
 
 
@@ -27,15 +28,22 @@ class System(eqx.Module):
     system (say, several bodies) is one new type of this shape."""
 
     body: RigidBody
-    torque: AbstractTorque
+    torque: AbstractTorque = eqx.field(converter=as_torque)
 
 
 class Problem(eqx.Module):
     """A scenario: a :class:`System` (body, torque model), an initial state, the document's time
-    span and names."""
+    span and names.
+
+    ``torque`` is a torque model (:class:`~jaxrot.torques.AbstractTorque`, e.g. :class:`jaxrot.Torque`)
+    or a plain function ``fn(t, R, Pi) -> world torque (3,)``, wrapped as ``Torque(fn)`` and checked
+    at once (a ``TypeError`` naming ``fn`` if its signature or output shape is wrong)::
+
+        p = jaxrot.Problem(body, lambda t, R, Pi: -0.1 * R @ (Pi / body.J), state0, t_end=5.0)
+    """
 
     body: RigidBody
-    torque: AbstractTorque
+    torque: AbstractTorque = eqx.field(converter=as_torque)
     state0: State
     t_end: float = eqx.field(static=True)
     name: str = eqx.field(static=True, default="custom")

@@ -8,7 +8,8 @@ a prescribed momentum ``L(t)`` (Buss's setting) is advanced exactly.
 from __future__ import annotations
 
 import abc
-from typing import Callable, ClassVar
+import inspect
+from typing import Any, Callable, ClassVar
 
 import equinox as eqx
 import jax
@@ -157,6 +158,179 @@ class PrescribedMomentum(AbstractPrescribedMomentum):
 
     def momentum(self, t):
         return self.fn(t)
+
+
+_FRAMES = ("world", "body")
+
+
+def _name(fn) -> str:
+    """A readable name of a user function for error messages."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return f"{name!r}" if name else repr(fn)
+
+
+def _positional_arity(fn) -> int | None:
+    """How many positional arguments ``fn`` accepts (``None`` when unknown or unbounded)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    n = 0
+    for prm in sig.parameters.values():
+        if prm.kind == prm.VAR_POSITIONAL:
+            return None
+        if prm.kind in (prm.POSITIONAL_ONLY, prm.POSITIONAL_OR_KEYWORD):
+            n += 1
+    return n
+
+
+def _takes_args(fn, n_base: int, args, what: str, signature: str) -> bool:
+    """Whether ``fn`` is called with ``args`` appended (``n_base + 1`` positional arguments) or
+    without (``n_base``), from its signature; a TypeError when neither fits."""
+    if not callable(fn):
+        raise TypeError(f"{what} must be a callable {signature}, got {type(fn).__name__}")
+    n = _positional_arity(fn)
+    if n is None:  # *args, a builtin, ...: pass args when some are given
+        return args is not None
+    if n >= n_base + 1:
+        return True
+    if n == n_base:
+        if args is not None:
+            raise TypeError(f"{what} {_name(fn)} takes {n_base} positional arguments but args were given; "
+                            f"expected {signature}")
+        return False
+    raise TypeError(f"{what} {_name(fn)} takes {n} positional arguments; expected {signature}")
+
+
+def _dummy_inputs(dtype=None):
+    dtype = jnp.zeros(()).dtype if dtype is None else dtype  # float64 under jax_enable_x64, else float32
+    return (jax.ShapeDtypeStruct((), dtype), jax.ShapeDtypeStruct((3, 3), dtype), jax.ShapeDtypeStruct((3,), dtype))
+
+
+def _check_output(out, fn, what: str, shape: tuple, signature: str):
+    if not (hasattr(out, "shape") and hasattr(out, "dtype")):
+        raise TypeError(f"{what} {_name(fn)} must return an array of shape {shape}, "
+                        f"got {type(out).__name__}; expected {signature}")
+    if tuple(out.shape) != shape or not jnp.issubdtype(out.dtype, jnp.floating):
+        raise TypeError(f"{what} {_name(fn)} must return a floating-point array of shape {shape}, "
+                        f"got {out.dtype}{list(out.shape)}; expected {signature}")
+
+
+class Torque(AbstractTorque):
+    """A torque given as a plain function ``fn(t, R, Pi, args) -> (3,)`` (or ``fn(t, R, Pi)``).
+
+    ``t`` is the time (a scalar), ``R`` the attitude (3x3, body -> world), ``Pi`` the **body** angular
+    momentum ``J * Omega``; ``args`` is any PyTree of parameters, passed through unchanged. Its
+    array leaves are leaves of the torque (and so of the :class:`~jaxrot.Problem`): ``jax.grad``
+    with respect to them works through :func:`jaxrot.simulate`, and ``simulate_batch`` can batch
+    them. ``fn`` itself is static (compiled into the program; a new function object compiles anew).
+
+    ``frame="world"`` (default): ``fn`` returns the spatial torque ``tau_w`` (the library's
+    convention, ``dL/dt = tau_w`` with ``L = R Pi``). ``frame="body"``: ``fn`` returns the body torque
+    ``tau_b`` and the world torque is ``tau_w = R tau_b``.
+
+    ``potential(t, R, args)`` (or ``potential(t, R)``), optional, is the potential energy ``V`` with
+    ``tau_w = -dV/d eps (exp(hat eps) R)`` at ``eps = 0``; it is not checked against ``fn``. With it
+    :meth:`potential` returns ``V`` and energies (:func:`jaxrot.analysis.energy`,
+    :attr:`jaxrot.Trajectory.energy`, ``InvariantMonitor(energy_rtol=...)``) include it; without it
+    the torque is non-conservative, :meth:`potential` returns ``None`` and energies are kinetic only.
+
+    ``fn`` and ``potential`` are checked once at construction with ``jax.eval_shape`` on
+    ``t: ()``, ``R: (3, 3)``, ``Pi: (3,)`` (no computation): a wrong number of arguments or a wrong
+    output shape is a ``TypeError`` naming the function. Cost: one ``fn`` call per torque
+    evaluation (plus one 3x3 product for ``frame="body"``).
+
+    Args:
+      fn: the torque function.
+      frame: ``"world"`` or ``"body"``, the frame of ``fn``'s output.
+      args: parameters passed as ``fn``'s last argument (``None``: ``fn(t, R, Pi)`` is allowed).
+      potential: optional ``V(t, R, args)`` (or ``V(t, R)``), a scalar.
+
+    Example::
+
+        J = jnp.array([5.0, 5.0, 1.0])
+        damping = jaxrot.Torque(lambda t, R, Pi, c: -c * R @ (Pi / J), args=jnp.asarray(0.3))
+        gravity = jaxrot.Torque(lambda t, R, Pi: -20.0 * jnp.cross(R[:, 2], jnp.array([0.0, 0.0, 1.0])),
+                                potential=lambda t, R: 20.0 * R[2, 2])
+        problem = jaxrot.Problem(jaxrot.RigidBody(J), damping, state0, t_end=10.0)
+    """
+
+    fn: Callable = eqx.field(static=True)
+    frame: str = eqx.field(static=True)
+    args: Any
+    potential_fn: Callable | None = eqx.field(static=True)
+    fn_takes_args: bool = eqx.field(static=True)
+    potential_takes_args: bool = eqx.field(static=True)
+
+    def __init__(self, fn: Callable, frame: str = "world", args: Any = None, potential: Callable | None = None):
+        if frame not in _FRAMES:
+            raise ValueError(f"frame must be one of {_FRAMES}, got {frame!r}")
+        sig = "fn(t, R, Pi, args) -> torque of shape (3,)" if args is not None else \
+            "fn(t, R, Pi) or fn(t, R, Pi, args) -> torque of shape (3,)"
+        self.fn_takes_args = _takes_args(fn, 3, args, "the torque function", sig)
+        self.fn = fn
+        self.frame = frame
+        self.args = args
+        if potential is None:
+            self.potential_fn, self.potential_takes_args = None, False
+        else:
+            psig = "potential(t, R, args) -> scalar" if args is not None else \
+                "potential(t, R) or potential(t, R, args) -> scalar"
+            self.potential_takes_args = _takes_args(potential, 2, args, "the potential", psig)
+            self.potential_fn = potential
+        self._check(None)
+
+    def _check(self, dtype):
+        """Evaluate ``fn`` (and the potential) once on abstract inputs; a TypeError if they do not fit."""
+        t, R, Pi = _dummy_inputs(dtype)
+        sig = "fn(t, R, Pi, args) -> (3,)" if self.fn_takes_args else "fn(t, R, Pi) -> (3,)"
+        try:
+            out = jax.eval_shape(lambda t, R, Pi, a: self._raw(t, R, Pi, a), t, R, Pi, self.args)
+        except Exception as err:  # noqa: BLE001 - any failure here is a mismatch with the documented signature
+            raise TypeError(f"the torque function {_name(self.fn)} failed on t: (), R: (3, 3), Pi: (3,)"
+                            f"{', args' if self.fn_takes_args else ''}; expected {sig}. "
+                            f"{type(err).__name__}: {err}") from err
+        _check_output(out, self.fn, "the torque function", (3,), sig)
+        if self.potential_fn is not None:
+            psig = "potential(t, R, args) -> scalar" if self.potential_takes_args else "potential(t, R) -> scalar"
+            try:
+                v = jax.eval_shape(lambda t, R, a: self._raw_potential(t, R, a), t, R, self.args)
+            except Exception as err:  # noqa: BLE001
+                raise TypeError(f"the potential {_name(self.potential_fn)} failed on t: (), R: (3, 3); "
+                                f"expected {psig}. {type(err).__name__}: {err}") from err
+            _check_output(v, self.potential_fn, "the potential", (), psig)
+
+    def _raw(self, t, R, Pi, args):
+        return self.fn(t, R, Pi, args) if self.fn_takes_args else self.fn(t, R, Pi)
+
+    def _raw_potential(self, t, R, args):
+        return self.potential_fn(t, R, args) if self.potential_takes_args else self.potential_fn(t, R)
+
+    def __call__(self, t, R, Pi):
+        tau = jnp.asarray(self._raw(t, R, Pi, self.args), Pi.dtype)
+        return so3.mv(R, tau) if self.frame == "body" else tau
+
+    def potential(self, t, R):
+        if self.potential_fn is None:
+            return None
+        return jnp.asarray(self._raw_potential(t, R, self.args), R.dtype)
+
+
+def as_torque(torque) -> AbstractTorque:
+    """``torque`` itself if it is an :class:`AbstractTorque`; a plain callable ``fn(t, R, Pi)`` is
+    wrapped as a world-frame :class:`Torque` (checked at once: a ``TypeError`` naming ``fn`` when its
+    signature or output shape is wrong)."""
+    if isinstance(torque, AbstractTorque):
+        return torque
+    if not callable(torque):
+        raise TypeError(f"torque must be a jaxrot torque (an AbstractTorque such as jaxrot.Torque) or a "
+                        f"function fn(t, R, Pi) -> world torque of shape (3,), got {type(torque).__name__}")
+    n = _positional_arity(torque)
+    if n is not None and n != 3:
+        extra = (" (a function with parameters: wrap it as jaxrot.Torque(fn, args=...))" if n == 4 else "")
+        raise TypeError(f"the torque function {_name(torque)} takes {n} positional arguments; a plain function "
+                        f"given as a torque must be fn(t, R, Pi) -> world torque of shape (3,){extra}")
+    return Torque(torque)
 
 
 def body_torque(problem, t, R, Pi):
