@@ -13,6 +13,7 @@ from .geometry.body import RigidBody
 from .driver.compiled import CompiledRun, compile
 from .integrators import REGISTRY, get
 from .physics.problems import Problem, System
+from .physics.torques import Torque
 from .driver.simulate import (RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch,
                        simulation_errors, stack_problems)
 from .driver.sharding import gather, use_cpu_cores
@@ -37,6 +38,7 @@ __all__ = [
     "REGISTRY",
     "get",
     "System",
+    "Torque",
     "gather",
     "use_cpu_cores",
     "simulate_adaptive",
