@@ -1,64 +1,46 @@
 """jaxrot: accurate, batched, differentiable simulation of rotating rigid bodies in JAX.
 
-The public API (plotting lives in :mod:`jaxrot.present.plotting` and is never imported here).
+The public API, layer by layer (plotting lives in :mod:`jaxrot.present.plotting` and is never
+imported here).
 """
 
-from .studies import analysis, fitting, maps, reference
-from .physics import exact, flow, particles, problems, torques
-from . import integrators
 from .version import __version__
 from .geometry import so3
-from .driver.adaptive import PAIRS, AdaptiveTrajectory, simulate_adaptive, simulate_to_tolerance
 from .geometry.body import RigidBody
-from .driver.compiled import CompiledRun, compile
-from .integrators import REGISTRY, get
+from .geometry.state import State
+from .physics import exact, flow, particles, problems, torques
 from .physics.problems import Problem, System
 from .physics.torques import Torque
-from .driver.simulate import (RESULTS, InvariantMonitor, SimulationError, cast, final_state, simulate, simulate_batch,
-                       simulation_errors, stack_problems)
-from .driver.sharding import gather, use_cpu_cores
-from .geometry.state import State
+from . import integrators
+from .integrators import REGISTRY, get
 from .integrators.stats import StepStats
-from .driver.results import Trajectory, load
-
+from .driver.adaptive import PAIRS, simulate_adaptive, simulate_to_tolerance
+from .driver.checks import cast
+from .driver.compiled import CompiledRun, compile
+from .driver.executors import XLA, AbstractExecutor, CPUBlocked, Sharded
+from .driver.failures import RESULTS, SimulationError, simulation_errors
+from .driver.loop import InvariantMonitor
+from .driver.results import AdaptiveStats, Trajectory, load
+from .driver.saveat import SaveAt
+from .driver.sharding import gather, use_cpu_cores
+from .driver.simulate import final_state, simulate, simulate_batch, stack_problems
+from .driver.stepsize import Adaptive, Fixed
+from .studies import analysis, fitting, maps, reference
 
 __all__ = [
-    "analysis",
-    "fitting",
-    "maps",
-    "particles",
-    "exact",
-    "flow",
-    "integrators",
-    "problems",
-    "reference",
-    "so3",
-    "torques",
-    "RigidBody",
-    "REGISTRY",
-    "get",
-    "System",
-    "Torque",
-    "gather",
-    "use_cpu_cores",
-    "simulate_adaptive",
-    "simulate_to_tolerance",
-    "simulation_errors",
-    "compile",
-    "CompiledRun",
-    "AdaptiveTrajectory",
-    "PAIRS",
-    "Problem",
-    "SimulationError",
-    "RESULTS",
-    "InvariantMonitor",
-    "simulate",
-    "simulate_batch",
-    "final_state",
-    "cast",
-    "stack_problems",
-    "State",
-    "StepStats",
-    "Trajectory",
-    "load",
+    "__version__",
+    # geometry
+    "so3", "RigidBody", "State",
+    # physics
+    "exact", "flow", "particles", "problems", "torques", "Problem", "System", "Torque",
+    # integrators
+    "integrators", "REGISTRY", "get", "StepStats",
+    # the driver
+    "simulate", "SaveAt", "Fixed", "Adaptive", "PAIRS", "XLA", "CPUBlocked", "Sharded", "AbstractExecutor",
+    "Trajectory", "AdaptiveStats", "load", "RESULTS", "SimulationError", "simulation_errors", "InvariantMonitor",
+    "cast", "stack_problems", "compile", "CompiledRun", "gather", "use_cpu_cores",
+    # deprecated aliases of simulate
+    "simulate_batch", "final_state", "simulate_adaptive", "simulate_to_tolerance",
+    # studies
+    "analysis", "fitting", "maps", "reference",
 ]

@@ -1,4 +1,4 @@
-"""Error-controlled stepping (jaxrot.simulate_adaptive)."""
+"""Error-controlled stepping: jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(...))."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 import jaxrot
-from jaxrot import exact, problems, reference
+from jaxrot import RESULTS, Adaptive, SaveAt, exact, problems, reference
+
+
+def adaptive(pair, p, t1, rtol=1e-6, atol=1e-9, ts=None, error="local", **kw):
+    """The states at ``ts`` (default: t1 only), as the deprecated simulate_adaptive returned them."""
+    saveat = SaveAt(t0=False, t1=ts is None, ts=ts)
+    step = Adaptive(rtol, atol, error, kw.pop("dt0", None), kw.pop("max_steps", 100_000))
+    return jaxrot.simulate(pair, p, t1=t1 if ts is None else None, stepsize=step, saveat=saveat, throw=False, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -17,18 +24,19 @@ def top_ref():
 @pytest.mark.parametrize("pair", ["buss4(3)", "lie_taylor5(4)", "exact_split_tj4(2)"])
 @pytest.mark.parametrize("tol", [1e-6, 1e-9])
 def test_fast_top_reaches_the_tolerance_within_a_factor_3(pair, tol, top_ref):
-    sol = jaxrot.simulate_adaptive(pair, problems.get("fast_top"), 1.0, rtol=tol, atol=tol)
-    assert bool(sol.success) and int(sol.n_accepted) > 10
+    sol = adaptive(pair, problems.get("fast_top"), 1.0, rtol=tol, atol=tol)
+    assert bool(sol.result == RESULTS.successful) and int(sol.controller.n_accepted) > 10
+    # the accepted steps' statistics are kept (sub-steps summed: a k-stage composition counts k per step)
+    assert sol.ts.shape == (1,) and int(sol.stats.substeps[0]) % int(sol.controller.n_accepted) == 0
     err = float(jnp.abs(sol.final.R - top_ref.R).max())
     assert err <= 3 * tol, err
 
 
 def test_free_body_error_is_proportional_to_the_tolerance():
-    """Over T = 100 (15 periods) the global error exceeds the local tolerance (13.6-31x, see the README),
-    but it follows it: 1e4 x tighter tolerance, 1e4 x smaller error (within a factor 3)."""
+    """Over T = 100 (15 periods) the global error exceeds the local tolerance, but it follows it: 1e4 x tighter tolerance, 1e4 x smaller error (within a factor 3)."""
     p = problems.get("free_body_mz")
     ref = exact.free_flow(p.body.J, p.state0, 100.0)
-    errs = [float(jnp.abs(jaxrot.simulate_adaptive("lie_taylor5(4)", p, 100.0, rtol=t, atol=t).final.R - ref.R).max())
+    errs = [float(jnp.abs(adaptive("lie_taylor5(4)", p, 100.0, rtol=t, atol=t).final.R - ref.R).max())
             for t in (1e-6, 1e-10)]
     assert 1e4 / 3 <= errs[0] / errs[1] <= 1e4 * 3, errs
 
@@ -39,15 +47,18 @@ def test_saveat_and_batch_per_body_steps():
     Pi = jnp.asarray(p.state0.Pi * (1 + 0.2 * rng.normal(size=(8, 3))))
     S = jaxrot.State(jnp.broadcast_to(p.state0.R, (8, 3, 3)), Pi)
     ts = jnp.array([1.0, 2.5, 7.0])
-    sol = jaxrot.simulate_adaptive("buss4(3)", p, 7.0, rtol=1e-10, atol=1e-10, saveat=ts, state0=S)
+    sol = adaptive("buss4(3)", p, 7.0, rtol=1e-10, atol=1e-10, ts=ts, state0=S)
     assert sol.states.R.shape == (8, 3, 3, 3)
     ex = jax.vmap(lambda s: jax.vmap(lambda t: exact.free_flow(p.body.J, s, t))(ts))(S)
     assert float(jnp.abs(sol.states.R - ex.R).max()) < 1e-8
-    assert len(set(np.asarray(sol.n_accepted).tolist())) > 1  # each body its own steps
-    one = jaxrot.simulate_adaptive("buss4(3)", p, 7.0, rtol=1e-10, atol=1e-10, saveat=ts,
-                                   state0=jaxrot.State(S.R[3], S.Pi[3]))
+    assert len(set(np.asarray(sol.controller.n_accepted).tolist())) > 1  # each body its own steps
+    one = adaptive("buss4(3)", p, 7.0, rtol=1e-10, atol=1e-10, ts=ts, state0=jaxrot.State(S.R[3], S.Pi[3]))
     np.testing.assert_allclose(np.asarray(one.states.R), np.asarray(sol.states.R[3]), atol=1e-12)
-    assert int(one.n_accepted) == int(sol.n_accepted[3])
+    assert int(one.controller.n_accepted) == int(sol.controller.n_accepted[3])
+    # with the initial state (SaveAt(t0=True)): ts and states start at t0
+    with0 = jaxrot.simulate("buss4(3)", p, stepsize=Adaptive(1e-10, 1e-10), saveat=SaveAt(ts=ts), state0=S)
+    assert with0.ts.shape == (8, 4) and float(with0.ts[0, 0]) == 0.0
+    np.testing.assert_array_equal(np.asarray(with0.states.R[:, 1:]), np.asarray(sol.states.R))
 
 
 def test_forward_mode_derivative_matches_the_exact_flow():
@@ -55,7 +66,7 @@ def test_forward_mode_derivative_matches_the_exact_flow():
 
     def final_pi(J):
         q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, 5.0)
-        return jaxrot.simulate_adaptive("buss4(3)", q, 5.0, rtol=1e-11, atol=1e-11).final.Pi
+        return adaptive("buss4(3)", q, 5.0, rtol=1e-11, atol=1e-11).final.Pi
 
     jac = jax.jacfwd(final_pi)(p.body.J)
     ex = jax.jacfwd(lambda J: exact.free_flow(J, p.state0, 5.0).Pi)(p.body.J)
@@ -64,18 +75,23 @@ def test_forward_mode_derivative_matches_the_exact_flow():
 
 def test_step_budget_and_bad_input():
     p = problems.get("fast_top")
-    sol = jaxrot.simulate_adaptive("buss4(3)", p, 1.0, rtol=1e-10, atol=1e-10, max_steps=20)
-    assert not bool(sol.success) and int(sol.n_accepted + sol.n_rejected) == 20
+    sol = adaptive("buss4(3)", p, 1.0, rtol=1e-10, atol=1e-10, max_steps=20)
+    assert sol.result == RESULTS.max_steps_reached
+    assert int(sol.controller.n_accepted + sol.controller.n_rejected) == 20 == int(sol.failed_step)
+    with pytest.raises(jaxrot.SimulationError, match="max_steps"):
+        jaxrot.simulate("buss4(3)", p, t1=1.0, stepsize=Adaptive(1e-10, 1e-10, max_steps=20))
     with pytest.raises(KeyError, match="unknown adaptive pair"):
-        jaxrot.simulate_adaptive("nope", p, 1.0)
+        adaptive("nope", p, 1.0)
     with pytest.raises(ValueError, match="higher-order first"):
-        jaxrot.simulate_adaptive(("buss3", "buss4"), p, 1.0)
+        adaptive(("buss3", "buss4"), p, 1.0)
     with pytest.raises(ValueError, match="rtol"):
-        jaxrot.simulate_adaptive("buss4(3)", p, 1.0, rtol=-1.0)
-    with pytest.raises(ValueError, match="saveat"):
-        jaxrot.simulate_adaptive("buss4(3)", p, 1.0, saveat=[0.5, 0.2])
+        adaptive("buss4(3)", p, 1.0, rtol=-1.0)
+    with pytest.raises(ValueError, match="save times"):
+        adaptive("buss4(3)", p, None, ts=[0.5, 0.2])
     with pytest.raises(ValueError, match="free"):
-        jaxrot.simulate_adaptive(("dmv4", "dmv"), p, 1.0)
+        adaptive(("dmv4", "dmv"), p, 1.0)
+    with pytest.raises(ValueError, match="not dt"):
+        jaxrot.simulate("buss4(3)", p, 0.1, t1=1.0, stepsize=Adaptive())
 
 
 def _scaled_global_error(sol, ref, tol):
@@ -94,29 +110,42 @@ def test_to_tolerance_brings_the_free_body_global_error_within_the_tolerance():
     S = jaxrot.State(jnp.broadcast_to(p.state0.R, (3, 3, 3)), jnp.asarray(p.state0.Pi * (1 + 0.05 * rng.normal(size=(3, 3)))))
     ref = jax.vmap(lambda s: exact.free_flow(p.body.J, s, 100.0))(S)
     tol = 1e-8
-    local = jaxrot.simulate_adaptive("lie_taylor5(4)", p, 100.0, rtol=tol, atol=tol, state0=S)
+    local = adaptive("lie_taylor5(4)", p, 100.0, rtol=tol, atol=tol, state0=S)
     assert _scaled_global_error(local, ref, tol).max() > 3, "the local control alone would already pass"
-    sol = jaxrot.simulate_to_tolerance("lie_taylor5(4)", p, 100.0, rtol=tol, atol=tol, state0=S)
+    sol = adaptive("lie_taylor5(4)", p, 100.0, rtol=tol, atol=tol, state0=S, error="global")
     err = _scaled_global_error(sol, ref, tol)
     assert err.max() <= 3, err
     assert err.max() >= 0.05, err  # not bought by a needlessly tight run
-    assert np.all(np.asarray(sol.global_error) <= 1) and np.all(np.asarray(sol.tolerance) < tol)
-    assert np.all(np.asarray(sol.n_calibration) > np.asarray(local.n_accepted))
-    assert bool(jnp.all(sol.success))
+    c = sol.controller
+    assert np.all(np.asarray(c.global_error) <= 1) and np.all(np.asarray(c.tolerance) < tol)
+    assert np.all(np.asarray(c.n_calibration) > np.asarray(local.controller.n_accepted))
+    assert bool(jnp.all(sol.result == RESULTS.successful))
 
 
 def test_to_tolerance_on_the_fast_top_and_under_jit():
     p = problems.get("fast_top")
     ref = reference.reference_solution(p, 1.0).final
     tol = 1e-7
-    sol = jaxrot.simulate_to_tolerance("buss4(3)", p, 1.0, rtol=tol, atol=tol)
+    sol = adaptive("buss4(3)", p, 1.0, rtol=tol, atol=tol, error="global")
     assert _scaled_global_error(sol, ref, tol) <= 3
-    traced = jax.jit(lambda s: jaxrot.simulate_to_tolerance("buss4(3)", p, 1.0, rtol=tol, atol=tol, state0=s).final)(
+    traced = jax.jit(lambda s: adaptive("buss4(3)", p, 1.0, rtol=tol, atol=tol, error="global", state0=s).final)(
         p.state0)  # traced: always three runs; a body already within the tolerance reruns the second one
     np.testing.assert_allclose(np.asarray(traced.R), np.asarray(sol.final.R), atol=1e-14)
 
 
-@pytest.mark.parametrize("kw", [dict(ratio=1.0), dict(ratio=np.inf), dict(safety=0.0), dict(safety=2.0)])
-def test_to_tolerance_rejects_bad_calibration_settings(kw):
+def test_deprecated_aliases_equal_the_new_call():
+    p = problems.get("fast_top")
+    with pytest.warns(DeprecationWarning):
+        old = jaxrot.simulate_adaptive("buss4(3)", p, 1.0, rtol=1e-8, atol=1e-8)
+    new = adaptive("buss4(3)", p, 1.0, rtol=1e-8, atol=1e-8)
+    np.testing.assert_array_equal(np.asarray(old.states.R), np.asarray(new.states.R))
+    with pytest.warns(DeprecationWarning):
+        old = jaxrot.simulate_to_tolerance("buss4(3)", p, 1.0, rtol=1e-7, atol=1e-7)
+    new = adaptive("buss4(3)", p, 1.0, rtol=1e-7, atol=1e-7, error="global")
+    np.testing.assert_array_equal(np.asarray(old.states.R), np.asarray(new.states.R))
+
+
+@pytest.mark.parametrize("kw", [dict(error="both"), dict(rtol=np.inf), dict(dt0=0.0), dict(max_steps=0)])
+def test_adaptive_rejects_bad_settings(kw):
     with pytest.raises(ValueError):
-        jaxrot.simulate_to_tolerance("buss4(3)", problems.get("fast_top"), 1.0, **kw)
+        Adaptive(**kw)

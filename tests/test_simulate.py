@@ -195,7 +195,7 @@ def test_blocked_batch_is_identical_to_unblocked(method):
     a = jaxrot.simulate_batch(method, p, 1e-3, 20, states0=s, save_every=10, block_size=None)
     b = jaxrot.simulate_batch(method, p, 1e-3, 20, states0=s, save_every=10, block_size=64)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
-        assert x.shape == y.shape and np.array_equal(np.asarray(x), np.asarray(y))
+        assert np.shape(x) == np.shape(y) and np.array_equal(np.asarray(x), np.asarray(y))
 
 
 def test_blocked_stacked_problems_and_bad_block_size():
@@ -221,13 +221,13 @@ def test_new_step_count_or_span_does_not_recompile_the_run():
     p = problems.get("slow_top")
     jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10)  # one chunk: init and frames in one program
     jaxrot.simulate("buss3", p, 1e-3, 10_250, save_every=10)  # two chunks: the repeated chunk
-    assert any("_simulate_short" in f for f in compiled)  # the listener sees the runs' compilation
-    assert "jit(_simulate_chunk)" in compiled
+    assert any("_one_short" in f for f in compiled)  # the listener sees the runs' compilation
+    assert "jit(_one_chunk)" in compiled
     compiled.clear()
     a = jaxrot.simulate("buss3", p, 1e-3, 2370, save_every=10)  # 237 frames: another count
     q = jaxrot.Problem(p.body, p.torque, p.state0, 123.0, "other", "another span")
     b = jaxrot.simulate("buss3", q, 1e-3, 20_480 + 30, save_every=10)  # two chunks, another span
-    heavy = [f for f in compiled if "_simulate_" in f or "_init_carry" in f]
+    heavy = [f for f in compiled if "_one_" in f]
     assert not heavy, heavy
     np.testing.assert_allclose(np.asarray(b.states.R[:238]), np.asarray(a.states.R), atol=0, rtol=0)
     assert b.states.R.shape[0] == 2052 and a.ts[-1] == pytest.approx(2.37)
@@ -298,13 +298,13 @@ def test_repeated_calls_reuse_the_system_per_problem_and_dtype_but_see_numpy_cha
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_frame_rows_pack_and_unpack_exactly(dtype):
     """simulate's chunk stores a frame as one row of numbers; integers and flags go through bit casts."""
-    from jaxrot.driver.simulate import _row_packing
+    from jaxrot.driver.layout import row_packing
 
     rng = np.random.default_rng(0)
     tree = (jaxrot.State(jnp.asarray(rng.normal(size=(3, 3)), dtype), jnp.asarray([np.nan, -0.0, 1e-30], dtype)),
             jnp.asarray(-7, jnp.int32), jnp.asarray([True, False]), jnp.asarray(2**31 - 1, jnp.int32),
             jnp.asarray(1.5, jnp.float16))  # a narrower float: converted, exactly
-    pack, unpack, width = _row_packing(jax.eval_shape(lambda: tree), dtype)
+    pack, unpack, width = row_packing(jax.eval_shape(lambda: tree), dtype)
     assert width == 9 + 3 + 1 + 2 + 1 + 1
     back = jax.jit(lambda t: unpack(jnp.stack([pack(t), pack(t)])))(tree)
     for a, b in zip(jax.tree_util.tree_leaves(tree), jax.tree_util.tree_leaves(back)):
@@ -332,7 +332,7 @@ def test_chunk_frames_and_statistics_equal_the_traced_scan():
 def test_short_and_chunked_runs_give_the_same_frames():
     """Runs of at most SHORT_RUN_FRAMES frames take one small program (frames as columns); longer
     ones the repeated chunk (frames as rows): the same frames, bit for bit, statistics included."""
-    from jaxrot.driver.simulate import SHORT_RUN_FRAMES
+    from jaxrot.driver.layout import SHORT_RUN_FRAMES
 
     p = problems.get("fast_top")
     n = SHORT_RUN_FRAMES
@@ -344,18 +344,17 @@ def test_short_and_chunked_runs_give_the_same_frames():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b[: a.shape[0]]))
 
 
-def test_batched_final_state_runs_in_blocks_and_matches_the_last_frame(monkeypatch):
-    """final_state on a batch larger than a block (blocks of 4, 10 bodies: the last block padded)
-    equals simulate_batch's last frame bit for bit."""
-    import sys
+def test_final_state_runs_in_blocks_and_matches_the_last_frame():
+    """A final-state run of a batch in blocks of 4 (10 bodies: the last block padded) equals the
+    unblocked run's last frame bit for bit; the automatic block size on one CPU device is CPU_BLOCK."""
+    from jaxrot.driver.executors.batch import CPU_BLOCK, auto_block
 
-    sim = sys.modules["jaxrot.driver.simulate"]
-    monkeypatch.setattr(sim, "CPU_BLOCK", 4)
     p = problems.get("t_handle")
     rng = np.random.default_rng(3)
     s = jaxrot.State(jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(10, 3)))), jnp.asarray(rng.normal(size=(10, 3))))
-    a = jaxrot.final_state("buss4", p, 1e-2, 30, state0=s)
-    b = jaxrot.simulate_batch("buss4", p, 1e-2, 30, states0=s, save_every=30, block_size=None).final
-    assert sim._auto_block("auto", 10, jax.devices()[:1]) == (4 if jax.default_backend() == "cpu" else None)
-    np.testing.assert_array_equal(np.asarray(a.R), np.asarray(b.R))
-    np.testing.assert_array_equal(np.asarray(a.Pi), np.asarray(b.Pi))
+    a = jaxrot.simulate("buss4", p, 1e-2, 30, state0=s, saveat=jaxrot.SaveAt(t0=False), executor=jaxrot.CPUBlocked(4))
+    b = jaxrot.simulate("buss4", p, 1e-2, 30, state0=s, save_every=30, executor=jaxrot.XLA()).final
+    assert a.info["executor"] == "CPUBlocked" and a.ts.shape == (10, 1)
+    assert auto_block("auto", 10_000, jax.devices()[:1]) == (CPU_BLOCK if jax.default_backend() == "cpu" else None)
+    np.testing.assert_array_equal(np.asarray(a.final.R), np.asarray(b.R))
+    np.testing.assert_array_equal(np.asarray(a.final.Pi), np.asarray(b.Pi))

@@ -14,13 +14,12 @@ the next step by the PI controller of Gustafsson / Hairer & Wanner (Solving ODEs
 Steps are shortened to land on every requested output time. The loop is a ``lax.while_loop``: jit-able,
 vmap-able (each body takes its own steps; a vmapped loop runs until the slowest body is done,
 masking the others, as diffrax does) and differentiable in forward mode (``jax.jvp``,
-``jax.jacfwd``); reverse mode would need a bounded loop with checkpoints (not provided).
+``jax.jacfwd``).
 
 Pairs (``PAIRS``): ``buss4(3)``, ``lie_taylor5(4)``, ``exact_split_tj4(2)`` (the triple-jump composition of the
 exact splitting against the splitting itself; any torque). Any ``(high, low)`` pair of registered
-methods can be passed. Both methods of the pair take every attempted step in full (measured in
-``jaxrot bench precision``: a pair costs 2-5x its higher-order method at a fixed step of the same
-accuracy, 2.0-3.3x in the run at 9ac188f).
+methods can be passed. Both methods of the pair take every attempted step in full (their cost
+against fixed steps of the same accuracy is in ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -33,10 +32,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..integrators import get as _get_method
+import warnings
+
+from ..geometry.state import State
+from ..integrators import get as get_method
 from ..physics.flow import pack_body
 from ..physics.problems import Problem
-from ..geometry.state import State
+from .checks import cast, check_capability, check_problem, check_state, is_concrete
+from .failures import MAX_STEPS_REACHED, SUCCESSFUL, result_of
+from .loop import empty_stats, fold
+from .results import AdaptiveStats, Trajectory
+from .saveat import SaveAt
+from .stepsize import Adaptive
 
 #: name -> (higher-order method, lower-order method); the estimate is of the lower one's local error
 PAIRS: dict[str, tuple[str, str]] = {
@@ -46,40 +53,12 @@ PAIRS: dict[str, tuple[str, str]] = {
 }
 
 
-class AdaptiveTrajectory(eqx.Module):
-    """States at the requested times ``ts`` (leading axis), with the controller's counts.
-
-    ``n_accepted``/``n_rejected``: attempts kept / repeated with a smaller step; ``err_estimate``:
-    the last accepted step's scaled error estimate (<= 1); ``success``: False if ``max_steps``
-    attempts were not enough (the states after that point are the last reached state).
-    """
-
-    ts: jax.Array
-    states: State
-    n_accepted: jax.Array
-    n_rejected: jax.Array
-    err_estimate: jax.Array
-    success: jax.Array
-    #: :func:`simulate_to_tolerance` only: the estimated global error (units of the tolerance), the
-    #: local ``rtol`` of the returned run, and the attempts spent in its calibration runs
-    global_error: jax.Array | None = None
-    tolerance: jax.Array | None = None
-    n_calibration: jax.Array | None = None
-
-    @property
-    def final(self) -> State:
-        """The state at the last requested time (per body in a batch)."""
-        if self.ts.ndim == 1:
-            return jax.tree_util.tree_map(lambda x: x[-1], self.states)
-        return jax.tree_util.tree_map(lambda x: x[:, -1], self.states)
-
-
 def _resolve_pair(pair):
     if isinstance(pair, str):
         if pair not in PAIRS:
             raise KeyError(f"unknown adaptive pair {pair!r}; known: {', '.join(PAIRS)}")
         pair = PAIRS[pair]
-    hi, lo = (_get_method(m) if isinstance(m, str) else m for m in pair)
+    hi, lo = (get_method(m) if isinstance(m, str) else m for m in pair)
     if not hi.order > lo.order:
         raise ValueError(f"an embedded pair needs a higher-order first method; got orders {hi.order} and {lo.order}")
     return hi, lo
@@ -91,25 +70,27 @@ def _scaled_error(y, yp, yq, rtol, atol):
 
 
 @eqx.filter_jit
-def _solve(hi, lo, problem, state0, t0, ts, rtol, atol, dt0, max_steps: int):
+def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int):
+    """``(states at ts, StepStats per output interval, accepted, rejected, last error, success)``."""
     dtype = state0.R.dtype
     q1 = float(lo.order) + 1.0
     alpha, beta = 0.7 / q1, 0.4 / q1
     n_out = ts.shape[0]
-    out0 = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape, x.dtype), state0)
-    aux0 = hi.init(problem, t0, state0, dt0)
+    zeros = jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape, x.dtype), (state0, empty_stats()))
+    out0 = zeros
+    aux0 = hi.init(system, t0, state0, dt0)
 
     def cond(c):
-        t, state, aux, h, err_prev, i, out, acc, rej = c
+        t, state, aux, h, err_prev, i, out, acc, rej, folded = c
         return (i < n_out) & (acc + rej < max_steps)
 
     def body(c):
-        t, state, aux, h, err_prev, i, out, acc, rej = c
+        t, state, aux, h, err_prev, i, out, acc, rej, folded = c
         target = ts[i]
         hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
         step = jnp.where(hit, target - t, h)
-        yp, aux_p, _ = hi.step(problem, t, state, aux, step)
-        yq, _, _ = lo.step(problem, t, state, lo.init(problem, t, state, step), step)
+        yp, aux_p, stats = hi.step(system, t, state, aux, step)
+        yq, _, _ = lo.step(system, t, state, lo.init(system, t, state, step), step)
         err = _scaled_error(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), pack_body(yq.R, yq.Pi), rtol, atol)
         err = jnp.where(jnp.isfinite(err), err, jnp.inf)
         ok = err <= 1.0
@@ -122,28 +103,30 @@ def _solve(hi, lo, problem, state0, t0, ts, rtol, atol, dt0, max_steps: int):
         state_new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), yp, state)
         aux_new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), aux_p, aux)
         save = ok & hit
-        out = jax.tree_util.tree_map(lambda o, s: o.at[i].set(jnp.where(save, s, o[i])), out, state_new)
+        folded_new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), fold(folded, stats), folded)
+        out = jax.tree_util.tree_map(lambda o, s: o.at[i].set(jnp.where(save, s, o[i])), out, (state_new, folded_new))
+        folded_new = jax.tree_util.tree_map(lambda a, b: jnp.where(save, a, b), empty_stats(), folded_new)
         return (t_new, state_new, aux_new, h_new, jnp.where(ok, e, err_prev), i + save.astype(jnp.int32), out,
-                acc + ok.astype(jnp.int32), rej + (~ok).astype(jnp.int32))
+                acc + ok.astype(jnp.int32), rej + (~ok).astype(jnp.int32), folded_new)
 
     c0 = (jnp.asarray(t0, dtype), state0, aux0, jnp.asarray(dt0, dtype), jnp.asarray(1.0, dtype),
-          jnp.asarray(0, jnp.int32), out0, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32))
-    t, state, aux, h, err_prev, i, out, acc, rej = lax.while_loop(cond, body, c0)
+          jnp.asarray(0, jnp.int32), out0, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32), empty_stats())
+    t, state, aux, h, err_prev, i, (out, stats), acc, rej, _ = lax.while_loop(cond, body, c0)
     # outputs never reached (max_steps exhausted) hold the last state
     out = jax.tree_util.tree_map(
         lambda o, s: jnp.where((jnp.arange(n_out, dtype=jnp.int32) < i).reshape((-1,) + (1,) * s.ndim), o, s), out, state)
-    return AdaptiveTrajectory(ts, out, acc, rej, err_prev, i == n_out)
+    return out, stats, acc, rej, err_prev, i == n_out
 
 
-def _prepare(pair, problem, t1, rtol, atol, saveat, state0, t0, dt0, max_steps):
-    from .simulate import _check_capability, _check_problem, _check_state, cast
-
+def _prepare(pair, problem, t1, rtol, atol, times, state0, t0, dt0, max_steps):
     hi, lo = _resolve_pair(pair)
-    _check_problem(problem)
-    _check_capability(hi, problem)
-    _check_capability(lo, problem)
+    check_problem(problem)
+    check_capability(hi, problem)
+    check_capability(lo, problem)
     state0 = problem.state0 if state0 is None else state0
-    _check_state(state0, batched=True)
+    if not isinstance(state0, State):
+        raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
+    check_state(state0)
     for name, v in (("rtol", rtol), ("atol", atol)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
@@ -154,57 +137,59 @@ def _prepare(pair, problem, t1, rtol, atol, saveat, state0, t0, dt0, max_steps):
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
     dtype = state0.R.dtype
-    times = [t1] if saveat is None else saveat
+    if times is None:
+        if t1 is None:
+            raise ValueError("an adaptive run needs t1 or saveat=SaveAt(ts=...)")
+        times = [t1]
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((times, t0))):
         tsn = np.asarray(times, np.float64).reshape(-1)
         if not np.all(np.isfinite(tsn)) or np.any(np.diff(tsn) <= 0) or tsn[0] <= t0:
-            raise ValueError("saveat (or t1) must be finite, increasing and after t0")
+            raise ValueError("the save times (or t1) must be finite, increasing and after t0")
+        if t1 is not None and is_concrete(t1) and tsn[-1] > float(t1) * (1 + 1e-12) + 1e-300:
+            raise ValueError(f"save times run past t1 = {t1}")
         ts = jnp.asarray(tsn, dtype)  # concrete inside a caller's jit too
     else:
         ts = jnp.asarray(times, dtype).reshape(-1)
     return hi, lo, cast(problem.system, dtype), state0, ts
 
 
-def _run(hi, lo, physics, state0, ts, t0, rtol, atol, dt0, max_steps) -> AdaptiveTrajectory:
-    """One error-controlled run; ``rtol``/``atol``: scalars, or one per body of a batch."""
+def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps):
+    """One error-controlled run; ``rtol``/``atol``: scalars, or one per body of a batch.
+    Returns ``(states, stats, AdaptiveStats, success)``."""
     dtype = state0.R.dtype
 
     def one(s, rtol, atol):
         h0 = dt0
         if h0 is None:
-            w = jnp.linalg.norm(s.Pi / physics.body.J)
+            w = jnp.linalg.norm(s.Pi / system.body.J)
             h0 = 0.1 * jnp.maximum(rtol, 1e-16) ** (1.0 / (float(lo.order) + 1.0)) / jnp.maximum(w, 1e-12)
             h0 = jnp.minimum(h0, ts[0] - t0)
-        return _solve(hi, lo, physics, s, jnp.asarray(t0, dtype), ts, jnp.asarray(rtol, dtype),
+        return _solve(hi, lo, system, s, jnp.asarray(t0, dtype), ts, jnp.asarray(rtol, dtype),
                       jnp.asarray(atol, dtype), jnp.asarray(h0, dtype), int(max_steps))
 
     if state0.R.ndim == 2:
-        return one(state0, rtol, atol)
-    B = state0.R.shape[0]
-    return jax.vmap(one)(state0, *(jnp.broadcast_to(jnp.asarray(x, dtype), (B,)) for x in (rtol, atol)))
+        out, stats, acc, rej, err, ok = one(state0, rtol, atol)
+    else:
+        B = state0.R.shape[0]
+        out, stats, acc, rej, err, ok = jax.vmap(one)(state0, *(jnp.broadcast_to(jnp.asarray(x, dtype), (B,))
+                                                                for x in (rtol, atol)))
+    return out, stats, AdaptiveStats(acc, rej, err), ok
 
 
-def simulate_adaptive(pair, problem: Problem, t1, *, rtol: float = 1e-6, atol: float = 1e-9, saveat=None,
-                      state0: State | None = None, t0: float = 0.0, dt0: float | None = None,
-                      max_steps: int = 100_000) -> AdaptiveTrajectory:
-    """Integrate from ``t0`` to ``t1`` with error control; states at ``saveat`` (default: ``[t1]``).
-
-    ``pair``: a name of :data:`PAIRS` or ``(high, low)`` methods (names or instances). ``state0`` may
-    carry a leading batch axis: the bodies are vmapped, each with its own steps. ``dt0``: first trial
-    step (default ``0.1 rtol^(1/(q+1)) / |Omega_0|``, q the lower order). Returns an
-    :class:`AdaptiveTrajectory`; the counts are per body.
-
-    ``rtol``/``atol`` bound each step's *local* error (the standard control). Over a long span the
-    global error can be many times larger (13.6-31x over the free body's T = 100, bench precision at 99196ce):
-    :func:`simulate_to_tolerance` targets the global error instead.
-
-    Example::
-
-        sol = jaxrot.simulate_adaptive("buss4(3)", problems.get("fast_top"), 1.0, rtol=1e-8)
-        sol.final, sol.n_accepted, sol.n_rejected
-    """
-    hi, lo, physics, state0, ts = _prepare(pair, problem, t1, rtol, atol, saveat, state0, t0, dt0, max_steps)
-    return _run(hi, lo, physics, state0, ts, t0, rtol, atol, dt0, max_steps)
+def _trajectory(state0, t0, ts, out, stats, ctrl: AdaptiveStats, ok, with_t0: bool, system) -> Trajectory:
+    """The :class:`Trajectory` of an adaptive run (per body: ``ts`` broadcast over a batch)."""
+    batched = state0.R.ndim == 3
+    lead = (state0.R.shape[0],) if batched else ()
+    times = jnp.broadcast_to(ts, lead + ts.shape)
+    if with_t0:
+        t0a = jnp.broadcast_to(jnp.asarray(t0, ts.dtype), lead + (1,))
+        times = jnp.concatenate([t0a, times], axis=-1)
+        out = State(jnp.concatenate([state0.R[..., None, :, :], out.R], axis=-3),
+                    jnp.concatenate([state0.Pi[..., None, :], out.Pi], axis=-2))
+    attempts = ctrl.n_accepted + ctrl.n_rejected
+    failed = jnp.where(ok, -1, attempts).astype(jnp.int32)
+    result = result_of(jnp.where(ok, SUCCESSFUL, MAX_STEPS_REACHED))
+    return Trajectory(times, out, stats, failed, result, ctrl, system)
 
 
 def _scaled_difference(a: State, b: State, rtol: float, atol: float) -> jax.Array:
@@ -213,48 +198,66 @@ def _scaled_difference(a: State, b: State, rtol: float, atol: float) -> jax.Arra
     return jnp.max(jnp.abs(ya - yb) / (atol + rtol * jnp.abs(yb)), axis=(-2, -1))
 
 
-def simulate_to_tolerance(pair, problem: Problem, t1, *, rtol: float = 1e-6, atol: float = 1e-9, saveat=None,
-                          state0: State | None = None, t0: float = 0.0, dt0: float | None = None,
-                          max_steps: int = 100_000, ratio: float = 10.0, safety: float = 0.5) -> AdaptiveTrajectory:
-    """Like :func:`simulate_adaptive`, but for the **global** error: every saved state within
-    ``atol + rtol |y|`` (each of the 12 numbers of ``(R, Pi)``) of the exact solution, as estimated.
-
-    Tolerance calibration (global error estimation by two tolerances, Hairer, Nørsett & Wanner,
-    Solving ODEs I, II.4; Shampine, Numerical Solution of ODEs, 1994, 5.3): the PI-controlled runs are
-    tolerance proportional, global error ``e(tau) ~ K tau`` for a local tolerance ``tau`` (checked:
-    ``test_free_body_error_is_proportional_to_the_tolerance``), so runs at ``tau`` and ``tau/ratio``
-    differ by ``d ~ K tau (1 - 1/ratio)`` and the second one's error is ``d / (ratio - 1)``, per body
-    in units of the tolerance. If that is at most ``safety``, the second run is returned; otherwise a
-    third run at ``tau / ratio * safety / (d / (ratio - 1))`` (per body), whose estimate is ``safety``.
-
-    Cost: 2-3 runs (the steps of all runs in ``n_calibration``); 2.2-2.5x the one run whose local
-    tolerance happens to give the requested global error on the free body, 2.5-5.3x on the fast top
-    (bench precision at 99196ce), a tolerance not known in advance.
-    ``global_error`` holds the estimate (units of the tolerance: <= 1 is within it). The estimate
-    assumes proportionality; a method whose error does not follow its tolerance (e.g. at round-off)
-    is flagged by ``global_error > 1``.
-
-    Example::
-
-        sol = jaxrot.simulate_to_tolerance("lie_taylor5(4)", problems.get("free_body_mz"), 100.0,
-                                           rtol=1e-8, atol=1e-8)
-        sol.final, sol.global_error, sol.tolerance
-    """
-    if not (np.isfinite(ratio) and ratio > 1):
-        raise ValueError(f"ratio must be a finite number > 1, got {ratio!r}")
-    if not (0 < safety <= 1):
-        raise ValueError(f"safety must be in (0, 1], got {safety!r}")
-    hi, lo, physics, state0, ts = _prepare(pair, problem, t1, rtol, atol, saveat, state0, t0, dt0, max_steps)
-    first = _run(hi, lo, physics, state0, ts, t0, rtol, atol, dt0, max_steps)
-    tight = _run(hi, lo, physics, state0, ts, t0, rtol / ratio, atol / ratio, dt0, max_steps)
-    est = _scaled_difference(first.states, tight.states, rtol, atol) / (ratio - 1.0)
-    spent = first.n_accepted + first.n_rejected
+def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, ratio=10.0, safety=0.5):
+    """The run whose *global* error is within the tolerance, by tolerance calibration (see
+    :class:`~jaxrot.Adaptive` with ``error="global"``)."""
+    first = _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps)
+    tight = _run(hi, lo, system, state0, ts, t0, rtol / ratio, atol / ratio, dt0, max_steps)
+    est = _scaled_difference(first[0], tight[0], rtol, atol) / (ratio - 1.0)
+    spent = first[2].n_accepted + first[2].n_rejected
     if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= safety)):  # traced: the third run always
-        return dataclasses.replace(tight, global_error=est, tolerance=jnp.full_like(est, rtol / ratio),
+        ctrl = dataclasses.replace(tight[2], global_error=est, tolerance=jnp.full_like(est, rtol / ratio),
                                    n_calibration=spent)
+        return tight[0], tight[1], ctrl, tight[3]
     # per body: the tolerance whose estimated global error is `safety`; bodies already within it rerun
     # at tau/ratio, which repeats the second run exactly
     scale = jnp.where(est > safety, safety / jnp.maximum(est, 1e-300), 1.0) / ratio
-    final = _run(hi, lo, physics, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps)
-    return dataclasses.replace(final, global_error=jnp.minimum(est, safety), tolerance=rtol * scale,
-                               n_calibration=spent + tight.n_accepted + tight.n_rejected)
+    out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps)
+    ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, safety), tolerance=rtol * scale,
+                               n_calibration=spent + tight[2].n_accepted + tight[2].n_rejected)
+    return out, stats, ctrl, ok
+
+
+def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0) -> Trajectory:
+    """The error-controlled run of :func:`jaxrot.simulate` with ``stepsize=Adaptive(...)``."""
+    if saveat is not None and (saveat.steps or saveat.every is not None or saveat.dense):
+        raise ValueError("adaptive steps save at given times: SaveAt(t0=..., t1=..., ts=...)")
+    times = None if saveat is None or saveat.ts is None else saveat.ts
+    if times is not None and saveat.t1 and t1 is not None:
+        times = np.concatenate([np.asarray(times, np.float64).reshape(-1), [float(t1)]]) if (
+            is_concrete(t1) and not np.isclose(np.asarray(times, np.float64).reshape(-1)[-1], float(t1))) else times
+    hi, lo, system, state0, ts = _prepare(pair, problem, t1, stepsize.rtol, stepsize.atol, times, state0, t0,
+                                          stepsize.dt0, stepsize.max_steps)
+    solve = _global if stepsize.error == "global" else _run
+    out, stats, ctrl, ok = solve(hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0,
+                                 stepsize.max_steps)
+    with_t0 = saveat is None or saveat.t0
+    return _trajectory(state0, t0, ts, out, stats, ctrl, ok, with_t0, system)
+
+
+def simulate_adaptive(pair, problem: Problem, t1, *, rtol: float = 1e-6, atol: float = 1e-9, saveat=None,
+                      state0: State | None = None, t0: float = 0.0, dt0: float | None = None,
+                      max_steps: int = 100_000) -> Trajectory:
+    """Deprecated: ``simulate(pair, problem, t1=t1, stepsize=Adaptive(rtol, atol, dt0=dt0, max_steps=...),
+    saveat=SaveAt(t0=False, ts=saveat), throw=False)``."""
+    warnings.warn("jaxrot.simulate_adaptive is deprecated: use jaxrot.simulate(pair, problem, t1=..., "
+                  "stepsize=jaxrot.Adaptive(rtol, atol))", DeprecationWarning, stacklevel=2)
+    return _alias(pair, problem, t1, Adaptive(rtol, atol, "local", dt0, max_steps), saveat, state0, t0)
+
+
+def simulate_to_tolerance(pair, problem: Problem, t1, *, rtol: float = 1e-6, atol: float = 1e-9, saveat=None,
+                          state0: State | None = None, t0: float = 0.0, dt0: float | None = None,
+                          max_steps: int = 100_000) -> Trajectory:
+    """Deprecated: ``simulate(..., stepsize=Adaptive(rtol, atol, error="global"))``: every saved state
+    within ``atol + rtol |y|`` of the exact solution, as estimated by tolerance calibration."""
+    warnings.warn("jaxrot.simulate_to_tolerance is deprecated: use jaxrot.simulate(pair, problem, t1=..., "
+                  "stepsize=jaxrot.Adaptive(rtol, atol, error='global'))", DeprecationWarning, stacklevel=2)
+    return _alias(pair, problem, t1, Adaptive(rtol, atol, "global", dt0, max_steps), saveat, state0, t0)
+
+
+def _alias(pair, problem, t1, stepsize, saveat, state0, t0):
+    from .simulate import simulate
+
+    at = SaveAt(t0=False, t1=saveat is None, ts=saveat)
+    return simulate(pair, problem, t0=t0, t1=t1 if saveat is None else None, stepsize=stepsize, saveat=at,
+                    state0=state0, throw=False)

@@ -15,7 +15,9 @@ import jax
 import jax.numpy as jnp
 
 from ..physics.problems import Problem
-from .simulate import _assemble, _init_carry, _prepare, _run_frames
+from .checks import prepare
+from .layout import assemble
+from .loop import init_carry, scan_frames
 from ..geometry.state import State
 from .results import Trajectory
 
@@ -51,7 +53,7 @@ def compile(method, problem: Problem, dt, n_steps: int, *, save_every: int | Non
             final = run(s).final
     """
     save_every = int(n_steps if save_every is None else save_every)
-    method, state0, dt, t0, physics = _prepare(method, problem, None, dt, t0, n_steps, save_every, False)
+    method, state0, dt, t0, system = prepare(method, problem, None, dt, t0, n_steps, save_every)
     n_frames = int(n_steps) // save_every
     if batch is not None:
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
@@ -59,9 +61,9 @@ def compile(method, problem: Problem, dt, n_steps: int, *, save_every: int | Non
         state0 = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), state0)
 
     def run(s0, h):
-        carry = _init_carry(method, physics, s0, h, t0)
-        carry, (states, ts, stats) = _run_frames(method, physics, carry, h, t0, n_frames, save_every, 1)
-        return _assemble(s0, t0, states, ts, stats, carry[3], carry[4])
+        carry = init_carry(method, system, s0, h, t0)
+        carry, (states, ts, stats) = scan_frames(method, system, carry, h, t0, n_frames, save_every, 1)
+        return assemble(s0, t0, states, ts, stats, carry[3], carry[4])
 
     f = run if batch is None else jax.vmap(run, in_axes=(0, None))
     exe = jax.jit(f).lower(state0, dt).compile()

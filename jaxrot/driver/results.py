@@ -6,24 +6,45 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..geometry import so3
 from ..geometry.state import State
 from ..integrators.stats import StepStats
+from .failures import codes_of, result_of
+
+
+class AdaptiveStats(eqx.Module):
+    """What an error-controlled run reports, per body: attempts kept (``n_accepted``) and repeated
+    with a smaller step (``n_rejected``), the last accepted step's scaled error estimate
+    (``err_estimate``, <= 1); for a run controlling the *global* error also the estimated global
+    error in units of the tolerance (``global_error``), the local tolerance of the returned run
+    (``tolerance``) and the attempts spent in its calibration runs (``n_calibration``)."""
+
+    n_accepted: jax.Array
+    n_rejected: jax.Array
+    err_estimate: jax.Array
+    global_error: jax.Array | None = None
+    tolerance: jax.Array | None = None
+    n_calibration: jax.Array | None = None
 
 
 class Trajectory(eqx.Module):
-    """Saved frames of a simulation.
+    """The result of every run: saved frames, statistics, the outcome per body and how it was made.
 
-    ``ts`` has shape ``(n_frames + 1,)`` and ``states`` leading axis ``n_frames + 1`` (the initial
-    state first); ``stats`` has leading axis ``n_frames``. ``failed_step`` is the index (1-based)
-    of the first step whose solve failed or whose state became non-finite, or -1; ``result`` the
-    reason, a :class:`jaxrot.RESULTS` code (0 = successful), per body in a batch.
-    ``provenance`` records how it was made (method, problem, dt, steps, dtype, versions), as
+    ``ts`` has shape ``(n_saved,)`` and ``states`` leading axis ``n_saved`` (after a batch axis, if
+    any); with ``SaveAt(t0=True)`` (the default) the initial state comes first. ``stats`` aggregates
+    each saved interval's steps (leading axis: the frames after the first). ``failed_step`` is the
+    first step (1-based) whose solve failed, whose state became non-finite or whose invariants
+    drifted, or -1; ``result`` the reason, a :class:`jaxrot.RESULTS` item, per body in a batch.
+    ``controller``: the adaptive controller's counts (:class:`AdaptiveStats`), None for fixed steps.
+    ``system``: the body and torque the run integrated (for energies and angular velocities).
+    ``provenance`` records how it was made (method, problem, dt, steps, dtype, executor, versions) as
     ``(key, value)`` string pairs; :attr:`info` gives it as a dict.
     """
 
@@ -31,7 +52,9 @@ class Trajectory(eqx.Module):
     states: State
     stats: StepStats
     failed_step: jax.Array
-    result: jax.Array | None = None
+    result: Any = None
+    controller: AdaptiveStats | None = None
+    system: Any = None
     provenance: tuple = eqx.field(static=True, default=())
 
     @property
@@ -45,7 +68,8 @@ class Trajectory(eqx.Module):
         return dataclasses.replace(self, provenance=tuple(sorted(merged.items())))
 
     def save(self, path) -> None:
-        """Write the trajectory and its provenance to ``path`` (``.npz``, uncompressed, exact).
+        """Write the trajectory and its provenance to ``path`` (``.npz``, uncompressed, exact). The
+        system is not stored (its torque may be a function); only its moments ``J``, for reference.
 
         Example::
 
@@ -55,8 +79,13 @@ class Trajectory(eqx.Module):
             raise ValueError(f"trajectory files end in .npz, got {path!r}")
         arrays = {"ts": self.ts, "R": self.states.R, "Pi": self.states.Pi, "failed_step": self.failed_step}
         if self.result is not None:
-            arrays["result"] = self.result
+            arrays["result"] = codes_of(self.result)
         arrays.update({f"stats.{f.name}": getattr(self.stats, f.name) for f in dataclasses.fields(self.stats)})
+        if self.controller is not None:
+            arrays.update({f"controller.{f.name}": getattr(self.controller, f.name)
+                           for f in dataclasses.fields(self.controller) if getattr(self.controller, f.name) is not None})
+        if self.system is not None:
+            arrays["system.J"] = self.system.body.J
         np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()},
                  provenance=np.asarray(json.dumps(self.info)))
 
@@ -64,6 +93,102 @@ class Trajectory(eqx.Module):
     def final(self) -> State:
         """The last saved state."""
         return _last_frame(self.states)
+
+    # --- the attitude in other forms, and per-frame physics -------------------------------------------------------
+    # Frames are ``states.R[..., k, :, :]``: the time axis is the one before the matrix (after any batch axes).
+
+    def quaternion(self, order: str = "wxyz") -> jax.Array:
+        """Unit quaternion of every frame, shape ``(..., n_saved, 4)``, **sign continuous** along the
+        frames (:func:`jaxrot.so3.quaternion_continuous`: consecutive frames have ``q_k . q_{k-1} >= 0``,
+        the first frame has ``w >= 0``), so curves of the components have no jumps.
+
+        ``order="wxyz"`` (scalar first, the library's) or ``"xyzw"`` (scalar last, SciPy's).
+
+        Example::
+
+            q = traj.quaternion("xyzw")  # feed to a renderer, or Rotation.from_quat
+        """
+        return so3.quaternion_continuous(so3.to_quaternion(self.states.R, order), axis=-2)
+
+    def euler(self, seq: str, degrees: bool = False) -> jax.Array:
+        """Euler angles of every frame, shape ``(..., n_saved, 3)``, with SciPy's meaning of ``seq``
+        (``"xyz"`` extrinsic, ``"XYZ"`` intrinsic, all 12 sequences; :func:`jaxrot.so3.to_euler`).
+
+        Example::
+
+            yaw, pitch, roll = jnp.moveaxis(traj.euler("ZYX", degrees=True), -1, 0)
+        """
+        return so3.to_euler(self.states.R, seq, degrees=degrees)
+
+    def to_scipy(self):
+        """The attitudes of all frames as one ``scipy.spatial.transform.Rotation`` of shape
+        ``states.R.shape[:-2]`` (frames, after any batch axes; SciPy before 1.16 has only 1-D rotation
+        arrays: there a batch is flattened to ``(batch * n_saved,)``), built from :meth:`quaternion`.
+        SciPy is optional and imported here only.
+
+        Example::
+
+            traj.to_scipy().as_rotvec()  # every frame's rotation vector
+        """
+        try:
+            from scipy.spatial.transform import Rotation
+        except ImportError as err:  # pragma: no cover - SciPy is installed with the test extras
+            raise ImportError("Trajectory.to_scipy needs SciPy (pip install scipy)") from err
+        q = np.asarray(self.quaternion("xyzw"), np.float64)
+        try:
+            return Rotation.from_quat(q)
+        except ValueError:  # SciPy < 1.16: one axis of rotations at most
+            return Rotation.from_quat(q.reshape(-1, 4))
+
+    def _moments(self, what: str) -> jax.Array:
+        """The body's moments ``J``, shaped to broadcast against ``states.Pi`` (a batch axis gets a time axis)."""
+        system = getattr(self, "system", None)
+        if system is None:
+            raise ValueError(f"Trajectory.{what} needs the body's moments of inertia, and this trajectory has no "
+                             "system; attach one: dataclasses.replace(traj, system=problem.system)")
+        J = jnp.asarray(system.body.J, self.states.Pi.dtype)
+        return J if J.ndim == 1 else J[..., None, :]
+
+    @property
+    def omega_body(self) -> jax.Array:
+        """Body angular velocity ``Omega = Pi / J`` of every frame, shape ``(..., n_saved, 3)``.
+        Needs :attr:`system` (a ValueError otherwise)."""
+        return self.states.Pi / self._moments("omega_body")
+
+    @property
+    def omega_world(self) -> jax.Array:
+        """World angular velocity ``omega = R Omega = R (Pi / J)`` of every frame. Needs :attr:`system`."""
+        return jnp.einsum("...ij,...j->...i", self.states.R, self.states.Pi / self._moments("omega_world"))
+
+    @property
+    def L_world(self) -> jax.Array:
+        """World angular momentum ``L = R Pi`` of every frame (constant without torque)."""
+        return self.states.L
+
+    @property
+    def energy(self) -> jax.Array:
+        """Total energy of every frame, shape ``(..., n_saved)``: kinetic ``Pi . (Pi / J) / 2`` plus the
+        torque's potential ``V(t, R)`` (:meth:`~jaxrot.torques.AbstractTorque.potential`). For a torque
+        without a potential (a ``jaxrot.Torque`` given no ``potential``, a prescribed momentum, ...) it is
+        the **kinetic energy only**. Needs :attr:`system` (a ValueError otherwise); a batched system
+        (stacked problems: ``J`` of shape ``(batch, 3)``) is mapped over with the frames.
+        """
+        J = self._moments("energy")
+        Pi, R = self.states.Pi, self.states.R
+        kinetic = 0.5 * jnp.sum(Pi * Pi / J, axis=-1)
+        system = self.system
+        lead = R.shape[:-2]
+        ts = jnp.broadcast_to(jnp.asarray(self.ts, R.dtype), lead)
+        batched_system = jnp.ndim(system.body.J) > 1
+
+        def one(sys, t, Rk):
+            return sys.torque.potential(t, Rk)
+
+        f = jax.vmap(one, in_axes=(None, 0, 0))  # frames
+        for _ in range(len(lead) - 1):  # batch axes
+            f = jax.vmap(f, in_axes=(0 if batched_system else None, 0, 0))
+        V = f(system, ts, R)
+        return kinetic if V is None else kinetic + V
 
 
 @jax.jit
@@ -82,6 +207,8 @@ def load(path) -> Trajectory:
             raise ValueError(f"{path!r} is not a jaxrot trajectory file (missing {sorted(missing)})")
         stats = StepStats(**{f.name: jnp.asarray(z[f"stats.{f.name}"]) for f in dataclasses.fields(StepStats)})
         info = json.loads(str(z["provenance"]))
-        result = jnp.asarray(z["result"]) if "result" in z.files else None
+        result = result_of(z["result"]) if "result" in z.files else None
+        ctrl = {k.split(".", 1)[1]: jnp.asarray(z[k]) for k in z.files if k.startswith("controller.")}
+        controller = AdaptiveStats(**ctrl) if ctrl else None
         return Trajectory(jnp.asarray(z["ts"]), State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])), stats,
-                          jnp.asarray(z["failed_step"]), result, tuple(sorted(info.items())))
+                          jnp.asarray(z["failed_step"]), result, controller, None, tuple(sorted(info.items())))

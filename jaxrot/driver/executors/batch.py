@@ -1,0 +1,137 @@
+"""The batch loop shared by the executors that run many bodies: the loop ``vmap`` ped over the bodies,
+optionally split over devices (``shard_map``: every device runs its own part, no communication) and, on
+CPUs, run in cache-sized *blocks* of bodies (``lax.map`` over blocks, each block scanned over all its
+steps, so its data stay in cache)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..checks import is_concrete
+from ..layout import batch_frames_per_chunk, join, run_chunks
+from ..lean_jit import lean_jit
+from ..loop import init_carry, run_steps, scan_frames
+from ..results import Trajectory
+from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
+from .base import RunSpec
+
+#: bodies per cache block on CPU (``jaxrot bench throughput`` compares block sizes)
+CPU_BLOCK = 512
+
+
+def auto_block(block, part: int, devices) -> int | None:
+    """The block size to use: ``None`` (one ``vmap`` over each device's part) on accelerators and for
+    parts that fit one block; else ``block`` (``"auto"``: :data:`CPU_BLOCK` on CPU devices)."""
+    if isinstance(block, str) and block == "auto":
+        block = CPU_BLOCK if all(d.platform == "cpu" for d in devices) else None
+    elif block is not None and (isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1):
+        raise ValueError(f"block_size must be a positive int, None or 'auto', got {block!r}")
+    if block is None or block >= part:
+        return None
+    return int(block)
+
+
+def in_blocks(fn, block, *trees):
+    """``fn(*trees)`` for trees with a leading batch axis, run as ``lax.map`` over blocks of ``block``
+    bodies (the last block padded by repeating the last body; the padding dropped)."""
+    if block is None:
+        return fn(*trees)
+    arrays, static = eqx.partition(trees, eqx.is_array)
+    B = jax.tree_util.tree_leaves(arrays)[0].shape[0]
+    nb = -(-B // block)
+
+    def split(x):
+        x = jnp.concatenate([x, jnp.repeat(x[-1:], nb * block - B, axis=0)], axis=0)
+        return x.reshape((nb, block) + x.shape[1:])
+
+    out = lax.map(lambda a: fn(*eqx.combine(a, static)), jax.tree_util.tree_map(split, arrays))
+    return jax.tree_util.tree_map(lambda x: x.reshape((nb * block,) + x.shape[2:])[:B], out)
+
+
+def blocked_per_device(fn, block, mesh, *trees):
+    """:func:`in_blocks` on each device's part of the batch."""
+    return per_device(lambda *t: in_blocks(fn, block, *t), mesh)(*trees)
+
+
+@lean_jit
+def _batch_init(method, system, state0, dt, t0, system_axis, monitor=None):
+    return jax.vmap(lambda p, s: init_carry(method, p, s, dt, t0, monitor), in_axes=(system_axis, 0))(system, state0)
+
+
+@lean_jit
+def _batch_chunk(method, system, carry, dt, t0, n_valid, n_frames, save_every, system_axis, unroll, block=None,
+           monitor=None, mesh=None):
+    """``n_frames`` frames of every body (frames from ``n_valid`` on skipped); the compiled program
+    depends on ``n_frames`` (fixed per batch size), not on the run's length."""
+
+    def one(p, c):
+        return scan_frames(method, p, c, dt, t0, n_frames, save_every, unroll, monitor, n_valid)
+
+    if system_axis is None:
+        return blocked_per_device(lambda c: jax.vmap(lambda c1: one(system, c1))(c), block, mesh, carry)
+    return blocked_per_device(lambda p, c: jax.vmap(one)(p, c), block, mesh, system, carry)
+
+
+@lean_jit
+def _batch_final(method, system, states0, dt, t0, n_steps, system_axis, block=None):
+    def one(p, s):
+        return run_steps(method, p, s, dt, t0, n_steps)
+
+    if system_axis is None:
+        return in_blocks(jax.vmap(lambda s: one(system, s)), block, states0)
+    return in_blocks(jax.vmap(one), block, system, states0)
+
+
+def _place(spec: RunSpec, devices):
+    """``(system, states0, pad, mesh)``: the batch padded to a multiple of the devices and split
+    over them (one device: unchanged)."""
+    system, states0 = spec.system, spec.state0
+    batched = (system, states0) if spec.stacked else states0
+    pad = (-states0.R.shape[0]) % len(devices)
+    if is_multiprocess(devices) and not all(is_concrete(x) for x in jax.tree_util.tree_leaves(batched)):
+        raise ValueError("under jax.distributed a batch takes concrete (not traced) initial states: every "
+                         "process passes the whole batch")
+    if len(devices) > 1:
+        batched = shard(batched, devices, pad)
+    system, states0 = batched if spec.stacked else (system, batched)
+    return system, states0, pad, batch_mesh(devices)
+
+
+def batch_frames(spec: RunSpec, block, devices) -> Trajectory:
+    """Every saved frame of every body: chunks of a length fixed by the batch size (a new number of
+    steps reuses the compiled chunk), blocked by ``block`` (``"auto"``, an int or None) on each of
+    ``devices`` (None: the default device only)."""
+    devices = [jax.devices()[0]] if devices is None else default_devices(devices)
+    batch = spec.state0.R.shape[0]
+    system, states0, pad, mesh = _place(spec, devices)
+    block = auto_block(block, (batch + pad) // len(devices), devices)
+    axis = 0 if spec.stacked else None
+    m, dt, t0 = spec.method, spec.dt, spec.t0
+    carry = _batch_init(m, system, states0, dt, t0, axis, spec.monitor)
+    F = batch_frames_per_chunk(states0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
+    carry, parts, nvs = run_chunks(
+        lambda c, nv: _batch_chunk(m, system, c, dt, t0, nv, F, spec.save_every, axis, spec.unroll, block, spec.monitor,
+                             mesh), carry, spec.n_frames, F, spec.report)
+    traj = join(states0, t0, parts, nvs, carry[3], carry[4], batched=True)
+    if pad:
+        traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
+    return traj
+
+
+def batch_final(spec: RunSpec, block) -> Trajectory:
+    """Only the last state of every body, the step count a traced loop bound (one program for any
+    count), blocked by ``block`` on the default device."""
+    states0 = spec.state0
+    block = auto_block(block, states0.R.shape[0], jax.devices()[:1])
+    axis = 0 if spec.stacked else None
+    dt, t0 = spec.dt, spec.t0
+    state, failed, reason, stats = _batch_final(spec.method, spec.system, states0, dt, t0,
+                                          jnp.asarray(spec.n_steps, jnp.int32), axis, block)
+    t1 = jnp.broadcast_to(t0 + jnp.asarray(spec.n_steps, dt.dtype) * dt, (1,))
+    parts = ((jax.tree_util.tree_map(lambda x: x[:, None], state), jnp.broadcast_to(t1, (states0.R.shape[0], 1)),
+              jax.tree_util.tree_map(lambda x: x[:, None], stats)),)
+    return join(states0, t0, parts, (1,), failed, reason, batched=True)

@@ -1,0 +1,102 @@
+"""The plain XLA executor: the time loop compiled by XLA on one device.
+
+One body: a run of at most :data:`~jaxrot.driver.layout.SHORT_RUN_FRAMES` frames is one small program
+(initial carry and frames); a longer one is the initial carry and a repeated chunk of
+:data:`~jaxrot.driver.layout.FRAMES_PER_CHUNK` frames, compiled once for any number of steps; inside
+someone's ``jit``/``grad``/``vmap`` it is one scan of exactly its frames (reverse-differentiable,
+each frame rematerialised). A batch is the same loop under ``vmap``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..checks import is_concrete
+from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, join, run_chunks
+from ..lean_jit import lean_jit
+from ..loop import init_carry, run_steps, scan_frames
+from ..results import Trajectory
+from .base import AbstractExecutor, RunSpec
+from .batch import batch_final, batch_frames
+
+
+@lean_jit
+def _one_chunk(method, system, carry, dt, t0, n_valid, save_every, unroll, monitor=None):
+    # only for concrete inputs (traced calls take _one_exact), so never reverse-differentiated
+    return scan_frames(method, system, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid,
+                       reverse_differentiable=False)
+
+
+@lean_jit
+def _one_short(method, system, state0, dt, t0, n_valid, save_every, unroll, monitor=None):
+    """A run of at most SHORT_RUN_FRAMES frames: the initial carry and the frames in one program."""
+    carry = init_carry(method, system, state0, dt, t0, monitor)
+    return scan_frames(method, system, carry, dt, t0, SHORT_RUN_FRAMES, save_every, unroll, monitor, n_valid,
+                       reverse_differentiable=False, columns=True)
+
+
+@lean_jit
+def _one_exact(method, system, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None):
+    """The initial carry and a scan of exactly ``n_frames`` frames (for calls inside a trace)."""
+    carry = init_carry(method, system, state0, dt, t0, monitor)
+    return scan_frames(method, system, carry, dt, t0, n_frames, save_every, unroll, monitor)
+
+
+@lean_jit
+def _one_init(method, system, state0, dt, t0, monitor=None):
+    return init_carry(method, system, state0, dt, t0, monitor)
+
+
+_one_final = lean_jit(run_steps)
+
+
+def traced(spec: RunSpec) -> bool:
+    """Whether any input of ``spec`` is traced (the run is part of someone's ``jit``/``grad``/``vmap``)."""
+    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.monitor))
+    return not all(map(is_concrete, leaves))
+
+
+def one_body(spec: RunSpec) -> Trajectory:
+    """The run of one body on the default device (shared by every executor for a single body)."""
+    m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
+    n_frames = spec.n_frames
+    if spec.final_only and not traced(spec):  # the step count a traced loop bound: one program for any count
+        state, failed, reason, stats = _one_final(m, s, x0, dt, t0, jnp.asarray(spec.n_steps, jnp.int32))
+        t1 = t0 + jnp.asarray(spec.n_steps, dt.dtype) * dt
+        parts = ((jax.tree_util.tree_map(lambda x: x[None], state), t1[None],
+                  jax.tree_util.tree_map(lambda x: x[None], stats)),)
+        return join(x0, t0, parts, (1,), failed, reason)
+    if traced(spec):
+        # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
+        # exactly n_frames, not chunks with the unused frames skipped
+        carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, spec.monitor)
+        parts, nvs = (part,), (n_frames,)
+    elif n_frames <= SHORT_RUN_FRAMES and spec.report is None:
+        carry, part = _one_short(m, s, x0, dt, t0, np.asarray(n_frames, np.int32), se, spec.unroll, spec.monitor)
+        parts, nvs = (part,), (n_frames,)
+    else:  # the initial carry, then the repeated chunk
+        carry = _one_init(m, s, x0, dt, t0, spec.monitor)
+
+        def run_chunk(c, nv):
+            return _one_chunk(m, s, c, dt, t0, nv, se, spec.unroll, spec.monitor)
+
+        carry, parts, nvs = run_chunks(run_chunk, carry, n_frames, FRAMES_PER_CHUNK, spec.report)
+    return join(x0, t0, parts, nvs, carry[3], carry[4])
+
+
+class XLA(AbstractExecutor):
+    """The time loop compiled by XLA on one device; a batch is ``vmap`` ped, unblocked.
+
+    Example::
+
+        jaxrot.simulate("buss4", problem, 1e-3, 1000, executor=jaxrot.XLA())
+    """
+
+    def run(self, spec: RunSpec) -> Trajectory:
+        if not spec.batched:
+            return one_body(spec)
+        if spec.final_only and not traced(spec):
+            return batch_final(spec, block=None)
+        return batch_frames(spec, block=None, devices=None)

@@ -1,0 +1,60 @@
+"""How steps are chosen: :class:`Fixed` or :class:`Adaptive` (diffrax's ``stepsize_controller``)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import numpy as np
+
+
+class AbstractStepSize(eqx.Module):
+    """Chooses the steps of a run."""
+
+
+class Fixed(AbstractStepSize):
+    """Constant steps ``dt`` (given here or as :func:`jaxrot.simulate`'s ``dt``).
+
+    Example::
+
+        jaxrot.simulate("buss4", problem, n_steps=1000, stepsize=jaxrot.Fixed(1e-3))
+    """
+
+    dt: float | None = None
+
+
+class Adaptive(AbstractStepSize):
+    """Error-controlled steps: an embedded pair of methods and a PI controller (Hairer & Wanner II, IV.2).
+
+    Args:
+      rtol, atol: tolerances of the mixed error norm over the 12 numbers of ``(R, Pi)``.
+      error: ``"local"`` bounds each step's error (the usual control; the global error over a long
+        span can be many times the tolerance); ``"global"`` targets the global error by tolerance
+        calibration (2–3 runs).
+      dt0: first trial step (default from the tolerance and the initial angular velocity).
+      max_steps: attempts allowed per body; a body that needs more ends with
+        ``RESULTS.max_steps_reached``.
+
+    The method of such a run is a pair: a name of :data:`jaxrot.PAIRS` (``"buss4(3)"``) or a
+    ``(high, low)`` tuple of methods.
+
+    Example::
+
+        jaxrot.simulate("lie_taylor5(4)", problem, t1=10.0, stepsize=jaxrot.Adaptive(rtol=1e-8, atol=1e-8))
+    """
+
+    rtol: float = 1e-6
+    atol: float = 1e-9
+    error: str = "local"
+    dt0: float | None = None
+    max_steps: int = 100_000
+
+    def __check_init__(self):
+        for name in ("rtol", "atol"):
+            v = getattr(self, name)
+            if isinstance(v, (int, float, np.floating)) and not (np.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.error not in ("local", "global"):
+            raise ValueError(f"error must be 'local' or 'global', got {self.error!r}")
+        if self.dt0 is not None and not (np.isfinite(self.dt0) and self.dt0 > 0):
+            raise ValueError(f"dt0 must be a finite number > 0 or None, got {self.dt0!r}")
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, (int, np.integer)) or self.max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {self.max_steps!r}")
