@@ -66,3 +66,22 @@ def test_a_new_method_is_one_class_and_one_line():
             integrators.register("toy_euler", _BodyFrameEuler)
     finally:
         REGISTRY.pop("toy_euler", None)
+
+
+def test_the_generic_tests_enrol_a_registered_method():
+    """One class and one registry line (tests/toy_method.py, loaded as a pytest plugin) put a method
+    into every generic test: order, invariants, jit/vmap, gradients, float32; and it passes them."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "tests.toy_method", "-q", "-p", "no:cacheprovider",
+           "-n", "0", "tests/test_integrators.py", "-k", "toy_euler"]
+    listed = subprocess.run(cmd + ["--collect-only"], cwd=root, capture_output=True, text=True, timeout=600)
+    ids = [line for line in listed.stdout.splitlines() if "toy_euler" in line]
+    for generic in ("test_order_free_body", "test_invariants_torque_free", "test_jit_vmap_agree",
+                    "test_gradients_finite", "test_float32"):
+        assert any(f"{generic}[toy_euler]" in i for i in ids), (generic, listed.stdout[-2000:])
+    ran = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-3000:]

@@ -1,0 +1,89 @@
+"""Every executor gives the same states for the same run (one body and a batch)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import problems
+
+METHODS = ["buss2p", "buss4", "liemid_ea", "lie_taylor5", "dmv10"]
+
+
+def _problem(method):
+    return problems.get("free_body_mz" if method.startswith("dmv") else "fast_top")
+
+
+def _batch(p, n=6, seed=0):
+    rng = np.random.default_rng(seed)
+    R = jax.vmap(jaxrot.so3.exp)(jnp.asarray(0.3 * rng.normal(size=(n, 3))))
+    Pi = p.state0.Pi * (1 + 0.1 * jnp.asarray(rng.normal(size=(n, 3))))
+    return jaxrot.State(R @ p.state0.R, Pi)
+
+
+EXECUTORS = [jaxrot.XLA(), jaxrot.CPUBlocked(4), jaxrot.Sharded(), jaxrot.Sharded(block_size=None)]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_executors_agree(method):
+    p = _problem(method)
+    s = _batch(p)
+    ref = jaxrot.simulate(method, p, 1e-2, 40, state0=s, save_every=10, executor=jaxrot.XLA())
+    one = jaxrot.simulate(method, p, 1e-2, 40, state0=jaxrot.State(s.R[2], s.Pi[2]), save_every=10)
+    np.testing.assert_allclose(np.asarray(one.states.R), np.asarray(ref.states.R[2]), rtol=0, atol=1e-13)
+    for ex in EXECUTORS[1:]:
+        got = jaxrot.simulate(method, p, 1e-2, 40, state0=s, save_every=10, executor=ex)
+        assert got.info["executor"] == type(ex).__name__
+        for a, b in ((got.states.R, ref.states.R), (got.states.Pi, ref.states.Pi), (got.ts, ref.ts)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13, atol=1e-13)
+        fin = jaxrot.simulate(method, p, 1e-2, 40, state0=s, saveat=jaxrot.SaveAt(t0=False), executor=ex)
+        np.testing.assert_allclose(np.asarray(fin.final.R), np.asarray(ref.final.R), rtol=0, atol=1e-13)
+
+
+def test_one_body_under_any_executor_runs_as_xla():
+    p = problems.get("fast_top")
+    a = jaxrot.simulate("buss4", p, 1e-3, 50, executor=jaxrot.Sharded())
+    b = jaxrot.simulate("buss4", p, 1e-3, 50)
+    assert a.info["executor"] == "Sharded" and b.info["executor"] == "XLA"
+    np.testing.assert_array_equal(np.asarray(a.states.R), np.asarray(b.states.R))
+
+
+def test_bad_executor_options_are_named():
+    with pytest.raises(ValueError, match="block_size"):
+        jaxrot.CPUBlocked(0)
+    with pytest.raises(TypeError, match="executor"):
+        jaxrot.simulate("buss4", problems.get("fast_top"), 1e-3, 10, executor="xla")
+
+
+def test_saveat_and_span_options():
+    p = problems.get("fast_top")
+    every = jaxrot.simulate("buss4", p, 1e-3, 100, saveat=jaxrot.SaveAt(every=25))
+    legacy = jaxrot.simulate("buss4", p, 1e-3, 100, save_every=25)
+    np.testing.assert_array_equal(np.asarray(every.states.R), np.asarray(legacy.states.R))
+    by_t1 = jaxrot.simulate("buss4", p, 1e-3, t1=0.1, saveat=jaxrot.SaveAt(every=25))
+    np.testing.assert_array_equal(np.asarray(by_t1.states.R), np.asarray(every.states.R))
+    fixed = jaxrot.simulate("buss4", p, n_steps=100, stepsize=jaxrot.Fixed(1e-3), save_every=25)
+    np.testing.assert_array_equal(np.asarray(fixed.states.R), np.asarray(every.states.R))
+    last = jaxrot.simulate("buss4", p, 1e-3, 100, saveat=jaxrot.SaveAt(t0=False))
+    assert last.ts.shape == (1,) and last.states.R.shape == (1, 3, 3)
+    np.testing.assert_allclose(np.asarray(last.final.R), np.asarray(every.final.R), rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="whole number of steps"):
+        jaxrot.simulate("buss4", p, 3e-3, t1=0.1)
+    with pytest.raises(ValueError, match="not both"):
+        jaxrot.simulate("buss4", p, 1e-3, 100, save_every=10, saveat=jaxrot.SaveAt(every=10))
+    with pytest.raises(ValueError, match="every"):
+        jaxrot.SaveAt(every=0)
+
+
+def test_deprecated_aliases_equal_the_new_call():
+    p = problems.get("fast_top")
+    s = _batch(p)
+    with pytest.warns(DeprecationWarning):
+        old = jaxrot.simulate_batch("buss4", p, 1e-3, 40, states0=s, save_every=10)
+    new = jaxrot.simulate("buss4", p, 1e-3, 40, state0=s, save_every=10)
+    np.testing.assert_array_equal(np.asarray(old.states.R), np.asarray(new.states.R))
+    with pytest.warns(DeprecationWarning):
+        old = jaxrot.final_state("buss4", p, 1e-3, 40)
+    new = jaxrot.simulate("buss4", p, 1e-3, 40, saveat=jaxrot.SaveAt(t0=False)).final
+    np.testing.assert_array_equal(np.asarray(old.R), np.asarray(new.R))
