@@ -7,7 +7,7 @@ import numpy as np
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 SMALL = {"batch_of_bodies": {"n_bodies": 64, "n_steps": 100}, "fit_inertia": {"n_obs": 30, "max_iters": 30},
-         "convergence_map": {"n": 21, "png": None}}
+         "convergence_map": {"n": 21, "png": None}, "fit_damping": {"n_obs": 20, "max_iters": 20}}
 
 
 def _load(name):
@@ -19,7 +19,7 @@ def _load(name):
 
 def test_every_example_is_covered():
     assert {p.stem for p in EXAMPLES.glob("*.py")} == {"batch_of_bodies", "flip_time_gradient", "fit_inertia",
-                                                      "convergence_map"}
+                                                      "convergence_map", "fit_damping"}
 
 
 def test_batch_of_bodies():
@@ -45,3 +45,7 @@ def test_convergence_map(tmp_path, monkeypatch):
     assert r["inside_disc"] == 1.0 and 0.5 < r["converged"] < 1.0  # Kantorovich: guaranteed inside the disc
     assert (tmp_path / "convergence_map.png").stat().st_size > 0
 
+
+def test_fit_damping():
+    r = _load("fit_damping").main(**SMALL["fit_damping"])
+    assert abs(r["c"] / r["c_true"] - 1) < 0.01 and abs(r["c"] - r["c_true"]) < 4 * r["c_std"]

@@ -238,7 +238,8 @@ class Torque(AbstractTorque):
     ``fn`` and ``potential`` are checked once at construction with ``jax.eval_shape`` on
     ``t: ()``, ``R: (3, 3)``, ``Pi: (3,)`` (no computation): a wrong number of arguments or a wrong
     output shape is a ``TypeError`` naming the function. Cost: one ``fn`` call per torque
-    evaluation (plus one 3x3 product for ``frame="body"``).
+    evaluation (plus one 3x3 product for ``frame="body"``). The output is cast to ``Pi``'s dtype;
+    for float32 runs write constants inside ``fn`` as ``jnp.asarray(c, R.dtype)``.
 
     Args:
       fn: the torque function.
@@ -308,7 +309,7 @@ class Torque(AbstractTorque):
 
     def __call__(self, t, R, Pi):
         tau = jnp.asarray(self._raw(t, R, Pi, self.args), Pi.dtype)
-        return so3.mv(R, tau) if self.frame == "body" else tau
+        return R @ tau if self.frame == "body" else tau  # (not so3.mv: its custom_jvp has no Taylor-mode rule)
 
     def potential(self, t, R):
         if self.potential_fn is None:
