@@ -328,3 +328,18 @@ def test_trajectory_save_load_round_trip_with_system(tmp_path):
     # the system is not stored (a torque may be a Python function): attach it again for energies
     again = _with_system(back, p)
     np.testing.assert_array_equal(np.asarray(again.energy), np.asarray(traj.energy))
+
+
+def _doc_code(name):
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[1] / "docs" / "user_guide" / name
+    return "\n".join(re.findall(r"```python\n(.*?)```", page.read_text(), re.S))
+
+
+def test_rotations_page_example_runs():
+    ns = {}
+    exec(compile(_doc_code("rotations.md"), "rotations.md", "exec"), ns)
+    np.testing.assert_allclose(np.asarray(ns["angles"][0]), [30.0, 10.0, -5.0], atol=1e-12)
+    assert ns["quats"].shape == (101, 4) and ns["omega"].shape == (101, 3)

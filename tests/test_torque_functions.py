@@ -214,3 +214,13 @@ def test_float32_run():
 
 def test_free_torque_unchanged():
     assert FreeTorque().is_free and not Torque(gravity_world).is_free
+
+
+def test_torques_page_example_runs():
+    import pathlib
+    import re
+
+    page = pathlib.Path(__file__).resolve().parents[1] / "docs" / "user_guide" / "torques.md"
+    ns = {}
+    exec(compile("\n".join(re.findall(r"```python\n(.*?)```", page.read_text(), re.S)), "torques.md", "exec"), ns)
+    assert isinstance(ns["torque"], Torque) and ns["problem"].torque.frame == "world"
