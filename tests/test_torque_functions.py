@@ -224,3 +224,13 @@ def test_torques_page_example_runs():
     ns = {}
     exec(compile("\n".join(re.findall(r"```python\n(.*?)```", page.read_text(), re.S)), "torques.md", "exec"), ns)
     assert isinstance(ns["torque"], Torque) and ns["problem"].torque.frame == "world"
+
+
+def test_energy_projection_step_refuses_a_function_torque_clearly():
+    """Called directly (the driver refuses earlier), the EP step names what it needs."""
+    p = problems.get("free_body_mz")
+    system = jaxrot.System(p.body, lambda t, R, Pi: jnp.zeros(3))
+    ep = jaxrot.get("buss4_ep")
+    aux = ep.init(system, 0.0, p.state0, 1e-2)
+    with pytest.raises(ValueError, match="torque-free problems.*got Torque; use a torque-capable method"):
+        ep.step(system, 0.0, p.state0, aux, 1e-2)

@@ -182,8 +182,9 @@ class EnergyProjection(AbstractWrapper):
 
     def step(self, system, t, state, aux, dt):
         if not system.torque.is_free:
-            raise ValueError("energy projection assumes no torque (Buss's EP); "
-                             f"got {type(system.torque).__name__}")
+            raise ValueError("energy projection (Buss's EP, the *_ep methods) is for torque-free problems: it "
+                             "restores the kinetic energy of free motion, which a torque changes; got "
+                             f"{type(system.torque).__name__}; use a torque-capable method (e.g. liemid_ea or buss4)")
         base_aux, (E0, L2) = aux
         new, base_aux, st = self.base.step(system, t, state, base_aux, dt)
         R1, Pi1, clamped = project_energy(system.body.J, new.R, new.Pi, L2, E0, self.rule)
