@@ -97,7 +97,7 @@ def main(quick: bool = False, out_dir=None) -> list[dict]:
                     return jaxrot.simulate(m, p, h, n, save_every=n, state0=s1).states.R.block_until_ready()
             else:
                 def run(n, m=m):
-                    return jaxrot.simulate_batch(m, p, h, n, states0=states, save_every=n).states.R.block_until_ready()
+                    return jaxrot.simulate(m, p, h, n, state0=states, save_every=n).states.R.block_until_ready()
             t0 = time.perf_counter()
             run(n_steps)
             first = time.perf_counter() - t0

@@ -17,7 +17,6 @@ import numpy as np
 
 import jaxrot
 from jaxrot import analysis, problems, reference
-from jaxrot.driver.simulate import final_state
 
 from ._common import md_table, setup, write_json
 
@@ -44,7 +43,7 @@ def _conv(method, p, T, ks, ref):
         n = int(round(T * 2**k))
         dt = T / n
         try:
-            fin = final_state(method, p, dt, n)
+            fin = jaxrot.simulate(method, p, dt, n, saveat=jaxrot.SaveAt(t0=False)).final
             eR = float(analysis.matrix_error(fin.R, ref.R))
             eP = float(np.linalg.norm(np.asarray(fin.Pi - ref.Pi)))
         except jaxrot.SimulationError:

@@ -38,8 +38,13 @@ def test_a_dip_in_the_error_is_not_taken_for_the_threshold(monkeypatch):
     """Errors that pass by accident below a failing larger N (a non-monotone dip) are rejected."""
     import sys
 
-    sim = sys.modules["jaxrot.simulate"]
-    monkeypatch.setattr(sim, "final_state", lambda method, problem, dt, n, throw=True: n)
+    sim = sys.modules["jaxrot.driver.simulate"]
+
+    class Run:  # stands for a final-state run; the patched final_error reads the step count
+        def __init__(self, n):
+            self.final = n
+
+    monkeypatch.setattr(sim, "simulate", lambda method, problem, dt, n, **kw: Run(n))
     # monotone (10/N)^2 passes 1e-4 from N = 1000 on, but N = 960 passes by accident
     monkeypatch.setattr(analysis, "final_error", lambda n, ref, metric: 0.0 if n == 960 else (10.0 / n) ** 2)
     monkeypatch.setattr(analysis, "total_rotation_angle", lambda problem, T: 1.0)

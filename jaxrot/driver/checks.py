@@ -234,7 +234,7 @@ def _scalar_of_float(x: float, dtype) -> jax.Array:
 
 def scalar(x, dtype):
     """``jnp.asarray(x, dtype)``; a Python float's device array is reused (arrays are immutable;
-    creating one costs ~27 us, a tenth of a small simulate call)."""
+    creating one is a noticeable part of a small simulate call)."""
     if type(x) in (float, int):
         return _scalar_of_float(x, jnp.dtype(dtype))
     return jnp.asarray(x, dtype)

@@ -61,9 +61,9 @@ class Columns(eqx.Module):
     """A short run's frames as one buffer per number (``layout``: the frame's tree and leaf shapes).
 
     XLA's CPU runtime runs a program inline only if it has at most 8 operations or touches no buffer
-    over 512 bytes; otherwise it goes through its thread pool, ~30-50 us a program on the development
-    machine. 64 frames of one number are 512 bytes in float64, so a short run's whole program qualifies
-    where a (frames, 17) buffer would not (the 10-step call 200 -> 161 us, alternated in one process)."""
+    over 512 bytes; otherwise it goes through its thread pool, tens of microseconds a program. 64
+    frames of one number are 512 bytes in float64, so a short run's whole program qualifies where a
+    (frames, 17) buffer would not."""
 
     cols: tuple
     layout: tuple = eqx.field(static=True)

@@ -4,7 +4,7 @@ Like ``filter_jit``, every array leaf of the arguments (JAX or NumPy) is traced 
 is static (hashed into the cache key). A call flattens the arguments once, looks the compiled
 program up by (structure, non-array leaves) and hands the arrays to a plain ``jax.jit``, whose C++
 path dispatches them; ``filter_jit``'s own per-call Python (signature binding, partitioning,
-re-combining the outputs) costs ~0.15 ms, a third of a small :func:`jaxrot.simulate` call.
+re-combining the outputs) is a large part of a small :func:`jaxrot.simulate` call.
 Outputs must be JAX types (arrays, None, modules whose non-array fields are static).
 """
 

@@ -80,12 +80,10 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     With a (traced) ``n_valid``, frames from ``n_valid`` on are skipped by ``lax.cond`` (carry
     unchanged; their outputs are to be dropped), so one compiled length serves any count; with
     ``reverse_differentiable=False`` the frames run in a ``fori_loop`` to ``n_valid`` writing into
-    ``n_frames``-long outputs instead (no per-frame conditional: the chunk of a 10-step call
-    200/222 -> 154/153 us on CPU, A/B in separate processes; forward-mode only, as any while loop),
-    a frame's outputs packed in one row (a 1-body run of 20 480 steps, alternated in one process
-    against the code before: saving every step 2.64 -> 1.23 us per step, every 2nd 1.36 -> 0.87,
-    one frame 0.63 -> 0.48). ``columns=True`` (with it): the outputs as :class:`Columns`, one
-    ``n_frames`` buffer per number, unpacked by :func:`_join`."""
+    ``n_frames``-long outputs instead (no per-frame conditional; forward-mode only, as any while
+    loop), a frame's outputs packed in one row (:func:`~jaxrot.driver.layout.row_packing`: one write a
+    frame). ``columns=True`` (with it): the outputs as :class:`~jaxrot.driver.layout.Columns`, one
+    ``n_frames`` buffer per number, unpacked by :func:`~jaxrot.driver.layout.join`."""
 
     def inner(c, _):
         (state, aux, k, failed, reason, ref), acc = c
@@ -149,7 +147,7 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
         return lax.scan(outer, carry, jnp.arange(n_frames, dtype=jnp.int32))
 
     # blocks of SKIP_GROUP frames, a whole block skipped by one cond: a short run in a long chunk pays
-    # ~n_frames/SKIP_GROUP skipped conds, not n_frames (a 1-frame call: 2.9 ms -> see the README)
+    # ~n_frames/SKIP_GROUP skipped conds, not n_frames
     def block(c, b):
         idx = b * SKIP_GROUP + jnp.arange(SKIP_GROUP, dtype=jnp.int32)
 

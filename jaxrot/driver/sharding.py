@@ -21,7 +21,7 @@ def use_cpu_cores(n: int | None = None) -> int:
     """Make ``n`` CPU cores (default: all this process may use) separate JAX CPU devices; returns ``n``.
 
     Call it right after ``import jax``, before any JAX computation (JAX fixes its devices then; a
-    later call raises ``RuntimeError``). :func:`jaxrot.simulate_batch` and the maps then split a
+    later call raises ``RuntimeError``). :func:`jaxrot.simulate` (a batch) and the maps then split a
     batch over the cores, each core running its part in cache-sized blocks: on one CPU device XLA
     spreads each of a step's small kernels over the cores, which gains nothing over one core
     (``jaxrot bench throughput``). Sets JAX's ``jax_num_cpu_devices``; the default device (where a
@@ -69,8 +69,7 @@ def per_device(fn, mesh):
     leading axis over ``mesh``; other leaves static), through ``shard_map``: every device runs its
     own part with no communication. A batch under a plain ``jit`` would be partitioned by XLA
     instead, which reduces a vmapped ``while_loop``'s "any body still iterating" across the devices
-    every iteration (``liemid_ea`` on 2 CPU devices, ``jaxrot bench throughput``: 0.221 -> 0.118 µs
-    per body-step).
+    every iteration (the cost is in ``docs/benchmarks.md``).
     ``mesh=None`` (one device): ``fn`` itself."""
     if mesh is None:
         return fn

@@ -8,9 +8,8 @@ concatenates the values and passes them through ``lax.reduce_precision`` to thei
 exact identity), which XLA neither removes nor duplicates into the consumers: each value is
 computed once. The first version passed them through a product with the identity (a ``dot`` is
 never fused either), but each ``dot`` is a separate library call that also cuts its neighbours'
-fusions: ``split4_231`` 54 -> 16 kernels a step and 2.8 -> 2.5x ``buss4`` per body-step (1 000
-bodies, alternated runs). Per value, without the concatenation, XLA fuses the ``reduce_precision``
-into the consumers and the recomputation returns (81 ``sin`` a step, 11.6x slower).
+fusions (``split4_231`` had three times as many kernels a step). Per value, without the
+concatenation, XLA fuses the ``reduce_precision`` into the consumers and the recomputation returns.
 """
 
 from __future__ import annotations

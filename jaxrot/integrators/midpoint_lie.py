@@ -57,8 +57,8 @@ class _AbstractLieMid(AbstractIntegrator):
     newton: Newton = Newton()
 
 # LIEMID and LIEMID[EA] (the throughput methods, and EA's compositions) solve by two chord
-# iterations first (liemid_ea 1.6 -> 0.49 us per body-step, `jaxrot bench throughput`); the other
-# variants keep plain Newton and its smaller programs (a compile-time difference not measured cleanly).
+# iterations first (several times faster per body-step, `jaxrot bench throughput`); the other
+# variants keep plain Newton and its smaller programs.
 _CHORD = Newton(chord=2)
 
 

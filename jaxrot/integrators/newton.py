@@ -38,8 +38,8 @@ class Newton(eqx.Module):
     chord step; where that fails, plain Newton runs from the starting guess (as with ``chord=0``,
     so a large step that defeats the chord iteration is solved exactly as before). LIEMID and
     LIEMID[EA] use it with the Jacobian at ``Psi = 0`` (constant, so XLA folds most of it) from a
-    third-order starting guess, where the chord iteration contracts by ``O((h |Omega|)^2)`` per step: ``liemid_ea`` 1.6 -> 0.49 us
-    per body-step (``jaxrot bench throughput``), the same root within the tolerance (tests).
+    third-order starting guess, where the chord iteration contracts by ``O((h |Omega|)^2)`` per step:
+    several times faster (``jaxrot bench throughput``), the same root within the tolerance (tests).
     """
 
     rtol: float | None = None
@@ -62,8 +62,8 @@ class Newton(eqx.Module):
 
 def solve(A, b):
     """``A^-1 b``; for 3x3 systems (every rotation method's) in closed form by the adjugate: a
-    LAPACK call per body costs more than the arithmetic under ``vmap`` (midpoint_exp, 1 000 bodies,
-    one run: 1.56 -> 0.67 us per body-step). A singular ``A`` gives non-finite values, which the
+    LAPACK call per body costs more than the arithmetic under ``vmap``. A singular ``A`` gives
+    non-finite values, which the
     convergence check reports."""
     if A.shape != (3, 3):
         return jnp.linalg.solve(A, b)

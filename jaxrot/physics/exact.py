@@ -19,7 +19,7 @@ computation of the free rigid body motion and its use in splitting methods", SIA
 ``R(t) = Y0 Rz(psi(t)) P(Pi(t))`` where ``P`` rotates ``Pi/|Pi|`` onto a fixed axis and ``psi`` is an
 elliptic integral of the third kind. Here every integral is in Carlson's symmetric form (RF, RJ by
 duplication, a fixed number of steps, so it jits, vmaps and differentiates; the RC of each RJ step in
-closed form, 1.5x faster than by duplication): exact to round-off on
+closed form, cheaper than by duplication): exact to round-off on
 both sides of the separatrix and on it, and for symmetric bodies and spheres.
 """
 
@@ -273,8 +273,8 @@ def free_flow(J, state0: State, t) -> State:
     and t away from the separatrix (on it, derivatives in the initial data are unbounded).
 
     Axisymmetric bodies (two moments equal to 1e-12 relative, spheres included) take the closed form
-    of two rotations (:func:`_axisymmetric_flow`; 0.21 against 2.0 us per flow through this function,
-    1 000 fast-top states in one vmapped call, one run) through a ``lax.cond`` on J, a real branch whenever J is not batched. There, derivatives in J are exact
+    of two rotations (:func:`_axisymmetric_flow`, about ten times cheaper than the elliptic flow) through
+    a ``lax.cond`` on J, a real branch whenever J is not batched. There, derivatives in J are exact
     along perturbations that keep the symmetry (the equal moments moved together, the odd one alone);
     a perturbation that breaks it gets the average of the equal moments' derivatives (the flow is
     smooth in J, but its first-order response to a symmetry-breaking J is not computed).

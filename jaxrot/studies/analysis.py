@@ -78,12 +78,13 @@ def convergence_study(method, problem: Problem, t_end: float, ns, reference: Sta
     ``"Pi2"`` (norm of Pi - Pi_ref). Errors at or below ``floor`` (a round-off level) are kept in
     the output but left out of the fitted order. Returns ``dict(dts, errors, order)``.
     """
-    from ..driver.simulate import final_state
+    from ..driver.saveat import SaveAt
+    from ..driver.simulate import simulate
 
     errs, dts = [], []
     for n in ns:
         dt = t_end / n
-        fin = final_state(method, problem, dt, int(n))
+        fin = simulate(method, problem, dt, int(n), saveat=SaveAt(t0=False)).final
         errs.append(float(final_error(fin, reference, metric)))
         dts.append(dt)
     fit = [(d, e) for d, e in zip(dts, errs) if e > floor]
@@ -120,14 +121,15 @@ def steps_to_accuracy(method, problem: Problem, eps: float, metric: str = "angle
     to the passing doubling count, and if any of those fails the search resumes above it. The
     ``N`` returned passes at every count the search tried above it; ``dips`` lists the counts that
     passed below a failing larger one. One compilation serves every ``N``
-    (:func:`jaxrot.final_state`).
+    (``jaxrot.simulate(..., saveat=SaveAt(t0=False))``).
 
     Returns ``{"N", "theta_deg", "evaluations": [(N, error), ...], "dips": [...], "eps", "metric"}``,
     where ``theta_deg`` is the mean rotation angle per step in degrees, ``integral |omega| dt / N``
     (from the reference trajectory), Buss's theta-bar.
     """
     from .reference import reference_solution
-    from ..driver.simulate import final_state
+    from ..driver.saveat import SaveAt
+    from ..driver.simulate import simulate
 
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
@@ -140,7 +142,7 @@ def steps_to_accuracy(method, problem: Problem, eps: float, metric: str = "angle
 
     def err(n):
         if n not in evaluations:
-            s = final_state(method, problem, T / n, n, throw=False)
+            s = simulate(method, problem, T / n, n, saveat=SaveAt(t0=False), throw=False).final
             e = float(final_error(s, reference, metric))
             evaluations[n] = e if np.isfinite(e) else np.inf
         return evaluations[n]

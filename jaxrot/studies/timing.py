@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
 
+from ..driver.saveat import SaveAt
+from ..driver.simulate import simulate
 from ..physics.problems import Problem
-from ..driver.simulate import final_state
 
 
 def seconds_per_step(method, problem: Problem, dt: float, n_steps: int = 20000, repeats: int = 3) -> float:
@@ -18,10 +20,11 @@ def seconds_per_step(method, problem: Problem, dt: float, n_steps: int = 20000, 
     """
     if n_steps < 1 or repeats < 1:
         raise ValueError("need n_steps >= 1 and repeats >= 1")
-    jax.block_until_ready(final_state(method, problem, dt, n_steps, throw=False))  # compile + warm up
+    run = functools.partial(simulate, method, problem, dt, n_steps, saveat=SaveAt(t0=False), throw=False)
+    jax.block_until_ready(run().states)  # compile + warm up
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(final_state(method, problem, dt, n_steps, throw=False))
+        jax.block_until_ready(run().states)
         best = min(best, time.perf_counter() - t0)
     return best / n_steps
