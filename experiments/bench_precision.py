@@ -6,7 +6,7 @@ bodies (momentum x (1 + 0.01 N(0,1)), attitude turned by 0.01 N(0,1) rad), targe
 (max over the batch of the rotation angle to the reference, rad): for every fixed-step method the
 smallest step count N reaching the target (``analysis.smallest_passing_count``, 5 % resolution), for
 the error-controlled pairs and the baselines the loosest tolerance rtol = atol reaching it
-(``analysis.loosest_passing_tolerance``, steps of sqrt(10)), ``simulate_to_tolerance`` (the
+(``analysis.loosest_passing_tolerance``, steps of sqrt(10)), ``Adaptive(error="global")`` (the
 global-error driver) at rtol = atol = the target itself, and the wall time of that run per body
 (median of 3, vmapped batch, compiled beforehand). Baselines measured in the same run: diffrax Tsit5
 and Dopri8 with its PID controller (vmapped; the ``bench`` extra) and SciPy's DOP853 (a few bodies,
@@ -70,6 +70,11 @@ def _reference(p, S, T):
     return jax.vmap(lambda s: reference.reference_solution(p, T, state0=s, max_step=h).final)(S)
 
 
+def _final(method, p, dt, n, S):
+    """The final states of a fixed-step run of the batch S (failures flagged, not raised)."""
+    return jaxrot.simulate(method, p, dt, n, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False).final
+
+
 def _err(S, ref):
     e = analysis.attitude_error(S.R, ref.R)
     return float(jnp.max(jnp.where(jnp.isfinite(e), e, jnp.inf)))
@@ -117,20 +122,21 @@ def run_case(label, name, T, methods, pairs, B, targets, baselines, log):
     for m in methods:
         for eps in targets:
             def passes(n, m=m):
-                return _err(jaxrot.final_state(m, p, T / n, n, state0=S, throw=False), ref) <= eps
+                return _err(_final(m, p, T / n, n, S), ref) <= eps
             N, _ = analysis.smallest_passing_count(passes, n_start=1 if m.startswith("exact_free") else 4,
                                                    n_max=1 << 18)
             if N is None:
                 rows.append(dict(case=label, target=eps, method=m, setting="N > 262144", steps=None, us=None, err=None))
                 continue
-            sec = _median_time(lambda: jaxrot.final_state(m, p, T / N, N, state0=S, throw=False))
-            e = _err(jaxrot.final_state(m, p, T / N, N, state0=S, throw=False), ref)
+            sec = _median_time(lambda: _final(m, p, T / N, N, S))
+            e = _err(_final(m, p, T / N, N, S), ref)
             rows.append(dict(case=label, target=eps, method=m, setting=f"N = {N}", steps=N, us=1e6 * sec / B, err=e))
             log(rows[-1])
     for pair in pairs:
         for eps in targets:
             def go(tol, pair=pair):
-                return jaxrot.simulate_adaptive(pair, p, T, rtol=tol, atol=tol, state0=S, max_steps=1 << 20)
+                return jaxrot.simulate(pair, p, t1=T, state0=S, saveat=jaxrot.SaveAt(t0=False),
+                                       stepsize=jaxrot.Adaptive(tol, tol, max_steps=1 << 20))
 
             tol, _ = analysis.loosest_passing_tolerance(lambda t: _err(go(t).final, ref) <= eps, eps, tries=10)
             if tol is None:
@@ -140,17 +146,19 @@ def run_case(label, name, T, methods, pairs, B, targets, baselines, log):
             sol = go(tol)
             sec = _median_time(lambda: go(tol).final.R)
             rows.append(dict(case=label, target=eps, method=f"adaptive {pair}", setting=f"tol = {tol:.1e}",
-                             steps=float(np.mean(sol.n_accepted + sol.n_rejected)), us=1e6 * sec / B,
+                             steps=float(np.mean(sol.controller.n_accepted + sol.controller.n_rejected)), us=1e6 * sec / B,
                              err=_err(sol.final, ref)))
             log(rows[-1])
             # the global-error driver at the target itself (its calibration runs in its cost and steps)
             def glob(pair=pair, eps=eps):
-                return jaxrot.simulate_to_tolerance(pair, p, T, rtol=eps, atol=eps, state0=S, max_steps=1 << 20)
+                return jaxrot.simulate(pair, p, t1=T, state0=S, saveat=jaxrot.SaveAt(t0=False),
+                                       stepsize=jaxrot.Adaptive(eps, eps, error="global", max_steps=1 << 20))
 
             sol = glob()
             sec = _median_time(lambda: glob().final.R)
             rows.append(dict(case=label, target=eps, method=f"to tolerance {pair}", setting=f"tol = {eps:.0e}",
-                             steps=float(np.mean(sol.n_accepted + sol.n_rejected + sol.n_calibration)),
+                             steps=float(np.mean(sol.controller.n_accepted + sol.controller.n_rejected
+                                           + sol.controller.n_calibration)),
                              us=1e6 * sec / B, err=_err(sol.final, ref)))
             log(rows[-1])
     for solver in baselines.get("diffrax", []):

@@ -83,16 +83,17 @@ def _jax_runner(method, p, states, n, block, devices=None):
     if B == 1:
         s1 = jaxrot.State(states.R[0], states.Pi[0])
         return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s1).states.R.block_until_ready()
-    return lambda: jaxrot.simulate_batch(method, p, H, n, states0=states, save_every=n, block_size=block,
-                                         devices=devices).states.R.block_until_ready()
+    run = jaxrot.Sharded(devices, block)
+    return lambda: jaxrot.simulate(method, p, H, n, state0=states, save_every=n,
+                                   executor=run).states.R.block_until_ready()
 
 
 def _cost_per_body_step(method, p, states) -> dict:
     """XLA's cost analysis of a 1-step batched call on one device, per body (includes the
     initialisation and the output copies, so it over-counts a steady-state step; on several devices
     the analysis would count one device's part)."""
-    f = jax.jit(lambda s: jaxrot.simulate_batch(method, p, H, 1, states0=s, save_every=1, block_size=None,
-                                                devices=jax.devices()[:1]).states.R)
+    one_device = jaxrot.Sharded(jax.devices()[:1], None)
+    f = jax.jit(lambda s: jaxrot.simulate(method, p, H, 1, state0=s, save_every=1, executor=one_device).states.R)
     return _xla_cost(f, states)
 
 
@@ -149,12 +150,12 @@ def call_overhead(p, n_steps: int = 10, calls: int = 300) -> dict:
 
 def drift(method: str, p, n_steps: int, bodies: int = 16) -> dict:
     """Worst relative energy change, world-momentum change and orthogonality defect over a batch
-    after ``n_steps`` torque-free steps, float32 and float64 (``final_state``: no frames stored)."""
+    after ``n_steps`` torque-free steps, float32 and float64 (``SaveAt(t0=False)``: no frames stored)."""
     out = {"method": method, "steps": n_steps, "bodies": bodies}
     for dtype, tag in ((jnp.float32, "f32"), (jnp.float64, "f64")):
         s0, _, _ = _bodies(bodies, dtype, np.random.default_rng(1))
         q = jaxrot.cast(p, dtype)
-        fin = jaxrot.final_state(method, q, H, n_steps, state0=s0)
+        fin = jaxrot.simulate(method, q, H, n_steps, state0=s0, saveat=jaxrot.SaveAt(t0=False)).final
         E0, E1 = (np.asarray(jaxrot.analysis.kinetic_energy(q.body.J, x.Pi), np.float64) for x in (s0, fin))
         L0, L1 = (np.asarray(x.L, np.float64) for x in (s0, fin))
         out[f"energy {tag}"] = float(np.max(np.abs(E1 / E0 - 1)))
@@ -211,7 +212,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
                 return R
 
             row["NumPy f64"] = B * n_np / _median_time(np_run, 3)
-            ref = np.asarray(jaxrot.simulate_batch("buss2p", p, H, 100, states0=jaxrot.State(
+            ref = np.asarray(jaxrot.simulate("buss2p", p, H, 100, state0=jaxrot.State(
                 jnp.asarray(R0), jnp.asarray(np.einsum("bji,bj->bi", R0, L0))), save_every=100).final.R) \
                 if B > 1 else None
             for name, (fn, soa) in libs.items():

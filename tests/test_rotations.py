@@ -288,10 +288,7 @@ def test_trajectory_views_of_a_batch():
                            p.t_end, p.name, p.description)  # stacked problems share the static fields
     ps = [p, other]
     batch = jaxrot.stack_problems(ps)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        traj = jaxrot.simulate_batch("liemid_ea", batch, 1e-3, 100, save_every=10)
-    traj = _with_system(traj, batch)
+    traj = _with_system(jaxrot.simulate("liemid_ea", batch, 1e-3, 100, save_every=10), batch)
     assert traj.quaternion().shape == (2, 11, 4) and traj.euler("XYZ").shape == (2, 11, 3)
     assert traj.to_scipy().as_matrix().reshape(-1, 3, 3).shape == (22, 3, 3)
     for k, p in enumerate(ps):
@@ -299,6 +296,15 @@ def test_trajectory_views_of_a_batch():
         np.testing.assert_allclose(np.asarray(traj.energy[k]), np.asarray(one.energy), rtol=1e-13)
         np.testing.assert_allclose(np.asarray(traj.omega_body[k]), np.asarray(one.omega_body), rtol=1e-13)
         np.testing.assert_allclose(np.asarray(traj.quaternion()[k]), np.asarray(one.quaternion()), atol=1e-14)
+    # one problem, a batch of initial states: the system has no batch axis
+    states = jaxrot.State(jnp.stack([p.state0.R, other.state0.R]), jnp.stack([p.state0.Pi, other.state0.Pi]))
+    shared = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, save_every=10, state0=states), p)
+    assert shared.energy.shape == (2, 11) and shared.omega_world.shape == (2, 11, 3)
+    for k in range(2):
+        one = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, save_every=10,
+                                           state0=jaxrot.State(states.R[k], states.Pi[k])), p)
+        np.testing.assert_allclose(np.asarray(shared.energy[k]), np.asarray(one.energy), rtol=1e-13)
+        np.testing.assert_allclose(np.asarray(shared.omega_world[k]), np.asarray(one.omega_world), atol=1e-12)
 
 
 def test_trajectory_energy_without_potential_is_kinetic_and_system_required():

@@ -96,6 +96,7 @@ def _run(args) -> int:
 
     import jaxrot
     from jaxrot import analysis, problems, reference
+    from jaxrot.driver.failures import codes_of, name_of
 
     p = problems.get(args.problem)
     n = args.steps
@@ -111,7 +112,7 @@ def _run(args) -> int:
     ts = np.asarray(traj.ts)[:keep]
     print(f"{args.method} on {p.name}: dt={args.dt}, {n} steps, t_end={args.dt * n:g}")
     if failed >= 0:
-        print(f"  step {failed} failed ({jaxrot.RESULTS(int(traj.result)).name}); "
+        print(f"  step {failed} failed ({name_of(codes_of(traj.result))}); "
               f"statistics below cover t <= {T:g}")
     print(f"  relative energy drift   max|E-E0|/|E0| = {np.abs(E - E[0]).max() / abs(E[0]):.3e}")
     print(f"  world momentum drift    max|L-L0|/|L0| = {np.abs(L - L[0]).max() / np.linalg.norm(L[0]):.3e}"
@@ -265,14 +266,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)
-    from jaxrot.driver.simulate import SimulationError
+    from jaxrot.driver.failures import SimulationError, codes_of, name_of
 
     try:
         return args.fn(args)
     except SimulationError as e:
         hint = "rerun with --no-throw to keep the trajectory up to it" if args.cmd == "run" else "reduce --dt"
         why = {"solve_failed": "the nonlinear solve did not converge",
-               "nonfinite_state": "the state became non-finite"}.get(getattr(e.reason, "name", ""), "it failed")
+               "nonfinite_state": "the state became non-finite"}.get(
+            "" if e.reason is None else name_of(codes_of(e.reason)), "it failed")
         print(f"jaxrot: simulation failed at step {e.step}: {why}. Reduce --dt, or {hint}.", file=sys.stderr)
         return 1
     except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
