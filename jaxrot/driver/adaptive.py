@@ -25,6 +25,7 @@ against fixed steps of the same accuracy is in ``docs/benchmarks.md``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import equinox as eqx
 import jax
@@ -153,9 +154,10 @@ def _prepare(pair, problem, t1, rtol, atol, times, state0, t0, dt0, max_steps):
     return hi, lo, cast(problem.system, dtype), state0, ts
 
 
-def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps):
-    """One error-controlled run; ``rtol``/``atol``: scalars, or one per body of a batch.
-    Returns ``(states, stats, AdaptiveStats, success)``."""
+def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None):
+    """One error-controlled run; ``rtol``/``atol``: scalars, or one per body of a batch, whose bodies
+    ``executor`` places (:meth:`~jaxrot.driver.executors.base.AbstractExecutor.map_bodies`; None: one
+    ``vmap``). Returns ``(states, stats, AdaptiveStats, success)``."""
     dtype = state0.R.dtype
 
     def one(s, rtol, atol):
@@ -171,8 +173,9 @@ def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps):
         out, stats, acc, rej, err, ok = one(state0, rtol, atol)
     else:
         B = state0.R.shape[0]
-        out, stats, acc, rej, err, ok = jax.vmap(one)(state0, *(jnp.broadcast_to(jnp.asarray(x, dtype), (B,))
-                                                                for x in (rtol, atol)))
+        mapped = jax.vmap(one) if executor is None else functools.partial(executor.map_bodies, one)
+        out, stats, acc, rej, err, ok = mapped(state0, *(jnp.broadcast_to(jnp.asarray(x, dtype), (B,))
+                                                         for x in (rtol, atol)))
     return out, stats, AdaptiveStats(acc, rej, err), ok
 
 
@@ -198,11 +201,11 @@ def _scaled_difference(a: State, b: State, rtol: float, atol: float) -> jax.Arra
     return jnp.max(jnp.abs(ya - yb) / (atol + rtol * jnp.abs(yb)), axis=(-2, -1))
 
 
-def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, ratio=10.0, safety=0.5):
+def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, ratio=10.0, safety=0.5):
     """The run whose *global* error is within the tolerance, by tolerance calibration (see
     :class:`~jaxrot.Adaptive` with ``error="global"``)."""
-    first = _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps)
-    tight = _run(hi, lo, system, state0, ts, t0, rtol / ratio, atol / ratio, dt0, max_steps)
+    first = _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor)
+    tight = _run(hi, lo, system, state0, ts, t0, rtol / ratio, atol / ratio, dt0, max_steps, executor)
     est = _scaled_difference(first[0], tight[0], rtol, atol) / (ratio - 1.0)
     spent = first[2].n_accepted + first[2].n_rejected
     if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= safety)):  # traced: the third run always
@@ -212,14 +215,16 @@ def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, ratio=10
     # per body: the tolerance whose estimated global error is `safety`; bodies already within it rerun
     # at tau/ratio, which repeats the second run exactly
     scale = jnp.where(est > safety, safety / jnp.maximum(est, 1e-300), 1.0) / ratio
-    out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps)
+    out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
+                                executor)
     ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, safety), tolerance=rtol * scale,
                                n_calibration=spent + tight[2].n_accepted + tight[2].n_rejected)
     return out, stats, ctrl, ok
 
 
-def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0) -> Trajectory:
-    """The error-controlled run of :func:`jaxrot.simulate` with ``stepsize=Adaptive(...)``."""
+def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, executor=None) -> Trajectory:
+    """The error-controlled run of :func:`jaxrot.simulate` with ``stepsize=Adaptive(...)``; a batch's
+    bodies placed by ``executor`` (None: one ``vmap`` on the default device)."""
     if saveat is not None and (saveat.steps or saveat.every is not None or saveat.dense):
         raise ValueError("adaptive steps save at given times: SaveAt(t0=..., t1=..., ts=...)")
     times = None if saveat is None or saveat.ts is None else saveat.ts
@@ -230,7 +235,7 @@ def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0) -> Tr
                                           stepsize.dt0, stepsize.max_steps)
     solve = _global if stepsize.error == "global" else _run
     out, stats, ctrl, ok = solve(hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0,
-                                 stepsize.max_steps)
+                                 stepsize.max_steps, executor)
     with_t0 = saveat is None or saveat.t0
     return _trajectory(state0, t0, ts, out, stats, ctrl, ok, with_t0, system)
 

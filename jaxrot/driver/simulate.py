@@ -20,7 +20,8 @@ import numpy as np
 from ..physics.problems import Problem
 from .checks import cast, is_concrete, prepare, traced_checks
 from .executors import choose_executor
-from .executors.base import RunSpec
+from .executors.base import AbstractExecutor, RunSpec
+from .executors.xla import XLA
 from .failures import raise_failures
 from .loop import InvariantMonitor
 from .results import Trajectory
@@ -178,9 +179,11 @@ def simulate(
             raise ValueError("adaptive steps take t1 (and saveat), not dt, n_steps or save_every")
         from .adaptive import run_adaptive
 
-        traj = run_adaptive(method, problem, t0, t1, stepsize, saveat, state0)
+        if executor is not None and not isinstance(executor, AbstractExecutor):
+            raise TypeError(f"executor must be a jaxrot executor or None, got {executor!r}")
+        traj = run_adaptive(method, problem, t0, t1, stepsize, saveat, state0, executor)
         traj = _provenance(traj, method, problem, None, "adaptive", None, rtol=stepsize.rtol, atol=stepsize.atol,
-                           error=stepsize.error)
+                           error=stepsize.error, executor=type(executor or XLA()).__name__)
         if throw:
             raise_failures(traj.failed_step, traj.result, "adaptive run: ")
         return traj

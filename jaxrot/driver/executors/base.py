@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Callable
 
 import equinox as eqx
+import jax
 
 from ..results import Trajectory
 
@@ -62,3 +63,10 @@ class AbstractExecutor(eqx.Module):
     def supports(self, spec: RunSpec) -> bool:
         """Whether this executor can carry out ``spec`` (its method, torque, dtype)."""
         return True
+
+    def map_bodies(self, fn: Callable, *trees):
+        """``fn`` (a function of one body's arrays) applied to every body of ``trees`` (array leaves
+        with a leading batch axis; other leaves static). Runs that are not a fixed-step scan (the
+        error-controlled loop: every body its own steps) go through this, so each executor places
+        them as it places its own loop; the default is one ``vmap``."""
+        return jax.vmap(fn)(*trees)

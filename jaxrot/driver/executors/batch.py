@@ -101,6 +101,22 @@ def _place(spec: RunSpec, devices):
     return system, states0, pad, batch_mesh(devices)
 
 
+def map_batch(fn, block, devices, *trees):
+    """``vmap(fn)`` over the leading axis of ``trees``, split over ``devices`` (padded to a multiple
+    of them) and run in blocks of ``block`` bodies on each (see :func:`auto_block`)."""
+    devices = [jax.devices()[0]] if devices is None else default_devices(devices)
+    batch = jax.tree_util.tree_leaves(eqx.filter(trees, eqx.is_array))[0].shape[0]
+    pad = (-batch) % len(devices)
+    if is_multiprocess(devices) and not all(is_concrete(x) for x in jax.tree_util.tree_leaves(trees)):
+        raise ValueError("under jax.distributed a batch takes concrete (not traced) initial states: every "
+                         "process passes the whole batch")
+    if len(devices) > 1:
+        trees = shard(trees, devices, pad)
+    block = auto_block(block, (batch + pad) // len(devices), devices)
+    out = blocked_per_device(jax.vmap(fn), block, batch_mesh(devices), *trees)
+    return jax.tree_util.tree_map(lambda x: x[:batch], out) if pad else out
+
+
 def batch_frames(spec: RunSpec, block, devices) -> Trajectory:
     """Every saved frame of every body: chunks of a length fixed by the batch size (a new number of
     steps reuses the compiled chunk), blocked by ``block`` (``"auto"``, an int or None) on each of

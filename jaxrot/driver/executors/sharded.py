@@ -8,7 +8,7 @@ import jax
 
 from ..results import Trajectory
 from .base import AbstractExecutor, RunSpec
-from .batch import CPU_BLOCK, batch_final, batch_frames
+from .batch import CPU_BLOCK, batch_final, batch_frames, map_batch
 from .xla import XLA, traced
 
 
@@ -38,6 +38,9 @@ class Sharded(AbstractExecutor):
             return batch_final(spec, self.block_size)
         return batch_frames(spec, self.block_size, self._devices())
 
+    def map_bodies(self, fn, *trees):
+        return map_batch(fn, self.block_size, self._devices(), *trees)
+
     def _devices(self):
         return list(jax.devices() if self.devices is None else self.devices)
 
@@ -64,3 +67,6 @@ class CPUBlocked(AbstractExecutor):
         if spec.final_only and not traced(spec):
             return batch_final(spec, self.block_size)
         return batch_frames(spec, self.block_size, None)
+
+    def map_bodies(self, fn, *trees):
+        return map_batch(fn, self.block_size, None, *trees)
