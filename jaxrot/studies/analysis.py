@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..geometry import body as _body
+from ..geometry.body import kinetic_energy
 from ..geometry import so3
 from ..physics.problems import Problem
 from ..geometry.state import State
@@ -21,7 +21,7 @@ def world_momentum(states: State) -> jax.Array:
     return states.L
 
 
-kinetic_energy = _body.kinetic_energy
+
 
 
 def energy(problem: Problem, states: State, ts=None) -> jax.Array:
