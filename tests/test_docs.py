@@ -30,7 +30,7 @@ def test_problems_page_is_current():
 
 
 def test_index_links_resolve():
-    index = (DOCS / "README.md").read_text()
+    index = (DOCS / "index.md").read_text()
     links = re.findall(r"\]\(([^)#]+)\)", index)
     assert {f"methods/{p}" for p in docgen.PAGE.values()} <= set(links)
     for link in links:
@@ -45,3 +45,15 @@ def test_docstring_tables_are_fenced():
             if line.startswith("```"):
                 fenced = not fenced
             assert fenced or not re.match(r"^=+( +=+)+\s*$", line), p.name
+
+
+GUIDE_PAGES = ["running.md"]
+
+
+@pytest.mark.parametrize("name", GUIDE_PAGES)
+def test_user_guide_blocks_run_in_order(name):
+    """The page's Python blocks run one after another, as a reader would paste them."""
+    text = (DOCS / "user_guide" / name).read_text()
+    scope = {"__name__": "__guide__"}
+    for k, block in enumerate(re.findall(r"```python\n(.*?)```", text, flags=re.S)):
+        exec(compile(block, f"{name} block {k}", "exec"), scope)

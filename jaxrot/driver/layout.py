@@ -119,6 +119,7 @@ def run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
 
 
 @functools.partial(jax.jit, static_argnames=("nvs", "batched"))
+@functools.partial(jax.jit, static_argnames=("nvs", "batched"))
 def join(state0, t0, parts, nvs, failed, reason, batched=False):
     """The trajectory from the chunks' outputs: valid frames cut, joined, the initial frame
     prepended — one dispatch (a tiny program per distinct ``nvs``) instead of dozens of eager ops;

@@ -204,7 +204,7 @@ def simulate(
     report = _progress_report(n_steps // every, every, n_steps) if progress else None
     spec = RunSpec(method, system, state0, dt, t0, n_steps, every, monitor, unroll, stacked, final_only, report)
     runner = choose_executor(executor, spec)
-    traj = runner.run(spec)
+    traj = type(runner).run(runner, spec)  # a method looked up on an eqx.Module instance is rebuilt per access
     if saveat is not None and not saveat.t0:
         traj = _drop_first(traj)
     object.__setattr__(traj, "system", system)  # a fresh unflattened module, as for the provenance
@@ -218,10 +218,21 @@ def simulate(
 
 
 def stack_problems(problems: list[Problem]) -> Problem:
-    """Stack same-structured problems (e.g. different J or initial states) along a batch axis."""
+    """Stack problems with the same kind of torque (e.g. different J, torque parameters or initial
+    states) along a batch axis. The span, name and description are not per body: the stack takes
+    the longest span and joins the names."""
     if not problems:
         raise ValueError("stack_problems needs at least one problem")
-    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
+    if isinstance(problems[0], Problem):
+        first = problems[0]
+        t_end = max(q.t_end for q in problems)
+        name = "+".join(dict.fromkeys(q.name for q in problems))
+        problems = [Problem(q.body, q.torque, q.state0, t_end, name, first.description) for q in problems]
+    try:
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
+    except ValueError as e:
+        raise ValueError(f"stack_problems needs problems of the same structure (the same kind of torque): {e}") \
+            from None
 
 
 def _deprecated(old: str, new: str):

@@ -20,8 +20,11 @@ from .xla import XLA
 __all__ = ["AbstractExecutor", "RunSpec", "XLA", "CPUBlocked", "Sharded", "choose_executor"]
 
 
+_ONE, _MANY = XLA(), Sharded()  # immutable: built once, not per call
+
+
 def _default(spec: RunSpec) -> AbstractExecutor:
-    return Sharded() if spec.batched else XLA()
+    return _MANY if spec.batched else _ONE
 
 
 def choose_executor(executor, spec: RunSpec) -> AbstractExecutor:
@@ -31,4 +34,4 @@ def choose_executor(executor, spec: RunSpec) -> AbstractExecutor:
     if not isinstance(executor, AbstractExecutor):
         raise TypeError(f"executor must be a jaxrot executor (XLA(), CPUBlocked(), Sharded(), Fused()) or None, "
                         f"got {executor!r}")
-    return executor if executor.supports(spec) else _default(spec)
+    return executor if type(executor).supports(executor, spec) else _default(spec)

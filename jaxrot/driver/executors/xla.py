@@ -61,14 +61,14 @@ def traced(spec: RunSpec) -> bool:
 def one_body(spec: RunSpec) -> Trajectory:
     """The run of one body on the default device (shared by every executor for a single body)."""
     m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
-    n_frames = spec.n_frames
-    if spec.final_only and not traced(spec):  # the step count a traced loop bound: one program for any count
+    n_frames, is_traced = spec.n_frames, traced(spec)
+    if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
         state, failed, reason, stats = _one_final(m, s, x0, dt, t0, jnp.asarray(spec.n_steps, jnp.int32))
         t1 = t0 + jnp.asarray(spec.n_steps, dt.dtype) * dt
         parts = ((jax.tree_util.tree_map(lambda x: x[None], state), t1[None],
                   jax.tree_util.tree_map(lambda x: x[None], stats)),)
         return join(x0, t0, parts, (1,), failed, reason)
-    if traced(spec):
+    if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
         # exactly n_frames, not chunks with the unused frames skipped
         carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, spec.monitor)
