@@ -1,0 +1,85 @@
+"""Driver overhead and throughput of two checkouts of jaxrot, alternated in one run.
+
+    git worktree add /tmp/base <commit>
+    python benchmarks/ab_checkouts.py /tmp/base . --rounds 3
+
+Each round runs this script's measurement in a fresh process for each checkout (A, then B), so
+load on a shared machine hits both alike; the summary gives per-figure medians and B/A ratios.
+Figures (buss2p, fast top, float64, every CPU core a device): the wall time of a 10-step
+``simulate`` call, one body's steps/s over 10^5 steps, and body-steps/s for 10^3 and 10^5 bodies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def measure(repo: str) -> dict:
+    sys.path.insert(0, repo)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxrot
+
+    jaxrot.use_cpu_cores()
+    assert jaxrot.__file__.startswith(repo), jaxrot.__file__
+    p = jaxrot.problems.get("fast_top")
+
+    def median_time(f, reps):
+        jax.block_until_ready(f())
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            jax.block_until_ready(f())
+            ts.append(time.perf_counter() - t)
+        return float(np.median(ts))
+
+    out = {"small_call_us": 1e6 * median_time(lambda: jaxrot.simulate("buss2p", p, 1e-3, 10).states.R, 1000)}
+    n = 100_000
+    out["one_body_steps_per_s"] = n / median_time(
+        lambda: jaxrot.simulate("buss2p", p, 1e-4, n, save_every=n).states.R, 3)
+    for B, n in ((1000, 2000), (100_000, 40)):
+        R = jax.vmap(jaxrot.so3.exp)(jax.random.normal(jax.random.PRNGKey(0), (B, 3)))
+        S = jaxrot.State(R, jnp.broadcast_to(p.state0.Pi, (B, 3)))
+        if hasattr(jaxrot, "SaveAt"):
+            f = lambda: jaxrot.simulate("buss2p", p, 1e-3, n, state0=S, save_every=n).states.R  # noqa: E731
+        else:  # the earlier API
+            f = lambda: jaxrot.simulate_batch("buss2p", p, 1e-3, n, states0=S, save_every=n).states.R  # noqa: E731
+        out[f"batch{B}_body_steps_per_s"] = B * n / median_time(f, 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("a", help="checkout A (the baseline)")
+    ap.add_argument("b", help="checkout B")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this checkout, print JSON
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one)))
+        return
+    rows = {"A": [], "B": []}
+    for k in range(args.rounds):
+        for tag, repo in (("A", args.a), ("B", args.b)):
+            r = subprocess.run([sys.executable, __file__, args.a, args.b, "--one", repo], capture_output=True,
+                               text=True, check=True)
+            rows[tag].append(json.loads(r.stdout.strip().splitlines()[-1]))
+            print(f"round {k + 1} {tag}: {rows[tag][-1]}", flush=True)
+    print(f"\n| figure | A (median) | B (median) | B/A |\n|---|---|---|---|")
+    for key in rows["A"][0]:
+        a = statistics.median(r[key] for r in rows["A"])
+        b = statistics.median(r[key] for r in rows["B"])
+        print(f"| {key} | {a:.4g} | {b:.4g} | {b / a:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
