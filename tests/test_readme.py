@@ -50,3 +50,21 @@ def test_no_references_outside_the_repository():
     hits = [f"{p.relative_to(ROOT)}:{i + 1}" for p in files for i, line in enumerate(p.read_text().splitlines())
             if re.search(r"\bSPEC\b|shared/|seeds/", line)]
     assert not hits, hits
+
+
+def test_readme_tables_are_generated_from_the_registry():
+    from jaxrot.present import docgen
+
+    text = README.read_text()
+    for name, render in docgen.README_BLOCKS.items():
+        assert docgen.readme_block(text, name) == render(), f"stale: run python -m jaxrot.present.docgen ({name})"
+
+
+def test_readme_is_short_and_speaks_to_users():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    for word in ("session", "this issue", "the issue's", "TODO"):
+        assert word not in text, word
+    for link in re.findall(r"\]\(([^)#]+)\)", text):
+        if not link.startswith("http"):
+            assert (ROOT / link).exists(), link

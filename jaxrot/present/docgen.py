@@ -186,6 +186,58 @@ def render_problems() -> str:
     return "\n".join(parts)
 
 
+def readme_methods() -> str:
+    """The README's table of methods: registered methods grouped by family and by what they declare
+    (order per method, exact invariants, torque, kind), a link to each family's page."""
+    from ..integrators import REGISTRY
+
+    groups: dict[tuple, list] = {}
+    order = list(FAMILIES)
+    for i in sorted(REGISTRY.values(), key=lambda i: order.index(i.family)):  # stable: registry order within
+        groups.setdefault((i.family, tuple(i.conserves), i.implicit, i.torque), []).append(i)
+    rows = ["| family | methods (order) | exact without torque | torque | kind |", "|---|---|---|---|---|"]
+    for (family, conserves, implicit, torque), infos in groups.items():
+        title = re.split(r" \(|:", FAMILIES[family][0])[0]
+        names = ", ".join(f"`{i.name}` ({'exact' if i.order == float('inf') else i.order})" for i in infos)
+        cells = [f"[{title}](docs/methods/{PAGE[family]})", names, ", ".join(conserves) or "–",
+                 "yes" if torque else "free only", "implicit" if implicit else "explicit"]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") if k > 0 else c for k, c in enumerate(cells)) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def readme_problems() -> str:
+    """The README's table of named problems."""
+    from ..physics import problems
+
+    rows = ["| problem | what it is | span | torque |", "|---|---|---|---|"]
+    for name, factory in problems.PROBLEMS.items():
+        p = factory()
+        torque = "none" if p.torque.is_free else f"`{type(p.torque).__name__}`"
+        rows.append(f"| `{name}` | {p.description.replace('|', chr(92) + '|')} | {p.t_end:g} | {torque} |")
+    return "\n".join(rows) + "\n"
+
+
+#: the generated blocks of the README, between ``<!-- name:begin -->`` and ``<!-- name:end -->``
+README_BLOCKS = {"methods": readme_methods, "problems": readme_problems}
+
+
+def readme_block(text: str, name: str) -> str:
+    """The current content of a generated block of ``text``."""
+    m = re.search(rf"<!-- {name}:begin -->\n(.*?)<!-- {name}:end -->", text, flags=re.S)
+    if m is None:
+        raise ValueError(f"no generated block {name!r}")
+    return m.group(1)
+
+
+def update_readme(path: str | pathlib.Path) -> None:
+    """Rewrite the README's generated blocks from the registry."""
+    path = pathlib.Path(path)
+    text = path.read_text()
+    for name, render_block in README_BLOCKS.items():
+        text = text.replace(readme_block(text, name), render_block())
+    path.write_text(text)
+
+
 def main(out: str | pathlib.Path = "docs") -> list[pathlib.Path]:
     """Write every family's page to ``out/methods/`` and ``out/problems.md``; returns the paths."""
     folder = pathlib.Path(out) / "methods"
@@ -202,3 +254,7 @@ def main(out: str | pathlib.Path = "docs") -> list[pathlib.Path]:
 if __name__ == "__main__":
     for p in main(sys.argv[1] if len(sys.argv) > 1 else "docs"):
         print(f"wrote {p}")
+    readme = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "docs").resolve().parent / "README.md"
+    if readme.exists():
+        update_readme(readme)
+        print(f"updated the generated tables of {readme}")
