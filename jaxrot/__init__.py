@@ -17,7 +17,7 @@ from .integrators.stats import StepStats
 from .driver.adaptive import PAIRS, simulate_adaptive, simulate_to_tolerance
 from .driver.checks import cast
 from .driver.compiled import CompiledRun, compile
-from .driver.executors import XLA, AbstractExecutor, CPUBlocked, Sharded
+from .driver.executors import XLA, AbstractExecutor, CPUBlocked, Fused, Sharded
 from .driver.failures import RESULTS, SimulationError, simulation_errors
 from .driver.loop import InvariantMonitor
 from .driver.results import AdaptiveStats, Trajectory, load
@@ -36,7 +36,7 @@ __all__ = [
     # integrators
     "integrators", "REGISTRY", "get", "StepStats",
     # the driver
-    "simulate", "SaveAt", "Fixed", "Adaptive", "PAIRS", "XLA", "CPUBlocked", "Sharded", "AbstractExecutor",
+    "simulate", "SaveAt", "Fixed", "Adaptive", "PAIRS", "XLA", "CPUBlocked", "Sharded", "Fused", "AbstractExecutor",
     "Trajectory", "AdaptiveStats", "load", "RESULTS", "SimulationError", "simulation_errors", "InvariantMonitor",
     "cast", "stack_problems", "compile", "CompiledRun", "gather", "use_cpu_cores",
     # deprecated aliases of simulate

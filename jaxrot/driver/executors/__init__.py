@@ -14,10 +14,11 @@ default; the trajectory's provenance names the executor that ran it.
 from __future__ import annotations
 
 from .base import AbstractExecutor, RunSpec
+from .fused import Fused
 from .sharded import CPUBlocked, Sharded
 from .xla import XLA
 
-__all__ = ["AbstractExecutor", "RunSpec", "XLA", "CPUBlocked", "Sharded", "choose_executor"]
+__all__ = ["AbstractExecutor", "RunSpec", "XLA", "CPUBlocked", "Sharded", "Fused", "choose_executor"]
 
 
 _ONE, _MANY = XLA(), Sharded()  # immutable: built once, not per call

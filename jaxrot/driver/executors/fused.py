@@ -1,0 +1,82 @@
+"""The fused executor: the whole run of an explicit method in one compiled kernel per device.
+
+Every step of every body runs in one launch of a Warp kernel (:mod:`jaxrot.kernels`), one thread per
+body, writing only the saved frames; the XLA loop stays the reference and carries the gradients
+(``jax.custom_vjp``: the backward pass differentiates the XLA run). Needs the ``fast`` extra.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ... import kernels
+from ...geometry.state import State
+from ..layout import join
+from ..loop import empty_stats, init_carry, scan_frames
+from ..results import Trajectory
+from ..sharding import per_device
+from .base import AbstractExecutor, RunSpec
+from .batch import _place
+
+
+def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int):
+    """The XLA loop with the outputs of :func:`jaxrot.kernels.fused_frames` (its reference):
+    ``(R_frames, Pi_frames, failed_step, result)`` of a batch of bodies."""
+
+    def one(s):
+        carry = init_carry(method, system, s, dt, t0)
+        carry, (states, _, _) = scan_frames(method, system, carry, dt, t0, n_frames, save_every, 1)
+        return states.R, states.Pi, carry[3], carry[4]
+
+    return jax.vmap(one)(states0)
+
+
+class Fused(AbstractExecutor):
+    """The whole run in one fused kernel launch per device (NVIDIA Warp; ``pip install 'jaxrot[fast]'``):
+    one thread per body, its state in registers, only the saved frames written. Runs the methods and
+    torques of :data:`jaxrot.kernels.KERNELS` (explicit methods; others go to the default executor)
+    without an invariant monitor; one body runs as a batch of one. A batch is split over ``devices``
+    (default: every device), one launch each. Gradients (``jax.grad`` through :func:`jaxrot.simulate`)
+    come from the XLA loop, so they equal the :class:`XLA` executor's.
+
+    Example::
+
+        jaxrot.simulate("buss2p", problem, 1e-3, 100_000, save_every=1000, executor=jaxrot.Fused())
+    """
+
+    devices: Any = None
+
+    def supports(self, spec: RunSpec) -> bool:
+        return spec.monitor is None and not spec.stacked and kernels.supports(spec.method, spec.system)
+
+    def run(self, spec: RunSpec) -> Trajectory:
+        if not spec.batched:
+            one = jax.tree_util.tree_map(lambda x: x[None], spec.state0)
+            traj = self._run(spec, one)
+            return jax.tree_util.tree_map(lambda x: x[0], traj)
+        return self._run(spec, spec.state0)
+
+    def _run(self, spec: RunSpec, states0) -> Trajectory:
+        devices = list(jax.devices() if self.devices is None else self.devices)
+        batch = states0.R.shape[0]
+        if len(devices) > batch:
+            devices = devices[:max(batch, 1)]
+        placed = RunSpec(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_steps, spec.save_every)
+        system, placed_states, pad, mesh = _place(placed, devices)
+        m, dt, t0, F, se = spec.method, spec.dt, spec.t0, spec.n_frames, spec.save_every
+
+        def run(s):
+            return kernels.fused_frames(m, system, s, dt, t0, F, se, reference=xla_frames)
+
+        R, Pi, failed, reason = per_device(run, mesh)(placed_states)
+        if pad:
+            R, Pi, failed, reason = (x[:batch] for x in (R, Pi, failed, reason))
+        steps = (jnp.arange(1, F + 1, dtype=jnp.int32) * se).astype(dt.dtype)
+        ts = jnp.broadcast_to(t0 + steps * dt, (batch, F))
+        stats = jax.tree_util.tree_map(lambda z: jnp.broadcast_to(z, (batch, F)), empty_stats())
+        if spec.report is not None:
+            spec.report(F, F)
+        return join(states0, t0, ((State(R, Pi), ts, stats),), (F,), failed, reason, batched=True)

@@ -1,0 +1,212 @@
+"""Fused kernels: the whole fixed-step run of an explicit method in one compiled kernel (NVIDIA Warp).
+
+One launch runs every step of every body, one thread per body with its state in registers, and
+writes only the saved frames and a per-body failure flag. A kernel restates the JAX ``step`` of its
+method (same equations, same order of operations where it matters) and agrees with it to round-off
+(``tests/test_kernels.py``: 1e-13 relative in float64 after 1000 steps). Gradients never go through
+Warp: with ``reference=`` (the pure-JAX run) :func:`fused_frames` is a ``jax.custom_vjp`` whose
+backward pass is the reference's. See ``docs/kernels.md``.
+
+``KERNELS`` maps a method name to its kernel family and the torques it covers; :func:`supports`
+says whether a run can be fused. Warp is imported lazily: importing jaxrot never needs it, and a
+fused call without it raises ``ImportError`` naming the ``fast`` extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from types import ModuleType
+
+import jax
+import jax.numpy as jnp
+
+from ._common import have_warp, loop_kernel, warp
+from . import buss as _buss
+from . import rk as _rk
+
+__all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "have_warp", "torque_kind", "method_name"]
+
+_TORQUED = ("free", "gravity", "poly")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelEntry:
+    """A method's kernel: ``family`` builds its Warp ``(init, step)`` (``family.make(S, name, torque, K)``),
+    ``torques`` the torque kinds it restates."""
+
+    family: ModuleType
+    torques: tuple[str, ...]
+
+
+#: method name -> kernel entry (one line enrols a kernel; the tests are generated from this table)
+KERNELS: dict[str, KernelEntry] = {
+    "buss2p": KernelEntry(_buss, _TORQUED),
+    "buss4": KernelEntry(_buss, _TORQUED),
+    "rk4": KernelEntry(_rk, ("free", "gravity")),
+    "buss1": KernelEntry(_buss, _TORQUED),
+    "buss2": KernelEntry(_buss, _TORQUED),
+    "buss3": KernelEntry(_buss, _TORQUED),
+}
+
+
+def torque_kind(torque) -> str | None:
+    """``"free"``, ``"gravity"`` or ``"poly"`` for the torque models a kernel restates, else ``None``."""
+    from ..physics.torques import FreeTorque, GravityTorque, PolynomialMomentum
+
+    kinds = {FreeTorque: "free", GravityTorque: "gravity", PolynomialMomentum: "poly"}
+    return kinds.get(type(torque))
+
+
+@functools.lru_cache(maxsize=None)
+def _instances():
+    from .. import integrators
+
+    return {name: integrators.get(name) for name in KERNELS}
+
+
+def method_name(method) -> str | None:
+    """The registered name of ``method`` if a kernel restates it (same class and same fields)."""
+    import equinox as eqx
+
+    for name, ref in _instances().items():
+        if type(method) is type(ref):
+            try:
+                if bool(eqx.tree_equal(method, ref)):
+                    return name
+            except Exception:  # noqa: BLE001 - traced fields: not a registered instance
+                return None
+    return None
+
+
+def supports(method, system) -> bool:
+    """True if a kernel exists for this method and this torque (Warp need not be installed)."""
+    name = method_name(method)
+    if name is None:
+        return False
+    kind = torque_kind(system.torque)
+    if kind is None or kind not in KERNELS[name].torques:
+        return False
+    return getattr(system.body.J, "shape", None) == (3,)
+
+
+def torque_params(torque, dtype):
+    """The torque's parameters packed in one flat array of ``dtype`` (traceable):
+    gravity ``(mgl, com, up)``, polynomial momentum its ``(K, 3)`` coefficients row by row."""
+    kind = torque_kind(torque)
+    if kind == "gravity":
+        return jnp.concatenate([jnp.reshape(jnp.asarray(torque.mgl, dtype), (1,)),
+                                jnp.asarray(torque.com, dtype).reshape(3), jnp.asarray(torque.up, dtype).reshape(3)])
+    if kind == "poly":
+        return jnp.asarray(torque.coeffs, dtype).reshape(-1)
+    return jnp.zeros((1,), dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi(dtype_name: str, name: str, torque: str, K: int):
+    """The JAX-callable kernel of (dtype, method, torque), built and compiled once."""
+    wp = warp()
+    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
+    init, step = KERNELS[name].family.make(S, name, torque, K)
+    kernel = loop_kernel(S, init, step, f"{name}_{torque}{K}_{dtype_name}")
+    return wp.jax_kernel(kernel, num_outputs=4)
+
+
+def _check(method, system, states0, n_frames, save_every):
+    for arg, v in (("n_frames", n_frames), ("save_every", save_every)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if arg == "n_frames" else 1):
+            raise ValueError(f"{arg} must be a {'non-negative' if arg == 'n_frames' else 'positive'} int, "
+                             f"got {v!r}")
+    R, Pi = states0.R, states0.Pi
+    if R.ndim != 3 or R.shape[1:] != (3, 3) or Pi.shape != (R.shape[0], 3):
+        raise ValueError(f"states0 must be a batch of states: R (B, 3, 3) and Pi (B, 3), got R {R.shape}, "
+                         f"Pi {Pi.shape}")
+    if jnp.dtype(R.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise TypeError(f"states0 must be float32 or float64, got {R.dtype}")
+    if not supports(method, system):
+        raise ValueError(f"no fused kernel for method {type(method).__name__} with torque "
+                         f"{type(system.torque).__name__}; check jaxrot.kernels.supports(method, system) first")
+
+
+def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
+    dtype = states0.R.dtype
+    B = states0.R.shape[0]
+    if n_frames == 0 or B == 0:
+        return (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
+                jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
+    name, kind = method_name(method), torque_kind(system.torque)
+    P = torque_params(system.torque, dtype)
+    K = int(P.shape[0] // 3) if kind == "poly" else 0
+    call = _ffi(jnp.dtype(dtype).name, name, kind, K)
+    J = jnp.asarray(system.body.J, dtype).reshape(1, 3)
+    Pi0 = jnp.asarray(states0.Pi, dtype)
+    return tuple(call(jnp.asarray(states0.R, dtype), Pi0, jnp.reshape(jnp.asarray(dt, dtype), (1,)),
+                jnp.reshape(jnp.asarray(t0, dtype), (1,)), J, P, int(n_frames), int(save_every),
+                launch_dims=(B,), output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames),
+                                               "failed_out": (B,), "result_out": (B,)}))
+
+
+def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, reference=None):
+    """Run ``n_frames * save_every`` steps of every body in one fused kernel launch.
+
+    Frame ``k`` (0-based) is the state after ``(k + 1) * save_every`` steps; step ``j`` starts at
+    ``t0 + j dt`` (no accumulated round-off). The kernel runs on the device of the inputs (CPU
+    through Warp's LLVM back end, CUDA through NVRTC), one thread per body; inside ``jax.jit`` it is one
+    custom call. Cost: one launch; memory: the saved frames only.
+
+    Args:
+      method: an integrator instance (``jaxrot.integrators.get(name)``) with a kernel (:func:`supports`).
+      system: a :class:`jaxrot.physics.problems.System` (body ``J`` of shape (3,) and torque, shared by all
+        bodies).
+      states0: a :class:`jaxrot.State` with a leading batch axis B (``R`` (B, 3, 3), ``Pi`` (B, 3)),
+        float32 or float64 (the run's dtype).
+      dt, t0: step and start time (scalars, may be traced).
+      n_frames, save_every: Python ints.
+      reference: optional pure-JAX function of the same signature and outputs; with it the result is
+        differentiable (``jax.custom_vjp``, backward pass ``jax.vjp(reference, ...)``) with respect to
+        ``states0``, ``dt``, ``t0`` and the system's array leaves.
+
+    Returns:
+      ``(R_frames (B, n_frames, 3, 3), Pi_frames (B, n_frames, 3), failed_step (B,) int32, result (B,) int32)``:
+      ``failed_step`` the 1-based first step whose ``Pi`` is non-finite (-1: none), ``result`` 0
+      (successful) or 2 (non-finite state), the codes of :class:`jaxrot.RESULTS`.
+
+    Example::
+
+        m, p = jaxrot.integrators.get("buss2p"), jaxrot.problems.get("fast_top")
+        s0 = jax.tree_util.tree_map(lambda x: x[None], p.state0)
+        R, Pi, failed, result = fused_frames(m, p.system, s0, 1e-3, 0.0, 10, 100)
+
+    Raises ``ImportError`` without Warp (``pip install 'jaxrot[fast]'``) and ``ValueError`` for a method or
+    torque without a kernel.
+    """
+    _check(method, system, states0, n_frames, save_every)
+    warp()  # the ImportError early, outside any trace
+    dtype = states0.R.dtype
+    dt = jnp.asarray(dt, dtype)
+    t0 = jnp.asarray(t0, dtype)
+    if reference is None:
+        return _forward(method, system, states0, dt, t0, n_frames, save_every)
+
+    import equinox as eqx
+
+    arrays, static = eqx.partition((method, system), eqx.is_array)
+
+    @jax.custom_vjp
+    def run(arrays, states0, dt, t0):
+        m, s = eqx.combine(arrays, static)
+        return _forward(m, s, states0, dt, t0, n_frames, save_every)
+
+    def fwd(arrays, states0, dt, t0):
+        return run(arrays, states0, dt, t0), (arrays, states0, dt, t0)
+
+    def bwd(res, g):
+        def ref(arrays, states0, dt, t0):
+            m, s = eqx.combine(arrays, static)
+            return reference(m, s, states0, dt, t0, n_frames, save_every)
+
+        _, vjp = jax.vjp(ref, *res)
+        return vjp(g)
+
+    run.defvjp(fwd, bwd)
+    return run(arrays, states0, dt, t0)

@@ -1,0 +1,205 @@
+"""Shared pieces of the fused kernels: the lazy Warp import, SO(3) functions and the time loop.
+
+Everything here is built per scalar type ``S`` (``warp.float32`` or ``warp.float64``) by closures:
+Warp compiles one module per closure, so a float32 and a float64 run get their own machine code.
+Constants enter as Python floats captured by the closure and converted with ``S(c)`` inside the
+kernel: a quotient written inside a kernel (``S(1.0 / 6.0)``) would be evaluated in float32.
+"""
+
+
+import contextlib
+import functools
+import os
+import sys
+import types
+
+_INSTALL = "the fused kernels need NVIDIA Warp: pip install 'jaxrot[fast]' (or pip install 'warp-lang>=1.19')"
+
+
+def have_warp() -> bool:
+    """Whether ``warp`` can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("warp") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def warp():
+    """The ``warp`` module, imported and initialised once, quietly (an ``ImportError`` naming the extra
+    to install when it is missing)."""
+    try:
+        import warp as wp
+    except ImportError as err:  # pragma: no cover - exercised only without warp
+        raise ImportError(_INSTALL) from err
+    level = wp.config.log_level
+    wp.config.log_level = wp.LOG_ERROR  # no banner
+    try:
+        with _quiet_stderr(_no_gpu()):  # Warp's native "CUDA driver not found" line on CPU-only machines
+            wp.init()
+    finally:
+        wp.config.log_level = max(level, wp.LOG_WARNING)  # no "module ... load took ..." lines
+    return wp
+
+
+def _no_gpu() -> bool:
+    import jax
+
+    try:
+        return not jax.devices("gpu")
+    except RuntimeError:
+        return True
+
+
+@contextlib.contextmanager
+def _quiet_stderr(active: bool):
+    """Silence file descriptor 2 (native code's messages) while ``active``."""
+    if not active:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+# the polynomial coefficients of jaxrot.so3.rodrigues_coefficients (Horner, highest first)
+_T1 = [1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880]
+_T2 = [1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800]
+_T3 = [1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800]
+SMALL_ANGLE2 = 1e-2
+
+
+@functools.lru_cache(maxsize=None)
+def so3_funcs(S):
+    """Warp functions on 3-vectors and 3x3 matrices of scalar type ``S`` (restating
+    :mod:`jaxrot.geometry.so3`): ``exp``, ``reorthogonalize``, ``world_increment``, ``inv_inertia``."""
+    wp = warp()
+    V = wp.types.vector(3, S)
+    M = wp.types.matrix((3, 3), S)
+    a0, a1, a2_, a3, a4 = _T1
+    b0, b1, b2, b3, b4 = _T2
+    small = SMALL_ANGLE2
+
+    @wp.func
+    def rodrigues12(a2: S):
+        """(S1, S2) = (sin a / a, (1 - cos a) / a^2) of the squared angle, Taylor below 1e-2."""
+        s1 = S(0.0)
+        s2 = S(0.0)
+        if a2 < S(small):
+            s1 = (((S(a4) * a2 + S(a3)) * a2 + S(a2_)) * a2 + S(a1)) * a2 + S(a0)
+            s2 = (((S(b4) * a2 + S(b3)) * a2 + S(b2)) * a2 + S(b1)) * a2 + S(b0)
+        else:
+            a = wp.sqrt(a2)
+            h = wp.sin(S(0.5) * a)
+            s1 = wp.sin(a) / a
+            s2 = S(2.0) * h * h / a2
+        return s1, s2
+
+    @wp.func
+    def exp(v: V):
+        """``exp(hat v)`` (Rodrigues): ``cos a 1 + S1 hat v + S2 v v^T``."""
+        a2 = wp.dot(v, v)
+        s1, s2 = rodrigues12(a2)
+        c = S(1.0) - s2 * a2
+        return c * wp.identity(n=3, dtype=S) + s1 * wp.skew(v) + s2 * wp.outer(v, v)
+
+    @wp.func
+    def reorthogonalize(R: M):
+        """One Bjorck step ``R + R (1 - R^T R) / 2``."""
+        E = wp.identity(n=3, dtype=S) - wp.transpose(R) @ R
+        return R + S(0.5) * (R @ E)
+
+    @wp.func
+    def world_increment(R: M, L1: V, hw: V):
+        """``R1 = reorth(R exp(hat(R^T hw)))`` and ``Pi1 = R1^T L1`` (world_update.world_increment_step)."""
+        R1 = reorthogonalize(R @ exp(wp.transpose(R) @ hw))
+        return R1, wp.transpose(R1) @ L1
+
+    @wp.func
+    def inv_inertia(R: M, J: V, x: V):
+        """``I_w^-1 x = R diag(1/J) R^T x``."""
+        return R @ wp.cw_div(wp.transpose(R) @ x, J)
+
+    return types.SimpleNamespace(V=V, M=M, exp=exp, reorthogonalize=reorthogonalize,
+                                 world_increment=world_increment, inv_inertia=inv_inertia)
+
+
+@functools.lru_cache(maxsize=None)
+def torque_funcs(S, torque: str, K: int):
+    """The world torque ``tau(t, R, Pi; P)`` of a torque kind (``"free"``, ``"gravity"``, ``"poly"``)
+    with its parameters packed in the array ``P`` (see :func:`jaxrot.kernels.torque_params`), and
+    ``momentum_derivative(t, P, m)``: ``L^(m)(t)`` of a prescribed polynomial momentum (``"poly"``:
+    ``L(t) = sum_k t^k / k! c_k``, ``K`` coefficients)."""
+    wp = warp()
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+
+    @wp.func
+    def gravity(R: M, P: wp.array(dtype=S)):
+        chi = R @ V(P[1], P[2], P[3])
+        return -P[0] * wp.cross(chi, V(P[4], P[5], P[6]))
+
+    @wp.func
+    def momentum_derivative(t: S, P: wp.array(dtype=S), m: int):
+        out = V(S(0.0), S(0.0), S(0.0))
+        fact = S(1.0)
+        for k in range(m, K):
+            out = out + fact * V(P[3 * k], P[3 * k + 1], P[3 * k + 2])
+            fact = fact * t / S(k - m + 1)
+        return out
+
+    @wp.func
+    def tau(t: S, R: M, Pi: V, P: wp.array(dtype=S)):
+        out = V(S(0.0), S(0.0), S(0.0))
+        if wp.static(torque == "gravity"):
+            out = gravity(R, P)
+        if wp.static(torque == "poly"):
+            out = momentum_derivative(t, P, 1)
+        return out
+
+    return types.SimpleNamespace(tau=tau, gravity=gravity, momentum_derivative=momentum_derivative)
+
+
+def loop_kernel(S, init, step, key: str):
+    """The fused run: one thread per body, ``n_frames * save_every`` steps of ``step`` from ``init``'s
+    memory, every ``save_every``-th state written, the first non-finite step flagged.
+
+    ``init(R, Pi, J, P) -> A`` and ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` are Warp functions of
+    one body (``A``: a 3-vector of memory, e.g. Buss's world momentum)."""
+    wp = warp()
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+
+    def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
+            Jv: wp.array(dtype=V), P: wp.array(dtype=S), n_frames: wp.int32, save_every: wp.int32,
+            R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V), failed_out: wp.array(dtype=wp.int32),
+            result_out: wp.array(dtype=wp.int32)):
+        b = wp.tid()
+        R = R0[b]
+        Pi = Pi0[b]
+        dt = dtv[0]
+        t0 = t0v[0]
+        J = Jv[0]
+        A = init(R, Pi, J, P)
+        k = int(0)
+        failed = int(-1)
+        for f in range(n_frames):
+            for _s in range(save_every):
+                t = t0 + S(k) * dt  # no accumulated round-off in time
+                R, Pi, A = step(R, Pi, A, t, dt, J, P)
+                k = k + 1
+                if failed < 0:
+                    if not wp.isfinite(Pi[0] + Pi[1] + Pi[2]):
+                        failed = k
+            R_out[b, f] = R
+            Pi_out[b, f] = Pi
+        failed_out[b] = failed
+        result_out[b] = wp.where(failed < 0, 0, 2)
+
+    run.__name__ = run.__qualname__ = f"fused_{key}"
+    return wp.kernel(run, module="unique", enable_backward=False)
