@@ -86,7 +86,7 @@ def _batch_final(method, system, states0, dt, t0, n_steps, system_axis, block=No
     return in_blocks(jax.vmap(one), block, system, states0)
 
 
-def _place(spec: RunSpec, devices):
+def place_batch(spec: RunSpec, devices):
     """``(system, states0, pad, mesh)``: the batch padded to a multiple of the devices and split
     over them (one device: unchanged)."""
     system, states0 = spec.system, spec.state0
@@ -123,7 +123,7 @@ def batch_frames(spec: RunSpec, block, devices) -> Trajectory:
     ``devices`` (None: the default device only)."""
     devices = [jax.devices()[0]] if devices is None else default_devices(devices)
     batch = spec.state0.R.shape[0]
-    system, states0, pad, mesh = _place(spec, devices)
+    system, states0, pad, mesh = place_batch(spec, devices)
     block = auto_block(block, (batch + pad) // len(devices), devices)
     axis = 0 if spec.stacked else None
     m, dt, t0 = spec.method, spec.dt, spec.t0

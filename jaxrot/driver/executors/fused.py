@@ -19,7 +19,7 @@ from ..loop import empty_stats, init_carry, scan_frames
 from ..results import Trajectory
 from ..sharding import per_device
 from .base import AbstractExecutor, RunSpec
-from .batch import _place
+from .batch import place_batch
 
 
 def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int):
@@ -65,7 +65,7 @@ class Fused(AbstractExecutor):
         if len(devices) > batch:
             devices = devices[:max(batch, 1)]
         placed = RunSpec(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_steps, spec.save_every)
-        system, placed_states, pad, mesh = _place(placed, devices)
+        system, placed_states, pad, mesh = place_batch(placed, devices)
         m, dt, t0, F, se = spec.method, spec.dt, spec.t0, spec.n_frames, spec.save_every
 
         def run(s):
