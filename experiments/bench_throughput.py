@@ -164,9 +164,65 @@ def drift(method: str, p, n_steps: int, bodies: int = 16) -> dict:
     return out
 
 
-def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True) -> dict:
+def _fused_runner(method, p, states, n, devices=None):
+    """A fused-kernel run (:class:`jaxrot.Fused`) of the same call as :func:`_jax_runner`."""
+    run = jaxrot.Fused(devices)
+    s = jaxrot.State(states.R[0], states.Pi[0]) if states.R.shape[0] == 1 else states
+    return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s, executor=run).states.R.block_until_ready()
+
+
+def fused_table(batches=(1, 1000, 100_000), methods=("buss2p", "buss4", "dmv10"), budget: float = 4e6,
+                reps: int = 5, c_libs=None) -> list[dict]:
+    """Body-steps per second, float64, of the fused kernel (one device, and every device) against
+    :func:`jaxrot.simulate` (one body: the XLA executor; a batch: :class:`jaxrot.Sharded`, the default)
+    and, for ``buss2p``, single-thread C; every contender run in turn, ``reps`` times, medians."""
+    p = problems.get("t_handle")
+    J = np.asarray(p.body.J)
+    rows = []
+    for B in batches:
+        n = int(max(10, min(2_000_000, budget // B)))
+        states, R0, L0 = _bodies(B, jnp.float64, np.random.default_rng(0))
+        for m in methods:
+            fs = {"XLA": _jax_runner(m, p, states, n, "auto")}
+            if jaxrot.kernels.supports(jaxrot.get(m), p.system):
+                fs["fused, 1 device"] = _fused_runner(m, p, states, n, jax.devices()[:1])
+                if len(jax.devices()) > 1 and B > 1:
+                    fs["fused, all devices"] = _fused_runner(m, p, states, n, jax.devices())
+            if m == "buss2p":
+                for name, (fn, soa) in (c_libs or {}).items():
+                    if name in ("C, 1 thread", "C -O3 -march=native -ffast-math"):
+                        Rc, Lc = np.ascontiguousarray(R0.copy()), np.ascontiguousarray(L0)
+                        fs[name] = (lambda fn=fn, Rc=Rc, Lc=Lc: fn(Rc.ctypes.data, Lc.ctypes.data, J.ctypes.data, H,
+                                                                     B, n))
+            for f in fs.values():
+                f()  # compile, warm
+            ts: dict = {k: [] for k in fs}
+            for _ in range(reps):
+                for k, f in fs.items():
+                    t0 = time.perf_counter()
+                    f()
+                    ts[k].append(time.perf_counter() - t0)
+            row = {"bodies": B, "method": m, "steps": n}
+            row.update({k: B * n / float(np.median(v)) for k, v in ts.items()})
+            rows.append(row)
+            print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    return rows
+
+
+def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True, device: str = "cpu",
+         fused: bool | None = None) -> dict:
     """``batches`` overrides the batch sizes; ``baselines=False`` skips NumPy and C (a GPU run,
-    where the host baselines would measure the host, not the device)."""
+    where the host baselines would measure the host, not the device). ``device``: ``"cpu"`` or
+    ``"gpu"`` (JAX's default devices must be of that kind: run with ``--device gpu`` on a GPU machine;
+    the host baselines are then skipped). ``fused``: add the fused-kernel column (default: when Warp
+    is installed)."""
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    if jax.devices()[0].platform != device:
+        raise ValueError(f"device={device!r} but JAX's default device is {jax.devices()[0]}")
+    if device == "gpu":
+        baselines = False
+    fused = jaxrot.kernels.have_warp() if fused is None else fused
     out = setup(out_dir, quick)
     p = problems.get("t_handle")
     J = np.asarray(p.body.J)
@@ -198,6 +254,10 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
                     t = _median_time(run, 3 if B >= 100_000 else 5)
                     row[f"jaxrot {tag} {label}"] = B * n / t
                     row[f"compile s {tag} {label}"] = max(first - t, 0.0)
+                if fused:
+                    run = _fused_runner("buss2p", p, states, n)
+                    run()
+                    row[f"fused {tag}"] = B * n / _median_time(run, 3 if B >= 100_000 else 5)
             _, R0, L0 = _bodies(B, jnp.float64, np.random.default_rng(0))
             if not baselines:
                 res["rows"].append(row)
@@ -260,7 +320,9 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
                               "compute_bound_body_steps_per_s": 60e12 / step["flops"]}
 
     cols = [f"jaxrot {t} {q}" for t in ("f64", "f32") for q in ("blocked", "unblocked", "1 device")
-            if any(f"jaxrot {t} {q}" in r for r in res["rows"])] + ["NumPy f64", *libs]
+            if any(f"jaxrot {t} {q}" in r for r in res["rows"])]
+    cols += [f"fused {t}" for t in ("f64", "f32") if any(f"fused {t}" in r for r in res["rows"])]
+    cols += ["NumPy f64", *libs] if baselines else []
     rows = [[r["bodies"]] + [f"{r[c]:.3g}" if c in r else "-" for c in cols] for r in res["rows"]]
     devices = f" ({ndev} devices: the batched jaxrot columns split the batch over them)" if ndev > 1 else ""
     text = (f"device: {res['device']}{devices}; buss2p, torque-free T-handle, dt = {H}; body-steps per second "
@@ -299,3 +361,28 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
     series = {c: [r.get(c, np.nan) for r in res["rows"]] for c in cols}
     throughput_lines_figure([r["bodies"] for r in res["rows"]], series).savefig(out / "bench_throughput.png", dpi=110)
     return res
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="buss2p throughput: XLA, fused kernels, NumPy and C")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--fused-only", action="store_true",
+                    help="only the fused-kernel table (fused vs XLA vs single-thread C, alternated runs)")
+    args = ap.parse_args()
+    jax.config.update("jax_platforms", "cuda" if args.device == "gpu" else "cpu")
+    if args.device == "cpu":
+        jaxrot.use_cpu_cores()
+    if args.fused_only:
+        jax.config.update("jax_enable_x64", True)
+        with tempfile.TemporaryDirectory() as tmp:
+            libs = compile_c(pathlib.Path(tmp)) if args.device == "cpu" else {}
+            rows = fused_table((1, 1000) if args.quick else (1, 1000, 100_000, 1_000_000), c_libs=libs)
+        cols = ["XLA", "fused, 1 device", "fused, all devices", "C, 1 thread", "C -O3 -march=native -ffast-math"]
+        print(md_table(["bodies", "method", *cols],
+                       [[r["bodies"], r["method"]] + [f"{r[c]:.3g}" if c in r else "-" for c in cols] for r in rows]))
+    else:
+        main(quick=args.quick, out_dir=args.out, device=args.device)

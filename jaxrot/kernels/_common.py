@@ -72,6 +72,7 @@ _T1 = [1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880]
 _T2 = [1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800]
 _T3 = [1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800]
 SMALL_ANGLE2 = 1e-2
+FUSE_FP = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -202,4 +203,4 @@ def loop_kernel(S, init, step, key: str):
         result_out[b] = wp.where(failed < 0, 0, 2)
 
     run.__name__ = run.__qualname__ = f"fused_{key}"
-    return wp.kernel(run, module="unique", enable_backward=False)
+    return wp.kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})

@@ -51,3 +51,78 @@ def make(S, name: str, torque: str, K: int):
         return R1, Pi1, A
 
     return init, step
+
+
+@functools.lru_cache(maxsize=None)
+def make_euler_quat(S, name: str, torque: str, K: int):
+    """``(init, step)`` of forward Euler on the quaternion (:class:`jaxrot.integrators.euler.EulerQuat`)::
+
+        L = R Pi,  w = R (Pi / J),  L1 = L + h tau(t, R, Pi)
+        q = quat(R) (Shepperd, w >= 0),  q <- q + h/2 (0, w) (x) q,  R1 = R(q / |q|),  Pi1 = R1^T L1
+    """
+    wp = warp()
+    c = so3_funcs(S)
+    tq = torque_funcs(S, torque, K)
+    V, M = c.V, c.M
+    Q = wp.types.vector(4, S)
+    FREE = torque == "free"
+
+    @wp.func
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
+        return V(S(0.0), S(0.0), S(0.0))
+
+    @wp.func
+    def matrix_to_quat(R: M):
+        t = R[0, 0] + R[1, 1] + R[2, 2]
+        k = int(0)
+        best = t
+        if R[0, 0] > best:
+            k = 1
+            best = R[0, 0]
+        if R[1, 1] > best:
+            k = 2
+            best = R[1, 1]
+        if R[2, 2] > best:
+            k = 3
+        q = Q(S(1.0) + t, R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1])
+        if k == 1:
+            q = Q(R[2, 1] - R[1, 2], S(1.0) + S(2.0) * R[0, 0] - t, R[0, 1] + R[1, 0], R[0, 2] + R[2, 0])
+        if k == 2:
+            q = Q(R[0, 2] - R[2, 0], R[0, 1] + R[1, 0], S(1.0) + S(2.0) * R[1, 1] - t, R[1, 2] + R[2, 1])
+        if k == 3:
+            q = Q(R[1, 0] - R[0, 1], R[0, 2] + R[2, 0], R[1, 2] + R[2, 1], S(1.0) + S(2.0) * R[2, 2] - t)
+        q = q / wp.length(q)
+        if q[0] < S(0.0):
+            q = -q
+        return q
+
+    @wp.func
+    def quat_to_matrix(q: Q):
+        q = q / wp.length(q)
+        w = q[0]
+        x = q[1]
+        y = q[2]
+        z = q[3]
+        one = S(1.0)
+        two = S(2.0)
+        return M(one - two * (y * y + z * z), two * (x * y - w * z), two * (x * z + w * y),
+                 two * (x * y + w * z), one - two * (x * x + z * z), two * (y * z - w * x),
+                 two * (x * z - w * y), two * (y * z + w * x), one - two * (x * x + y * y))
+
+    @wp.func
+    def step(R: M, Pi: V, A: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
+        L = R @ Pi
+        w = R @ wp.cw_div(Pi, J)
+        L1 = L
+        if wp.static(not FREE):
+            L1 = L + h * tq.tau(t, R, Pi, P)
+        q = matrix_to_quat(R)
+        qv = V(q[1], q[2], q[3])
+        pv = w * q[0] + wp.cross(w, qv)  # (0, w) (x) q: vector part 0 qv + qw w + w x qv
+        prod = Q(S(0.0) * q[0] - wp.dot(w, qv), S(0.0) * q[1] + pv[0], S(0.0) * q[2] + pv[1],
+                 S(0.0) * q[3] + pv[2])
+        q = q + S(0.5) * h * prod
+        R1 = quat_to_matrix(q / wp.length(q))
+        return R1, wp.transpose(R1) @ L1, A
+
+    return init, step

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from ... import kernels
 from ...geometry.state import State
 from ..layout import join
+from ..lean_jit import lean_jit
 from ..loop import empty_stats, init_carry, scan_frames
 from ..results import Trajectory
 from ..sharding import per_device
@@ -34,12 +35,23 @@ def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int):
     return jax.vmap(one)(states0)
 
 
+@lean_jit
+def _launch(method, system, states0, dt, t0, n_frames: int, save_every: int, mesh):
+    """The kernel on each device's part of the batch, in one compiled program (one dispatch a call)."""
+
+    def run(s):
+        return kernels.fused_frames(method, system, s, dt, t0, n_frames, save_every, reference=xla_frames)
+
+    return per_device(run, mesh)(states0)
+
+
 class Fused(AbstractExecutor):
     """The whole run in one fused kernel launch per device (NVIDIA Warp; ``pip install 'jaxrot[fast]'``):
     one thread per body, its state in registers, only the saved frames written. Runs the methods and
     torques of :data:`jaxrot.kernels.KERNELS` (explicit methods; others go to the default executor)
-    without an invariant monitor; one body runs as a batch of one. A batch is split over ``devices``
-    (default: every device), one launch each. Gradients (``jax.grad`` through :func:`jaxrot.simulate`)
+    without an invariant monitor; one body runs as a batch of one. A batch is split over ``devices``,
+    one launch each (default: every accelerator; on CPUs the default device only, as Warp runs CPU
+    launches one at a time). Gradients (``jax.grad`` through :func:`jaxrot.simulate`)
     come from the XLA loop, so they equal the :class:`XLA` executor's.
 
     Example::
@@ -52,6 +64,13 @@ class Fused(AbstractExecutor):
     def supports(self, spec: RunSpec) -> bool:
         return spec.monitor is None and not spec.stacked and kernels.supports(spec.method, spec.system)
 
+    def _devices(self) -> list:
+        if self.devices is not None:
+            return list(self.devices)
+        devices = jax.devices()
+        # Warp runs CPU launches one at a time (a process-wide lock), so CPU devices would only queue
+        return devices[:1] if devices[0].platform == "cpu" else list(devices)
+
     def run(self, spec: RunSpec) -> Trajectory:
         if not spec.batched:
             one = jax.tree_util.tree_map(lambda x: x[None], spec.state0)
@@ -60,18 +79,14 @@ class Fused(AbstractExecutor):
         return self._run(spec, spec.state0)
 
     def _run(self, spec: RunSpec, states0) -> Trajectory:
-        devices = list(jax.devices() if self.devices is None else self.devices)
+        devices = self._devices()
         batch = states0.R.shape[0]
         if len(devices) > batch:
             devices = devices[:max(batch, 1)]
         placed = RunSpec(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_steps, spec.save_every)
         system, placed_states, pad, mesh = place_batch(placed, devices)
-        m, dt, t0, F, se = spec.method, spec.dt, spec.t0, spec.n_frames, spec.save_every
-
-        def run(s):
-            return kernels.fused_frames(m, system, s, dt, t0, F, se, reference=xla_frames)
-
-        R, Pi, failed, reason = per_device(run, mesh)(placed_states)
+        dt, t0, F, se = spec.dt, spec.t0, spec.n_frames, spec.save_every
+        R, Pi, failed, reason = _launch(spec.method, system, placed_states, dt, t0, F, se, mesh)
         if pad:
             R, Pi, failed, reason = (x[:batch] for x in (R, Pi, failed, reason))
         steps = (jnp.arange(1, F + 1, dtype=jnp.int32) * se).astype(dt.dtype)
