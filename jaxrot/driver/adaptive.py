@@ -11,10 +11,17 @@ the next step by the PI controller of Gustafsson / Hairer & Wanner (Solving ODEs
 
     h_new = h * clip(0.9 err^(-0.7/(q+1)) err_prev^(0.4/(q+1)), 0.2, 5).
 
-Steps are shortened to land on every requested output time. The loop is a ``lax.while_loop``: jit-able,
-vmap-able (each body takes its own steps; a vmapped loop runs until the slowest body is done,
-masking the others, as diffrax does) and differentiable in forward mode (``jax.jvp``,
-``jax.jacfwd``).
+Steps are shortened to land on every requested output time. The loop is jit-able and vmap-able (each
+body takes its own steps; a vmapped loop runs until the slowest body is done, masking the others, as
+diffrax does). Two loops, as diffrax's adjoints (``simulate(..., adjoint=...)``):
+
+- ``"forward"`` (default): a ``lax.while_loop``, differentiable in forward mode (``jax.jvp``,
+  ``jax.jacfwd``);
+- ``"checkpointed"``: ``equinox.internal.while_loop(kind="checkpointed")``, the same forward loop,
+  differentiable in reverse mode (``jax.grad``) by recursive (treeverse) checkpointing over at most
+  ``max_steps`` attempts: the backward pass keeps O(log max_steps) copies of the loop state and
+  recomputes the rest (Griewank & Walther, Algorithm 799; diffrax's ``RecursiveCheckpointAdjoint``).
+  Not forward-differentiable.
 
 Pairs (``PAIRS``): ``buss4(3)``, ``lie_taylor5(4)``, ``exact_split_tj4(2)`` (the triple-jump composition of the
 exact splitting against the splitting itself; any torque). Any ``(high, low)`` pair of registered
@@ -28,6 +35,7 @@ import dataclasses
 import functools
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,8 +78,19 @@ def _scaled_error(y, yp, yq, rtol, atol):
     return jnp.sqrt(jnp.mean(((yp - yq) / sc) ** 2))
 
 
+#: the reverse-differentiable loop of ``adjoint="checkpointed"`` and the plain one of ``"forward"``
+ADJOINTS = {"forward": "lax", "checkpointed": "checkpointed"}
+
+
+def check_adjoint(adjoint) -> str:
+    """The loop kind of an ``adjoint`` name; ValueError naming the argument otherwise."""
+    if not isinstance(adjoint, str) or adjoint not in ADJOINTS:
+        raise ValueError(f"adjoint must be one of {', '.join(map(repr, ADJOINTS))}, got {adjoint!r}")
+    return ADJOINTS[adjoint]
+
+
 @eqx.filter_jit
-def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int):
+def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int, kind: str = "lax"):
     """``(states at ts, StepStats per output interval, accepted, rejected, last error, success)``."""
     dtype = state0.R.dtype
     q1 = float(lo.order) + 1.0
@@ -82,11 +101,12 @@ def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int):
     aux0 = hi.init(system, t0, state0, dt0)
 
     def cond(c):
-        t, state, aux, h, err_prev, i, out, acc, rej, folded = c
+        t, state, aux, h, err_prev, i, out, acc, rej, folded, consts = c
         return (i < n_out) & (acc + rej < max_steps)
 
     def body(c):
-        t, state, aux, h, err_prev, i, out, acc, rej, folded = c
+        t, state, aux, h, err_prev, i, out, acc, rej, folded, consts = c
+        system, ts, rtol, atol = consts
         target = ts[i]
         hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
         step = jnp.where(hit, target - t, h)
@@ -108,11 +128,15 @@ def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int):
         out = jax.tree_util.tree_map(lambda o, s: o.at[i].set(jnp.where(save, s, o[i])), out, (state_new, folded_new))
         folded_new = jax.tree_util.tree_map(lambda a, b: jnp.where(save, a, b), empty_stats(), folded_new)
         return (t_new, state_new, aux_new, h_new, jnp.where(ok, e, err_prev), i + save.astype(jnp.int32), out,
-                acc + ok.astype(jnp.int32), rej + (~ok).astype(jnp.int32), folded_new)
+                acc + ok.astype(jnp.int32), rej + (~ok).astype(jnp.int32), folded_new, consts)
 
+    # the problem's arrays travel in the loop state (unchanged) rather than by closure: their
+    # cotangents then accumulate through the checkpointed loop's recomputations
     c0 = (jnp.asarray(t0, dtype), state0, aux0, jnp.asarray(dt0, dtype), jnp.asarray(1.0, dtype),
-          jnp.asarray(0, jnp.int32), out0, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32), empty_stats())
-    t, state, aux, h, err_prev, i, (out, stats), acc, rej, _ = lax.while_loop(cond, body, c0)
+          jnp.asarray(0, jnp.int32), out0, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32), empty_stats(),
+          (system, ts, rtol, atol))
+    t, state, aux, h, err_prev, i, (out, stats), acc, rej, _, _ = eqxi.while_loop(
+        cond, body, c0, max_steps=max_steps, kind=kind)
     # outputs never reached (max_steps exhausted) hold the last state
     out = jax.tree_util.tree_map(
         lambda o, s: jnp.where((jnp.arange(n_out, dtype=jnp.int32) < i).reshape((-1,) + (1,) * s.ndim), o, s), out, state)
@@ -154,7 +178,7 @@ def _prepare(pair, problem, t1, rtol, atol, times, state0, t0, dt0, max_steps):
     return hi, lo, cast(problem.system, dtype), state0, ts
 
 
-def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None):
+def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax"):
     """One error-controlled run; ``rtol``/``atol``: scalars, or one per body of a batch, whose bodies
     ``executor`` places (:meth:`~jaxrot.driver.executors.base.AbstractExecutor.map_bodies`; None: one
     ``vmap``). Returns ``(states, stats, AdaptiveStats, success)``."""
@@ -167,7 +191,7 @@ def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=No
             h0 = 0.1 * jnp.maximum(rtol, 1e-16) ** (1.0 / (float(lo.order) + 1.0)) / jnp.maximum(w, 1e-12)
             h0 = jnp.minimum(h0, ts[0] - t0)
         return _solve(hi, lo, system, s, jnp.asarray(t0, dtype), ts, jnp.asarray(rtol, dtype),
-                      jnp.asarray(atol, dtype), jnp.asarray(h0, dtype), int(max_steps))
+                      jnp.asarray(atol, dtype), jnp.asarray(h0, dtype), int(max_steps), kind)
 
     if state0.R.ndim == 2:
         out, stats, acc, rej, err, ok = one(state0, rtol, atol)
@@ -201,11 +225,12 @@ def _scaled_difference(a: State, b: State, rtol: float, atol: float) -> jax.Arra
     return jnp.max(jnp.abs(ya - yb) / (atol + rtol * jnp.abs(yb)), axis=(-2, -1))
 
 
-def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, ratio=10.0, safety=0.5):
+def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax", ratio=10.0,
+            safety=0.5):
     """The run whose *global* error is within the tolerance, by tolerance calibration (see
     :class:`~jaxrot.Adaptive` with ``error="global"``)."""
-    first = _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor)
-    tight = _run(hi, lo, system, state0, ts, t0, rtol / ratio, atol / ratio, dt0, max_steps, executor)
+    first = _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor, kind)
+    tight = _run(hi, lo, system, state0, ts, t0, rtol / ratio, atol / ratio, dt0, max_steps, executor, kind)
     est = _scaled_difference(first[0], tight[0], rtol, atol) / (ratio - 1.0)
     spent = first[2].n_accepted + first[2].n_rejected
     if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= safety)):  # traced: the third run always
@@ -216,15 +241,18 @@ def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor
     # at tau/ratio, which repeats the second run exactly
     scale = jnp.where(est > safety, safety / jnp.maximum(est, 1e-300), 1.0) / ratio
     out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
-                                executor)
+                                executor, kind)
     ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, safety), tolerance=rtol * scale,
                                n_calibration=spent + tight[2].n_accepted + tight[2].n_rejected)
     return out, stats, ctrl, ok
 
 
-def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, executor=None) -> Trajectory:
+def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, executor=None,
+                 adjoint: str = "forward") -> Trajectory:
     """The error-controlled run of :func:`jaxrot.simulate` with ``stepsize=Adaptive(...)``; a batch's
-    bodies placed by ``executor`` (None: one ``vmap`` on the default device)."""
+    bodies placed by ``executor`` (None: one ``vmap`` on the default device); ``adjoint``: ``"forward"``
+    (``lax.while_loop``, forward-mode derivatives) or ``"checkpointed"`` (reverse mode)."""
+    kind = check_adjoint(adjoint)
     if saveat is not None and (saveat.steps or saveat.every is not None or saveat.dense):
         raise ValueError("adaptive steps save at given times: SaveAt(t0=..., t1=..., ts=...)")
     times = None if saveat is None or saveat.ts is None else saveat.ts
@@ -235,7 +263,7 @@ def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, execu
                                           stepsize.dt0, stepsize.max_steps)
     solve = _global if stepsize.error == "global" else _run
     out, stats, ctrl, ok = solve(hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0,
-                                 stepsize.max_steps, executor)
+                                 stepsize.max_steps, executor, kind)
     with_t0 = saveat is None or saveat.t0
     return _trajectory(state0, t0, ts, out, stats, ctrl, ok, with_t0, system)
 

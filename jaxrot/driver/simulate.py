@@ -135,6 +135,7 @@ def simulate(
     progress: bool = False,
     unroll: int = 1,
     monitor: InvariantMonitor | None = None,
+    adjoint: str = "forward",
 ) -> Trajectory:
     """Integrate one body or a batch of bodies; returns a :class:`~jaxrot.Trajectory`.
 
@@ -158,6 +159,10 @@ def simulate(
       progress: report steps done and time left on stderr after each compiled chunk.
       unroll: inner-scan unroll factor (a speed knob for tiny problems on CPU).
       monitor: an :class:`~jaxrot.InvariantMonitor` flagging energy/momentum drift as a failure.
+      adjoint: how an adaptive run is differentiated: ``"forward"`` (a ``lax.while_loop``; ``jax.jvp``,
+        ``jax.jacfwd``) or ``"checkpointed"`` (``jax.grad`` by recursive checkpointing, memory growing
+        like the log of ``max_steps``; diffrax's ``RecursiveCheckpointAdjoint``). Fixed-step runs are
+        differentiable in both modes whatever this is.
 
     Returns:
       :class:`~jaxrot.Trajectory`: ``ts``, ``states`` (leading batch axis first, if any), ``stats``,
@@ -181,7 +186,7 @@ def simulate(
 
         if executor is not None and not isinstance(executor, AbstractExecutor):
             raise TypeError(f"executor must be a jaxrot executor or None, got {executor!r}")
-        traj = run_adaptive(method, problem, t0, t1, stepsize, saveat, state0, executor)
+        traj = run_adaptive(method, problem, t0, t1, stepsize, saveat, state0, executor, adjoint)
         traj = _provenance(traj, method, problem, None, "adaptive", None, rtol=stepsize.rtol, atol=stepsize.atol,
                            error=stepsize.error, executor=type(executor or XLA()).__name__)
         if throw:

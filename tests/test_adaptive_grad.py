@@ -1,0 +1,102 @@
+"""Reverse-mode gradients of adaptive runs (``adjoint="checkpointed"``) against the exact flow's."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import exact, problems
+
+P = problems.get("free_body_mz")
+W = jnp.array([1.0, -2.0, 0.5])
+
+
+def _loss(J, adjoint="checkpointed", t1=3.0, state0=None, max_steps=4000, pair="lie_taylor5(4)"):
+    # max_steps = 4000: fewer checkpoints (89) than steps, so the backward pass recomputes
+    q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, t1)
+    tr = jaxrot.simulate(pair, q, t1=t1, state0=state0, adjoint=adjoint,
+                         stepsize=jaxrot.Adaptive(1e-10, 1e-10, max_steps=max_steps),
+                         saveat=jaxrot.SaveAt(ts=[1.0, t1]))
+    return jnp.sum(tr.states.Pi[..., -1, :] * W) + jnp.sum(tr.states.Pi[..., 1, :])
+
+
+def _exact_loss(J, t1=3.0, state0=P.state0):
+    a, b = exact.free_flow(J, state0, t1), exact.free_flow(J, state0, 1.0)
+    return jnp.sum(a.Pi * W) + jnp.sum(b.Pi)
+
+
+def test_grad_matches_the_exact_flow():
+    g = jax.grad(_loss)(P.body.J)
+    ge = jax.grad(_exact_loss)(P.body.J)
+    assert np.all(np.isfinite(g))
+    assert float(jnp.abs(g - ge).max()) <= 1e-6 * float(jnp.abs(ge).max())
+
+
+def test_grad_of_the_attitude_matches_differences_of_the_exact_flow():
+    def final_r(J):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 3.0)
+        tr = jaxrot.simulate("lie_taylor5(4)", q, t1=3.0, stepsize=jaxrot.Adaptive(1e-10, 1e-10, max_steps=4000),
+                             saveat=jaxrot.SaveAt(t0=False), adjoint="checkpointed")
+        return jnp.sum(tr.final.R * jnp.arange(1.0, 10.0).reshape(3, 3))
+
+    g = jax.grad(final_r)(P.body.J)
+    h = 1e-5
+
+    def ex(J):
+        return float(jnp.sum(exact.free_flow(J, P.state0, 3.0).R * jnp.arange(1.0, 10.0).reshape(3, 3)))
+
+    fd = np.array([(ex(P.body.J.at[k].add(h)) - ex(P.body.J.at[k].add(-h))) / (2 * h) for k in range(3)])
+    assert np.abs(np.asarray(g) - fd).max() <= 1e-6 * np.abs(fd).max()
+
+
+def test_grad_agrees_with_forward_mode_and_jit():
+    g = jax.jit(jax.grad(_loss))(P.body.J)
+    gf = jax.jacfwd(lambda J: _loss(J, "forward"))(P.body.J)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9, atol=1e-12)
+    # the two loops take the same steps: the same values
+    assert float(_loss(P.body.J, "forward")) == float(_loss(P.body.J, "checkpointed"))
+
+
+def test_grad_of_a_batch_with_respect_to_the_initial_states():
+    key = jax.random.PRNGKey(0)
+    Pi = P.state0.Pi + 0.05 * jax.random.normal(key, (3, 3))
+    R = jnp.broadcast_to(P.state0.R, (3, 3, 3))
+
+    def f(Pi):
+        return jnp.sum(_loss(P.body.J, state0=jaxrot.State(R, Pi)))
+
+    g = jax.grad(f)(Pi)
+    ge = jax.vmap(jax.grad(lambda pi: _exact_loss(P.body.J, state0=jaxrot.State(P.state0.R, pi))))(Pi)
+    assert float(jnp.abs(g - ge).max()) <= 1e-6 * float(jnp.abs(ge).max())
+
+
+def test_checkpointed_memory_grows_slowly_with_max_steps():
+    def temp(max_steps):
+        f = jax.jit(jax.grad(lambda J: _loss(J, max_steps=max_steps)))
+        return f.lower(P.body.J).compile().memory_analysis().temp_size_in_bytes
+
+    small, large = temp(1000), temp(100_000)
+    assert large <= 20 * small
+
+
+@pytest.mark.xfail(strict=True, reason="Buss pairs: gradients through the checkpointed loop's recomputation "
+                   "differ from forward mode by 1e-7 to 1e-5 relative (cause not found yet)")
+def test_buss_pair_grad_with_recomputation_matches_forward_mode():
+    g = jax.grad(lambda J: _loss(J, pair="buss4(3)"))(P.body.J)
+    gf = jax.jacfwd(lambda J: _loss(J, "forward", pair="buss4(3)"))(P.body.J)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9)
+
+
+def test_buss_pair_grad_without_recomputation_matches_forward_mode():
+    # max_steps large enough that every step has its checkpoint: exact agreement
+    g = jax.grad(lambda J: _loss(J, pair="buss4(3)", max_steps=100_000))(P.body.J)
+    gf = jax.jacfwd(lambda J: _loss(J, "forward", pair="buss4(3)", max_steps=100_000))(P.body.J)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9, atol=1e-13)
+
+
+def test_bad_adjoint_and_forward_mode_refused():
+    with pytest.raises(ValueError, match="adjoint"):
+        _loss(P.body.J, adjoint="backsolve")
+    with pytest.raises(TypeError):
+        jax.jacfwd(_loss)(P.body.J)
