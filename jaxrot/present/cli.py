@@ -8,6 +8,8 @@ import math
 import os
 import sys
 
+from . import output
+
 EXPERIMENTS = {
     "buss": "jaxrot.experiments.buss_table",
     "buss_orders": "jaxrot.experiments.buss_orders",
@@ -76,15 +78,27 @@ def _check_run_args(args) -> int:
         raise ValueError(f"--dt must be finite and > 0, got {args.dt}")
     save = args.save_every if args.save_every is not None else _default_save_every(args.steps)
     if save < 1 or args.steps % save:
-        raise ValueError(f"--save-every must be >= 1 and divide --steps ({args.steps}), got {save}")
+        raise ValueError(f"--save-every {save} does not divide --steps {args.steps} (it must be >= 1 and divide it)")
     _check_out_path(args.plot, "--plot", (".png", ".pdf", ".svg"))
     _check_out_path(args.save, "--save", (".npz",))
+    if args.save_every is None and args.steps // save < 200 and args.steps > 200:
+        print(f"note: keeping {args.steps // save + 1} frames (every {save} steps): {args.steps} has no divisor "
+              f"giving 200-{MAX_FRAMES} frames; pass --save-every to choose", flush=True)
     return save
 
 
+#: the most frames ``jaxrot run`` keeps unless --save-every asks for more
+MAX_FRAMES = 10_000
+
+
 def _default_save_every(n: int) -> int:
-    """The largest divisor of n that leaves at least 200 frames (1 for short runs)."""
-    return max(d for d in range(1, max(1, n // 200) + 1) if n % d == 0)
+    """The largest divisor of n that leaves at least 200 frames (1 for short runs), or, where that
+    would keep more than :data:`MAX_FRAMES` (a step count with no suitable divisor, e.g. a prime),
+    the smallest divisor that keeps at most that many."""
+    d = max(d for d in range(1, max(1, n // 200) + 1) if n % d == 0)
+    if n // d <= MAX_FRAMES:
+        return d
+    return min(d for d in range(1, n + 1) if n % d == 0 and n // d <= MAX_FRAMES)
 
 
 def _run(args) -> int:
@@ -130,10 +144,12 @@ def _run(args) -> int:
                   "attitude error vs reference (rad)": {args.method: err + tiny}}
         fig = series_panels_figure(ts, panels, xlabel="t (time units of the problem)", logy=tuple(panels),
                                    title=f"{args.method} on {p.name}, dt = {args.dt:g}")
-        fig.savefig(args.plot, dpi=120)
+        with output.atomic(args.plot) as tmp:
+            fig.savefig(tmp, dpi=120)
         print(f"  wrote {args.plot}")
     if args.save:
-        traj.save(args.save)
+        with output.atomic(args.save) as tmp:
+            traj.save(tmp)
         print(f"  wrote {args.save} (load with jaxrot.load)")
     return 0
 
@@ -142,19 +158,45 @@ _PROTOCOL_ARGS = {"tilt": "tilt_deg", "towards": "towards", "eps": "eps", "metri
                   "revolutions": "revolutions", "axis_map": "axis_map"}
 
 
+def _results_folder(args):
+    """The checked output folder of a ``reproduce``/``bench`` command (announced before the run):
+    ``--out``, else :data:`~jaxrot.present.output.DEFAULT_OUT`, or a new temporary folder for a
+    ``--quick`` run (never over the results of a full one)."""
+    import tempfile
+
+    if args.out is not None:
+        folder = output.prepare(args.out)
+    elif args.quick:
+        folder = output.prepare(tempfile.mkdtemp(prefix="jaxrot-quick-"))
+        print(f"quick run: writing to {folder}", flush=True)
+        return folder
+    else:
+        folder = output.prepare(output.DEFAULT_OUT)
+    print(f"writing results to {folder}", flush=True)
+    return folder
+
+
+def _run_staged(run, folder) -> int:
+    """``run(out_dir)`` into a staging folder; its files appear in ``folder`` only when it finished."""
+    with output.staged(folder) as stage:
+        run(stage)
+    print(f"done: results in {folder}", flush=True)
+    return 0
+
+
 def _reproduce(args) -> int:
     mod = importlib.import_module(EXPERIMENTS[args.name])
     given = {field: getattr(args, a) for a, field in _PROTOCOL_ARGS.items() if getattr(args, a) is not None}
+    if args.name != "buss" and given:
+        raise ValueError(f"--{', --'.join(a.replace('_', '-') for a, f in _PROTOCOL_ARGS.items() if f in given)}"
+                         f" only apply to 'reproduce buss'")
+    folder = _results_folder(args)
     if args.name != "buss":
-        if given:
-            raise ValueError(f"--{', --'.join(a.replace('_', '-') for a, f in _PROTOCOL_ARGS.items() if f in given)}"
-                             f" only apply to 'reproduce buss'")
-        mod.main(quick=args.quick, out_dir=args.out)
-        return 0
+        return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), folder)
     from jaxrot.studies.buss_protocol import PrismProtocol
 
-    mod.main(quick=args.quick, out_dir=args.out, protocol=PrismProtocol(**given))
-    return 0
+    protocol = PrismProtocol(**given)
+    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, protocol=protocol), folder)
 
 
 def _animate(args) -> int:
@@ -182,15 +224,15 @@ def _animate(args) -> int:
         tr = jaxrot.simulate(m, p, args.dt, n, save_every=save, throw=False)
         panels.append({"title": m, "R": np.asarray(tr.states.R), "L": np.asarray(tr.states.L),
                        "shape": shape_for(p.name)})
-    animate_bodies(panels, out, fps=args.fps, title=f"{p.name}, dt = {args.dt:g}, {n} steps")
+    with output.atomic(out) as tmp:
+        animate_bodies(panels, tmp, fps=args.fps, title=f"{p.name}, dt = {args.dt:g}, {n} steps")
     print(f"wrote {out}")
     return 0
 
 
 def _bench(args) -> int:
     mod = importlib.import_module(BENCHMARKS[args.name])
-    mod.main(quick=args.quick, out_dir=args.out)
-    return 0
+    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), _results_folder(args))
 
 
 def _problems_epilog() -> str:
@@ -202,8 +244,23 @@ def _problems_epilog() -> str:
 
 
 def main(argv=None) -> int:
-    import sys
+    """The ``jaxrot`` command; returns the exit code (130 after Ctrl-C, 0 when the reader of its
+    output went away, 2 for bad arguments, 1 for a failed simulation)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
+        return code
+    except KeyboardInterrupt:
+        kept = ", ".join(str(p) for p in output.WRITTEN)
+        print(f"jaxrot: interrupted; {'kept ' + kept if kept else 'nothing was written'}", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `jaxrot list | head`: the reader has gone, so stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
+
+def _main(argv=None) -> int:
     from jaxrot import __version__, use_cpu_cores
 
     words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
@@ -241,7 +298,8 @@ def main(argv=None) -> int:
     p.add_argument("name", choices=sorted(EXPERIMENTS))
     p.add_argument("--quick", action="store_true", help="a small version (CI)")
     p.add_argument("--out", default=None,
-                   help="output folder (default: ./figures; a --quick run writes to a new temporary folder)")
+                   help="output folder (default: ./jaxrot-results; a --quick run writes to a new temporary folder; "
+                        "--out figures regenerates the committed figures)")
     g = p.add_argument_group("protocol of 'reproduce buss' (defaults: the inferred protocol, see README)")
     g.add_argument("--tilt", type=float, help="angle of the initial rate from the long axis, degrees (0.7)")
     g.add_argument("--towards", choices=["x", "y"], help="short axis the rate is tilted towards (x)")
@@ -263,7 +321,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("bench", help="throughput benchmarks")
     p.add_argument("name", nargs="?", default="buss", choices=sorted(BENCHMARKS))
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="output folder (default: ./jaxrot-results; --quick: a temporary one)")
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)
     from jaxrot.driver.failures import SimulationError, codes_of, name_of

@@ -1,0 +1,94 @@
+"""Results are written whole or not at all, into a folder checked before the run; Ctrl-C and closed
+pipes end a command cleanly."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxrot.present import cli, output
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_atomic_replaces_only_on_success(tmp_path):
+    target = tmp_path / "a.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with output.atomic(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("interrupted")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+    with output.atomic(target) as tmp:
+        assert tmp.parent == tmp_path and tmp.suffix == ".txt"
+        tmp.write_text("new")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_staged_files_appear_only_when_the_run_finished(tmp_path):
+    (tmp_path / "x.json").write_text("earlier run")
+    with pytest.raises(KeyboardInterrupt):
+        with output.staged(tmp_path) as stage:
+            (stage / "x.json").write_text("partial")
+            raise KeyboardInterrupt
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"] and (tmp_path / "x.json").read_text() == "earlier run"
+    with output.staged(tmp_path) as stage:
+        (stage / "x.json").write_text("new")
+        (stage / "y.png").write_bytes(b"png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "y.png"]
+    assert (tmp_path / "x.json").read_text() == "new"
+
+
+def test_unwritable_output_folder_fails_before_the_run(capsys, monkeypatch):
+    def no_run(*a, **k):
+        raise AssertionError("the experiment ran before the output folder was checked")
+
+    import importlib
+
+    mod = importlib.import_module(cli.EXPERIMENTS["dancing_pole"])
+    monkeypatch.setattr(mod, "main", no_run)
+    assert cli.main(["reproduce", "dancing_pole", "--out", "/proc/jaxrot-no-such-place"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write to the output folder '/proc/jaxrot-no-such-place'" in err
+
+
+def test_default_frames_are_bounded():
+    assert cli._default_save_every(2000) == 10  # about 200 frames
+    assert cli._default_save_every(1009) == 1  # prime, 1 010 frames: within the bound
+    assert cli._default_save_every(100_003) == 100_003  # prime: the first and the last frame
+    assert 100_000 // cli._default_save_every(100_000) <= cli.MAX_FRAMES
+    for n in (7, 10_007, 20_014, 999_983, 1 << 20):
+        assert n % cli._default_save_every(n) == 0 and n // cli._default_save_every(n) <= cli.MAX_FRAMES
+
+
+def _jaxrot(*args, **kw):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "jaxrot", *args], cwd=kw.get("cwd", ROOT), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_list_into_a_closed_pipe_is_quiet():
+    head = subprocess.run(f"{sys.executable} -m jaxrot list | head -2", shell=True, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert len(head.stdout.splitlines()) == 2 and "Error" not in head.stderr and "Traceback" not in head.stderr
+
+
+def test_ctrl_c_during_reproduce_leaves_nothing(tmp_path):
+    out = tmp_path / "results"
+    proc = _jaxrot("reproduce", "dancing_pole", "--quick", "--out", str(out))
+    started = time.monotonic()
+    line = ""
+    while "writing results to" not in line and time.monotonic() - started < 240:
+        line = proc.stdout.readline()
+        assert line or proc.poll() is None, proc.stderr.read()
+    time.sleep(2.0)  # inside the run: JAX compiling or computing
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip() == "jaxrot: interrupted; nothing was written" and "Traceback" not in err
+    assert list(out.iterdir()) == []  # no file, no staging folder
