@@ -92,3 +92,28 @@ def test_ctrl_c_during_reproduce_leaves_nothing(tmp_path):
     assert proc.returncode == 130, err
     assert err.strip() == "jaxrot: interrupted; nothing was written" and "Traceback" not in err
     assert list(out.iterdir()) == []  # no file, no staging folder
+
+
+def test_the_wheel_carries_every_package_and_the_c_baseline(tmp_path):
+    """``pip install .`` (not editable): every sub-package and the C source of the throughput bench."""
+    import zipfile
+
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "w"), str(ROOT)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0 and "Could not find a version" in r.stderr + r.stdout:
+        pytest.skip("no package index to build the wheel's build requirements")
+    assert r.returncode == 0, r.stderr
+    (wheel,) = (tmp_path / "w").glob("jaxrot-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "jaxrot/experiments/buss2p.c" in names
+    packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "jaxrot").rglob("__init__.py")}
+    assert {f"{p}/__init__.py" for p in packages} <= names, {f"{p}/__init__.py" for p in packages} - names
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, timeout=600)
+    probe = ("import jaxrot, pathlib; from jaxrot.experiments import bench_throughput as b; "
+             "assert pathlib.Path(jaxrot.__file__).is_relative_to(pathlib.Path(r'%s')); "
+             "assert b.C_SOURCE.exists(); print('ok')" % target)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(target)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip() == "ok", r.stderr
