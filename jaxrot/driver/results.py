@@ -45,7 +45,9 @@ class Trajectory(eqx.Module):
     ``controller``: the adaptive controller's counts (:class:`AdaptiveStats`), None for fixed steps.
     ``system``: the body and torque the run integrated (for energies and angular velocities).
     ``provenance`` records how it was made (method, problem, dt, steps, dtype, executor, versions) as
-    ``(key, value)`` string pairs; :attr:`info` gives it as a dict.
+    ``(key, value)`` string pairs; :attr:`info` gives it as a dict. ``dense``: what :meth:`evaluate`
+    needs (a :class:`~jaxrot.driver.dense.DenseOutput`) after a fixed-step run with
+    ``SaveAt(dense=True)``, else None.
     """
 
     ts: jax.Array
@@ -55,7 +57,22 @@ class Trajectory(eqx.Module):
     result: Any = None
     controller: AdaptiveStats | None = None
     system: Any = None
+    dense: Any = None
     provenance: tuple = eqx.field(static=True, default=())
+
+    def evaluate(self, t) -> State:
+        """The state at time(s) ``t`` (a scalar or an array within the run's span) from the dense
+        output: shape ``t.shape`` after the batch axis, if any; differentiable. Needs a fixed-step run
+        with ``SaveAt(dense=True)``.
+
+        Example::
+
+            traj = jaxrot.simulate("buss4", p, 1e-2, 100, saveat=jaxrot.SaveAt(dense=True))
+            mid = traj.evaluate(0.505)
+        """
+        if self.dense is None:
+            raise ValueError("evaluate needs a fixed-step run with saveat=jaxrot.SaveAt(dense=True)")
+        return self.dense(t)
 
     @property
     def info(self) -> dict:

@@ -57,9 +57,6 @@ def _save_every(saveat: SaveAt | None, save_every, n_steps) -> tuple[int, bool]:
         return save_every, False
     if saveat is None:
         return 1, False
-    if saveat.ts is not None or saveat.dense:
-        raise NotImplementedError("SaveAt(ts=...) and SaveAt(dense=True) with fixed steps are not available "
-                                  "yet; use SaveAt(every=k) or adaptive steps (stepsize=jaxrot.Adaptive(...))")
     if not saveat.t1 and saveat.save_every is None:
         raise ValueError("SaveAt(t1=False) with neither steps nor every saves nothing past t0")
     every = saveat.save_every
@@ -150,7 +147,9 @@ def simulate(
       state0: initial state (default ``problem.state0``); a leading axis on ``R``/``Pi`` is a batch.
       stepsize: :class:`~jaxrot.Fixed` (default) or :class:`~jaxrot.Adaptive` (error control).
       saveat: :class:`~jaxrot.SaveAt` — what to keep (default: every step);
-        ``save_every=k`` is shorthand for ``SaveAt(every=k)``.
+        ``save_every=k`` is shorthand for ``SaveAt(every=k)``. With fixed steps, ``SaveAt(ts=...)``
+        gives states at those times and ``SaveAt(dense=True)`` makes ``traj.evaluate(t)`` work, both
+        from the dense output (:mod:`jaxrot.driver.dense`; checkpoint frames, memory bounded).
       executor: how the loop runs (:class:`~jaxrot.XLA`, :class:`~jaxrot.CPUBlocked`,
         :class:`~jaxrot.Sharded`, :class:`~jaxrot.Fused`); None chooses (one body: XLA; a batch:
         sharded over all devices, cache-blocked on CPUs). Every executor gives the same states.
@@ -199,6 +198,13 @@ def simulate(
     if dt is None:
         raise ValueError("a fixed-step run needs dt (or stepsize=jaxrot.Fixed(dt))")
     n_steps = _counts(dt, n_steps, t0, t1)
+    if saveat is not None and (saveat.ts is not None or saveat.dense):
+        if save_every is not None:
+            raise ValueError("give saveat or save_every, not both (save_every=k is SaveAt(every=k))")
+        from .dense import dense_run
+
+        return dense_run(simulate, method, problem, dt, n_steps, saveat, t0=t0, state0=state0, executor=executor,
+                         throw=throw, progress=progress, unroll=unroll, monitor=monitor)
     every, final_only = _save_every(saveat, save_every, n_steps)
     stacked = state0 is None and isinstance(problem, Problem) and jnp.ndim(problem.body.J) == 2
     given = (method, problem, dt)
