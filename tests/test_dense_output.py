@@ -1,0 +1,107 @@
+"""Dense output on SO(3) (fixed steps): SaveAt(ts=...), SaveAt(dense=True) and Trajectory.evaluate."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import exact, problems
+from jaxrot.driver.dense import checkpoint_interval, interpolate
+
+P = problems.get("free_body_mz")
+
+
+def _exact(ts, state0=P.state0, J=P.body.J):
+    return jax.vmap(lambda t: exact.free_flow(J, state0, t))(jnp.asarray(ts))
+
+
+def _err(a, b):
+    return np.asarray(jnp.maximum(jnp.abs(a.R - b.R).max(axis=(-2, -1)), jnp.abs(a.Pi - b.Pi).max(axis=-1)))
+
+
+@pytest.mark.parametrize("method", ["buss4", "rk4", "lie_taylor4", "lie_taylor5"])
+def test_evaluate_converges_at_order_four(method):
+    errs, dts = [], [0.04, 0.02, 0.01]
+    tq = jnp.asarray(np.linspace(0.0, 2.0, 23)[:-1] + 0.0137)
+    for dt in dts:
+        tr = jaxrot.simulate(method, P, dt, int(round(2.0 / dt)), saveat=jaxrot.SaveAt(dense=True))
+        errs.append(float(_err(tr.evaluate(tq), _exact(tq)).max()))
+    slope = np.polyfit(np.log(dts), np.log(errs), 1)[0]
+    assert slope >= 3.7, (errs, slope)
+
+
+def test_ts_interior_error_within_twice_the_step_error():
+    dt, n = 0.02, 150
+    steps = jaxrot.simulate("buss4", P, dt, n)
+    step_err = _err(steps.states, _exact(steps.ts))
+    ts = np.array([0.0133, 0.5, 0.777, 1.2345, 2.99])
+    tr = jaxrot.simulate("buss4", P, dt, n, saveat=jaxrot.SaveAt(ts=ts, t0=False, t1=False))
+    np.testing.assert_allclose(np.asarray(tr.ts), ts)
+    err = _err(tr.states, _exact(ts))
+    k = np.floor(ts / dt).astype(int)
+    bracket = np.maximum(step_err[k], step_err[k + 1])
+    # the interpolant's own error is O(h^4) from the first step on, the steps' error grows from 0:
+    # within twice the run's step error everywhere, and twice the bracketing steps' once that has grown
+    assert np.all(err <= 2.0 * step_err.max()), (err, step_err.max())
+    assert np.all((err <= 2.0 * bracket)[ts >= 0.5]), (err, bracket)
+    # at step points the dense output returns the steps themselves
+    on = jaxrot.simulate("buss4", P, dt, n, saveat=jaxrot.SaveAt(ts=[0.4, 1.0]))
+    assert on.ts.shape == (4,) and float(on.ts[0]) == 0.0 and float(on.ts[-1]) == pytest.approx(3.0)
+    np.testing.assert_allclose(np.asarray(on.states.R[1]), np.asarray(steps.states.R[20]), atol=1e-13)
+
+
+def test_batch_float32_and_gradients():
+    key = jax.random.PRNGKey(1)
+    Pi = P.state0.Pi + 0.05 * jax.random.normal(key, (4, 3))
+    S = jaxrot.State(jnp.broadcast_to(P.state0.R, (4, 3, 3)), Pi)
+    tr = jaxrot.simulate("buss4", P, 0.01, 100, state0=S, saveat=jaxrot.SaveAt(ts=[0.123, 0.5], dense=True))
+    assert tr.states.R.shape == (4, 4, 3, 3)
+    one = jaxrot.simulate("buss4", P, 0.01, 100, state0=jaxrot.State(S.R[2], S.Pi[2]),
+                          saveat=jaxrot.SaveAt(ts=[0.123, 0.5]))
+    np.testing.assert_allclose(np.asarray(tr.states.R[2]), np.asarray(one.states.R), atol=1e-13)
+    assert tr.evaluate(jnp.array([[0.2, 0.3]])).R.shape == (4, 1, 2, 3, 3)
+    f32 = jaxrot.simulate("buss4", jaxrot.cast(P, jnp.float32), 0.01, 100, saveat=jaxrot.SaveAt(dense=True))
+    s = f32.evaluate(0.555)
+    assert s.R.dtype == jnp.float32
+    assert float(np.abs(np.asarray(s.R, np.float64) - np.asarray(_exact([0.555]).R[0])).max()) < 1e-5
+
+    # gradients w.r.t. the time and the inertia, against central differences
+    def f(J, t):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 1.0)
+        tr = jaxrot.simulate("buss4", q, 0.01, 100, saveat=jaxrot.SaveAt(dense=True))
+        s = tr.evaluate(t)
+        return jnp.sum(s.R[0]) + jnp.sum(s.Pi)
+
+    gJ, gt = jax.grad(f, argnums=(0, 1))(P.body.J, 0.4567)
+    h = 1e-6
+    fdJ = np.array([(f(P.body.J.at[i].add(h), 0.4567) - f(P.body.J.at[i].add(-h), 0.4567)) / (2 * h) for i in range(3)])
+    fdt = (f(P.body.J, 0.4567 + h) - f(P.body.J, 0.4567 - h)) / (2 * h)
+    np.testing.assert_allclose(np.asarray(gJ), fdJ, rtol=1e-6, atol=1e-8)
+    assert float(gt) == pytest.approx(float(fdt), rel=1e-6)
+
+
+def test_interpolant_at_zero_angle_and_checkpoints():
+    sysm = P.system
+    s0 = jaxrot.State(jnp.eye(3), jnp.zeros(3))
+    g = jax.grad(lambda s: jnp.sum(interpolate(sysm, 0.0, 0.1, s0, s0, s).R))(0.05)
+    assert np.isfinite(float(g))
+    gs = jax.grad(lambda pi: jnp.sum(interpolate(sysm, 0.0, 0.1, jaxrot.State(jnp.eye(3), pi), s0, 0.03).R))(
+        jnp.zeros(3))
+    assert np.all(np.isfinite(gs))
+    assert checkpoint_interval(10_000) == 100 and checkpoint_interval(12) in (3, 4)
+    assert checkpoint_interval(1) == 1
+
+
+def test_bad_times():
+    with pytest.raises(ValueError, match="ts"):
+        jaxrot.simulate("buss4", P, 0.01, 100, saveat=jaxrot.SaveAt(ts=[0.5, 0.2]))
+    with pytest.raises(ValueError, match="span"):
+        jaxrot.simulate("buss4", P, 0.01, 100, saveat=jaxrot.SaveAt(ts=[0.5, 1.5]))
+    tr = jaxrot.simulate("buss4", P, 0.01, 100, saveat=jaxrot.SaveAt(dense=True))
+    with pytest.raises(ValueError, match="span"):
+        tr.evaluate(2.0)
+    with pytest.raises(ValueError, match="dense"):
+        jaxrot.simulate("buss4", P, 0.01, 100).evaluate(0.5)
+    with pytest.raises(ValueError, match="save_every"):
+        jaxrot.simulate("buss4", P, 0.01, 100, saveat=jaxrot.SaveAt(dense=True), save_every=2)
