@@ -22,6 +22,8 @@ from jaxrot.studies.buss_protocol import BUSS_COST, BUSS_TABLE, PrismProtocol, r
 from jaxrot.present.plotting import grouped_series_figure, grouped_work_precision_figure, published_comparison_figure
 from jaxrot.studies.timing import seconds_per_step
 
+from jaxrot.driver.progress import Progress
+
 from ._common import md_table, setup, write_json
 
 # other readings of the protocol: (name, changes to the main protocol)
@@ -50,14 +52,19 @@ def main(quick: bool = False, out_dir=None, protocol: PrismProtocol | None = Non
     if quick:  # a short span and a loose threshold: seconds, not minutes
         protocol = dataclasses.replace(protocol, revolutions=4.5, n_max=2048)
     print(f"Buss's prism table, protocol: {protocol.describe()}", flush=True)
-    main_run = run_table(protocol, progress=lambda s: print("  " + s, flush=True))
-    cap = protocol.n_max
+    readings = SENSITIVITY[:1] if quick else SENSITIVITY
+    with Progress(len(BUSS_TABLE) * (1 + len(readings)), "rows", "Buss table and sensitivity") as bar:
+        def row_done(line):
+            print("  " + line, flush=True)
+            bar.update(1)
 
-    sens = [("main (above)", main_run)]
-    for name, change in (SENSITIVITY[:1] if quick else SENSITIVITY):
-        proto = dataclasses.replace(protocol, **change)
-        print(f"sensitivity: {name}: {proto.describe()}", flush=True)
-        sens.append((name, run_table(proto)))
+        main_run = run_table(protocol, progress=row_done)
+        cap = protocol.n_max
+        sens = [("main (above)", main_run)]
+        for name, change in readings:
+            proto = dataclasses.replace(protocol, **change)
+            print(f"sensitivity: {name}: {proto.describe()}", flush=True)
+            sens.append((name, run_table(proto, progress=lambda line: bar.update(1))))
 
     # cost per step, single body, relative to 3rd + EP (Buss's normalisation), best of 3
     p = protocol.problem()

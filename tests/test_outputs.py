@@ -117,3 +117,54 @@ def test_the_wheel_carries_every_package_and_the_c_baseline(tmp_path):
     r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(target)),
                        capture_output=True, text=True, timeout=300)
     assert r.stdout.strip() == "ok", r.stderr
+
+
+class _Terminal:
+    """A stand-in for a terminal's stderr."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_progress_is_a_bar_on_a_terminal_lines_otherwise_and_silent_when_quiet(monkeypatch, capsys):
+    from jaxrot.driver import progress
+
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    with progress.Progress(1000, "steps", "run") as bar:
+        bar.compiled(1.25)
+        bar.update(400)
+        bar.update(600)
+    assert "1000/1000" in term.text and "compiled in 1.2 s" in term.text and "steps" in term.text
+    monkeypatch.undo()
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)
+    with progress.Progress(10, "rows", "table") as bar:
+        for _ in range(10):
+            bar.update(1)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("  table: 10/10 rows (100%)")
+    monkeypatch.setattr(progress, "QUIET", True)
+    assert list(progress.items(range(3), "quiet")) == [0, 1, 2]
+    assert capsys.readouterr().err == ""
+
+
+def test_simulate_progress_reports_steps_and_keeps_the_result(capsys):
+    import jax
+
+    import jaxrot
+
+    p = jaxrot.problems.get("t_handle")
+    a = jaxrot.simulate("buss2p", p, 1e-3, 2000, save_every=10, progress=True)
+    err = capsys.readouterr().err
+    assert "compiled in" in err and "2000/2000 steps (100%)" in err
+    b = jaxrot.simulate("buss2p", p, 1e-3, 2000, save_every=10)
+    assert jax.numpy.array_equal(a.states.R, b.states.R) and a.ts.shape == b.ts.shape == (201,)

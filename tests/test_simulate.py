@@ -28,7 +28,7 @@ def test_progress_same_result(capsys):
     b = jaxrot.simulate("buss2", p, 1e-3, 200, save_every=5)
     np.testing.assert_allclose(a.states.R, b.states.R, atol=1e-15)
     err = capsys.readouterr().err
-    assert "compiling ..." in err and "200/200 steps" in err
+    assert "compiled in" in err and "200/200 steps" in err
 
 
 def test_gradient_matches_finite_differences():

@@ -97,18 +97,21 @@ def batch_frames_per_chunk(batch: int, itemsize: int) -> int:
 def run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
     """All frames in chunks of ``per_chunk`` frames, ``run_chunk(carry, n_valid) -> (carry, out)``
     being one compiled program for any count: ``(carry, chunk outputs, valid frames of each)``;
-    :func:`join` cuts and joins them. ``report(frames_done)`` (optional) is called with 0 when the
-    running starts and after each chunk;
-    with it, the program is compiled first (an empty chunk) and that time reported on stderr."""
+    :func:`join` cuts and joins them. With a progress ``report`` the program is compiled first (an
+    empty chunk; ``report(None, seconds)``), the run goes in calls of a hundredth of its frames or
+    more (each still the one compiled chunk, its other frames skipped; at most 16 times the calls
+    of the run without a report) and ``report(frames_done)`` follows each call."""
+    step = per_chunk
     if report is not None:
-        print("  compiling ...", end="", file=sys.stderr, flush=True)
         start = time.perf_counter()
         jax.block_until_ready(run_chunk(carry, np.asarray(0, np.int32)))  # every frame skipped
-        print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-        report(0)  # the running phase starts now
+        report(None, time.perf_counter() - start)
+        # at most 16x the calls (and the chunk buffers) of the run without a report
+        calls = 16 * -(-n_frames // per_chunk)
+        step = max(1, min(per_chunk, max(-(-n_frames // 100), -(-n_frames // calls))))
     parts, nvs = [], []
-    for start in range(0, n_frames, per_chunk):
-        nv = min(per_chunk, n_frames - start)
+    for start in range(0, n_frames, step):
+        nv = min(step, n_frames - start)
         carry, part = run_chunk(carry, np.asarray(nv, np.int32))
         parts.append(part)
         nvs.append(nv)
@@ -118,7 +121,6 @@ def run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
     return carry, tuple(parts), tuple(nvs)
 
 
-@functools.partial(jax.jit, static_argnames=("nvs", "batched"))
 @functools.partial(jax.jit, static_argnames=("nvs", "batched"))
 def join(state0, t0, parts, nvs, failed, reason, batched=False):
     """The trajectory from the chunks' outputs: valid frames cut, joined, the initial frame

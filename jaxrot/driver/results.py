@@ -47,7 +47,8 @@ class Trajectory(eqx.Module):
     ``provenance`` records how it was made (method, problem, dt, steps, dtype, executor, versions) as
     ``(key, value)`` string pairs; :attr:`info` gives it as a dict. ``dense``: what :meth:`evaluate`
     needs (a :class:`~jaxrot.driver.dense.DenseOutput`) after a fixed-step run with
-    ``SaveAt(dense=True)``, else None.
+    ``SaveAt(dense=True)``, else None. ``event_time``, ``event_state``: where a run with ``event=``
+    (:class:`~jaxrot.Event`) found its event, per body (NaN where none), else None.
     """
 
     ts: jax.Array
@@ -58,6 +59,8 @@ class Trajectory(eqx.Module):
     controller: AdaptiveStats | None = None
     system: Any = None
     dense: Any = None
+    event_time: jax.Array | None = None
+    event_state: State | None = None
     provenance: tuple = eqx.field(static=True, default=())
 
     def evaluate(self, t) -> State:
@@ -227,5 +230,6 @@ def load(path) -> Trajectory:
         result = result_of(z["result"]) if "result" in z.files else None
         ctrl = {k.split(".", 1)[1]: jnp.asarray(z[k]) for k in z.files if k.startswith("controller.")}
         controller = AdaptiveStats(**ctrl) if ctrl else None
-        return Trajectory(jnp.asarray(z["ts"]), State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])), stats,
-                          jnp.asarray(z["failed_step"]), result, controller, None, tuple(sorted(info.items())))
+        return Trajectory(ts=jnp.asarray(z["ts"]), states=State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])),
+                          stats=stats, failed_step=jnp.asarray(z["failed_step"]), result=result, controller=controller,
+                          provenance=tuple(sorted(info.items())))

@@ -8,6 +8,7 @@ run returns one :class:`~jaxrot.Trajectory`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import time as _time
@@ -20,6 +21,7 @@ import numpy as np
 from ..physics.problems import Problem
 from .checks import cast, is_concrete, prepare, traced_checks
 from .executors import choose_executor
+from .progress import Progress
 from .executors.base import AbstractExecutor, RunSpec
 from .executors.xla import XLA
 from .failures import raise_failures
@@ -64,17 +66,19 @@ def _save_every(saveat: SaveAt | None, save_every, n_steps) -> tuple[int, bool]:
 
 
 def _progress_report(n_frames: int, save_every: int, n_steps: int):
-    """Steps done, elapsed and remaining time after each compiled chunk (stderr)."""
-    start = [_time.perf_counter()]
+    """The report of a run with ``progress=True``: ``report(None, seconds)`` after the compilation,
+    then ``report(frames_done)`` (a bar of steps on a terminal, a line every ~10 s otherwise)."""
+    bar = Progress(n_steps, "steps")
+    done = [0]
 
-    def report(done):
-        if done == 0:  # compiled: the running phase starts
-            start[0] = _time.perf_counter()
+    def report(frames, compile_seconds=None):
+        if frames is None:
+            bar.compiled(compile_seconds)
             return
-        el = _time.perf_counter() - start[0]
-        print(f"\r  {done * save_every}/{n_steps} steps ({100 * done / n_frames:5.1f}%), {el:.1f} s, "
-              f"~{el * (n_frames - done) / done:.1f} s left", end="" if done < n_frames else "\n",
-              file=sys.stderr, flush=True)
+        bar.update((frames - done[0]) * save_every)
+        done[0] = frames
+        if frames >= n_frames:
+            bar.close()
 
     return report
 
@@ -133,6 +137,7 @@ def simulate(
     unroll: int = 1,
     monitor: InvariantMonitor | None = None,
     adjoint: str = "forward",
+    event=None,
 ) -> Trajectory:
     """Integrate one body or a batch of bodies; returns a :class:`~jaxrot.Trajectory`.
 
@@ -162,6 +167,9 @@ def simulate(
         ``jax.jacfwd``) or ``"checkpointed"`` (``jax.grad`` by recursive checkpointing, memory growing
         like the log of ``max_steps``; diffrax's ``RecursiveCheckpointAdjoint``). Fixed-step runs are
         differentiable in both modes whatever this is.
+      event: an :class:`~jaxrot.Event` (fixed steps): the trajectory's ``event_time`` and
+        ``event_state`` (per body, NaN where none); a terminal event's body repeats its event state
+        in the frames after it (:mod:`jaxrot.driver.events`).
 
     Returns:
       :class:`~jaxrot.Trajectory`: ``ts``, ``states`` (leading batch axis first, if any), ``stats``,
@@ -178,6 +186,10 @@ def simulate(
         raise TypeError(f"stepsize must be jaxrot.Fixed(...) or jaxrot.Adaptive(...), got {stepsize!r}")
     if saveat is not None and not isinstance(saveat, SaveAt):
         raise TypeError(f"saveat must be a jaxrot.SaveAt, got {saveat!r}")
+    if event is not None:
+        return _with_event(event, method, problem, dt, n_steps, t0=t0, t1=t1, state0=state0, stepsize=stepsize,
+                           saveat=saveat, save_every=save_every, executor=executor, throw=throw, progress=progress,
+                           unroll=unroll, monitor=monitor)
     if isinstance(stepsize, Adaptive):
         if dt is not None or n_steps is not None or save_every is not None:
             raise ValueError("adaptive steps take t1 (and saveat), not dt, n_steps or save_every")
@@ -226,6 +238,28 @@ def simulate(
     if throw:
         raise_failures(traj.failed_step, traj.result, "batched simulation: " if batched else "")
     return traj
+
+
+def _with_event(event, method, problem, dt, n_steps, *, t0, t1, state0, stepsize, saveat, **kw) -> Trajectory:
+    """A fixed-step run and the first event of each body (:func:`jaxrot.driver.events.locate_events`)."""
+    from .events import Event, freeze_after, locate_events
+
+    if not isinstance(event, Event):
+        raise TypeError(f"event must be a jaxrot.Event, got {event!r}")
+    if isinstance(stepsize, Adaptive):
+        raise ValueError("event= needs fixed steps (stepsize=jaxrot.Fixed or dt)")
+    if isinstance(stepsize, Fixed) and stepsize.dt is not None and dt is None:
+        dt = stepsize.dt
+    traj = simulate(method, problem, dt, n_steps, t0=t0, t1=t1 if n_steps is None else None, state0=state0,
+                    saveat=saveat, **kw)
+    n = _counts(dt, n_steps, t0, t1)
+    meth, s0, dt_, t0_, system = prepare(method, problem, state0, dt, t0, n, 1)
+    et, es = locate_events(event, meth, system, s0, t0_, dt_, n)
+    states = freeze_after(traj.ts, traj.states, et, es) if event.terminal else traj.states
+    out = dataclasses.replace(traj, states=states, event_time=et, event_state=es)
+    object.__setattr__(out, "provenance", traj.provenance)
+    object.__setattr__(out, "dense", traj.dense)
+    return out
 
 
 def stack_problems(problems: list[Problem]) -> Problem:

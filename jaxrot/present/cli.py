@@ -87,6 +87,8 @@ def _check_run_args(args) -> int:
     return save
 
 
+#: ``jaxrot run`` reports progress from this many steps on (``--progress`` for any run)
+LONG_RUN_STEPS = 100_000
 #: the most frames ``jaxrot run`` keeps unless --save-every asks for more
 MAX_FRAMES = 10_000
 
@@ -114,8 +116,9 @@ def _run(args) -> int:
 
     p = problems.get(args.problem)
     n = args.steps
-    traj = jaxrot.simulate(args.method, p, args.dt, n, save_every=save, progress=args.progress,
-                           throw=not args.no_throw)
+    # a progress report splits the run into more calls: worth it for long runs only
+    show = not args.quiet and (args.progress or n >= LONG_RUN_STEPS)
+    traj = jaxrot.simulate(args.method, p, args.dt, n, save_every=save, progress=show, throw=not args.no_throw)
     failed = int(traj.failed_step)
     keep = len(traj.ts) if failed < 0 else max(1, (failed - 1) // save + 1)  # frames before the failure
     T = float(traj.ts[keep - 1])
@@ -273,6 +276,7 @@ def _main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(prog="jaxrot", description="Accurate rigid-body rotation integrators in JAX.")
     ap.add_argument("--version", action="version", version=f"jaxrot {__version__}")
+    ap.add_argument("--quiet", action="store_true", help="no progress reports (they go to stderr)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="the registered methods (default) or the named problems")
     p.add_argument("what", nargs="?", default="methods", choices=["methods", "problems"])
@@ -292,7 +296,7 @@ def _main(argv=None) -> int:
     p.add_argument("--save", metavar="NPZ", help="save the trajectory with its provenance (.npz; jaxrot.load)")
     p.add_argument("--no-throw", action="store_true",
                    help="on a failed step keep the trajectory up to it and report, instead of stopping")
-    p.add_argument("--progress", action="store_true", help="report compilation, then progress and time left")
+    p.add_argument("--progress", action="store_true", help="report compilation, then progress and time left (default for 10^5 steps or more)")
     p.set_defaults(fn=_run)
     p = sub.add_parser("reproduce", help="run an experiment that reproduces a source document's table/figure")
     p.add_argument("name", choices=sorted(EXPERIMENTS))
@@ -324,7 +328,10 @@ def _main(argv=None) -> int:
     p.add_argument("--out", default=None, help="output folder (default: ./jaxrot-results; --quick: a temporary one)")
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)
+    from jaxrot.driver import progress
     from jaxrot.driver.failures import SimulationError, codes_of, name_of
+
+    progress.QUIET = args.quiet
 
     try:
         return args.fn(args)
