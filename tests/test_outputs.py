@@ -168,3 +168,33 @@ def test_simulate_progress_reports_steps_and_keeps_the_result(capsys):
     assert "compiled in" in err and "2000/2000 steps (100%)" in err
     b = jaxrot.simulate("buss2p", p, 1e-3, 2000, save_every=10)
     assert jax.numpy.array_equal(a.states.R, b.states.R) and a.ts.shape == b.ts.shape == (201,)
+
+
+def test_no_committed_figure_comes_from_a_quick_run():
+    import json
+
+    for path in sorted((ROOT / "figures").glob("*.json")):
+        data = json.loads(path.read_text())
+        assert not (isinstance(data, dict) and data.get("quick") is True), f"{path.name} is from a --quick run"
+
+
+def test_run_plot_has_no_artificial_floor(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    saved = []
+    orig = plt.Figure.savefig
+
+    def keep(fig, *a, **k):
+        saved.append([ax.get_ylim() for ax in fig.axes])
+        return orig(fig, *a, **k)
+
+    plt.Figure.savefig = keep
+    try:
+        assert cli.main(["--quiet", "run", "buss4", "t_handle", "--dt", "0.01", "--steps", "200", "--plot",
+                         str(tmp_path / "r.png")]) == 0
+    finally:
+        plt.Figure.savefig = orig
+    assert saved and all(lo > 1e-30 for lo, _ in saved[0]), saved  # log axes start near the data, not at 1e-300

@@ -142,9 +142,11 @@ def _run(args) -> int:
     if args.plot:
         from jaxrot.present.plotting import series_panels_figure
 
-        tiny = np.finfo(np.float64).tiny  # exact zeros would vanish from a log axis
-        panels = {"relative energy error |E - E0| / |E0|": {args.method: np.abs(E - E[0]) / abs(E[0]) + tiny},
-                  "attitude error vs reference (rad)": {args.method: err + tiny}}
+        def positive(x):  # exact zeros (the first frame) have no place on a log axis: left out, not 1e-300
+            return np.where(x > 0, x, np.nan)
+
+        panels = {"relative energy error |E - E0| / |E0|": {args.method: positive(np.abs(E - E[0]) / abs(E[0]))},
+                  "attitude error vs reference (rad)": {args.method: positive(err)}}
         fig = series_panels_figure(ts, panels, xlabel="t (time units of the problem)", logy=tuple(panels),
                                    title=f"{args.method} on {p.name}, dt = {args.dt:g}")
         with output.atomic(args.plot) as tmp:
