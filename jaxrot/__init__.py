@@ -22,6 +22,7 @@ from .driver.failures import RESULTS, SimulationError, simulation_errors
 from .driver.loop import InvariantMonitor
 from .driver.results import AdaptiveStats, Trajectory, load
 from .driver.saveat import SaveAt
+from .driver.events import Event
 from .driver.sharding import gather, use_cpu_cores
 from .driver.simulate import final_state, simulate, simulate_batch, stack_problems
 from .driver.stepsize import Adaptive, Fixed
@@ -36,7 +37,7 @@ __all__ = [
     # integrators
     "integrators", "REGISTRY", "get", "StepStats",
     # the driver
-    "simulate", "SaveAt", "Fixed", "Adaptive", "PAIRS", "XLA", "CPUBlocked", "Sharded", "Fused", "AbstractExecutor",
+    "simulate", "SaveAt", "Event", "Fixed", "Adaptive", "PAIRS", "XLA", "CPUBlocked", "Sharded", "Fused", "AbstractExecutor",
     "Trajectory", "AdaptiveStats", "load", "RESULTS", "SimulationError", "simulation_errors", "InvariantMonitor",
     "cast", "stack_problems", "compile", "CompiledRun", "gather", "use_cpu_cores",
     # deprecated aliases of simulate
