@@ -1,0 +1,79 @@
+"""Events on the dense output: location against the exact flow, implicit-function gradients, batches."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize as so
+
+import jaxrot
+from jaxrot import exact, problems
+
+P = problems.get("t_handle")
+FLIP = jaxrot.Event(lambda t, s, args: s.R[1, 1], direction=-1)  # the long axis' world-y component
+DT, N = 1e-3, 8000
+
+
+def _problem(J):
+    return jaxrot.Problem(jaxrot.RigidBody(J), P.torque, jaxrot.State(P.state0.R, J * (P.state0.Pi / P.body.J)), 8.0)
+
+
+def _flip_time(J):
+    return jaxrot.simulate("buss4", _problem(J), DT, N, event=FLIP, saveat=jaxrot.SaveAt(t0=False)).event_time
+
+
+def test_flip_time_matches_the_exact_solution():
+    tr = jaxrot.simulate("buss4", P, DT, N, event=FLIP, save_every=1000)
+    t = float(tr.event_time)
+    te = so.brentq(lambda s: float(exact.free_flow(P.body.J, P.state0, s).R[1, 1]), t - 0.01, t + 0.01,
+                   xtol=1e-15, rtol=1e-15)
+    assert abs(t - te) <= 1e-8
+    assert abs(float(tr.event_state.R[1, 1])) < 1e-12
+    # terminal: the frames after the event repeat the event state; those before are untouched
+    after = np.asarray(tr.ts) > t
+    np.testing.assert_array_equal(np.asarray(tr.states.R[after]), np.broadcast_to(tr.event_state.R, (after.sum(), 3, 3)))
+    free = jaxrot.simulate("buss4", P, DT, N, save_every=1000)
+    np.testing.assert_array_equal(np.asarray(tr.states.R[~after]), np.asarray(free.states.R[~after]))
+
+
+def test_flip_time_gradient_matches_differences():
+    J = P.body.J
+    g = jax.grad(_flip_time)(J)
+    h = 1e-6
+    fd = np.array([(_flip_time(J.at[i].add(h)) - _flip_time(J.at[i].add(-h))) / (2 * h) for i in range(3)])
+    assert np.abs(np.asarray(g) - fd).max() <= 1e-6 * np.abs(fd).max()
+
+
+def test_batch_each_body_stops_at_its_own_event():
+    B = 6
+    Pi = P.state0.Pi * (1.0 + 0.2 * jnp.linspace(0.0, 1.0, B))[:, None]
+    S = jaxrot.State(jnp.broadcast_to(P.state0.R, (B, 3, 3)), Pi)
+    tr = jaxrot.simulate("buss4", P, 1e-2, 800, state0=S, event=FLIP, save_every=10)
+    assert tr.event_time.shape == (B,) and np.all(np.isfinite(np.asarray(tr.event_time)))
+    assert len(set(np.round(np.asarray(tr.event_time), 6))) == B
+    for b in (0, B - 1):
+        one = jaxrot.simulate("buss4", P, 1e-2, 800, state0=jaxrot.State(S.R[b], S.Pi[b]), event=FLIP, save_every=10)
+        assert float(one.event_time) == pytest.approx(float(tr.event_time[b]), abs=1e-12)
+        np.testing.assert_allclose(np.asarray(tr.states.R[b]), np.asarray(one.states.R), atol=1e-12)
+
+
+def test_direction_none_found_and_not_terminal():
+    up = jaxrot.Event(lambda t, s, args: s.R[1, 1], direction=+1)
+    tr = jaxrot.simulate("buss4", P, 1e-2, 500, event=up, save_every=50)
+    assert np.isnan(float(tr.event_time)) and np.all(np.isnan(np.asarray(tr.event_state.R)))
+    both = jaxrot.Event(lambda t, s, args: t - 1.2345, terminal=False)
+    tr = jaxrot.simulate("rk4", P, 1e-2, 500, event=both, save_every=50)
+    assert float(tr.event_time) == pytest.approx(1.2345, abs=1e-13)
+    free = jaxrot.simulate("rk4", P, 1e-2, 500, save_every=50)
+    np.testing.assert_array_equal(np.asarray(tr.states.R), np.asarray(free.states.R))
+
+
+def test_bad_events():
+    with pytest.raises(ValueError, match="direction"):
+        jaxrot.Event(lambda t, s, a: t, direction=2)
+    with pytest.raises(TypeError, match="cond_fn"):
+        jaxrot.Event(3.0)
+    with pytest.raises(TypeError, match="event"):
+        jaxrot.simulate("buss4", P, 1e-2, 10, event=lambda t, s, a: t)
+    with pytest.raises(ValueError, match="fixed steps"):
+        jaxrot.simulate("buss4(3)", P, t1=1.0, stepsize=jaxrot.Adaptive(), event=FLIP)
