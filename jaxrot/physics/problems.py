@@ -11,6 +11,7 @@ import numpy as np
 from ..geometry import so3
 from ..geometry.body import RigidBody
 from ..geometry.state import State
+from .orbit import gravity_gradient_satellite
 from .torques import (
     AbstractTorque,
     CoulombWallTorque,
@@ -224,6 +225,7 @@ PROBLEMS: dict[str, Callable[[], Problem]] = {
     "t_handle": t_handle,
     "dancing_pole": dancing_pole,
     "free_body_hlw": free_body_hlw,
+    "gravity_gradient": lambda: gravity_gradient_satellite(),
 }
 
 
