@@ -166,3 +166,14 @@ def test_bench_throughput_makes_every_core_a_device_before_jax_starts():
     assert out.returncode == 0, out.stderr[-2000:]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert f"DEVICES {cores}" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_run_auto_with_a_tolerance_uses_the_suggestion(capsys):
+    rc, out, _ = _run(capsys, "--quiet", "run", "auto", "free_body_hlw", "--tol", "1e-9")
+    assert rc == 0 and "suggested for tol 1e-09: exact_free" in out
+    err = float(out.split("attitude error vs reference: final")[1].split()[0])
+    assert err < 1e-9
+    rc, _, err = _run(capsys, "run", "buss4", "t_handle", "--tol", "1e-6")
+    assert rc == 2 and "run auto PROBLEM --tol" in err
+    rc, _, err = _run(capsys, "run", "buss4", "t_handle")
+    assert rc == 2 and "--dt and --steps" in err

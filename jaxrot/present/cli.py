@@ -68,10 +68,18 @@ def _check_out_path(path: str | None, option: str, suffixes: tuple[str, ...]) ->
 def _check_run_args(args) -> int:
     """Every argument of ``run`` checked before anything is compiled; returns save_every."""
     from jaxrot import integrators, problems
+    from jaxrot.driver.stepsize import Fixed
 
-    integrators.info(args.method)
     if args.problem not in problems.PROBLEMS:
         problems.get(args.problem)  # the helpful KeyError
+    if args.tol is not None or args.method == "auto":
+        _choose(args, problems.get(args.problem))
+    args.stepsize = getattr(args, "stepsize", None)
+    if args.stepsize is not None and not isinstance(args.stepsize, Fixed):
+        return 0  # an error-controlled pair: no frames to choose
+    integrators.info(args.method)
+    if args.steps is None or args.dt is None:
+        raise ValueError("run needs --dt and --steps (or METHOD 'auto' with --tol)")
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
     if not math.isfinite(args.dt) or args.dt <= 0:
@@ -91,6 +99,22 @@ def _check_run_args(args) -> int:
 LONG_RUN_STEPS = 100_000
 #: the most frames ``jaxrot run`` keeps unless --save-every asks for more
 MAX_FRAMES = 10_000
+
+
+def _choose(args, problem) -> None:
+    """``run auto PROBLEM --tol TOL``: the method and its steps from :func:`jaxrot.suggest`."""
+    from jaxrot.driver.stepsize import Fixed
+    from jaxrot.studies.suggest import suggest
+
+    if args.method != "auto" or args.tol is None:
+        raise ValueError("--tol chooses the method: run it as 'jaxrot run auto PROBLEM --tol TOL'")
+    if args.dt is not None or args.steps is not None:
+        raise ValueError("--tol sets the steps itself: leave out --dt and --steps")
+    s = suggest(problem, args.tol)
+    print(f"suggested for tol {args.tol:g}: {s.method} ({s.reason})", flush=True)
+    args.method, args.stepsize = s.method, s.stepsize
+    if isinstance(s.stepsize, Fixed):  # the exact flow: any step; 200 for the report's frames
+        args.steps, args.dt = 200, problem.t_end / 200
 
 
 def _default_save_every(n: int) -> int:
@@ -115,6 +139,8 @@ def _run(args) -> int:
     from jaxrot.driver.failures import codes_of, name_of
 
     p = problems.get(args.problem)
+    if getattr(args, "stepsize", None) is not None and not isinstance(args.stepsize, jaxrot.Fixed):
+        return _run_adaptive(args, p)
     n = args.steps
     # a progress report splits the run into more calls: worth it for long runs only
     show = not args.quiet and (args.progress or n >= LONG_RUN_STEPS)
@@ -152,6 +178,32 @@ def _run(args) -> int:
         with output.atomic(args.plot) as tmp:
             fig.savefig(tmp, dpi=120)
         print(f"  wrote {args.plot}")
+    if args.save:
+        with output.atomic(args.save) as tmp:
+            traj.save(tmp)
+        print(f"  wrote {args.save} (load with jaxrot.load)")
+    return 0
+
+
+def _run_adaptive(args, p) -> int:
+    """The report of ``run auto PROBLEM --tol TOL`` when the choice is an error-controlled pair."""
+    import numpy as np
+
+    import jaxrot
+    from jaxrot import analysis, reference
+
+    T = float(p.t_end)
+    ts = np.linspace(0.0, T, 201)[1:]
+    traj = jaxrot.simulate(args.method, p, t1=T, stepsize=args.stepsize, saveat=jaxrot.SaveAt(ts=ts),
+                           throw=not args.no_throw)
+    ref = reference.reference_solution(p, T, n_frames=200)
+    err = np.asarray(analysis.attitude_error(traj.states.R, ref.states.R))
+    E = np.asarray(analysis.energy(p, traj.states, traj.ts))
+    c = traj.controller
+    print(f"{args.method} on {p.name}: error-controlled to tol {args.tol:g}, t_end={T:g}, "
+          f"{int(c.n_accepted)} steps accepted, {int(c.n_rejected)} rejected")
+    print(f"  relative energy drift   max|E-E0|/|E0| = {np.abs(E - E[0]).max() / abs(E[0]):.3e}")
+    print(f"  attitude error vs reference: final {err[-1]:.3e} rad, max {err.max():.3e} rad")
     if args.save:
         with output.atomic(args.save) as tmp:
             traj.save(tmp)
@@ -290,8 +342,10 @@ def _main(argv=None) -> int:
                        epilog=_problems_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("method", help="a registered method name (see 'jaxrot list')")
     p.add_argument("problem", help="a named problem (listed below)")
-    p.add_argument("--dt", type=float, required=True, help="step size (> 0)")
-    p.add_argument("--steps", type=int, required=True, help="number of steps (>= 1)")
+    p.add_argument("--dt", type=float, help="step size (> 0)")
+    p.add_argument("--steps", type=int, help="number of steps (>= 1)")
+    p.add_argument("--tol", type=float, help="instead of --dt/--steps with METHOD 'auto': the final accuracy asked; "
+                                             "jaxrot.suggest picks the method and steps and says why")
     p.add_argument("--save-every", type=int, default=None,
                    help="steps between saved frames; must divide --steps (default: about 200 frames)")
     p.add_argument("--plot", metavar="PNG", help="write energy and attitude error over time (.png/.pdf/.svg)")
