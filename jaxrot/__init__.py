@@ -27,6 +27,7 @@ from .driver.sharding import gather, use_cpu_cores
 from .driver.simulate import final_state, simulate, simulate_batch, stack_problems
 from .driver.stepsize import Adaptive, Fixed
 from .studies import analysis, fitting, maps, reference
+from .studies.suggest import Suggestion, suggest
 
 __all__ = [
     "__version__",
@@ -43,5 +44,5 @@ __all__ = [
     # deprecated aliases of simulate
     "simulate_batch", "final_state", "simulate_adaptive", "simulate_to_tolerance",
     # studies
-    "analysis", "fitting", "maps", "reference",
+    "analysis", "fitting", "maps", "reference", "suggest", "Suggestion",
 ]
