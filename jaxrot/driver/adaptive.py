@@ -125,7 +125,7 @@ def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int, kind
         aux_new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), aux_p, aux)
         save = ok & hit
         folded_new = jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), fold(folded, stats), folded)
-        out = jax.tree_util.tree_map(lambda o, s: o.at[i].set(jnp.where(save, s, o[i])), out, (state_new, folded_new))
+        out = jax.tree_util.tree_map(lambda s, o: o.at[i].set(s, pred=save), (state_new, folded_new), out)
         folded_new = jax.tree_util.tree_map(lambda a, b: jnp.where(save, a, b), empty_stats(), folded_new)
         return (t_new, state_new, aux_new, h_new, jnp.where(ok, e, err_prev), i + save.astype(jnp.int32), out,
                 acc + ok.astype(jnp.int32), rej + (~ok).astype(jnp.int32), folded_new, consts)
@@ -135,8 +135,9 @@ def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int, kind
     c0 = (jnp.asarray(t0, dtype), state0, aux0, jnp.asarray(dt0, dtype), jnp.asarray(1.0, dtype),
           jnp.asarray(0, jnp.int32), out0, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32), empty_stats(),
           (system, ts, rtol, atol))
+    # the outputs are the loop's buffers: written in place, not copied into every checkpoint
     t, state, aux, h, err_prev, i, (out, stats), acc, rej, _, _ = eqxi.while_loop(
-        cond, body, c0, max_steps=max_steps, kind=kind)
+        cond, body, c0, max_steps=max_steps, buffers=lambda c: c[6], kind=kind)
     # outputs never reached (max_steps exhausted) hold the last state
     out = jax.tree_util.tree_map(
         lambda o, s: jnp.where((jnp.arange(n_out, dtype=jnp.int32) < i).reshape((-1,) + (1,) * s.ndim), o, s), out, state)
