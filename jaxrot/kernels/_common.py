@@ -16,11 +16,17 @@ import types
 _INSTALL = "the fused kernels need NVIDIA Warp: pip install 'jaxrot[fast]' (or pip install 'warp-lang>=1.19')"
 
 
+@functools.lru_cache(maxsize=None)
 def have_warp() -> bool:
     """Whether ``warp`` can be imported (without importing it)."""
     import importlib.util
 
-    return importlib.util.find_spec("warp") is not None
+    if "warp" in sys.modules:
+        return sys.modules["warp"] is not None
+    try:
+        return importlib.util.find_spec("warp") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,26 +6,48 @@
 - :class:`Fused`: the whole run in one compiled kernel per device (explicit methods; needs the
   ``fast`` extra).
 
-``executor=None`` chooses: one body runs on :class:`XLA`, a batch on :class:`Sharded` over every
-device. An executor that cannot run a method (:meth:`~AbstractExecutor.supports`) hands it to that
+``executor=None`` chooses: one body runs on :class:`XLA` (on :class:`Fused` where that was measured
+faster: a plain call of at least :data:`FUSED_MIN_STEPS` steps on a CPU with a kernel for the method
+and torque, Warp installed), a batch on :class:`Sharded` over every device. An executor that cannot run a method (:meth:`~AbstractExecutor.supports`) hands it to that
 default; the trajectory's provenance names the executor that ran it.
 """
 
 from __future__ import annotations
 
+import jax
+
+from ... import kernels
 from .base import AbstractExecutor, RunSpec
 from .fused import Fused
 from .sharded import CPUBlocked, Sharded
-from .xla import XLA
+from .xla import XLA, traced
 
 __all__ = ["AbstractExecutor", "RunSpec", "XLA", "CPUBlocked", "Sharded", "Fused", "choose_executor"]
 
 
-_ONE, _MANY = XLA(), Sharded()  # immutable: built once, not per call
+_ONE, _MANY, _FUSED = XLA(), Sharded(), Fused()  # immutable: built once, not per call
+
+#: the fewest steps for which one body runs fused by default. Measured on a CPU (docs/benchmarks.md,
+#: "Fused kernels"): a 10-step call 1.15x slower than XLA, 1 000 steps 2.2x faster, 100 000 steps 5.9x
+#: faster. Below this count the XLA loop is kept: its chunked programs are reused for any step count
+#: (the fused program is compiled per frame count, ~80 ms, as XLA's output joining is)
+FUSED_MIN_STEPS = 100_000
+
+
+def _fused_wins(spec: RunSpec) -> bool:
+    """Where the fused kernel was measured faster: one body on a CPU, a plain call (traced runs keep
+    XLA's forward-mode AD), saved frames (a final-state run keeps XLA's one program for any count), no
+    progress report (one launch has no chunks to report),
+    Warp installed and a kernel for the method and torque."""
+    return (not spec.batched and not spec.final_only and spec.report is None and spec.n_steps >= FUSED_MIN_STEPS
+            and jax.devices()[0].platform == "cpu" and kernels.have_warp() and not traced(spec)
+            and Fused.supports(_FUSED, spec))
 
 
 def _default(spec: RunSpec) -> AbstractExecutor:
-    return _MANY if spec.batched else _ONE
+    if spec.batched:
+        return _MANY
+    return _FUSED if _fused_wins(spec) else _ONE
 
 
 def choose_executor(executor, spec: RunSpec) -> AbstractExecutor:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from ... import kernels
 from ...geometry.state import State
-from ..layout import join
+from ..layout import assemble
 from ..lean_jit import lean_jit
 from ..loop import empty_stats, init_carry, scan_frames
 from ..results import Trajectory
@@ -36,13 +36,25 @@ def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int):
 
 
 @lean_jit
-def _launch(method, system, states0, dt, t0, n_frames: int, save_every: int, mesh):
-    """The kernel on each device's part of the batch, in one compiled program (one dispatch a call)."""
+def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, mesh, batch: int, one: bool):
+    """The whole run in one compiled program (one dispatch a call): the kernel on each device's part
+    of the batch, the padding dropped, the trajectory assembled (``one``: a single body, unbatched)."""
+    if one:
+        states0 = jax.tree_util.tree_map(lambda x: x[None], states0)
 
     def run(s):
         return kernels.fused_frames(method, system, s, dt, t0, n_frames, save_every, reference=xla_frames)
 
-    return per_device(run, mesh)(states0)
+    R, Pi, failed, reason = (x[:batch] for x in per_device(run, mesh)(states0))
+    states0 = jax.tree_util.tree_map(lambda x: x[:batch], states0)
+    ts = t0 + (jnp.arange(1, n_frames + 1, dtype=jnp.int32) * save_every).astype(dt.dtype) * dt
+    stats = jax.tree_util.tree_map(lambda z: jnp.broadcast_to(z, (n_frames,)), empty_stats())
+
+    def body(s0, R, Pi, failed, reason):
+        return assemble(s0, t0, State(R, Pi), ts, stats, failed, reason)
+
+    traj = jax.vmap(body)(states0, R, Pi, failed, reason)
+    return jax.tree_util.tree_map(lambda x: x[0], traj) if one else traj
 
 
 class Fused(AbstractExecutor):
@@ -72,26 +84,18 @@ class Fused(AbstractExecutor):
         return devices[:1] if devices[0].platform == "cpu" else list(devices)
 
     def run(self, spec: RunSpec) -> Trajectory:
-        if not spec.batched:
-            one = jax.tree_util.tree_map(lambda x: x[None], spec.state0)
-            traj = self._run(spec, one)
-            return jax.tree_util.tree_map(lambda x: x[0], traj)
-        return self._run(spec, spec.state0)
-
-    def _run(self, spec: RunSpec, states0) -> Trajectory:
-        devices = self._devices()
-        batch = states0.R.shape[0]
-        if len(devices) > batch:
-            devices = devices[:max(batch, 1)]
-        placed = RunSpec(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_steps, spec.save_every)
-        system, placed_states, pad, mesh = place_batch(placed, devices)
-        dt, t0, F, se = spec.dt, spec.t0, spec.n_frames, spec.save_every
-        R, Pi, failed, reason = _launch(spec.method, system, placed_states, dt, t0, F, se, mesh)
-        if pad:
-            R, Pi, failed, reason = (x[:batch] for x in (R, Pi, failed, reason))
-        steps = (jnp.arange(1, F + 1, dtype=jnp.int32) * se).astype(dt.dtype)
-        ts = jnp.broadcast_to(t0 + steps * dt, (batch, F))
-        stats = jax.tree_util.tree_map(lambda z: jnp.broadcast_to(z, (batch, F)), empty_stats())
+        states0 = spec.state0
+        batch = states0.R.shape[0] if spec.batched else 1
+        devices = self._devices()[:batch]
+        mesh = None
+        if len(devices) > 1:
+            placed = RunSpec(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_steps, spec.save_every)
+            _, states0, _, mesh = place_batch(placed, devices)
         if spec.report is not None:
-            spec.report(F, F)
-        return join(states0, t0, ((State(R, Pi), ts, stats),), (F,), failed, reason, batched=True)
+            spec.report(0)  # one launch: the whole run is one "chunk"
+        traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every, mesh,
+                        batch, not spec.batched)
+        if spec.report is not None:
+            jax.block_until_ready(traj.states.R)
+            spec.report(spec.n_frames)
+        return traj
