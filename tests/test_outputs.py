@@ -67,8 +67,10 @@ def test_default_frames_are_bounded():
 
 def _jaxrot(*args, **kw):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # an xdist worker ignores SIGINT, and a child would inherit that: restore the default, as in a shell
     return subprocess.Popen([sys.executable, "-m", "jaxrot", *args], cwd=kw.get("cwd", ROOT), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_list_into_a_closed_pipe_is_quiet():

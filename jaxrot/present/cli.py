@@ -387,7 +387,7 @@ def _main(argv=None) -> int:
     from jaxrot.driver import progress
     from jaxrot.driver.failures import SimulationError, codes_of, name_of
 
-    progress.QUIET = args.quiet
+    quiet_before, progress.QUIET = progress.QUIET, args.quiet
 
     try:
         return args.fn(args)
@@ -402,6 +402,8 @@ def _main(argv=None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e  # str(KeyError) adds quotes
         print(f"jaxrot: error: {msg}", file=sys.stderr)
         return 2
+    finally:
+        progress.QUIET = quiet_before  # main() called in a longer-lived process (tests, notebooks)
 
 
 if __name__ == "__main__":
