@@ -66,7 +66,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
             c = np.asarray(analysis.body_axis_momentum_cosine(trr.states, a))
             curves[m] = np.interp(ts, np.asarray(trr.ts), c)
             flips[label][m] = analysis.first_sign_change(np.asarray(trr.ts), c)
-        panels[f"spin about {label}: cos(body axis, L)"] = curves
+        panels[f"cos(body {label.split()[0]} axis, L): {label.split('(')[1].rstrip(')')}"] = curves
         if a == 1:  # the flip, animated: particle book beside the rigid body (buss2p)
             every = max(1, len(ts) // (20 if quick else 100))
             Lw = np.asarray(particles.angular_momentum(book, tr.states))[::every]

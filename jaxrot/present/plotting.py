@@ -377,8 +377,10 @@ def series_panels_figure(ts, panels: dict[str, dict[str, np.ndarray]], *, xlabel
                                                         **_overlap_style(i))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(label)
+        if label not in logy:
+            ax.ticklabel_format(axis="y", useOffset=False)  # values as they are, no "1e-5+9.999e-1"
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
