@@ -359,7 +359,9 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
     from jaxrot.present.plotting import throughput_lines_figure
 
     series = {c: [r.get(c, np.nan) for r in res["rows"]] for c in cols}
-    throughput_lines_figure([r["bodies"] for r in res["rows"]], series).savefig(out / "bench_throughput.png", dpi=110)
+    throughput_lines_figure([r["bodies"] for r in res["rows"]], series,
+                            title=f"buss2p throughput on {res['device']} (higher is better)").savefig(
+        out / "bench_throughput.png", dpi=110)
     return res
 
 
