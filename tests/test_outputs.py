@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from jaxrot.present import cli, output
@@ -200,3 +201,25 @@ def test_run_plot_has_no_artificial_floor(tmp_path):
     finally:
         plt.Figure.savefig = orig
     assert saved and all(lo > 1e-30 for lo, _ in saved[0]), saved  # log axes start near the data, not at 1e-300
+
+
+def test_convergence_map_example_draws_rows_as_l_y(tmp_path, monkeypatch):
+    """imshow draws row i at height x[i]: the grid must vary L_x along columns and L_y along rows."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convergence_map_example",
+                                                  pathlib.Path(__file__).parents[1] / "examples" / "convergence_map.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    seen = {}
+
+    def fake_map(rule, J, ells, **kw):
+        seen["ells"] = np.asarray(ells)
+        return np.zeros(ells.shape[:-1], dtype=int)
+
+    monkeypatch.setattr(mod.maps, "convergence_map", fake_map)
+    mod.main(n=5, png=str(tmp_path / "map.png"))
+    ells = seen["ells"]
+    assert np.all(np.diff(ells[..., 0], axis=1) > 0) and np.all(np.diff(ells[..., 0], axis=0) == 0)  # L_x: columns
+    assert np.all(np.diff(ells[..., 1], axis=0) > 0) and np.all(np.diff(ells[..., 1], axis=1) == 0)  # L_y: rows
+    assert [p.name for p in tmp_path.iterdir()] == ["map.png"]  # written whole, no temporary left
