@@ -29,7 +29,8 @@ def test_dmv_matches_hairer_vilmart_fortran(order):
 @pytest.mark.parametrize("name,order,ns", [("exact_split", 2, [40, 80, 160, 320]),
                                            ("exact_split_tj4", 4, [20, 40, 80, 160]),
                                            ("exact_split_kl6", 6, [5, 10, 20, 40]),
-                                           ("rkmk4", 4, [80, 160, 320, 640])])
+                                           ("rkmk4", 4, [80, 160, 320, 640]),
+                                           ("rkmk8", 8, [10, 20, 40, 80])])
 def test_orders_on_the_heavy_top(name, order, ns):
     p = problems.get("fast_top")
     ref = reference.reference_solution(p, 1.0).final

@@ -79,6 +79,8 @@ def test_left_jacobian_identities(v):
     np.testing.assert_allclose(T.T, so3.left_jacobian(-v), atol=1e-15)
     np.testing.assert_allclose(so3.exp(v) @ so3.left_jacobian(-v), T, atol=1e-15)
     np.testing.assert_allclose(so3.left_jacobian_inv(v) @ T, np.eye(3), atol=1e-14)
+    x = jnp.asarray([0.3, -0.2, 0.9])
+    np.testing.assert_allclose(so3.dexpinv(v, T @ x), x, atol=1e-14)  # the matrix-free inverse
     # T(v) = int_0^1 exp(s v) ds, by 41-point Gauss-Legendre
     x, w = np.polynomial.legendre.leggauss(41)
     quad = sum(wi / 2 * np.asarray(so3.exp((xi + 1) / 2 * v)) for xi, wi in zip(x, w))

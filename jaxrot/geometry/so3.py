@@ -174,16 +174,28 @@ def left_jacobian(v: jax.Array) -> jax.Array:
     return s1 * jnp.eye(3, dtype=v.dtype) + s2 * hat(v) + s3 * jnp.outer(v, v)
 
 
+def _dexpinv_coefficient(a2):
+    """``c(a) = (1 - (a/2) cot(a/2)) / a^2`` of ``a^2`` (its Taylor series at small angles)."""
+    small, a2s = _safe_angle2(a2)
+    half = 0.5 * jnp.sqrt(a2s)
+    c_closed = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / a2s
+    c_taylor = _poly(a2, [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160])
+    return jnp.where(small, c_taylor, c_closed)
+
+
 def left_jacobian_inv(v: jax.Array) -> jax.Array:
     """``T(v)^-1`` (Krysl's dexpinv); singular at ``|v| = 2 pi``."""
     a2 = jnp.dot(v, v)
-    small, a2s = _safe_angle2(a2)
-    a = jnp.sqrt(a2s)
-    half = 0.5 * a
-    c_closed = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / a2s
-    c_taylor = _poly(a2, [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160])
-    c = jnp.where(small, c_taylor, c_closed)
+    c = _dexpinv_coefficient(a2)
     return (1.0 - c * a2) * jnp.eye(3, dtype=v.dtype) - 0.5 * hat(v) + c * jnp.outer(v, v)
+
+
+def dexpinv(v: jax.Array, x: jax.Array) -> jax.Array:
+    """``T(v)^-1 @ x = x - v x x / 2 + c(|v|) v x (v x x)`` without forming the matrix (the inverse
+    differential of the exponential, ``dexp^{-1}_v``, of Runge-Kutta-Munthe-Kaas methods)."""
+    c = _dexpinv_coefficient(jnp.dot(v, v))
+    vx = jnp.cross(v, x)
+    return x - 0.5 * vx + c * jnp.cross(v, vx)
 
 
 def cayley(v: jax.Array) -> jax.Array:

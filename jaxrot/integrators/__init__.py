@@ -22,6 +22,7 @@ from .lie_taylor import LieTaylor, magnus_y, magnus_z
 from .reorthonormalize import Reorthonormalize
 from .rk4 import RK4
 from .rkmk import RKMK4
+from .rkmk8 import RKMK8
 from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
 from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
@@ -123,6 +124,7 @@ register("midpoint_exp_adaptive", lambda: AdaptiveKantorovich(MidpointExp()),
          "implicit midpoint, Kantorovich-safe sub-steps (h|L|/J_min <= 0.8284)")
 
 register("rkmk4", RKMK4, "classical RK4 lifted to SO(3) (Munthe-Kaas), any torque")
+register("rkmk8", RKMK8, "Dormand-Prince 8 (DOP853) lifted to SO(3), exact dexpinv, any torque")
 register("exact_free", ExactFree, "the exact free-body flow (elliptic functions)")
 register("exact_split", ExactSplit, "half kick, exact free flow, half kick (Strang)")
 for _base in ("liemid_ea", "exact_split"):
@@ -148,5 +150,5 @@ __all__ = [
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
     "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
-    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4",
+    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8",
 ]

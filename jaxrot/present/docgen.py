@@ -85,13 +85,14 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
          "of matrix polynomials\", Commun. Math. Phys. 139 (1991) 217–243."],
     ),
     "high-order": (
-        "High order: the exact free flow, Hairer–Vilmart's DMV, compositions, RKMK4",
-        ["exact_flow", "dmv", "compose", "rkmk"],
+        "High order: the exact free flow, Hairer–Vilmart's DMV, compositions, RKMK",
+        ["exact_flow", "dmv", "compose", "rkmk", "rkmk8"],
         "For accuracy per second: the exact torque-free flow (`exact_free`; `jaxrot.exact.free_flow`) and "
         "the Strang splitting around it for torques (`exact_split`), the discrete Moser–Veselov map with "
         "Hairer–Vilmart's modified moments of inertia (orders 4–10, every invariant of DMV kept), "
-        "`Compose(base, scheme)` raising any symmetric second-order method to order 4, 6 or 8, and RKMK4, "
-        "classical RK4 on the rotation group for any torque. Registered compositions: `<base>_tj4` "
+        "`Compose(base, scheme)` raising any symmetric second-order method to order 4, 6 or 8, and the "
+        "Runge–Kutta–Munthe-Kaas methods for any torque: RKMK4 (classical RK4) and RKMK8 (Dormand–Prince 8 "
+        "with the exact inverse differential of the exponential). Registered compositions: `<base>_tj4` "
         "(triple jump), `<base>_kl6`, `<base>_kl8` (Kahan–Li) for `liemid_ea` and `exact_split`.",
         ["E. Celledoni, F. Fassò, N. Säfström, A. Zanna, \"The exact computation of the free rigid body motion "
          "and its use in splitting methods\", SIAM J. Sci. Comput. 30 (2008) 2084–2112.",
@@ -101,6 +102,9 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
          "W. Kahan, R.-C. Li, Math. Comp. 66 (1997) 1089; R. I. McLachlan, SIAM J. Sci. Comput. 16 (1995) 151; "
          "as tabulated in Hairer, Lubich, Wanner, Geometric Numerical Integration (2006), section V.3.",
          "H. Munthe-Kaas, \"Runge–Kutta methods on Lie groups\", BIT 38 (1998) 92–111.",
+         "H. Munthe-Kaas, \"High order Runge–Kutta methods on manifolds\", Appl. Numer. Math. 29 (1999) 115–127; "
+         "J. R. Dormand, P. J. Prince, J. Comput. Appl. Math. 6 (1980) 19–26 and Hairer, Nørsett, Wanner, Solving "
+         "ODEs I (1993), II.10 (DOP853's coefficients).",
          "B. C. Carlson, \"Numerical computation of real or complex elliptic integrals\", Numer. Algorithms 10 "
          "(1995) 13–26."],
     ),

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .dop853 import A as _A
-from .dop853 import B as _B
-from .dop853 import C as _C
+from ..integrators.dop853_coefficients import A as _A
+from ..integrators.dop853_coefficients import B as _B
+from ..integrators.dop853_coefficients import C as _C
 from ..physics.flow import body_vector_field, pack_body, unpack_body  # body_vector_field re-exported
 from ..physics.problems import Problem
 from ..geometry.state import State
