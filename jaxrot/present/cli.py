@@ -288,8 +288,26 @@ def _animate(args) -> int:
 
 
 def _bench(args) -> int:
+    kw = {}
+    if args.suite:
+        if args.name != "precision":
+            return _usage_error("--suite is an option of 'bench precision'")
+        kw["suite"] = True
+    if args.device is not None:
+        if args.name != "throughput":
+            return _usage_error("--device is an option of 'bench throughput'")
+        import jax
+
+        if jax.devices()[0].platform != args.device:
+            return _usage_error(f"--device {args.device}, but JAX's default device is {jax.devices()[0]}")
+        kw["device"] = args.device
     mod = importlib.import_module(BENCHMARKS[args.name])
-    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), _results_folder(args))
+    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, **kw), _results_folder(args))
+
+
+def _usage_error(message: str) -> int:
+    print(f"jaxrot: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _problems_epilog() -> str:
@@ -378,9 +396,13 @@ def _main(argv=None) -> int:
     p.add_argument("--fps", type=int, default=20)
     p.add_argument("--out", default="animation.gif", help="output .gif (default animation.gif)")
     p.set_defaults(fn=_animate)
-    p = sub.add_parser("bench", help="throughput benchmarks")
+    p = sub.add_parser("bench", help="throughput and accuracy-per-second benchmarks")
     p.add_argument("name", nargs="?", default="buss", choices=sorted(BENCHMARKS))
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--suite", action="store_true",
+                   help="precision: the whole suite (seven problems, float32 at 1e-4 as well)")
+    p.add_argument("--device", choices=["cpu", "gpu"], default=None,
+                   help="throughput: the kind of JAX's default devices to measure on (default cpu)")
     p.add_argument("--out", default=None, help="output folder (default: ./jaxrot-results; --quick: a temporary one)")
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)

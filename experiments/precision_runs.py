@@ -1,0 +1,173 @@
+"""The measurements of the precision benchmark: a batch of perturbed bodies, its reference, and for
+one method or peer the cheapest setting whose maximum final attitude error over the batch meets a
+target, timed.
+
+A setting is searched on the first ``SEARCH_BODIES`` bodies of the batch (fast), then confirmed on
+the whole batch and tightened (5 % more steps, or the tolerance divided by sqrt(10)) until the whole
+batch meets the target: the reported setting and error are always those of the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxrot
+from jaxrot import analysis, exact, reference
+from jaxrot.physics.flow import body_vector_field, pack_body, unpack_body
+
+SEARCH_BODIES = 100
+SCIPY_BODIES = 5
+
+
+def median_time(f, reps=3):
+    """Median wall time of ``f()`` over ``reps`` calls after one untimed (compiling) call."""
+    jax.block_until_ready(f())
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f())
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def perturbed_batch(p, B, seed=0):
+    """``B`` copies of the problem's initial state: momentum x (1 + 0.01 N(0,1)) per component,
+    attitude turned by 0.01 N(0,1) rad about each axis."""
+    rng = np.random.default_rng(seed)
+    R = jax.vmap(lambda v: p.state0.R @ jaxrot.so3.exp(v))(jnp.asarray(0.01 * rng.normal(size=(B, 3))))
+    Pi = jnp.asarray(np.asarray(p.state0.Pi) * (1 + 0.01 * rng.normal(size=(B, 3))))
+    return jaxrot.State(R, Pi)
+
+
+def reference_states(p, S, T):
+    """Final states of the batch: the exact flow without torque, else DOP853 at a quarter of its
+    default step (float64)."""
+    if p.torque.is_free:
+        return jax.vmap(lambda s: exact.free_flow(p.body.J, s, T))(S)
+    h = reference.default_step(p) / 4
+    return jax.vmap(lambda s: reference.reference_solution(p, T, state0=s, max_step=h).final)(S)
+
+
+def head(tree, k):
+    return jax.tree_util.tree_map(lambda x: x[:k], tree)
+
+
+def max_error(S, ref):
+    """Maximum over the batch of the rotation angle between the final attitudes (inf if any failed)."""
+    e = analysis.attitude_error(jnp.asarray(S.R, jnp.float64), ref.R)
+    return float(jnp.max(jnp.where(jnp.isfinite(e), e, jnp.inf)))
+
+
+def _confirm_count(passes_full, N, n_max):
+    while N is not None and not passes_full(N):
+        N = math.ceil(N * 1.05) if N < n_max else None
+    return N
+
+
+def _confirm_tolerance(passes_full, tol, floor=1e-15):
+    while tol is not None and not passes_full(tol):
+        tol = tol * 10 ** -0.5 if tol > floor else None
+    return tol
+
+
+def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18):
+    """The smallest step count meeting ``eps`` (5 % resolution) and its time per body."""
+    def final(n, S):
+        return jaxrot.simulate(method, p, T / n, n, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False).final
+
+    k = min(SEARCH_BODIES, S.R.shape[0])
+    Ss, rs = head(S, k), head(ref, k)
+    N, _ = analysis.smallest_passing_count(lambda n: max_error(final(n, Ss), rs) <= eps,
+                                           n_start=1 if method.startswith("exact_free") else 4, n_max=n_max)
+    N = _confirm_count(lambda n: max_error(final(n, S), ref) <= eps, N, n_max)
+    if N is None:
+        return dict(method=method, setting=f"N > {n_max}", steps=None, us=None, err=None)
+    sec = median_time(lambda: final(N, S).R)
+    return dict(method=method, setting=f"N = {N}", steps=N, us=1e6 * sec / S.R.shape[0],
+                err=max_error(final(N, S), ref))
+
+
+def _tolerance_row(name, run, S, ref, eps, tries=10):
+    """The loosest tolerance (steps of sqrt(10) from ``eps``) meeting ``eps``; ``run(S, tol)`` returns
+    ``(final states, steps per body)``."""
+    k = min(SEARCH_BODIES, S.R.shape[0])
+    Ss, rs = head(S, k), head(ref, k)
+    tol, _ = analysis.loosest_passing_tolerance(lambda t: max_error(run(Ss, t)[0], rs) <= eps, eps, tries=tries)
+    tol = _confirm_tolerance(lambda t: max_error(run(S, t)[0], ref) <= eps, tol)
+    if tol is None:
+        return dict(method=name, setting="tol < 1e-15", steps=None, us=None, err=None)
+    sec = median_time(lambda: run(S, tol)[0].R)
+    Sx, n = run(S, tol)
+    return dict(method=name, setting=f"tol = {tol:.1e}", steps=float(np.mean(n)), us=1e6 * sec / S.R.shape[0],
+                err=max_error(Sx, ref), tol=tol)
+
+
+def pair_rows(pair, p, T, S, ref, eps):
+    """An embedded pair under local error control at the loosest tolerance meeting ``eps``, and the
+    global-error driver (``Adaptive(..., error="global")``) at ``eps`` itself, with no search."""
+    def go(S, tol, error="local"):
+        sol = jaxrot.simulate(pair, p, t1=T, state0=S, saveat=jaxrot.SaveAt(t0=False),
+                              stepsize=jaxrot.Adaptive(tol, tol, error=error, max_steps=1 << 20))
+        c = sol.controller
+        extra = c.n_calibration if error == "global" else 0
+        return sol.final, c.n_accepted + c.n_rejected + extra
+
+    local = _tolerance_row(f"adaptive {pair}", go, S, ref, eps)
+    sec = median_time(lambda: go(S, eps, "global")[0].R)
+    Sx, n = go(S, eps, "global")
+    glob = dict(method=f"to tolerance {pair}", setting=f"tol = {eps:.0e}", steps=float(np.mean(n)),
+                us=1e6 * sec / S.R.shape[0], err=max_error(Sx, ref))
+    return [local, glob]
+
+
+def diffrax_row(solver_name, p, T, S, ref, eps):
+    """diffrax's ``solver_name`` with its PID controller (rtol = atol), vmapped over the batch."""
+    import diffrax
+
+    f = body_vector_field(p)
+    term = diffrax.ODETerm(lambda t, y, args: f(t, y))
+    solver = getattr(diffrax, solver_name)()
+
+    @jax.jit
+    def run(S, tol):
+        def one(R, Pi):
+            sol = diffrax.diffeqsolve(term, solver, 0.0, T, None, pack_body(R, Pi),
+                                      stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
+                                      saveat=diffrax.SaveAt(t1=True), max_steps=1_000_000)
+            return sol.ys[-1], sol.stats["num_accepted_steps"]
+
+        y, n = jax.vmap(one)(S.R, S.Pi)
+        return jaxrot.State(*unpack_body(y)), n
+
+    return _tolerance_row(f"diffrax {solver_name}", lambda S, t: run(S, jnp.asarray(t, S.R.dtype)), S, ref, eps)
+
+
+def scipy_row(p, T, S, ref, eps):
+    """SciPy's DOP853 (rtol = atol) on the first ``SCIPY_BODIES`` bodies, one at a time."""
+    from scipy.integrate import solve_ivp
+
+    f = jax.jit(body_vector_field(p))
+    k = min(SCIPY_BODIES, S.R.shape[0])
+    sub, rsub = head(S, k), head(ref, k)
+
+    def run(S, tol):
+        out = []
+        for i in range(S.R.shape[0]):
+            y0 = np.asarray(pack_body(S.R[i], S.Pi[i]))
+            sol = solve_ivp(lambda t, y: np.asarray(f(t, jnp.asarray(y))), (0.0, T), y0, method="DOP853",
+                            rtol=tol, atol=tol)
+            out.append(sol.y[:, -1])
+        return jaxrot.State(*unpack_body(jnp.asarray(np.array(out)))), None
+
+    tol, _ = analysis.loosest_passing_tolerance(lambda t: max_error(run(sub, t)[0], rsub) <= eps, eps, tries=8)
+    if tol is None:
+        return None
+    t0 = time.perf_counter()
+    Sx, _ = run(sub, tol)
+    return dict(method="SciPy DOP853", setting=f"tol = {tol:.1e}", steps=None,
+                us=1e6 * (time.perf_counter() - t0) / k, err=max_error(Sx, rsub))
