@@ -83,7 +83,7 @@ def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18):
     k = min(SEARCH_BODIES, S.R.shape[0])
     Ss, rs = head(S, k), head(ref, k)
     N, _ = analysis.smallest_passing_count(lambda n: max_error(final(n, Ss), rs) <= eps,
-                                           n_start=1 if method.startswith("exact_free") else 4, n_max=n_max)
+                                           n_start=1 if str(method).startswith("exact_free") else 4, n_max=n_max)
     N = _confirm_count(lambda n: max_error(final(n, S), ref) <= eps, N, n_max)
     if N is None:
         return dict(method=method, setting=f"N > {n_max}", steps=None, us=None, err=None)

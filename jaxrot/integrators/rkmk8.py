@@ -49,17 +49,17 @@ class RKMK8(AbstractIntegrator):
     def step(self, system, t, state, aux, dt):
         J, R0, P0 = system.body.J, state.R, state.Pi
         dtype = P0.dtype
-        A, B, C = (jnp.asarray(x, dtype) for x in (_A, _B, _C))
-        Ks, Fs = [], []
-        for i in range(_B.shape[0]):
-            U, P = jnp.zeros_like(P0), P0
-            for j in range(i):
-                if _A[i, j] != 0.0:  # the tableau is sparse: skip its zeros at trace time
-                    U = U + (dt * A[i, j]) * Ks[j]
-                    P = P + (dt * A[i, j]) * Fs[j]
+        n = _B.shape[0]
+        # the stages stacked in one array and combined by a product with the tableau's row (as
+        # diffrax's Runge-Kutta solvers do); a chain of sums over the earlier stages, one term each,
+        # gives XLA a program about three times larger and slower
+        Ks = jnp.zeros((n, 3), dtype)
+        Fs = jnp.zeros((n, 3), dtype)
+        for i in range(n):
+            a = jnp.asarray(_A[i], dtype)
+            U, P = dt * (a @ Ks), P0 + dt * (a @ Fs)
             Om = P / J
-            Ks.append(so3.dexpinv(-U, Om))  # dexp^{-1}_{-U}
-            Fs.append(jnp.cross(P, Om) + body_torque(system, t + C[i] * dt, R0 @ so3.exp(U), P))
-        K = sum(B[i] * Ks[i] for i in range(len(Ks)) if _B[i] != 0.0)
-        F = sum(B[i] * Fs[i] for i in range(len(Fs)) if _B[i] != 0.0)
-        return State(R0 @ so3.exp(dt * K), P0 + dt * F), aux, StepStats.explicit()
+            Ks = Ks.at[i].set(so3.dexpinv(-U, Om))  # dexp^{-1}_{-U}
+            Fs = Fs.at[i].set(jnp.cross(P, Om) + body_torque(system, t + float(_C[i]) * dt, R0 @ so3.exp(U), P))
+        b = jnp.asarray(_B, dtype)
+        return State(R0 @ so3.exp(dt * (b @ Ks)), P0 + dt * (b @ Fs)), aux, StepStats.explicit()
