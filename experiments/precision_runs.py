@@ -18,6 +18,7 @@ import numpy as np
 
 import jaxrot
 from jaxrot import analysis, exact, reference
+from jaxrot.driver.failures import codes_of
 from jaxrot.physics.flow import body_vector_field, pack_body, unpack_body
 
 SEARCH_BODIES = 100
@@ -111,11 +112,13 @@ def pair_rows(pair, p, T, S, ref, eps):
     """An embedded pair under local error control at the loosest tolerance meeting ``eps``, and the
     global-error driver (``Adaptive(..., error="global")``) at ``eps`` itself, with no search."""
     def go(S, tol, error="local"):
-        sol = jaxrot.simulate(pair, p, t1=T, state0=S, saveat=jaxrot.SaveAt(t0=False),
+        sol = jaxrot.simulate(pair, p, t1=T, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False,
                               stepsize=jaxrot.Adaptive(tol, tol, error=error, max_steps=1 << 20))
         c = sol.controller
         extra = c.n_calibration if error == "global" else 0
-        return sol.final, c.n_accepted + c.n_rejected + extra
+        failed = codes_of(sol.result) != 0  # (max_steps reached, non-finite): counts as an infinite error
+        R = jnp.where(failed[:, None, None], jnp.nan, sol.final.R)
+        return jaxrot.State(R, sol.final.Pi), c.n_accepted + c.n_rejected + extra
 
     local = _tolerance_row(f"adaptive {pair}", go, S, ref, eps)
     sec = median_time(lambda: go(S, eps, "global")[0].R)

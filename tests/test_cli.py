@@ -66,6 +66,21 @@ def test_failed_simulation_is_one_line_with_an_actionable_hint(capsys):
     assert err.count("\n") == 1 and "failed at step" in err and "--no-throw" in err and "throw=False" not in err
 
 
+def test_a_failed_experiment_does_not_point_at_options_it_lacks(capsys, monkeypatch, tmp_path):
+    import importlib
+
+    from jaxrot import RESULTS
+    from jaxrot.driver.failures import SimulationError
+
+    def fails(**kw):
+        raise SimulationError("x", step=7, reason=RESULTS.max_steps_reached)
+
+    monkeypatch.setattr(importlib.import_module(cli.BENCHMARKS["precision"]), "main", fails)
+    rc, _, err = _run(capsys, "bench", "precision", "--out", str(tmp_path / "b"))
+    assert rc == 1 and err.count("\n") == 1
+    assert "step 7: the adaptive controller used up max_steps" in err and "--dt" not in err
+
+
 def test_no_throw_keeps_the_trajectory_and_saves_it(capsys, tmp_path):
     path = tmp_path / "run.npz"
     rc, out, _ = _run(capsys, "run", "midpoint_exp", "t_handle", "--dt", "20", "--steps", "10", "--no-throw",

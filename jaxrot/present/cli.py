@@ -414,11 +414,15 @@ def _main(argv=None) -> int:
     try:
         return args.fn(args)
     except SimulationError as e:
-        hint = "rerun with --no-throw to keep the trajectory up to it" if args.cmd == "run" else "reduce --dt"
         why = {"solve_failed": "the nonlinear solve did not converge",
-               "nonfinite_state": "the state became non-finite"}.get(
+               "nonfinite_state": "the state became non-finite",
+               "max_steps_reached": "the adaptive controller used up max_steps"}.get(
             "" if e.reason is None else name_of(codes_of(e.reason)), "it failed")
-        print(f"jaxrot: simulation failed at step {e.step}: {why}. Reduce --dt, or {hint}.", file=sys.stderr)
+        if args.cmd == "run":
+            todo = "Reduce --dt, or rerun with --no-throw to keep the trajectory up to it."
+        else:  # a benchmark or an experiment chose its own steps: not the user's input
+            todo = "The experiment's settings failed on this machine: please report it with the command line."
+        print(f"jaxrot: simulation failed at step {e.step}: {why}. {todo}", file=sys.stderr)
         return 1
     except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e  # str(KeyError) adds quotes
