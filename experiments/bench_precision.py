@@ -10,10 +10,13 @@ of 3, the whole batch vmapped on the default device, compiled beforehand). Peers
 same run on the same device: diffrax's Tsit5, Dopri5 and Dopri8 with its PID controller (vmapped;
 the ``bench`` extra) and SciPy's DOP853 (a few bodies, one at a time). None of the problems is stiff,
 so no implicit peer. References: the exact flow (no torque) and DOP853 at a quarter of its default
-step (torques). Writes ``bench_precision.{json,md,png}``.
+step (torques). Writes ``bench_precision.{json,md,png}`` (``--suite``:
+``bench_precision_suite.{json,md,png}`` and ``bench_precision_suite_K.png``, one per problem).
 
-``main()`` measures three problems (the free body, the fast and the asymmetric top);
-``main(suite=True)`` (``jaxrot bench precision --suite``) the suite of ``SUITE``.
+``main()`` measures three problems (the free body, the fast and the asymmetric top) on 1 000
+bodies; ``main(suite=True)`` (``jaxrot bench precision --suite``) the seven problems of ``SUITE`` on
+``SUITE_BODIES`` bodies, with the best method of each family, diffrax's Tsit5 and Dopri8 and SciPy,
+and float32 at 1e-4.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from .precision_runs import (diffrax_row, fixed_step_row, max_error, pair_rows, 
 
 FREE = ["exact_free", "dmv10", "dmv8", "rkmk8", "lie_taylor5", "buss4"]
 TORQUED = ["exact_split_kl8", "exact_split_kl6", "rkmk8", "lie_taylor5", "buss4"]
+#: the suite's lists: the best of each family (the others were slower on every problem above)
+SUITE_FREE = ["exact_free", "dmv10", "rkmk8"]
+SUITE_TORQUED = ["exact_split_kl8", "rkmk8", "lie_taylor5", "buss4"]
 #: label -> (problem, span, fixed-step methods)
 CASES = {
     "free body, T = 100": ("free_body_mz", 100.0, FREE),
@@ -39,17 +45,23 @@ CASES = {
     "asymmetric top, T = 1": ("asymmetric_top", 1.0, TORQUED),
 }
 SUITE = {
-    **CASES,
-    "slow top, T = 20": ("slow_top", 20.0, TORQUED),
-    "T-handle, flips near the separatrix, T = 20": ("t_handle", 20.0, FREE),
-    "Buss's time-dependent torque, T = 2": ("buss_torqued", 2.0, TORQUED),
-    "gravity-gradient satellite, two orbits": ("gravity_gradient", float(4 * np.pi), TORQUED),
+    "free body, T = 100": ("free_body_mz", 100.0, SUITE_FREE),
+    "fast top, T = 1": ("fast_top", 1.0, SUITE_TORQUED),
+    "asymmetric top, T = 1": ("asymmetric_top", 1.0, SUITE_TORQUED),
+    "slow top, T = 20": ("slow_top", 20.0, SUITE_TORQUED),
+    "T-handle, flips near the separatrix, T = 20": ("t_handle", 20.0, SUITE_FREE),
+    "Buss's time-dependent torque, T = 2": ("buss_torqued", 2.0, SUITE_TORQUED),
+    "gravity-gradient satellite, two orbits": ("gravity_gradient", float(4 * np.pi), SUITE_TORQUED),
 }
+#: bodies per problem: 1 000 for the three problems, fewer for the suite (seven problems and float32
+#: on two CPU cores in about an hour)
+BODIES, SUITE_BODIES = 1000, 300
 PAIRS = ["buss4(3)", "lie_taylor5(4)", "exact_split_tj4(2)"]
 PEERS = ["Tsit5", "Dopri5", "Dopri8"]
+SUITE_PEERS = ["Tsit5", "Dopri8"]
 TARGETS = (1e-6, 1e-10)
 #: float32 (``--suite``): target, methods, pairs and peers
-F32 = (1e-4, ["buss4", "lie_taylor5", "rkmk8", "exact_split_kl6"], [], ["Tsit5", "Dopri5"])
+F32 = (1e-4, ["buss4", "rkmk8", "exact_split_kl8", "dmv10"], [], ["Tsit5"])
 
 
 def run_case(label, name, T, methods, pairs, B, targets, peers, scipy, log, dtype=jnp.float64):
@@ -130,8 +142,8 @@ def main(quick: bool = False, out_dir=None, suite: bool = False):
         if suite:
             f32 = (1e-4, ["buss4"], [], ["Tsit5"])
     else:
-        cases, pairs, B, targets, peers, scipy = (SUITE if suite else CASES), PAIRS, 1000, TARGETS, PEERS, True
-        f32 = F32 if suite else None
+        cases, pairs, targets, scipy = (SUITE if suite else CASES), PAIRS, TARGETS, True
+        B, peers, f32 = (SUITE_BODIES, SUITE_PEERS, F32) if suite else (BODIES, PEERS, None)
     log = lambda r: print("  ", {k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in r.items()},  # noqa: E731
                           flush=True)
     rows = []
@@ -144,7 +156,7 @@ def main(quick: bool = False, out_dir=None, suite: bool = False):
                              dtype=jnp.float32)
     data = {"bodies": B, "suite": suite, "rows": rows, "summary": summary(rows), "error_control": error_control(rows),
             "devices": [str(d) for d in jax.devices()]}
-    write_json(out / "bench_precision.json", data)
+    write_json(out / f"{_stem(data)}.json", data)
     render(data, out)
     return data
 
@@ -168,15 +180,21 @@ def render(data, out):
                         "-" if c["cost_ratio"] is None else f"{c['cost_ratio']:.2f}"]
                        for c in data.get("error_control", [])])
     dev = data["devices"][0] if data.get("devices") else "?"
-    (out / "bench_precision.md").write_text(
+    stem = _stem(data)
+    (out / f"{stem}.md").write_text(
         f"Batch of {data['bodies']} bodies, {dev}; ratio: best jaxrot / best peer (diffrax or SciPy), "
         f"per-body wall time.\n\n{stable}\n\nThe global-error driver at the target itself:\n\n{ctable}\n\n"
         f"Every row:\n\n{table}\n")
     cases = list(dict.fromkeys(r["case"] for r in rows))
-    _figure(rows, cases, out / "bench_precision.png")
+    _figure(rows, cases, out / f"{stem}.png")
     if data.get("suite"):
         for k, case in enumerate(cases):
-            _figure(rows, [case], out / f"bench_precision_{k + 1}.png")
+            _figure(rows, [case], out / f"{stem}_{k + 1}.png")
+
+
+def _stem(data) -> str:
+    """``bench_precision`` (three problems) or ``bench_precision_suite``: the two runs' files apart."""
+    return "bench_precision_suite" if data.get("suite") else "bench_precision"
 
 
 def _figure(rows, cases, path):

@@ -48,12 +48,15 @@ def test_precision_bench_quick(tmp_path):
     and diffrax, a dev dependency, was measured beside jaxrot."""
     from jaxrot.experiments import bench_precision
 
-    res = bench_precision.main(quick=True, out_dir=tmp_path)
+    res = bench_precision.main(quick=True, out_dir=tmp_path, suite=True)
     rows = [r for r in res["rows"] if r["us"] is not None]
-    assert len(rows) == len(res["rows"]) >= 3
+    assert len(rows) == len(res["rows"]) >= 5
     assert all(r["err"] <= r["target"] and r["us"] > 0 for r in rows)
     assert any(r["method"].startswith("diffrax") for r in rows) and res["summary"]
-    assert (tmp_path / "bench_precision.png").stat().st_size > 0
+    assert {r["dtype"] for r in rows} == {"float64", "float32"}  # the suite's float32 target too
+    assert res["error_control"] and res["error_control"][0]["cost_ratio"] > 0
+    for f in ["bench_precision_suite.png", "bench_precision_suite_1.png", "bench_precision_suite.md"]:
+        assert (tmp_path / f).stat().st_size > 0
 
 
 def test_numpy_baseline_is_the_same_update():
