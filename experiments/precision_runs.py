@@ -139,12 +139,15 @@ def diffrax_row(solver_name, p, T, S, ref, eps):
     @jax.jit
     def run(S, tol):
         def one(R, Pi):
-            sol = diffrax.diffeqsolve(term, solver, 0.0, T, None, pack_body(R, Pi),
+            # times in the state's dtype: float32 runs stay float32 throughout
+            t0, t1 = jnp.asarray(0.0, R.dtype), jnp.asarray(T, R.dtype)
+            sol = diffrax.diffeqsolve(term, solver, t0, t1, None, pack_body(R, Pi),
                                       stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
                                       saveat=diffrax.SaveAt(t1=True), max_steps=1_000_000)
             return sol.ys[-1], sol.stats["num_accepted_steps"]
 
         y, n = jax.vmap(one)(S.R, S.Pi)
+        assert y.dtype == S.R.dtype, (y.dtype, S.R.dtype)
         return jaxrot.State(*unpack_body(y)), n
 
     return _tolerance_row(f"diffrax {solver_name}", lambda S, t: run(S, jnp.asarray(t, S.R.dtype)), S, ref, eps)
