@@ -10,7 +10,8 @@ of 3, the whole batch vmapped on the default device, compiled beforehand). Peers
 same run on the same device: diffrax's Tsit5, Dopri5 and Dopri8 with its PID controller (vmapped;
 the ``bench`` extra) and SciPy's DOP853 (a few bodies, one at a time). None of the problems is stiff,
 so no implicit peer. References: the exact flow (no torque) and DOP853 at a quarter of its default
-step (torques). Writes ``bench_precision.{json,md,png}`` (``--suite``:
+step (torques). Methods with a fused kernel (``executor=jaxrot.Fused()``, the ``fast`` extra) are
+measured a second time in it (``method (Fused)``). Writes ``bench_precision.{json,md,png}`` (``--suite``:
 ``bench_precision_suite.{json,md,png}`` and ``bench_precision_suite_K.png``, one per problem).
 
 ``main()`` measures three problems (the free body, the fast and the asymmetric top) on 1 000
@@ -25,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrot import problems
+import jaxrot
+from jaxrot import kernels, problems
 from jaxrot.driver.checks import cast
 
 from ._common import md_table, setup, write_json
@@ -72,6 +74,7 @@ def run_case(label, name, T, methods, pairs, B, targets, peers, scipy, log, dtyp
     if dtype != jnp.float64:
         S = cast(S, dtype)
     pd = cast(p, dtype)
+    fused = kernels.have_warp()
     usable = [m for m in methods if not (m.startswith("exact_free") or m.startswith("dmv")) or p.torque.is_free]
     rows = []
 
@@ -83,6 +86,8 @@ def run_case(label, name, T, methods, pairs, B, targets, peers, scipy, log, dtyp
     for eps in targets:
         for m in usable:
             add(fixed_step_row(m, p, T, S, ref, eps), eps)
+            if fused and kernels.supports(m, p.system):  # the same method in one compiled kernel
+                add(fixed_step_row(m, p, T, S, ref, eps, executor=jaxrot.Fused()), eps)
         for pair in pairs:
             for r in pair_rows(pair, p, T, S, ref, eps):
                 add(r, eps)

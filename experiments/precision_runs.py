@@ -76,10 +76,12 @@ def _confirm_tolerance(passes_full, tol, floor=1e-15):
     return tol
 
 
-def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18):
-    """The smallest step count meeting ``eps`` (5 % resolution) and its time per body."""
+def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18, executor=None):
+    """The smallest step count meeting ``eps`` (5 % resolution) and its time per body (run by
+    ``executor``: None lets jaxrot choose)."""
     def final(n, S):
-        return jaxrot.simulate(method, p, T / n, n, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False).final
+        return jaxrot.simulate(method, p, T / n, n, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False,
+                               executor=executor).final
 
     k = min(SEARCH_BODIES, S.R.shape[0])
     Ss, rs = head(S, k), head(ref, k)
@@ -89,7 +91,8 @@ def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18):
     if N is None:
         return dict(method=method, setting=f"N > {n_max}", steps=None, us=None, err=None)
     sec = median_time(lambda: final(N, S).R)
-    return dict(method=method, setting=f"N = {N}", steps=N, us=1e6 * sec / S.R.shape[0],
+    label = method if executor is None else f"{method} ({type(executor).__name__})"
+    return dict(method=label, setting=f"N = {N}", steps=N, us=1e6 * sec / S.R.shape[0],
                 err=max_error(final(N, S), ref))
 
 

@@ -1,0 +1,90 @@
+"""RKMK8 restated as Warp functions (see :mod:`jaxrot.integrators.rkmk8`)::
+
+    U_i = h sum_j a_ij K_j,   P_i = Pi + h sum_j a_ij F_j,   Om_i = P_i / J,   R_i = R exp(hat U_i)
+    K_i = Om_i + 1/2 U_i x Om_i + c(|U_i|) U_i x (U_i x Om_i)
+    F_i = P_i x Om_i + R_i^T tau(t + c_i h, R_i, P_i)
+    R1 = R exp(h hat(sum_i b_i K_i)),   Pi1 = Pi + h sum_i b_i F_i
+
+with DOP853's twelve-stage tableau held as kernel constants and the stages in two 12x3 local
+matrices. No memory.
+"""
+
+import functools
+
+from ..integrators.dop853_coefficients import A as _A
+from ..integrators.dop853_coefficients import B as _B
+from ..integrators.dop853_coefficients import C as _C
+from ._common import SMALL_ANGLE2, so3_funcs, torque_funcs, warp
+
+#: c(a) = (1 - (a/2) cot(a/2)) / a^2, Taylor coefficients in a^2 (as jaxrot.geometry.so3)
+_TC = [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160]
+
+
+@functools.lru_cache(maxsize=None)
+def make_rkmk8(S, name: str, torque: str, K: int):
+    """``(init, step)`` Warp functions of RKMK8 for a torque kind."""
+    wp = warp()
+    c = so3_funcs(S)
+    tq = torque_funcs(S, torque, K)
+    V, M = c.V, c.M
+    n = _B.shape[0]
+    KM = wp.types.matrix((n, 3), S)
+    AM = wp.types.matrix((n, n), S)
+    VN = wp.types.vector(n, S)
+    A = AM(*[S(float(x)) for x in _A.reshape(-1)])
+    B = VN(*[S(float(x)) for x in _B])
+    C = VN(*[S(float(x)) for x in _C])
+    FREE = torque == "free"
+    c0, c1, c2, c3, c4 = _TC
+    small = SMALL_ANGLE2
+
+    @wp.func
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
+        return V(S(0.0), S(0.0), S(0.0))
+
+    @wp.func
+    def dexpinv_neg(U: V, Om: V):
+        """``dexp^{-1}_{-U}(Om)`` (so3.dexpinv(-U, Om))."""
+        a2 = wp.dot(U, U)
+        cc = S(0.0)
+        if a2 < S(small):
+            cc = (((S(c4) * a2 + S(c3)) * a2 + S(c2)) * a2 + S(c1)) * a2 + S(c0)
+        else:
+            half = S(0.5) * wp.sqrt(a2)
+            cc = (S(1.0) - half * wp.cos(half) / wp.sin(half)) / a2
+        UxO = wp.cross(-U, Om)
+        return Om - S(0.5) * UxO + cc * wp.cross(-U, UxO)
+
+    @wp.func
+    def row(X: KM, j: int):
+        return V(X[j, 0], X[j, 1], X[j, 2])
+
+    @wp.func
+    def step(R: M, Pi: V, Amem: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
+        Ks = KM()
+        Fs = KM()
+        for i in range(n):
+            su = V(S(0.0), S(0.0), S(0.0))
+            sp = V(S(0.0), S(0.0), S(0.0))
+            for j in range(i):
+                su = su + wp.static(A)[i, j] * row(Ks, j)
+                sp = sp + wp.static(A)[i, j] * row(Fs, j)
+            U = h * su
+            Pc = Pi + h * sp
+            Om = wp.cw_div(Pc, J)
+            Kv = dexpinv_neg(U, Om)
+            Fv = wp.cross(Pc, Om)
+            if wp.static(not FREE):
+                Ri = R @ c.exp(U)
+                Fv = Fv + wp.transpose(Ri) @ tq.tau(t + wp.static(C)[i] * h, Ri, Pc, P)
+            for k in range(3):
+                Ks[i, k] = Kv[k]
+                Fs[i, k] = Fv[k]
+        sk = V(S(0.0), S(0.0), S(0.0))
+        sf = V(S(0.0), S(0.0), S(0.0))
+        for i in range(n):
+            sk = sk + wp.static(B)[i] * row(Ks, i)
+            sf = sf + wp.static(B)[i] * row(Fs, i)
+        return R @ c.exp(h * sk), Pi + h * sf, Amem
+
+    return init, step
