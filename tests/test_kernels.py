@@ -136,6 +136,7 @@ def test_gradients_come_from_the_reference(name, torque):
 def test_supports_and_bad_input():
     free, _ = _setup("free")
     assert not kernels.supports(integrators.get("liemid_ea"), free)
+    assert kernels.supports("rkmk8", free) and not kernels.supports("liemid_ea", free)  # by name too
     assert not kernels.supports(integrators.get("rk4"), _setup("poly")[0])
     wall = problems.get("coulomb_wall").system
     assert not kernels.supports(integrators.get("buss2p"), wall)

@@ -93,8 +93,9 @@ def method_name(method) -> str | None:
 
 
 def supports(method, system) -> bool:
-    """True if a kernel exists for this method and this torque (Warp need not be installed)."""
-    name = method_name(method)
+    """True if a kernel exists for this method (an integrator or a registered name) and this torque
+    (Warp need not be installed)."""
+    name = method if isinstance(method, str) and method in KERNELS else method_name(method)
     if name is None:
         return False
     kind = torque_kind(system.torque)
