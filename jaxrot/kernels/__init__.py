@@ -25,6 +25,7 @@ from ._common import have_warp, loop_kernel, warp
 from . import buss as _buss
 from . import rk as _rk
 from . import rkmk as _rkmk
+from . import splitting as _splitting
 
 __all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "have_warp", "torque_kind", "method_name"]
 
@@ -60,6 +61,7 @@ KERNELS: dict[str, KernelEntry] = {
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
     "euler_quat": KernelEntry(_rk, _TORQUED, "make_euler_quat", rtol64=5e-12),
     "rkmk8": KernelEntry(_rkmk, _TORQUED, "make_rkmk8"),
+    **{name: KernelEntry(_splitting, ("free",), "make_split") for name in _splitting.NAMES},
 }
 
 
