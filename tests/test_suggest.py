@@ -7,21 +7,36 @@ import pytest
 
 import jaxrot
 from jaxrot import analysis, problems, reference
+from jaxrot.studies.step_count import steps_for_tolerance
 from jaxrot.studies.suggest import suggest
 
 
 def test_choices_follow_the_facts_not_the_names():
     assert suggest(problems.get("free_body_mz"), 1e-8).method == "exact_free"
-    assert suggest(problems.get("fast_top"), 1e-8).method == "exact_split_tj4(2)"  # axisymmetric
-    assert suggest(problems.get("buss_torqued"), 1e-8).method == "lie_taylor5(4)"  # prescribed L(t)
-    assert suggest(problems.get("asymmetric_top"), 1e-6).method == "buss4(3)"
-    assert suggest(problems.get("asymmetric_top"), 1e-10).method == "lie_taylor5(4)"
+    assert suggest(problems.get("fast_top"), 1e-8).method == "exact_split_kl8"  # axisymmetric
+    assert suggest(problems.get("buss_torqued"), 1e-8).method == "rkmk8"  # prescribed L(t)
+    assert suggest(problems.get("asymmetric_top"), 1e-6).method == "rkmk8"
     p = problems.get("fast_top")
     renamed = jaxrot.Problem(jaxrot.RigidBody(jnp.array([5.0, 4.0, 1.0])), p.torque, p.state0, p.t_end, name="fast_top")
-    assert suggest(renamed, 1e-6).method == "buss4(3)"  # the body decides, not the name
+    assert suggest(renamed, 1e-6).method == "rkmk8"  # the body decides, not the name
     for bad in (0.0, -1e-6, float("nan")):
         with pytest.raises(ValueError, match="tol"):
             suggest(p, bad)
+
+
+def test_steps_follow_the_order_and_the_estimate_is_close():
+    """Fixed steps from the asymptotic error of trial runs: 1e-4 times the tolerance needs
+    10^(4/8) = 3.2x the steps of an eighth-order method, and the run meets the tolerance within 2x."""
+    p = problems.get("asymmetric_top")
+    p = jaxrot.Problem(p.body, p.torque, p.state0, 1.0, p.name)
+    ref = reference.reference_solution(p, 1.0).final
+    n6, n10 = (steps_for_tolerance("rkmk8", p, tol) for tol in (1e-6, 1e-10))
+    assert 2.5 <= n10.n_steps / n6.n_steps <= 4.0 and abs(n10.observed_order - 8) < 1, (n6, n10)
+    for n, tol in ((n6, 1e-6), (n10, 1e-10)):
+        got = jaxrot.simulate("rkmk8", p, 1.0 / n.n_steps, n.n_steps, saveat=jaxrot.SaveAt(t0=False)).final
+        assert 0.3 * tol <= float(analysis.attitude_error(got.R, ref.R)) <= 2 * tol, n
+    with pytest.raises(ValueError, match="asymptotic"):
+        steps_for_tolerance("rkmk8", p, 1e-10, max_steps=16)
 
 
 @pytest.mark.parametrize("name, tol", [("gravity_gradient", 1e-6), ("asymmetric_top", 1e-6), ("fast_top", 1e-8),

@@ -1,19 +1,18 @@
-"""Which method for which problem: :func:`suggest` picks a method and a step-size setting from the
-facts of a problem (torque or not, axisymmetric body or not, torque prescribed in time) and the
-final accuracy asked, never from its name.
+"""Which method for which problem: :func:`suggest` picks a method from the facts of a problem (torque
+or not, axisymmetric body or not), never from its name, and the fixed step that reaches the final
+accuracy asked.
 
-The rules follow the precision benchmark (``jaxrot bench precision``; docs/choosing.md):
+The rules follow the precision suite (``jaxrot bench precision --suite``; docs/choosing.md):
 
 - **no torque**: the exact flow (``exact_free``), one step of any length: exact to round-off.
 - **torque, axisymmetric body** (two equal moments): the exact free flow is two rotations, so the
-  splitting kick - exact flow - kick and its compositions are cheap and accurate
-  (``exact_split_tj4(2)``, error-controlled).
-- **torque prescribed in time** (Buss's ``L(t)``): the world momentum is advanced exactly; the
-  Lie-group Taylor pair ``lie_taylor5(4)``.
-- **any other torque**: the embedded pair ``buss4(3)`` down to about 1e-7, ``lie_taylor5(4)`` below.
+  splitting kick - exact flow - kick composed to order 8 (``exact_split_kl8``) takes few, cheap steps.
+- **any other torque** (asymmetric bodies, torques prescribed in time, plain functions): the
+  eighth-order Runge-Kutta-Munthe-Kaas method ``rkmk8``.
 
-Every suggestion controls the *global* error (``Adaptive(..., error="global")``) except the exact
-flow, so the returned run meets the tolerance without a search over steps.
+The step comes from :func:`jaxrot.studies.step_count.steps_for_tolerance`: short runs with 4, 8,
+16, ... steps until their differences shrink at the method's order, then the count that meets the
+tolerance (the estimate's trial runs are part of the suggestion's cost).
 """
 
 from __future__ import annotations
@@ -25,9 +24,6 @@ import numpy as np
 
 from ..driver.stepsize import Adaptive, Fixed
 from ..physics.problems import Problem
-
-#: below this final accuracy the 5th-order pair overtakes the 4th-order one on torqued bodies
-HIGH_ORDER_BELOW = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,45 +50,45 @@ def _axisymmetric(J, rtol: float = 1e-12) -> bool:
     return bool(np.all(close(a, b) | close(b, c) | close(a, c)))
 
 
-def suggest(problem: Problem, tol: float) -> Suggestion:
-    """The method and step-size setting to reach a final attitude error of about ``tol`` on
-    ``problem``, with the reason.
+def suggest(problem: Problem, tol: float, *, state0=None) -> Suggestion:
+    """The method and fixed step to reach a final attitude error of about ``tol`` on ``problem`` over
+    ``[0, problem.t_end]``, with the reason.
 
     Args:
-      problem: a :class:`jaxrot.Problem` (its torque and body decide).
-      tol: the accuracy asked, > 0 (absolute and relative tolerance of the controller).
+      problem: a :class:`jaxrot.Problem` (its torque and body decide the method).
+      tol: the final attitude error asked (rad), > 0.
+      state0: a batch of initial states the step must serve (its largest error counts); default the
+        problem's.
 
     Returns:
-      a :class:`Suggestion`; ``suggestion.run(problem)`` runs it.
+      a :class:`Suggestion`; ``suggestion.run(problem)`` runs it. With a torque, a few short trial
+      runs estimate the step (see :func:`jaxrot.studies.step_count.steps_for_tolerance`).
 
     Example::
 
-        s = jaxrot.suggest(jaxrot.problems.get("fast_top"), 1e-8)
-        print(s.method, s.reason)
-        traj = s.run(jaxrot.problems.get("fast_top"))
+        s = jaxrot.suggest(jaxrot.problems.get("asymmetric_top"), 1e-8)
+        print(s.method, s.stepsize, s.reason)
+        traj = s.run(jaxrot.problems.get("asymmetric_top"))
     """
+    from .step_count import steps_for_tolerance
+
     if not isinstance(problem, Problem):
         raise TypeError(f"suggest needs a jaxrot.Problem, got {type(problem).__name__}")
     tol = float(tol)
     if not np.isfinite(tol) or tol <= 0:
         raise ValueError(f"tol must be finite and > 0, got {tol}")
-    torque = problem.torque
-    if torque.is_free:
-        return Suggestion("exact_free", Fixed(float(problem.t_end)),
+    T = float(problem.t_end)
+    if problem.torque.is_free:
+        return Suggestion("exact_free", Fixed(T),
                           "no torque: the exact flow (elliptic functions) in one step, exact to round-off")
-    adaptive = Adaptive(tol, tol, error="global", max_steps=1 << 20)
-    if getattr(torque, "time_only", False):
-        return Suggestion("lie_taylor5(4)", adaptive,
-                          "the torque is prescribed in time: Lie-group Taylor methods advance the world momentum "
-                          "exactly; 5th-order pair, global error controlled")
     if _axisymmetric(jnp.asarray(problem.body.J)):
-        return Suggestion("exact_split_tj4(2)", adaptive,
-                          "axisymmetric body: the exact free flow is two rotations, so kick - exact flow - kick "
-                          "compositions are cheap; 4th-order pair, global error controlled")
-    if tol >= HIGH_ORDER_BELOW:
-        return Suggestion("buss4(3)", adaptive,
-                          f"asymmetric body with a torque, tolerance >= {HIGH_ORDER_BELOW:g}: Buss's 4th-order pair "
-                          "(the cheapest per step at this accuracy), global error controlled")
-    return Suggestion("lie_taylor5(4)", adaptive,
-                      f"asymmetric body with a torque, tolerance < {HIGH_ORDER_BELOW:g}: the 5th-order Lie-Taylor "
-                      "pair (fewer steps at high accuracy), global error controlled")
+        method, why = ("exact_split_kl8", "axisymmetric body: the exact free flow is two rotations, so the "
+                       "splitting kick - exact flow - kick composed to order 8 takes few, cheap steps")
+    else:
+        method, why = ("rkmk8", "a torque on an asymmetric body (or prescribed in time): the eighth-order "
+                       "Runge-Kutta-Munthe-Kaas method, the fewest steps per accuracy")
+    n = steps_for_tolerance(method, problem, tol, state0=state0)
+    return Suggestion(method, Fixed(T / n.n_steps),
+                      f"{why}; {n.n_steps} steps for {tol:g} (estimated from trial runs of {n.trial_steps} steps "
+                      f"in all, observed order {n.observed_order:.1f})" if n.observed_order is not None else
+                      f"{why}; {n.n_steps} steps for {tol:g} (from trial runs of {n.trial_steps} steps in all)")

@@ -1,0 +1,87 @@
+"""The fixed step count that reaches a final accuracy, from the asymptotic error of a few short runs.
+
+A method of order ``p`` has, for small enough steps, the global error ``e(n) ~ C n^-p`` after ``n``
+steps over a span. Runs with ``n, 2n, 4n, ...`` steps give the differences
+``d_k = angle(R_{n_k}, R_{2 n_k})`` (maximum over a batch); once two successive differences shrink
+by about ``2^p`` the runs are in that regime, the error of the finer run is
+``e = d / (2^p - 1)`` (Richardson), and ``N = n (e / tol)^(1/p)`` steps reach ``tol``. The short
+runs cost about twice the largest of them, usually a fraction of the final run.
+
+Reference: Hairer, Nørsett, Wanner, *Solving ODEs I*, II.4 (global error estimation by
+Richardson extrapolation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .analysis import attitude_error
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCount:
+    """``n_steps`` for the asked accuracy, the estimated error of the last trial run and how many
+    steps the trial runs took in all (per body)."""
+
+    n_steps: int
+    estimated_error: float
+    trial_steps: int
+    observed_order: float | None
+
+
+def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = None, state0=None,
+                        n0: int = 4, max_steps: int = 1 << 20) -> StepCount:
+    """The number of fixed steps of ``method`` over ``[0, t1]`` whose final attitude error is about
+    ``tol`` (the maximum over a batch ``state0``).
+
+    Args:
+      method: a registered method name of known order (not ``exact_free``'s infinite one).
+      problem: a :class:`jaxrot.Problem`; ``t1`` defaults to its ``t_end``.
+      tol: the final attitude error asked (rad), > 0.
+      state0: one state or a batch (default: the problem's).
+      n0: steps of the first trial run.
+      max_steps: the largest trial run; past it a ``ValueError`` says the regime was not reached.
+
+    Returns:
+      a :class:`StepCount`.
+
+    Example::
+
+        n = jaxrot.studies.step_count.steps_for_tolerance("rkmk8", problems.get("asymmetric_top"), 1e-10, t1=1.0)
+        traj = jaxrot.simulate("rkmk8", problem, 1.0 / n.n_steps, n.n_steps)
+    """
+    from ..driver.saveat import SaveAt
+    from ..driver.simulate import simulate
+    from ..integrators import info
+
+    tol = float(tol)
+    if not np.isfinite(tol) or tol <= 0:
+        raise ValueError(f"tol must be finite and > 0, got {tol}")
+    p = info(method).order
+    T = float(problem.t_end if t1 is None else t1)
+
+    def final_R(n):
+        return simulate(method, problem, T / n, n, state0=state0, saveat=SaveAt(t0=False), throw=False).final.R
+
+    def angle(Ra, Rb):
+        e = np.asarray(attitude_error(Ra, Rb), np.float64)
+        return float(np.max(np.where(np.isfinite(e), e, np.inf)))
+
+    n, R = n0, final_R(n0)
+    trial, d_prev = n0, None
+    while 2 * n <= max_steps:
+        R2 = final_R(2 * n)
+        trial += 2 * n
+        d = angle(R, R2)
+        est = d / (2.0 ** p - 1.0)
+        observed = None if d_prev is None or d == 0 else math.log2(d_prev / d) if d_prev > 0 else None
+        asymptotic = observed is not None and p - 1.0 <= observed <= p + 1.5
+        if (np.isfinite(d) and est <= tol and d_prev is not None) or asymptotic:
+            N = max(1, math.ceil(2 * n * (est / tol) ** (1.0 / p))) if est > 0 else 1
+            return StepCount(N, est, trial, observed)
+        n, R, d_prev = 2 * n, R2, d
+    raise ValueError(f"{method}: the trial runs up to {n} steps did not reach the asymptotic regime "
+                     f"(order {p}); the problem may need another method")
