@@ -65,7 +65,9 @@ PEERS = ["Tsit5", "Dopri5", "Dopri8"]
 SUITE_PEERS = ["Tsit5", "Dopri8"]
 TARGETS = (1e-6, 1e-10)
 #: float32 (``--suite``): target, methods, pairs and peers
-F32 = (1e-4, ["buss4", "rkmk8", "exact_split_kl8", "dmv10"], [], ["Tsit5"])
+# (the exact-flow methods are left out: in float32 dmv10 on the free body and exact_split_kl8 on the
+# asymmetric top did not reach 1e-4 over the batch at any step count up to 2^18)
+F32 = (1e-4, ["buss4", "rkmk8"], [], ["Tsit5"])
 
 
 def run_case(label, name, T, methods, pairs, B, targets, peers, scipy, log, dtype=jnp.float64):
