@@ -88,10 +88,10 @@ def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18, executor=None):
     N, _ = analysis.smallest_passing_count(lambda n: max_error(final(n, Ss), rs) <= eps,
                                            n_start=1 if str(method).startswith("exact_free") else 4, n_max=n_max)
     N = _confirm_count(lambda n: max_error(final(n, S), ref) <= eps, N, n_max)
-    if N is None:
-        return dict(method=method, setting=f"N > {n_max}", steps=None, us=None, err=None)
-    sec = median_time(lambda: final(N, S).R)
     label = method if executor is None else f"{method} ({type(executor).__name__})"
+    if N is None:
+        return dict(method=label, setting=f"N > {n_max}", steps=None, us=None, err=None)
+    sec = median_time(lambda: final(N, S).R)
     return dict(method=label, setting=f"N = {N}", steps=N, us=1e6 * sec / S.R.shape[0],
                 err=max_error(final(N, S), ref))
 
