@@ -125,7 +125,7 @@ def make(S, name: str, torque: str, K: int):
                 fact = fact * h / S(4.0)
                 Ln = Ln + fact * L4
         if wp.static(POLY):
-            Ln = tq.momentum_derivative(t + h, P, 0)
+            Ln = L + (tq.momentum_derivative(t + h, P, 0) - tq.momentum_derivative(t, P, 0))
         R1, Pi1 = c.world_increment(R, Ln, h * wbar)
         return R1, Pi1, Ln
 

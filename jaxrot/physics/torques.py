@@ -135,7 +135,9 @@ class AbstractPrescribedMomentum(AbstractTorque):
         return jax.jvp(self.momentum, (t,), (jnp.ones_like(t),))[1]
 
     def advance_momentum(self, t, h, L, L_derivs):
-        return self.momentum(t + h)
+        # the exact increment of the prescribed momentum, added to the body's own: a state whose
+        # momentum is not L(t) (a perturbed body, a batch) follows L' = torque, as every other method
+        return L + (self.momentum(t + h) - self.momentum(t))
 
 
 class PolynomialMomentum(AbstractPrescribedMomentum):
