@@ -242,8 +242,8 @@ def _figure(rows, cases, path):
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(cases):]:
         ax.set_visible(False)
-    fig.suptitle("Each method at the cheapest setting that meets each target (dotted); dashed black: peers; "
-                 "hollow: float32", fontsize=11)
+    fig.suptitle("Each method at the cheapest setting that meets each target (dotted)\n"
+                 "dashed black: peers; hollow markers: float32", fontsize=10 if ncol > 1 else 9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
