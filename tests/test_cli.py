@@ -190,6 +190,11 @@ def test_run_auto_with_a_tolerance_uses_the_suggestion(capsys):
     assert rc == 0 and "suggested for tol 1e-09: exact_free" in out
     err = float(out.split("attitude error vs reference: final")[1].split()[0])
     assert err < 1e-9
+    # with a torque the suggested step count is the one run (not the report's 200 frames)
+    rc, out, _ = _run(capsys, "--quiet", "run", "auto", "gravity_gradient", "--tol", "1e-6")
+    n = int(out.split(" steps for 1e-06")[0].split()[-1])
+    assert rc == 0 and f", {n} steps, t_end" in out and n != 200
+    assert float(out.split("attitude error vs reference: final")[1].split()[0]) <= 3e-6
     rc, _, err = _run(capsys, "run", "buss4", "t_handle", "--tol", "1e-6")
     assert rc == 2 and "run auto PROBLEM --tol" in err
     rc, _, err = _run(capsys, "run", "buss4", "t_handle")

@@ -68,15 +68,11 @@ def _check_out_path(path: str | None, option: str, suffixes: tuple[str, ...]) ->
 def _check_run_args(args) -> int:
     """Every argument of ``run`` checked before anything is compiled; returns save_every."""
     from jaxrot import integrators, problems
-    from jaxrot.driver.stepsize import Fixed
 
     if args.problem not in problems.PROBLEMS:
         problems.get(args.problem)  # the helpful KeyError
     if args.tol is not None or args.method == "auto":
         _choose(args, problems.get(args.problem))
-    args.stepsize = getattr(args, "stepsize", None)
-    if args.stepsize is not None and not isinstance(args.stepsize, Fixed):
-        return 0  # an error-controlled pair: no frames to choose
     integrators.info(args.method)
     if args.steps is None or args.dt is None:
         raise ValueError("run needs --dt and --steps (or METHOD 'auto' with --tol)")
@@ -103,7 +99,6 @@ MAX_FRAMES = 10_000
 
 def _choose(args, problem) -> None:
     """``run auto PROBLEM --tol TOL``: the method and its steps from :func:`jaxrot.suggest`."""
-    from jaxrot.driver.stepsize import Fixed
     from jaxrot.studies.suggest import suggest
 
     if args.method != "auto" or args.tol is None:
@@ -112,9 +107,13 @@ def _choose(args, problem) -> None:
         raise ValueError("--tol sets the steps itself: leave out --dt and --steps")
     s = suggest(problem, args.tol)
     print(f"suggested for tol {args.tol:g}: {s.method} ({s.reason})", flush=True)
-    args.method, args.stepsize = s.method, s.stepsize
-    if isinstance(s.stepsize, Fixed):  # the exact flow: any step; 200 for the report's frames
-        args.steps, args.dt = 200, problem.t_end / 200
+    args.method = s.method
+    T = float(problem.t_end)
+    if s.method == "exact_free":  # exact at any step: 200 of them give the report its frames
+        args.steps, args.dt = 200, T / 200
+    else:
+        args.steps = max(1, round(T / s.stepsize.dt))
+        args.dt = T / args.steps
 
 
 def _default_save_every(n: int) -> int:
@@ -139,8 +138,6 @@ def _run(args) -> int:
     from jaxrot.driver.failures import codes_of, name_of
 
     p = problems.get(args.problem)
-    if getattr(args, "stepsize", None) is not None and not isinstance(args.stepsize, jaxrot.Fixed):
-        return _run_adaptive(args, p)
     n = args.steps
     # a progress report splits the run into more calls: worth it for long runs only
     show = not args.quiet and (args.progress or n >= LONG_RUN_STEPS)
@@ -185,36 +182,6 @@ def _run(args) -> int:
     return 0
 
 
-def _run_adaptive(args, p) -> int:
-    """The report of ``run auto PROBLEM --tol TOL`` when the choice is an error-controlled pair."""
-    import numpy as np
-
-    import jaxrot
-    from jaxrot import analysis, reference
-
-    T = float(p.t_end)
-    ts = np.linspace(0.0, T, 201)[1:]
-    traj = jaxrot.simulate(args.method, p, t1=T, stepsize=args.stepsize, saveat=jaxrot.SaveAt(ts=ts),
-                           throw=not args.no_throw)
-    ref = reference.reference_solution(p, T, n_frames=200)
-    err = np.asarray(analysis.attitude_error(traj.states.R, ref.states.R))
-    E = np.asarray(analysis.energy(p, traj.states, traj.ts))
-    c = traj.controller
-    print(f"{args.method} on {p.name}: error-controlled to tol {args.tol:g}, t_end={T:g}, "
-          f"{int(c.n_accepted)} steps accepted, {int(c.n_rejected)} rejected")
-    print(f"  relative energy drift   max|E-E0|/|E0| = {np.abs(E - E[0]).max() / abs(E[0]):.3e}")
-    print(f"  attitude error vs reference: final {err[-1]:.3e} rad, max {err.max():.3e} rad")
-    if args.save:
-        with output.atomic(args.save) as tmp:
-            traj.save(tmp)
-        print(f"  wrote {args.save} (load with jaxrot.load)")
-    return 0
-
-
-_PROTOCOL_ARGS = {"tilt": "tilt_deg", "towards": "towards", "eps": "eps", "metric": "metric",
-                  "revolutions": "revolutions", "axis_map": "axis_map"}
-
-
 def _results_folder(args):
     """The checked output folder of a ``reproduce``/``bench`` command (announced before the run):
     ``--out``, else :data:`~jaxrot.present.output.DEFAULT_OUT`, or a new temporary folder for a
@@ -239,6 +206,10 @@ def _run_staged(run, folder) -> int:
         run(stage)
     print(f"done: results in {folder}", flush=True)
     return 0
+
+
+_PROTOCOL_ARGS = {"tilt": "tilt_deg", "towards": "towards", "eps": "eps", "metric": "metric",
+                  "revolutions": "revolutions", "axis_map": "axis_map"}
 
 
 def _reproduce(args) -> int:
@@ -291,23 +262,18 @@ def _bench(args) -> int:
     kw = {}
     if args.suite:
         if args.name != "precision":
-            return _usage_error("--suite is an option of 'bench precision'")
+            raise ValueError("--suite is an option of 'bench precision'")
         kw["suite"] = True
     if args.device is not None:
         if args.name != "throughput":
-            return _usage_error("--device is an option of 'bench throughput'")
+            raise ValueError("--device is an option of 'bench throughput'")
         import jax
 
         if jax.devices()[0].platform != args.device:
-            return _usage_error(f"--device {args.device}, but JAX's default device is {jax.devices()[0]}")
+            raise ValueError(f"--device {args.device}, but JAX's default device is {jax.devices()[0]}")
         kw["device"] = args.device
     mod = importlib.import_module(BENCHMARKS[args.name])
     return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, **kw), _results_folder(args))
-
-
-def _usage_error(message: str) -> int:
-    print(f"jaxrot: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _problems_epilog() -> str:

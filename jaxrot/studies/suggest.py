@@ -22,25 +22,23 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ..driver.stepsize import Adaptive, Fixed
+from ..driver.stepsize import Fixed
 from ..physics.problems import Problem
 
 
 @dataclasses.dataclass(frozen=True)
 class Suggestion:
-    """A method (a registered name or an adaptive pair), its step-size setting and why."""
+    """A registered method, its fixed step and why."""
 
     method: str
-    stepsize: Fixed | Adaptive
+    stepsize: Fixed
     reason: str
 
     def run(self, problem: Problem, **kw):
         """``jaxrot.simulate`` with this choice over ``[0, problem.t_end]`` (``kw`` passed on)."""
         from ..driver.simulate import simulate
 
-        if isinstance(self.stepsize, Fixed):
-            return simulate(self.method, problem, self.stepsize.dt, None, t1=problem.t_end, **kw)
-        return simulate(self.method, problem, t1=problem.t_end, stepsize=self.stepsize, **kw)
+        return simulate(self.method, problem, self.stepsize.dt, None, t1=problem.t_end, **kw)
 
 
 def _axisymmetric(J, rtol: float = 1e-12) -> bool:
