@@ -31,6 +31,7 @@ import numpy as np
 
 import jaxrot
 from jaxrot import problems
+from jaxrot.studies.timing import median_seconds
 
 from ._common import md_table, setup, write_json
 from .bench_buss import numpy_step
@@ -43,16 +44,6 @@ C_VARIANTS = {"C, 1 thread": (["-O2"], "buss2p_run", False),
               "C -O3 -march=native -ffast-math": (["-O3", "-march=native", "-ffast-math"], "buss2p_run", False),
               "C SoA SIMD, all threads": (["-O3", "-march=native", "-ffast-math", "-fopenmp"], "buss2p_run_soa", True)}
 OTHER_METHODS = ["buss4", "lie_taylor5", "split4_231", "liemid_ea"]
-
-
-def _median_time(f, reps: int = 5) -> float:
-    f()  # warm (compilation, caches)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def compile_c(folder: pathlib.Path) -> dict:
@@ -251,13 +242,13 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
                     t0 = time.perf_counter()
                     run()
                     first = time.perf_counter() - t0
-                    t = _median_time(run, 3 if B >= 100_000 else 5)
+                    t = median_seconds(run, 3 if B >= 100_000 else 5)
                     row[f"jaxrot {tag} {label}"] = B * n / t
                     row[f"compile s {tag} {label}"] = max(first - t, 0.0)
                 if fused:
                     run = _fused_runner("buss2p", p, states, n)
                     run()
-                    row[f"fused {tag}"] = B * n / _median_time(run, 3 if B >= 100_000 else 5)
+                    row[f"fused {tag}"] = B * n / median_seconds(run, 3 if B >= 100_000 else 5)
             _, R0, L0 = _bodies(B, jnp.float64, np.random.default_rng(0))
             if not baselines:
                 res["rows"].append(row)
@@ -271,7 +262,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
                     R = numpy_step("buss2p", R, L0, J, H)
                 return R
 
-            row["NumPy f64"] = B * n_np / _median_time(np_run, 3)
+            row["NumPy f64"] = B * n_np / median_seconds(np_run, 3)
             ref = np.asarray(jaxrot.simulate("buss2p", p, H, 100, state0=jaxrot.State(
                 jnp.asarray(R0), jnp.asarray(np.einsum("bji,bj->bi", R0, L0))), save_every=100).final.R) \
                 if B > 1 else None
@@ -287,7 +278,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
                 def c_run(Rc=Rc, Lc=Lc, fn=fn, n=n):
                     fn(Rc.ctypes.data, Lc.ctypes.data, J.ctypes.data, H, B, n)
 
-                row[name] = B * n / _median_time(c_run, 3)
+                row[name] = B * n / median_seconds(c_run, 3)
                 if ref is not None:  # correctness of the baseline: 100 steps from the same start
                     Rchk, Lchk = layout(R0, L0)
                     fn(Rchk.ctypes.data, Lchk.ctypes.data, J.ctypes.data, H, B, 100)
@@ -305,7 +296,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
             t0 = time.perf_counter()
             run()
             first = time.perf_counter() - t0
-            t = _median_time(run, 3)
+            t = median_seconds(run, 3)
             us = 1e6 * t / (1000 * n)
             base = base or us
             res["methods"].append({"method": m, "us_per_body_step": us, "relative_to_buss2p": us / base,

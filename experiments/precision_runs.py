@@ -19,21 +19,11 @@ import numpy as np
 import jaxrot
 from jaxrot import analysis, exact, reference
 from jaxrot.driver.failures import codes_of
+from jaxrot.studies.timing import median_seconds as median_time
 from jaxrot.physics.flow import body_vector_field, pack_body, unpack_body
 
 SEARCH_BODIES = 100
 SCIPY_BODIES = 5
-
-
-def median_time(f, reps=3):
-    """Median wall time of ``f()`` over ``reps`` calls after one untimed (compiling) call."""
-    jax.block_until_ready(f())
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f())
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def perturbed_batch(p, B, seed=0):
@@ -86,7 +76,7 @@ def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18, executor=None):
     k = min(SEARCH_BODIES, S.R.shape[0])
     Ss, rs = head(S, k), head(ref, k)
     N, _ = analysis.smallest_passing_count(lambda n: max_error(final(n, Ss), rs) <= eps,
-                                           n_start=1 if str(method).startswith("exact_free") else 4, n_max=n_max)
+                                           n_start=1 if method.startswith("exact_free") else 4, n_max=n_max)
     N = _confirm_count(lambda n: max_error(final(n, S), ref) <= eps, N, n_max)
     label = method if executor is None else f"{method} ({type(executor).__name__})"
     if N is None:

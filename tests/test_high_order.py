@@ -38,6 +38,14 @@ def test_orders_on_the_heavy_top(name, order, ns):
     assert abs(r["order"] - order) <= 0.3, r
 
 
+def test_rkmk8_order_on_an_asymmetric_torqued_body():
+    """Order 8 where no splitting is cheap: the asymmetric heavy top (DOP853 reference)."""
+    p = problems.get("asymmetric_top")
+    ref = reference.reference_solution(p, 1.0).final
+    r = analysis.convergence_study("rkmk8", p, 1.0, [16, 32, 64, 128], ref)
+    assert abs(r["order"] - 8) <= 0.3, r
+
+
 @pytest.mark.parametrize("name", ["exact_free", "exact_split", "exact_split_kl8"])
 def test_exact_methods_are_exact_without_torque_at_any_step(name):
     p = problems.get("free_body_hlw")

@@ -6,11 +6,11 @@ Between two step endpoints ``(R0, Pi0)`` at ``t`` and ``(R1, Pi1)`` at ``t + h``
     xi(0) = 0,   xi(h) = log(R0^T R1),   xi'(0) = Omega0,   xi'(h) = dexp_r^{-1}(xi(h)) Omega1,
 
 (``Omega = J^-1 Pi`` the body angular velocity; ``dexp_r^{-1}(v) = T(-v)^{-1}`` the inverse right
-Jacobian, :func:`jaxrot.so3.left_jacobian_inv` at ``-v``), and the body momentum is the cubic Hermite
+Jacobian, :func:`jaxrot.so3.dexpinv` at ``-v``), and the body momentum is the cubic Hermite
 interpolant with the derivatives of Euler's equations ``Pi' = Pi x Omega + R^T tau(t, R, Pi)``.
 Both interpolate the exact flow to O(h^4) locally, so the dense output of a method of order
 ``p <= 4`` converges at order ``p`` (order 4 for a method of higher order). Cost: one ``log``, one
-``exp``, one 3x3 solve-free inverse Jacobian and two torque evaluations per query. Finite values and
+``exp``, one inverse Jacobian (matrix-free) and two torque evaluations per query. Finite values and
 gradients at zero angle (``log``, ``exp`` and the inverse Jacobian switch to their Taylor series).
 
 Bounded memory: a run with dense output (``SaveAt(ts=...)`` or ``SaveAt(dense=True)`` with fixed
@@ -36,6 +36,7 @@ from jax import lax
 
 from ..geometry import so3
 from ..geometry.state import State
+from ..physics.torques import body_torque
 
 __all__ = ["interpolate", "DenseOutput", "checkpoint_interval"]
 
@@ -63,12 +64,12 @@ def interpolate(system, t, h, s0: State, s1: State, s) -> State:
 
         mid = interpolate(problem.system, 0.0, dt, s0, s1, 0.5 * dt)
     """
-    J, torque = system.body.J, system.torque
+    J = system.body.J
     w0, w1 = s0.Pi / J, s1.Pi / J
     xi1 = so3.log(so3.mtm(s0.R, s1.R))
-    m1 = so3.left_jacobian_inv(-xi1) @ w1
-    d0 = jnp.cross(s0.Pi, w0) + so3.mtv(s0.R, torque(t, s0.R, s0.Pi))
-    d1 = jnp.cross(s1.Pi, w1) + so3.mtv(s1.R, torque(t + h, s1.R, s1.Pi))
+    m1 = so3.dexpinv(-xi1, w1)
+    d0 = jnp.cross(s0.Pi, w0) + body_torque(system, t, s0.R, s0.Pi)
+    d1 = jnp.cross(s1.Pi, w1) + body_torque(system, t + h, s1.R, s1.Pi)
     a, b, c, d = _hermite(s / h)
     xi = (b * h) * w0 + c * xi1 + (d * h) * m1
     R = so3.mm(s0.R, so3.exp(xi))

@@ -18,7 +18,14 @@ import jax.numpy as jnp
 
 # Below this squared angle the Taylor polynomials (through a^8) are used. Their truncation error is
 # < 1e-17 there, and the closed forms lose at most ~3 digits of S3 above it (which multiplies a^2).
-_SMALL_ANGLE2 = 1e-2
+SMALL_ANGLE2 = 1e-2
+# Taylor coefficients in a^2 (lowest first) of S1 = sin a / a, S2 = (1 - cos a) / a^2,
+# S3 = (a - sin a) / a^3 and of c(a) = (1 - (a/2) cot(a/2)) / a^2 (dexp^-1); the fused kernels use
+# the same numbers
+RODRIGUES_TAYLOR = ([1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880],
+                    [1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800],
+                    [1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800])
+DEXPINV_TAYLOR = [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160]
 
 
 # Tiny products written out component by component: XLA fuses them with the surrounding
@@ -123,7 +130,7 @@ def vee(M: jax.Array) -> jax.Array:
 
 
 def _safe_angle2(a2):
-    small = a2 < _SMALL_ANGLE2
+    small = a2 < SMALL_ANGLE2
     return small, jnp.where(small, jnp.ones_like(a2), a2)
 
 
@@ -143,9 +150,7 @@ def rodrigues_coefficients(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Arr
     s1 = s / a
     s2 = 2.0 * h * h / a2s  # 1 - cos a = 2 sin^2(a/2): no cancellation
     s3 = (a - s) / (a * a2s)
-    t1 = _poly(a2, [1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880])
-    t2 = _poly(a2, [1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800])
-    t3 = _poly(a2, [1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800])
+    t1, t2, t3 = (_poly(a2, c) for c in RODRIGUES_TAYLOR)
     return (jnp.where(small, t1, s1), jnp.where(small, t2, s2), jnp.where(small, t3, s3))
 
 
@@ -179,7 +184,7 @@ def _dexpinv_coefficient(a2):
     small, a2s = _safe_angle2(a2)
     half = 0.5 * jnp.sqrt(a2s)
     c_closed = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / a2s
-    c_taylor = _poly(a2, [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160])
+    c_taylor = _poly(a2, DEXPINV_TAYLOR)
     return jnp.where(small, c_taylor, c_closed)
 
 

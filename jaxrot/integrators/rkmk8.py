@@ -51,8 +51,8 @@ class RKMK8(AbstractIntegrator):
         dtype = P0.dtype
         n = _B.shape[0]
         # the stages stacked in one array and combined by a product with the tableau's row (as
-        # diffrax's Runge-Kutta solvers do); a chain of sums over the earlier stages, one term each,
-        # gives XLA a program about three times larger and slower
+        # diffrax's Runge-Kutta solvers do): a chain of sums over the earlier stages, one term each,
+        # gives XLA a larger and slower program (docs/benchmarks.md, "rkmk8")
         Ks = jnp.zeros((n, 3), dtype)
         Fs = jnp.zeros((n, 3), dtype)
         for i in range(n):

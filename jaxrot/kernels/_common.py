@@ -13,6 +13,8 @@ import os
 import sys
 import types
 
+from ..geometry import so3
+
 _INSTALL = "the fused kernels need NVIDIA Warp: pip install 'jaxrot[fast]' (or pip install 'warp-lang>=1.19')"
 
 
@@ -73,11 +75,9 @@ def _quiet_stderr(active: bool):
         os.close(saved)
 
 
-# the polynomial coefficients of jaxrot.so3.rodrigues_coefficients (Horner, highest first)
-_T1 = [1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880]
-_T2 = [1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800]
-_T3 = [1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800]
-SMALL_ANGLE2 = 1e-2
+# the Taylor coefficients and threshold of jaxrot.so3 (one set of numbers for both codes)
+_T1, _T2, _T3 = so3.RODRIGUES_TAYLOR
+SMALL_ANGLE2 = so3.SMALL_ANGLE2
 FUSE_FP = False
 
 

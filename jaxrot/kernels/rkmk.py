@@ -14,10 +14,8 @@ import functools
 from ..integrators.dop853_coefficients import A as _A
 from ..integrators.dop853_coefficients import B as _B
 from ..integrators.dop853_coefficients import C as _C
+from ..geometry.so3 import DEXPINV_TAYLOR as _TC
 from ._common import SMALL_ANGLE2, so3_funcs, torque_funcs, warp
-
-#: c(a) = (1 - (a/2) cot(a/2)) / a^2, Taylor coefficients in a^2 (as jaxrot.geometry.so3)
-_TC = [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160]
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,6 +6,7 @@ import functools
 import time
 
 import jax
+import numpy as np
 
 from ..driver.saveat import SaveAt
 from ..driver.simulate import simulate
@@ -28,3 +29,17 @@ def seconds_per_step(method, problem: Problem, dt: float, n_steps: int = 20000, 
         jax.block_until_ready(run().states)
         best = min(best, time.perf_counter() - t0)
     return best / n_steps
+
+
+def median_seconds(f, reps: int = 3) -> float:
+    """Median wall time of ``f()`` (its result waited for) over ``reps`` calls, after one untimed call
+    that compiles and warms the caches."""
+    if reps < 1:
+        raise ValueError("need reps >= 1")
+    jax.block_until_ready(f())
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f())
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
