@@ -33,6 +33,7 @@ def test_grad_matches_the_exact_flow():
     assert float(jnp.abs(g - ge).max()) <= 1e-6 * float(jnp.abs(ge).max())
 
 
+@pytest.mark.slow  # the attitude's path of the momentum check
 def test_grad_of_the_attitude_matches_differences_of_the_exact_flow():
     def final_r(J):
         q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 3.0)
@@ -50,6 +51,7 @@ def test_grad_of_the_attitude_matches_differences_of_the_exact_flow():
     assert np.abs(np.asarray(g) - fd).max() <= 1e-6 * np.abs(fd).max()
 
 
+@pytest.mark.slow  # four more compilations of the checked gradient
 def test_grad_agrees_with_forward_mode_and_jit():
     g = jax.jit(jax.grad(_loss))(P.body.J)
     gf = jax.jacfwd(lambda J: _loss(J, "forward"))(P.body.J)
@@ -58,6 +60,7 @@ def test_grad_agrees_with_forward_mode_and_jit():
     assert float(_loss(P.body.J, "forward")) == float(_loss(P.body.J, "checkpointed"))
 
 
+@pytest.mark.slow  # the batched path of the exact-flow check above
 def test_grad_of_a_batch_with_respect_to_the_initial_states():
     key = jax.random.PRNGKey(0)
     Pi = P.state0.Pi + 0.05 * jax.random.normal(key, (3, 3))
@@ -71,6 +74,7 @@ def test_grad_of_a_batch_with_respect_to_the_initial_states():
     assert float(jnp.abs(g - ge).max()) <= 1e-6 * float(jnp.abs(ge).max())
 
 
+@pytest.mark.slow  # a 1e5-step adaptive gradient
 def test_checkpointed_memory_grows_slowly_with_max_steps():
     def temp(max_steps):
         f = jax.jit(jax.grad(lambda J: _loss(J, max_steps=max_steps)))
@@ -80,14 +84,18 @@ def test_checkpointed_memory_grows_slowly_with_max_steps():
     assert large <= 20 * small
 
 
+@pytest.mark.slow  # records a known round-off discrepancy
 @pytest.mark.xfail(strict=True, reason="Buss pairs: gradients through the checkpointed loop's recomputation "
-                   "differ from forward mode by 1e-7 to 1e-5 relative (cause not found yet)")
+                   "differ from forward mode by 1e-7 to 1e-5 relative: the recomputed steps are compiled "
+                   "into another program whose round-off flips a controller decision taken at err ~ 1 "
+                   "(they agree to 1e-9 with XLA_FLAGS=--xla_backend_optimization_level=0)")
 def test_buss_pair_grad_with_recomputation_matches_forward_mode():
     g = jax.grad(lambda J: _loss(J, pair="buss4(3)"))(P.body.J)
     gf = jax.jacfwd(lambda J: _loss(J, "forward", pair="buss4(3)"))(P.body.J)
     np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9)
 
 
+@pytest.mark.slow  # a second pair through the same loop
 def test_buss_pair_grad_without_recomputation_matches_forward_mode():
     # max_steps large enough that every step has its checkpoint: exact agreement
     g = jax.grad(lambda J: _loss(J, pair="buss4(3)", max_steps=100_000))(P.body.J)

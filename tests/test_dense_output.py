@@ -51,6 +51,7 @@ def test_ts_interior_error_within_twice_the_step_error():
     np.testing.assert_allclose(np.asarray(on.states.R[1]), np.asarray(steps.states.R[20]), atol=1e-13)
 
 
+@pytest.mark.slow  # batch, float32 and reverse mode of dense output in one long test
 def test_batch_float32_and_gradients():
     key = jax.random.PRNGKey(1)
     Pi = P.state0.Pi + 0.05 * jax.random.normal(key, (4, 3))

@@ -73,3 +73,19 @@ def test_site_builds_strictly(tmp_path):
                        cwd=root, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SaveAt" in (tmp_path / "site" / "api" / "running" / "index.html").read_text()
+
+
+def _first_table(text: str, header: str) -> str:
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith(header))
+    j = i
+    while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+    return "\n".join(lines[i:j])
+
+
+def test_the_buss_table_in_the_docs_is_the_committed_run():
+    head = "| algorithm (Buss) |"
+    doc = (DOCS / "reproductions.md").read_text()
+    run = (DOCS.parent / "figures" / "buss_table.md").read_text()
+    assert _first_table(doc, head) == _first_table(run, head), "copy the table of figures/buss_table.md"

@@ -4,6 +4,7 @@ import importlib.util
 import pathlib
 
 import numpy as np
+import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 SMALL = {"batch_of_bodies": {"n_bodies": 64, "n_steps": 100}, "fit_inertia": {"n_obs": 30, "max_iters": 30},
@@ -28,11 +29,13 @@ def test_batch_of_bodies():
     assert r["buss3_ep"]["energy"] < 1e-13 and r["euler_svd"]["energy"] > 1e-3
 
 
+@pytest.mark.slow  # the same gradient as tests/test_events.py, through the example script
 def test_flip_time_gradient():
     r = _load("flip_time_gradient").main()
     np.testing.assert_allclose(r["grad"], r["fd"], rtol=1e-6)
 
 
+@pytest.mark.slow  # the same fit as tests/test_fitting.py, through the example script
 def test_fit_inertia():
     r = _load("fit_inertia").main(**SMALL["fit_inertia"])
     err = np.abs(np.array(r["J"]) / np.array(r["J_true"]) - 1)

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from jaxrot.experiments import bench_buss, buss_orders
 from jaxrot.present import cli
@@ -43,6 +44,7 @@ def test_throughput_bench_quick(tmp_path):
         assert d["momentum f32"] < 1e-6 and d["orthogonality f32"] < 1e-6, d  # measured 1.5e-7
 
 
+@pytest.mark.slow  # a --quick benchmark
 def test_precision_bench_quick(tmp_path):
     """Every row reached its target (the search found a setting whose measured error is below it),
     and diffrax, a dev dependency, was measured beside jaxrot."""
@@ -88,6 +90,7 @@ def test_cli_list_and_run(capsys, tmp_path):
     assert cli.main(["run", "buss3", "fast_top", "--dt", "-1", "--steps", "10"]) == 2
 
 
+@pytest.mark.slow  # a --quick reproduction
 def test_krysl_quick(tmp_path):
     from jaxrot.experiments import krysl
 
@@ -141,6 +144,7 @@ def test_roblox_quick(tmp_path):
     assert res["energy_change_max_pct"] < 0.3
 
 
+@pytest.mark.slow  # a --quick reproduction; the fit itself is tested in tests/test_fitting.py
 def test_fit_inertia_quick(tmp_path):
     from jaxrot.experiments import fit_inertia
 
@@ -150,6 +154,7 @@ def test_fit_inertia_quick(tmp_path):
     assert max(abs(e) for e in res["fits"]["split4_231"]["rel_error_pct"]) < 1.0
 
 
+@pytest.mark.slow  # three --quick reproductions
 def test_demonstrations_quick(tmp_path):
     from jaxrot.experiments import dancing_pole, dzhanibekov, groningen
 

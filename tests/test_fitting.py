@@ -51,6 +51,7 @@ def test_fit_recovers_the_moments(obs, method):
     assert res.loss_history[-1] < res.loss_history[0]
 
 
+@pytest.mark.slow  # a second fit with other unknowns
 def test_fit_with_known_momentum_and_axes():
     Q = jaxrot.so3.exp(jnp.array([0.05, -0.03, 0.02]))  # principal axes tilted in the body frame
     tr = jaxrot.simulate("buss4", P, 0.0125, 480, save_every=8)

@@ -87,7 +87,12 @@ def test_jit_vmap_agree(name):
         np.testing.assert_allclose(batch.states.Pi[i], one.states.Pi, atol=1e-13)
 
 
-@pytest.mark.parametrize("name", NAMES)
+# the two costliest reverse-mode compilations (20-30 s each): in the slow tier
+_SLOW_GRADIENTS = {"exact_split_kl8", "rkmk8"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW_GRADIENTS else n
+                                  for n in NAMES])
 def test_gradients_finite(name):
     if skipped(name, "gradients"):
         pytest.skip("see tests/helpers.py SKIP")

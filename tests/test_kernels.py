@@ -111,7 +111,8 @@ def test_a_nan_flags_its_body_only():
     np.testing.assert_array_equal(np.asarray(got[3]), np.asarray(want[3]))
 
 
-@pytest.mark.parametrize("name,torque", [("buss4", "gravity"), ("rk4", "gravity"), ("buss2p", "poly")])
+@pytest.mark.parametrize("name,torque", [pytest.param("buss4", "gravity", marks=pytest.mark.slow),  # 30 s compile
+                                         ("rk4", "gravity"), ("buss2p", "poly")])
 def test_gradients_come_from_the_reference(name, torque):
     method = integrators.get(name)
     system, states = _setup(torque, n=2)

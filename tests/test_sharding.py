@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
 def test_sharded_batch_matches_single_device():
     code = textwrap.dedent(
@@ -48,6 +49,7 @@ def test_sharded_batch_matches_single_device():
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
+@pytest.mark.slow  # a subprocess with per-core devices; test_sharded_batch_matches_single_device covers the sharded path
 def test_cpu_cores_as_devices_block_each_part_and_match_one_device():
     """use_cpu_cores(2): the batch is split over two CPU devices and each part runs in its own blocks
     (13 bodies: padded to 14, 7 per device, blocks of 3 with each part's last block padded)."""

@@ -40,7 +40,7 @@ def shape_for(problem_name: str) -> str:
     return {"t_handle": "t_handle", "dancing_pole": "pole"}.get(problem_name, "box")
 
 
-def animate_bodies(panels: list[dict], path, *, fps: int = 20, dpi: int = 60, size: float = 3.2,
+def animate_bodies(panels: list[dict], path, *, fps: int = 20, dpi: int = 90, size: float = 3.2,
                    title: str = "") -> pathlib.Path:
     """Write an animated GIF.
 
@@ -56,10 +56,14 @@ def animate_bodies(panels: list[dict], path, *, fps: int = 20, dpi: int = 60, si
     n = len(panels[0]["R"] if "R" in panels[0] else panels[0]["X"])
     if any(len(p["R"] if "R" in p else p["X"]) != n for p in panels):
         raise ValueError("all panels need the same number of frames")
-    fig = plt.figure(figsize=(size * len(panels), size + 0.4), dpi=dpi)
-    axes = [fig.add_subplot(1, len(panels), i + 1, projection="3d") for i in range(len(panels))]
+    head = 0.45 if title else 0.2  # inches above the panels for the figure's title and the panels' titles
+    fig = plt.figure(figsize=(size * len(panels), size + head), dpi=dpi)
+    top = size / (size + head)
+    # each 3-D axes fills its panel edge to edge (add_subplot leaves wide empty margins round a 3-D box)
+    axes = [fig.add_axes((i / len(panels), 0.0, 1.0 / len(panels), top), projection="3d")
+            for i in range(len(panels))]
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title, fontsize=9, y=0.99)
     reach = 1.1
 
     def draw(k):
@@ -68,9 +72,9 @@ def animate_bodies(panels: list[dict], path, *, fps: int = 20, dpi: int = 60, si
             ax.set_xlim(-reach, reach)
             ax.set_ylim(-reach, reach)
             ax.set_zlim(-reach, reach)
-            ax.set_box_aspect((1, 1, 1))
+            ax.set_box_aspect((1, 1, 1), zoom=1.35)  # the body, not the empty cube round it, fills the panel
             ax.set_axis_off()
-            ax.set_title(p.get("title", ""), fontsize=8)
+            ax.set_title(p.get("title", ""), fontsize=8, y=0.98)
             if "R" in p:
                 R = np.asarray(p["R"][k])
                 for corners in SHAPES[p.get("shape", "box")]:

@@ -20,6 +20,9 @@ EXPERIMENTS = {
     "krysl": "jaxrot.experiments.krysl",
     "roblox": "jaxrot.experiments.roblox",
 }
+#: this command's arguments (recorded with the files it writes)
+_ARGV: list[str] = []
+
 BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss", "throughput": "jaxrot.experiments.bench_throughput",
               "precision": "jaxrot.experiments.bench_precision"}
 
@@ -200,9 +203,14 @@ def _results_folder(args):
     return folder
 
 
-def _run_staged(run, folder) -> int:
-    """``run(out_dir)`` into a staging folder; its files appear in ``folder`` only when it finished."""
-    with output.staged(folder) as stage:
+def _run_staged(run, folder, args) -> int:
+    """``run(out_dir)`` into a staging folder; its files appear in ``folder`` only when it finished,
+    each recorded in the folder's ``provenance.json`` with the command that wrote it."""
+    from . import provenance
+
+    command = " ".join(["jaxrot", *_ARGV])
+    with output.staged(folder, lambda files: provenance.record(folder, files, command=command,
+                                                                quick=args.quick)) as stage:
         run(stage)
     print(f"done: results in {folder}", flush=True)
     return 0
@@ -220,11 +228,11 @@ def _reproduce(args) -> int:
                          f" only apply to 'reproduce buss'")
     folder = _results_folder(args)
     if args.name != "buss":
-        return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), folder)
+        return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), folder, args)
     from jaxrot.studies.buss_protocol import PrismProtocol
 
     protocol = PrismProtocol(**given)
-    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, protocol=protocol), folder)
+    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, protocol=protocol), folder, args)
 
 
 def _animate(args) -> int:
@@ -273,7 +281,7 @@ def _bench(args) -> int:
             raise ValueError(f"--device {args.device}, but JAX's default device is {jax.devices()[0]}")
         kw["device"] = args.device
     mod = importlib.import_module(BENCHMARKS[args.name])
-    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, **kw), _results_folder(args))
+    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, **kw), _results_folder(args), args)
 
 
 def _problems_epilog() -> str:
@@ -304,7 +312,8 @@ def main(argv=None) -> int:
 def _main(argv=None) -> int:
     from jaxrot import __version__, use_cpu_cores
 
-    words = [w for w in (sys.argv[1:] if argv is None else argv) if not w.startswith("-")]
+    _ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    words = [w for w in _ARGV if not w.startswith("-")]
     if words[:2] == ["bench", "throughput"]:
         # every core a CPU device; before anything below (the problem list) starts JAX
         try:

@@ -78,18 +78,22 @@ def atomic(path):
 
 
 @contextlib.contextmanager
-def staged(folder):
+def staged(folder, on_done=None):
     """Yield a staging folder inside ``folder``; when the block ends normally every file written
-    there is moved into ``folder`` (each with ``os.replace``), otherwise the staging folder is
-    removed."""
+    there is moved into ``folder`` (each with ``os.replace``) and ``on_done(paths)`` is called with
+    them, otherwise the staging folder is removed."""
     folder = pathlib.Path(folder)
     stage = pathlib.Path(tempfile.mkdtemp(prefix=".jaxrot-partial-", dir=folder))
     try:
         yield stage
+        moved = []
         for src in sorted(p for p in stage.rglob("*") if p.is_file()):
             dst = folder / src.relative_to(stage)
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
             WRITTEN.append(dst)
+            moved.append(dst)
+        if on_done is not None:
+            on_done(moved)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

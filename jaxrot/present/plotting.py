@@ -23,7 +23,7 @@ def convergence_figure(panels: dict[str, dict[str, dict]], *, ylabel: str = "err
     Each method's legend shows its fitted slope; dashed grey lines are reference slopes 1-4.
     """
     n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(5.2 * n, 5.4), squeeze=False)
     for ax, (ptitle, methods) in zip(axes[0], panels.items()):
         for name, r in methods.items():
             ax.loglog(r["dts"], r["errors"], "o-", ms=4, label=f"{name} (slope {r['order']:.2f})")
@@ -38,12 +38,30 @@ def convergence_figure(panels: dict[str, dict[str, dict]], *, ylabel: str = "err
         ax.set_xlabel("step size dt")
         ax.set_ylabel(ylabel)
         ax.set_title(ptitle)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        _log_ticks(ax)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _log_ticks(ax):
+    """Label decades only and grid the major ticks: minor labels on a log axis spanning less than a
+    decade or two collide (``3x10^-3 4x10^-3 ...``)."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            axis.set_major_locator(LogLocator(base=10, numticks=8))
+            lo, hi = sorted(axis.get_view_interval())
+            if lo > 0 and hi / lo < 30:  # under ~1.5 decades: also label 2x and 5x, the rest unlabelled
+                axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0), numticks=12))
+                axis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(2, 2)))
+            else:
+                axis.set_minor_formatter(NullFormatter())
+    ax.grid(True, which="major", alpha=0.35)
+    ax.grid(True, which="minor", axis="x", alpha=0.12)
 
 
 def series_figure(ts, series: dict[str, np.ndarray], *, ylabel: str, title: str = "", logy: bool = False):
@@ -243,8 +261,9 @@ def grouped_work_precision_figure(groups: dict[str, dict[str, dict]], *, eps: fl
             ax.axhline(eps, color="k", lw=0.8, ls=":", label=f"threshold {eps:g}")
         ax.set_title(gname, fontsize=10)
         ax.set_xlabel(xlabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.grid(True, which="major", alpha=0.3)
+        # below its panel: inside, the legend of oscillating curves always covers some of them
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     axes[0][0].set_ylabel(ylabel)
     if title:
         fig.suptitle(title, fontsize=11)
@@ -256,7 +275,7 @@ def grouped_series_figure(ts, groups: dict[str, dict[str, np.ndarray]], *, ylabe
                           title: str = "", logy: bool = True):
     """Quantities over time, one panel per group (at most ~8 curves each)."""
     n = len(groups)
-    fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 4.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 5.0), squeeze=False, sharey=True)
     for ax, (gname, series) in zip(axes[0], groups.items()):
         for i, (name, y) in enumerate(series.items()):
             y = np.asarray(y)
@@ -264,8 +283,9 @@ def grouped_series_figure(ts, groups: dict[str, dict[str, np.ndarray]], *, ylabe
                                                ls="-" if i < 10 else "--", label=name)
         ax.set_title(gname, fontsize=10)
         ax.set_xlabel(xlabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.grid(True, which="major", alpha=0.3)
+        # below its panel: inside, the legend of oscillating curves always covers some of them
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     axes[0][0].set_ylabel(ylabel)
     if title:
         fig.suptitle(title, fontsize=11)
