@@ -69,6 +69,18 @@ SKIP["midpoint_exp_adaptive"] = {"gradients"}
 # (kl8 enrolled). Their orders and golden values are checked in tests/test_high_order.py.
 REPRESENTATIVE_ONLY |= {"dmv6", "dmv8", "liemid_ea_kl6", "exact_split_tj4", "exact_split_kl6"}
 
+# The slow tier (`-m slow`) takes these generic tests of these methods; the default run keeps their
+# orders. Energy-projected variants other than buss2p_ep and split2_123_ep: EnergyProjection wraps
+# each base in the same code (its gradient, batch and float32 paths are those of the two kept), and
+# tests/test_energy_projection.py checks every variant's invariants after every step. lie_taylor1-4:
+# truncations of lie_taylor5's series (same code path for gradients). exact_split_kl8 and rkmk8: the
+# two costliest reverse-mode compilations (20-30 s each); liemid_ea_kl8: liemid_ea_tj4's Compose path.
+_EP_SLOW = {n for n in REGISTRY if n.endswith("_ep") and n not in ("buss2p_ep", "split2_123_ep")}
+SLOW: dict[str, set[str]] = {n: {"gradients", "jit_vmap", "float32", "invariants"} for n in _EP_SLOW}
+SLOW["liemid_ea_kl8"] = {"gradients", "jit_vmap", "float32", "invariants"}
+for _n in ("lie_taylor1", "lie_taylor2", "lie_taylor3", "lie_taylor4", "exact_split_kl8", "rkmk8"):
+    SLOW.setdefault(_n, set()).add("gradients")
+
 CASES = [
     Case(n, i.order, i.free_order or i.order, i.conserves, i.torque, i.on_so3) for n, i in sorted(REGISTRY.items())
 ]
@@ -84,3 +96,10 @@ def case(name: str) -> Case:
 
 def skipped(name: str, test: str) -> bool:
     return test in SKIP.get(name, set())
+
+
+def params(names, test: str) -> list:
+    """``names`` as pytest parameters, those whose ``test`` is in :data:`SLOW` marked slow."""
+    import pytest
+
+    return [pytest.param(n, marks=pytest.mark.slow) if test in SLOW.get(n, ()) else n for n in names]

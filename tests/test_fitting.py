@@ -39,7 +39,8 @@ def test_loss_gradient_equals_finite_differences(obs):
     np.testing.assert_allclose(g, fd, rtol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["split4_231", "liemid_i"])
+# liemid_i: the implicit path of the same fit (its trajectory gradients are checked in tests/test_newton.py)
+@pytest.mark.parametrize("method", ["split4_231", pytest.param("liemid_i", marks=pytest.mark.slow)])
 def test_fit_recovers_the_moments(obs, method):
     guess = J_TRUE * np.array([0.8, 1.2, 0.8])  # 20% wrong, still physical
     res = fitting.fit_inertia(obs, guess, np.eye(3), omega0=OMEGA0, trace=float(J_TRUE.sum()), method=method,

@@ -8,7 +8,7 @@ import pytest
 import jaxrot
 from jaxrot import analysis, problems, reference
 
-from .helpers import NAMES, STEP_SCALE, TORQUE_NAMES, case, skipped
+from .helpers import NAMES, STEP_SCALE, TORQUE_NAMES, case, params, skipped
 
 _REFS = {}
 
@@ -49,10 +49,15 @@ def test_order_free_body(name):
     assert abs(r["order"] - c.order_free) <= _tol(c.order_free), r
 
 
-@pytest.mark.parametrize("name", NAMES)
+# The one-body runs of the invariant, batch and float32 tests share the T-handle and save_every, so the
+# float64 program compiled by one is reused by the others (step size and counts are traced)
+_EVERY = 20
+
+
+@pytest.mark.parametrize("name", params(NAMES, "invariants"))
 def test_invariants_torque_free(name):
     p = problems.get("t_handle")
-    tr = jaxrot.simulate(name, p, 0.05, 400, save_every=20)
+    tr = jaxrot.simulate(name, p, 0.05, 400, save_every=_EVERY)
     c = case(name)
     if c.on_so3:
         assert float(analysis.orthogonality_error(tr.states.R).max()) < 1e-12
@@ -72,7 +77,7 @@ def test_invariants_torque_free(name):
         assert float(jnp.abs(jnp.where(ok, E - E[0], 0.0)).max() / E[0]) < 400 * 100 * np.finfo(np.float64).eps
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", params(NAMES, "jit_vmap"))
 def test_jit_vmap_agree(name):
     p = problems.get("t_handle")
     rng = np.random.default_rng(1)
@@ -80,19 +85,14 @@ def test_jit_vmap_agree(name):
     Om = jnp.asarray(rng.normal(size=(B, 3)) * 2)
     R0 = jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3))))
     states = jaxrot.State(R0, Om * p.body.J)
-    batch = jaxrot.simulate_batch(name, p, 0.02, 50, states0=states, save_every=25)
+    batch = jaxrot.simulate(name, p, 0.02, 2 * _EVERY, state0=states, save_every=_EVERY)
     for i in [0, 17, 63]:
-        one = jaxrot.simulate(name, p, 0.02, 50, save_every=25, state0=jaxrot.State(R0[i], states.Pi[i]))
+        one = jaxrot.simulate(name, p, 0.02, 2 * _EVERY, save_every=_EVERY, state0=jaxrot.State(R0[i], states.Pi[i]))
         np.testing.assert_allclose(batch.states.R[i], one.states.R, atol=1e-13)
         np.testing.assert_allclose(batch.states.Pi[i], one.states.Pi, atol=1e-13)
 
 
-# the two costliest reverse-mode compilations (20-30 s each): in the slow tier
-_SLOW_GRADIENTS = {"exact_split_kl8", "rkmk8"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW_GRADIENTS else n
-                                  for n in NAMES])
+@pytest.mark.parametrize("name", params(NAMES, "gradients"))
 def test_gradients_finite(name):
     if skipped(name, "gradients"):
         pytest.skip("see tests/helpers.py SKIP")
@@ -107,14 +107,14 @@ def test_gradients_finite(name):
     assert all(np.all(np.isfinite(x)) for x in g)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", params(NAMES, "float32"))
 def test_float32(name):
     if skipped(name, "float32"):
         pytest.skip("see tests/helpers.py SKIP")
     p64 = problems.get("t_handle")
     to32 = lambda x: x.astype(jnp.float32) if isinstance(x, jax.Array) and x.dtype == jnp.float64 else x  # noqa: E731
     p32 = jax.tree_util.tree_map(to32, p64)
-    a = jaxrot.simulate(name, p32, 0.01, 100, save_every=100).final
-    b = jaxrot.simulate(name, p64, 0.01, 100, save_every=100).final
+    a = jaxrot.simulate(name, p32, 0.01, 100, save_every=_EVERY).final
+    b = jaxrot.simulate(name, p64, 0.01, 100, save_every=_EVERY).final
     assert a.R.dtype == jnp.float32
     np.testing.assert_allclose(a.R, b.R, atol=2e-4)
