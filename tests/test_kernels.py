@@ -131,6 +131,11 @@ def test_gradients_come_from_the_reference(name, torque):
     for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(h)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12 * np.max(np.abs(b)))
     assert np.any(np.asarray(g[3].body.J) != 0)  # the system's leaves get gradients
+    # forward mode too: a directional derivative in (states, dt) equals the reference's
+    tangents = (jax.tree_util.tree_map(lambda x: 1e-2 * jnp.ones_like(x), states), jnp.asarray(1.0))
+    jf = jax.jvp(lambda s, dt: loss(fused, s, dt, *args[2:]), args[:2], tangents)[1]
+    jr = jax.jvp(lambda s, dt: loss(reference, s, dt, *args[2:]), args[:2], tangents)[1]
+    np.testing.assert_allclose(float(jf), float(jr), rtol=1e-12)
     # the forward value under jit is the kernel's
     v = jax.jit(lambda *a: loss(fused, *a))(*args)
     np.testing.assert_allclose(float(v), float(loss(reference, *args)), rtol=1e-13)

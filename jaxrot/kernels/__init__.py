@@ -4,8 +4,8 @@ One launch runs every step of every body, one thread per body with its state in 
 writes only the saved frames and a per-body failure flag. A kernel restates the JAX ``step`` of its
 method (same equations, same order of operations where it matters) and agrees with it to round-off
 (``tests/test_kernels.py``: 1e-13 relative in float64 after 1000 steps). Gradients never go through
-Warp: with ``reference=`` (the pure-JAX run) :func:`fused_frames` is a ``jax.custom_vjp`` whose
-backward pass is the reference's. See ``docs/kernels.md``.
+Warp: with ``reference=`` (the pure-JAX run) :func:`fused_frames` is a ``jax.custom_jvp`` whose
+tangents are the reference's, in forward and reverse mode. See ``docs/kernels.md``.
 
 ``KERNELS`` maps a method name to its kernel family and the torques it covers; :func:`supports`
 says whether a run can be fused. Warp is imported lazily: importing jaxrot never needs it, and a
@@ -179,8 +179,9 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
       dt, t0: step and start time (scalars, may be traced).
       n_frames, save_every: Python ints.
       reference: optional pure-JAX function of the same signature and outputs; with it the result is
-        differentiable (``jax.custom_vjp``, backward pass ``jax.vjp(reference, ...)``) with respect to
-        ``states0``, ``dt``, ``t0`` and the system's array leaves.
+        differentiable in forward and reverse mode (``jax.custom_jvp``: tangents are
+        ``jax.jvp(reference, ...)``'s, the values the kernel's) with respect to ``states0``, ``dt``,
+        ``t0`` and the system's array leaves.
 
     Returns:
       ``(R_frames (B, n_frames, 3, 3), Pi_frames (B, n_frames, 3), failed_step (B,) int32, result (B,) int32)``:
@@ -208,21 +209,20 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
 
     arrays, static = eqx.partition((method, system), eqx.is_array)
 
-    @jax.custom_vjp
+    def ref(arrays, states0, dt, t0):
+        m, s = eqx.combine(arrays, static)
+        return reference(m, s, states0, dt, t0, n_frames, save_every)
+
+    # a custom JVP rather than a custom VJP: forward mode (jax.jvp, jacfwd) then works too, and reverse
+    # mode follows by JAX's linearisation and transposition of the reference's (linear) tangent program
+    @jax.custom_jvp
     def run(arrays, states0, dt, t0):
         m, s = eqx.combine(arrays, static)
         return _forward(m, s, states0, dt, t0, n_frames, save_every)
 
-    def fwd(arrays, states0, dt, t0):
-        return run(arrays, states0, dt, t0), (arrays, states0, dt, t0)
+    @run.defjvp
+    def run_jvp(primals, tangents):
+        _, t_out = jax.jvp(ref, primals, tangents)
+        return run(*primals), t_out
 
-    def bwd(res, g):
-        def ref(arrays, states0, dt, t0):
-            m, s = eqx.combine(arrays, static)
-            return reference(m, s, states0, dt, t0, n_frames, save_every)
-
-        _, vjp = jax.vjp(ref, *res)
-        return vjp(g)
-
-    run.defvjp(fwd, bwd)
     return run(arrays, states0, dt, t0)

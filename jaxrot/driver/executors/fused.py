@@ -2,7 +2,7 @@
 
 Every step of every body runs in one launch of a Warp kernel (:mod:`jaxrot.kernels`), one thread per
 body, writing only the saved frames; the XLA loop stays the reference and carries the gradients
-(``jax.custom_vjp``: the backward pass differentiates the XLA run). Needs the ``fast`` extra.
+(``jax.custom_jvp``: tangents, forward or reverse, come from the XLA run). Needs the ``fast`` extra.
 """
 
 from __future__ import annotations
