@@ -203,3 +203,28 @@ def test_axisymmetric_gradients_along_symmetry_keeping_perturbations():
         np.testing.assert_allclose(float(gJ @ d), fd, rtol=1e-6, atol=1e-7)
     fd = (float(f(J, 2.7 + 1e-6)) - float(f(J, 2.7 - 1e-6))) / 2e-6
     np.testing.assert_allclose(float(gt), fd, rtol=1e-6, atol=1e-7)
+
+
+def test_forward_mode_equals_reverse_mode_past_a_half_period():
+    # past a half period the flow uses the complete integrals, RF/RJ with an argument 0 whose tangent is
+    # 0: forward mode must not turn that into 0 * inf = NaN (it did, while reverse mode was finite)
+    p = problems.get("free_body_mz")
+    for t in (1.0, 3.0):
+        def final(J, Pi):
+            s = exact.free_flow(J, jaxrot.State(p.state0.R, Pi), t)
+            return jnp.concatenate([s.R.ravel(), s.Pi])
+
+        fwd = jax.jacfwd(final, argnums=(0, 1))(p.body.J, p.state0.Pi)
+        rev = jax.jacrev(final, argnums=(0, 1))(p.body.J, p.state0.Pi)
+        for a, b in zip(fwd, rev):
+            assert np.all(np.isfinite(np.asarray(a)))
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-12)
+        h = 1e-6 * np.eye(3)[0]
+        fd = (final(p.body.J + h, p.state0.Pi) - final(p.body.J - h, p.state0.Pi)) / 2e-6
+        np.testing.assert_allclose(np.asarray(fwd[0][:, 0]), np.asarray(fd), atol=1e-7)
+    # the integrals themselves, differentiated in another argument where one is 0
+    for f, args in ((exact.carlson_rf, (0.0, 2.0)), (exact.carlson_rj, (0.0, 2.0, 1.5))):
+        x = jnp.asarray(0.5)
+        d = jax.jvp(lambda x: f(x, *args), (x,), (jnp.asarray(1.0),))[1]
+        fd = (f(x + 1e-6, *args) - f(x - 1e-6, *args)) / 2e-6
+        assert abs(float(d) - float(fd)) < 1e-8

@@ -78,12 +78,20 @@ def free_body_period(J, Pi):
 _DUP_ITERS = 14  # the spread shrinks 4x per step, the series is 6th order: 4^-84 << eps
 
 
+def _sqrt0(x):
+    """``sqrt(x)`` whose derivative at ``x = 0`` is 0 instead of infinite ("safe where"). Where an
+    argument of RF/RJ is 0 (the complete integrals, ``x = cos^2`` at a half period) its tangent is 0
+    too, and the plain sqrt's forward-mode rule gives 0 * inf = NaN there; the product's limit is 0."""
+    pos = x > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0)
+
+
 def carlson_rf(x, y, z):
     """``RF(x, y, z) = 1/2 int_0^inf ((t+x)(t+y)(t+z))^{-1/2} dt`` for x, y, z >= 0, at most one zero."""
 
     def dup(_, xyz):
         x, y, z = xyz
-        sx, sy, sz = jnp.sqrt(x), jnp.sqrt(y), jnp.sqrt(z)
+        sx, sy, sz = _sqrt0(x), _sqrt0(y), _sqrt0(z)
         lam = sx * (sy + sz) + sy * sz
         return 0.25 * (x + lam), 0.25 * (y + lam), 0.25 * (z + lam)
 
@@ -120,7 +128,7 @@ def carlson_rj(x, y, z, p):
     """``RJ(x, y, z, p) = 3/2 int_0^inf ((t+x)(t+y)(t+z))^{-1/2} (t+p)^{-1} dt``, p > 0."""
     def dup(i, c):
         x, y, z, p, acc = c
-        sx, sy, sz = jnp.sqrt(x), jnp.sqrt(y), jnp.sqrt(z)
+        sx, sy, sz = _sqrt0(x), _sqrt0(y), _sqrt0(z)
         lam = sx * (sy + sz) + sy * sz
         alpha = (p * (sx + sy + sz) + sx * sy * sz) ** 2
         beta = p * (p + lam) ** 2
