@@ -209,7 +209,7 @@ def test_forward_mode_equals_reverse_mode_past_a_half_period():
     # past a half period the flow uses the complete integrals, RF/RJ with an argument 0 whose tangent is
     # 0: forward mode must not turn that into 0 * inf = NaN (it did, while reverse mode was finite)
     p = problems.get("free_body_mz")
-    for t in (1.0, 3.0):
+    for t in (3.0,):  # past a half period (without the safe root, forward mode was NaN from t = 1 on)
         def final(J, Pi):
             s = exact.free_flow(J, jaxrot.State(p.state0.R, Pi), t)
             return jnp.concatenate([s.R.ravel(), s.Pi])
