@@ -33,6 +33,8 @@ def measure(repo: str) -> dict:
     assert jaxrot.__file__.startswith(repo), jaxrot.__file__
     p = jaxrot.problems.get("fast_top")
 
+    # its own timer, not jaxrot.studies.timing.median_seconds: the same code must time both
+    # checkouts, including ones that predate that helper
     def median_time(f, reps):
         jax.block_until_ready(f())
         ts = []

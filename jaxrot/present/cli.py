@@ -20,9 +20,6 @@ EXPERIMENTS = {
     "krysl": "jaxrot.experiments.krysl",
     "roblox": "jaxrot.experiments.roblox",
 }
-#: this command's arguments (recorded with the files it writes)
-_ARGV: list[str] = []
-
 BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss", "throughput": "jaxrot.experiments.bench_throughput",
               "precision": "jaxrot.experiments.bench_precision"}
 
@@ -208,7 +205,7 @@ def _run_staged(run, folder, args) -> int:
     each recorded in the folder's ``provenance.json`` with the command that wrote it."""
     from . import provenance
 
-    command = " ".join(["jaxrot", *_ARGV])
+    command = " ".join(["jaxrot", *args.argv])
     with output.staged(folder, lambda files: provenance.record(folder, files, command=command,
                                                                 quick=args.quick)) as stage:
         run(stage)
@@ -312,8 +309,8 @@ def main(argv=None) -> int:
 def _main(argv=None) -> int:
     from jaxrot import __version__, use_cpu_cores
 
-    _ARGV[:] = list(sys.argv[1:] if argv is None else argv)
-    words = [w for w in _ARGV if not w.startswith("-")]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    words = [w for w in argv if not w.startswith("-")]
     if words[:2] == ["bench", "throughput"]:
         # every core a CPU device; before anything below (the problem list) starts JAX
         try:
@@ -381,6 +378,7 @@ def _main(argv=None) -> int:
     p.add_argument("--out", default=None, help="output folder (default: ./jaxrot-results; --quick: a temporary one)")
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)
+    args.argv = argv  # the command line, recorded with the files a run writes
     from jaxrot.driver import progress
     from jaxrot.driver.failures import SimulationError, codes_of, name_of
 
