@@ -2,7 +2,7 @@
 
 A new method needs no new generic test: register it in ``jaxrot.integrators`` and it is picked up
 here. ``EXPECTED_ORDER`` lists methods whose *observed* order on the generic problems differs from
-their registered global order (none so far); ``SKIP`` names generic tests a method cannot take.
+their registered global order; ``SKIP`` names generic tests a method cannot take.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ class Case:
 # torque) are first order only asymptotically (Krysl 2005: local slopes 1.98 -> 1.49 on the slow
 # top), which the generic fixed sweep cannot show: tests/test_midpoint_lie.py checks their falling
 # local slopes instead.
-SKIP: dict[str, set[str]] = {n: {"order_torqued"} for n, i in REGISTRY.items() if (i.free_order or i.order) > i.order}
+SKIP: dict[str, set[str]] = {n: {"order_torqued"} for n, i in REGISTRY.items()
+                             if math.inf > (i.free_order or i.order) > i.order}
 
 # buss1 + EP on the T-handle (a spin 0.2 deg from the unstable intermediate axis): the 2x2 projection
 # there is conditioned like 1/tilt^2 and the first-order base leaves large energy errors to project,
@@ -68,6 +69,12 @@ SKIP["midpoint_exp_adaptive"] = {"gradients"}
 # dmv6/dmv8 (dmv4 and dmv10 enrolled), liemid_ea_kl6 (tj4 and kl8 enrolled), exact_split_tj4/kl6
 # (kl8 enrolled). Their orders and golden values are checked in tests/test_high_order.py.
 REPRESENTATIVE_ONLY |= {"dmv6", "dmv8", "liemid_ea_kl6", "exact_split_tj4", "exact_split_kl6"}
+# Laskar-Robutel splittings: saba2 and sbab2 take the generic tests (the two kick placements);
+# saba3/saba4/sbab3 differ only in their nodes, and tests/test_near_integrable.py checks each one's
+# orders. Their gradients go through the exact flow, as exact_split's (see above).
+REPRESENTATIVE_ONLY |= {"saba3", "saba4", "sbab3"}
+for _n in ("saba2", "sbab2"):
+    SKIP.setdefault(_n, set()).add("gradients")
 
 # The slow tier (`-m slow`) takes these generic tests of these methods; the default run keeps their
 # orders. Energy-projected variants other than buss2p_ep and split2_123_ep: EnergyProjection wraps
@@ -81,8 +88,13 @@ SLOW["liemid_ea_kl8"] = {"gradients", "jit_vmap", "float32", "invariants"}
 for _n in ("lie_taylor1", "lie_taylor2", "lie_taylor3", "lie_taylor4", "exact_split_kl8", "rkmk8"):
     SLOW.setdefault(_n, set()).add("gradients")
 
+# Laskar-Robutel SABA_2/SBAB_2 are order 2 for a general torque (an eps^2 h^2 term) and 4 in the
+# terms linear in the torque; on buss_torqued (a small prescribed torque) the eps h^4 terms lead
+# down to round-off over the generic sweep (observed 3.98 and 4.00).
+EXPECTED_ORDER: dict[str, int] = {"saba2": 4, "sbab2": 4}
+
 CASES = [
-    Case(n, i.order, i.free_order or i.order, i.conserves, i.torque, i.on_so3) for n, i in sorted(REGISTRY.items())
+    Case(n, EXPECTED_ORDER.get(n, i.order), i.free_order or i.order, i.conserves, i.torque, i.on_so3) for n, i in sorted(REGISTRY.items())
 ]
 CASES = [c for c in CASES if c.name not in REPRESENTATIVE_ONLY]
 NAMES = [c.name for c in CASES]

@@ -26,6 +26,7 @@ from .rkmk8 import RKMK8
 from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
 from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
+from .near_integrable import LaskarRobutel
 from .nmb import NMB
 from .simo_wong import SimoWong, SimoWongExplicit
 
@@ -127,6 +128,11 @@ register("rkmk4", RKMK4, "classical RK4 lifted to SO(3) (Munthe-Kaas), any torqu
 register("rkmk8", RKMK8, "Dormand-Prince 8 (DOP853) lifted to SO(3), exact dexpinv, any torque")
 register("exact_free", ExactFree, "the exact free-body flow (elliptic functions)")
 register("exact_split", ExactSplit, "half kick, exact free flow, half kick (Strang)")
+for _kind, _ns, _rule in (("saba", (2, 3, 4), "Gauss"), ("sbab", (2, 3), "Lobatto")):
+    for _n in _ns:
+        register(f"{_kind}{_n}", lambda _k=_kind, _n=_n: LaskarRobutel(_k, _n),
+                 f"Laskar-Robutel {_kind.upper()}_{_n}: exact free flows, kicks at {_rule} nodes, "
+                 f"order ({2 * _n}, 2) for small torques")
 for _base in ("liemid_ea", "exact_split"):
     for _s, _tag in (("triple4", "tj4"), ("kahan_li6", "kl6"), ("kahan_li8", "kl8")):
         register(f"{_base}_{_tag}", lambda _b=_base, _s=_s: Compose(REGISTRY[_b].factory(), _s),
@@ -150,5 +156,5 @@ __all__ = [
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
     "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
-    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8",
+    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "LaskarRobutel",
 ]

@@ -86,16 +86,21 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
     ),
     "high-order": (
         "High order: the exact free flow, Hairer–Vilmart's DMV, compositions, RKMK",
-        ["exact_flow", "dmv", "compose", "rkmk", "rkmk8"],
+        ["exact_flow", "near_integrable", "dmv", "compose", "rkmk", "rkmk8"],
         "For accuracy per second: the exact torque-free flow (`exact_free`; `jaxrot.exact.free_flow`) and "
         "the Strang splitting around it for torques (`exact_split`), the discrete Moser–Veselov map with "
         "Hairer–Vilmart's modified moments of inertia (orders 4–10, every invariant of DMV kept), "
         "`Compose(base, scheme)` raising any symmetric second-order method to order 4, 6 or 8, and the "
         "Runge–Kutta–Munthe-Kaas methods for any torque: RKMK4 (classical RK4) and RKMK8 (Dormand–Prince 8 "
         "with the exact inverse differential of the exponential). Registered compositions: `<base>_tj4` "
-        "(triple jump), `<base>_kl6`, `<base>_kl8` (Kahan–Li) for `liemid_ea` and `exact_split`.",
+        "(triple jump), `<base>_kl6`, `<base>_kl8` (Kahan–Li) for `liemid_ea` and `exact_split`. For a "
+        "torque small beside the free rotation, Laskar–Robutel's SABA_n/SBAB_n (`saba2`–`saba4`, "
+        "`sbab2`, `sbab3`) place the kicks at Gauss or Lobatto nodes between exact free flows: order 2n "
+        "in the terms linear in the torque, 2 in general.",
         ["E. Celledoni, F. Fassò, N. Säfström, A. Zanna, \"The exact computation of the free rigid body motion "
          "and its use in splitting methods\", SIAM J. Sci. Comput. 30 (2008) 2084–2112.",
+         "J. Laskar, P. Robutel, \"High order symplectic integrators for perturbed Hamiltonian systems\", "
+         "Celest. Mech. Dyn. Astron. 80 (2001) 39–62.",
          "E. Hairer, G. Vilmart, \"Preprocessed discrete Moser–Veselov algorithm for the full dynamics of a "
          "rigid body\", J. Phys. A 39 (2006) 13225–13235 (coefficients from the authors' DMV10.f).",
          "H. Yoshida, Phys. Lett. A 150 (1990) 262; M. Suzuki, Phys. Lett. A 146 (1990) 319; "
