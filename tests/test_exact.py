@@ -228,3 +228,17 @@ def test_forward_mode_equals_reverse_mode_past_a_half_period():
         d = jax.jvp(lambda x: f(x, *args), (x,), (jnp.asarray(1.0),))[1]
         fd = (f(x + 1e-6, *args) - f(x - 1e-6, *args)) / 2e-6
         assert abs(float(d) - float(fd)) < 1e-8
+
+
+@pytest.mark.xfail(strict=True, reason="a steady spin of an asymmetric body: the amplitudes are square "
+                   "roots of zero, the derivative in Pi is NaN (documented in jaxrot.exact)")
+def test_derivative_at_a_steady_spin_about_a_principal_axis():
+    J = np.array([5.0, 4.0, 1.0])
+
+    def R(Pi):
+        return exact.free_flow(J, jaxrot.State(np.eye(3), Pi), 0.1).R
+
+    tangent = np.array([1.0, 0.5, 0.2])
+    d = jax.jvp(R, (np.array([0.0, 0.0, 5.0]),), (tangent,))[1]
+    fd = (R(np.array([0.0, 0.0, 5.0]) + 1e-6 * tangent) - R(np.array([0.0, 0.0, 5.0]) - 1e-6 * tangent)) / 2e-6
+    np.testing.assert_allclose(d, fd, atol=1e-6)
