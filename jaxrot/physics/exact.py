@@ -25,8 +25,8 @@ both sides of the separatrix and on it, and for symmetric bodies and spheres.
 Derivatives (forward and reverse mode) are those of the closed form, except at a steady spin of an
 asymmetric body (Pi exactly along a principal axis): the amplitudes there are square roots of zero,
 so the derivative in Pi is NaN (or, on the intermediate axis, meaningless) although the flow's value is
-exact. Start a differentiated run off the axis, or take its
-first step with a method that does not use the exact flow.
+exact. Start a differentiated run off the axis, or take its first step with a method that does
+not use the exact flow.
 """
 
 from __future__ import annotations
