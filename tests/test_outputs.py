@@ -211,7 +211,6 @@ NOT_YET_RECORDED = {
     "bench_throughput_h100": "jaxrot bench throughput --device gpu --out figures (on an H100)",
     "bench_precision_suite": "jaxrot bench precision --suite --out figures",
     "bench_precision": "jaxrot bench precision --out figures",
-    "bench_throughput": "jaxrot bench throughput --out figures",
 }
 
 
