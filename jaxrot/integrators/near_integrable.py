@@ -105,28 +105,24 @@ class LaskarRobutel(AbstractIntegrator):
         def drift(s, frac):
             return exact.free_flow(J, s, frac * dt)
 
-        if self.kind == "saba":
-            gaps = jnp.asarray(np.diff(np.concatenate([[0.0], x])), dtype)
-
-            def stage(s, gxw):
-                gap, node, weight = gxw
-                s = drift(s, gap)
-                T = body_torque(system, t + node * dt, s.R, s.Pi)
-                return State(s.R, s.Pi + weight * dt * T), None
-
-            state, _ = lax.scan(stage, state, (gaps, jnp.asarray(x, dtype), jnp.asarray(w, dtype)))
-            # the last drift, to the end of the step (1 - x_n = x_1 by symmetry)
-            return drift(state, jnp.asarray(x[0], dtype)), None, StepStats.explicit()
-
         def stage(carry, gxw):
+            """Drift to the next node, kick there; carries the state and the kick's torque."""
             s, _ = carry
             gap, node, weight = gxw
             s = drift(s, gap)
             T = body_torque(system, t + node * dt, s.R, s.Pi)
             return (State(s.R, s.Pi + weight * dt * T), T), None
 
+        def kicks(s, T0, nodes, weights):  # from the step's start (SBAB's first node is 0) through the nodes
+            gaps = np.diff(np.concatenate([[0.0], nodes]))
+            return lax.scan(stage, (s, T0), tuple(jnp.asarray(a, dtype) for a in (gaps, nodes, weights)))[0]
+
+        if self.kind == "saba":
+            state, _ = kicks(state, jnp.zeros_like(state.Pi), x, w)
+            # the last drift, to the end of the step (1 - x_n = x_1 by symmetry)
+            return drift(state, jnp.asarray(x[0], dtype)), None, StepStats.explicit()
+
+        # SBAB: the first kick with the cached torque at the step's start (node 0), then the others
         state = State(state.R, state.Pi + jnp.asarray(w[0], dtype) * dt * aux)
-        (state, T1), _ = lax.scan(stage, (state, aux),
-                                  (jnp.asarray(np.diff(x), dtype), jnp.asarray(x[1:], dtype),
-                                   jnp.asarray(w[1:], dtype)))
+        state, T1 = kicks(state, aux, x[1:], w[1:])
         return state, T1, StepStats.explicit()
