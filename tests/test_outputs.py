@@ -80,7 +80,8 @@ def test_list_into_a_closed_pipe_is_quiet():
     assert len(head.stdout.splitlines()) == 2 and "Error" not in head.stderr and "Traceback" not in head.stderr
 
 
-def test_ctrl_c_during_reproduce_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_during_reproduce_leaves_nothing(tmp_path, sig, code, word):
     out = tmp_path / "results"
     proc = _jaxrot("reproduce", "dancing_pole", "--quick", "--out", str(out))
     started = time.monotonic()
@@ -90,11 +91,38 @@ def test_ctrl_c_during_reproduce_leaves_nothing(tmp_path):
         assert line or proc.poll() is None, proc.stderr.read()
     time.sleep(2.0)  # inside the run: JAX compiling or computing
     assert proc.poll() is None, "the run ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert err.strip() == "jaxrot: interrupted; nothing was written" and "Traceback" not in err
+    assert proc.returncode == code, err
+    assert err.strip() == f"jaxrot: {word}; nothing was written" and "Traceback" not in err
     assert list(out.iterdir()) == []  # no file, no staging folder
+
+
+def test_ctrl_c_inside_a_long_compiled_call_ends_at_once(tmp_path):
+    """One compiled call of minutes (2e9 steps, no progress reports to split it): the interrupt must
+    not wait for it to return."""
+    proc = _jaxrot("--quiet", "run", "buss4", "free_body_mz", "--dt", "1e-5", "--steps", "2000000000",
+                   "--save", str(tmp_path / "t.npz"), cwd=tmp_path)
+    time.sleep(15.0)  # imported, compiled, inside the run
+    assert proc.poll() is None, proc.communicate()
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10.0
+    assert proc.returncode == 130 and err.strip() == "jaxrot: interrupted; nothing was written", err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_discard_pending_removes_writes_under_way(tmp_path):
+    (tmp_path / "a.txt").write_text("earlier")
+    with pytest.raises(FileNotFoundError):  # the computation's thread, had it gone on, finds its file gone
+        with output.staged(tmp_path) as stage, output.atomic(tmp_path / "a.txt") as tmp:
+            (stage / "x.json").write_text("partial")
+            tmp.write_text("partial")
+            assert output.PENDING == {stage, tmp}
+            output.discard_pending()  # what an interrupt does before the process ends
+            assert not stage.exists() and not tmp.exists() and not output.PENDING
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"] and (tmp_path / "a.txt").read_text() == "earlier"
 
 
 def test_the_wheel_carries_every_package_and_the_c_baseline(tmp_path):

@@ -8,7 +8,7 @@ import math
 import os
 import sys
 
-from . import output
+from . import interrupts, output
 
 EXPERIMENTS = {
     "buss": "jaxrot.experiments.buss_table",
@@ -290,16 +290,27 @@ def _problems_epilog() -> str:
 
 
 def main(argv=None) -> int:
-    """The ``jaxrot`` command; returns the exit code (130 after Ctrl-C, 0 when the reader of its
-    output went away, 2 for bad arguments, 1 for a failed simulation)."""
+    """The ``jaxrot`` command; returns the exit code (130 after Ctrl-C, 143 after SIGTERM, 0 when the
+    reader of its output went away, 2 for bad arguments, 1 for a failed simulation).
+
+    The command runs in a worker thread (:func:`~jaxrot.present.interrupts.call_interruptibly`), so
+    an interrupt is handled at once, also in the middle of a long compiled call. Called as the
+    process's command (no ``argv``), an interrupted process ends there without waiting for that call.
+    """
     try:
-        code = _main(argv)
+        code = interrupts.call_interruptibly(_main, argv)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         kept = ", ".join(str(p) for p in output.WRITTEN)
-        print(f"jaxrot: interrupted; {'kept ' + kept if kept else 'nothing was written'}", file=sys.stderr)
-        return 130
+        what = "terminated" if isinstance(e, interrupts.Terminated) else "interrupted"
+        print(f"jaxrot: {what}; {'kept ' + kept if kept else 'nothing was written'}", file=sys.stderr)
+        code = getattr(e, "exit_code", 130)
+        if argv is None:  # the computation may still run in its thread: end the process now
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except BrokenPipeError:  # e.g. `jaxrot list | head`: the reader has gone, so stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

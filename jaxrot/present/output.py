@@ -6,8 +6,8 @@ unwritable path fails in a second with one line naming it, not after a long run.
 
 A run's files are written into a staging folder inside the output folder and moved into place one
 by one with ``os.replace`` (atomic on one file system) only when the run has finished
-(:func:`staged`). An error or Ctrl-C removes the staging folder: nothing half-written is left, and a
-file from an earlier run is never replaced by a partial one. Single files (a plot, a saved
+(:func:`staged`). An error, Ctrl-C or SIGTERM removes the staging folder: nothing half-written is
+left, and a file from an earlier run is never replaced by a partial one. Single files (a plot, a saved
 trajectory, a GIF) go through :func:`atomic` in the same way.
 """
 
@@ -24,6 +24,9 @@ DEFAULT_OUT = "jaxrot-results"
 
 #: the files this process has completed (for the message of an interrupted command)
 WRITTEN: list[pathlib.Path] = []
+
+#: temporary files and staging folders of writes under way (removed by :func:`discard_pending`)
+PENDING: set[pathlib.Path] = set()
 
 
 class OutputError(ValueError):
@@ -67,6 +70,7 @@ def atomic(path):
     path = pathlib.Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent or ".")
     os.close(fd)
+    PENDING.add(pathlib.Path(tmp))
     try:
         yield pathlib.Path(tmp)
         os.replace(tmp, path)
@@ -75,6 +79,8 @@ def atomic(path):
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+    finally:
+        PENDING.discard(pathlib.Path(tmp))
 
 
 @contextlib.contextmanager
@@ -84,6 +90,7 @@ def staged(folder, on_done=None):
     them, otherwise the staging folder is removed."""
     folder = pathlib.Path(folder)
     stage = pathlib.Path(tempfile.mkdtemp(prefix=".jaxrot-partial-", dir=folder))
+    PENDING.add(stage)
     try:
         yield stage
         moved = []
@@ -97,3 +104,16 @@ def staged(folder, on_done=None):
             on_done(moved)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        PENDING.discard(stage)
+
+
+def discard_pending() -> None:
+    """Remove the temporary files and staging folders of every write under way (on an interrupt
+    that ends the process before their ``finally`` blocks can run)."""
+    for path in list(PENDING):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        PENDING.discard(path)
