@@ -89,10 +89,11 @@ def test_kernel_restates_the_method(name, torque, dtype):
     tol = rtol64 if dtype == jnp.float64 else max(F32_RTOL, rtol64 / np.finfo(np.float64).eps * F32_RTOL / 1000)
     assert _rel(got[0], want[0]) <= tol
     assert _rel(got[1], want[1]) <= tol
-    if dtype == jnp.float64:  # one step: a few roundings whatever the method
+    if dtype == jnp.float64:  # one step: a few roundings (more for an ill-conditioned solve, see the registry)
         one = kernels.fused_frames(method, system, states, dt, t0, 1, 1)
         ref1 = want[4]  # the reference's first step (its own compiled run would cost a second compilation)
-        assert max(_rel(one[0][:, 0], ref1[0]), _rel(one[1][:, 0], ref1[1])) <= 4 * np.finfo(np.float64).eps
+        tol1 = kernels.KERNELS[name].step_eps * np.finfo(np.float64).eps
+        assert max(_rel(one[0][:, 0], ref1[0]), _rel(one[1][:, 0], ref1[1])) <= tol1
     np.testing.assert_array_equal(np.asarray(got[2]), -1)
     np.testing.assert_array_equal(np.asarray(got[3]), 0)
 

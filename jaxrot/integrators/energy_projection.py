@@ -59,7 +59,8 @@ from .stats import StepStats
 from ._base import AbstractWrapper
 
 _RULES = ("nearest", "hyperboloid")
-_NEWTON_ITERS = 6
+#: Gauss-Newton iterations of the nearest rule (the fused kernels run as many)
+NEWTON_ITERS = 6
 # relative residual above which the projection is reported as not exact (``StepStats.clamped``)
 _RESIDUAL_TOL = 1e3
 
@@ -97,7 +98,7 @@ def _nearest_on_polhode(J, Lb, L2, E0):
         step = jnp.stack([M[1, 1] * g[0] - M[0, 1] * g[1], M[0, 0] * g[1] - M[1, 0] * g[0]]) / det
         return p - step, None
 
-    p, _ = jax.lax.scan(gauss_newton, jnp.zeros(2, dtype), None, length=_NEWTON_ITERS)
+    p, _ = jax.lax.scan(gauss_newton, jnp.zeros(2, dtype), None, length=NEWTON_ITERS)
     missed = ok & (jnp.max(jnp.abs(residual(p))) > _RESIDUAL_TOL * eps)
     return jnp.where(ok, point(p), Lb), missed
 

@@ -23,11 +23,14 @@ import jax.numpy as jnp
 
 from ._common import have_warp, loop_kernel, warp
 from . import buss as _buss
+from . import dmv as _dmv
+from . import energy_projection as _ep
 from . import rk as _rk
 from . import rkmk as _rkmk
 from . import splitting as _splitting
 
-__all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "have_warp", "torque_kind", "method_name"]
+__all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "keeps_stats", "have_warp", "torque_kind",
+           "method_name"]
 
 _TORQUED = ("free", "gravity", "poly")
 
@@ -43,9 +46,27 @@ class KernelEntry:
     #: relative agreement with the JAX method after 1000 float64 steps (``tests/test_kernels.py``); above
     #: 1e-13 only where the method itself amplifies a one-rounding difference per step that much
     rtol64: float = 1e-13
+    #: agreement after one float64 step, in units of eps: a few roundings, more where the method solves
+    #: an ill-conditioned system (one rounding of its right-hand side moves the solution by cond * eps)
+    step_eps: int = 4
+    #: whether the JAX method's step statistics are all zero (a kernel writes none): where they are not
+    #: (the energy projection counts projections that missed the polhode) the automatic executor choice
+    #: keeps the XLA loop, and a run with ``executor=Fused()`` reports zeros
+    no_stats: bool = True
+    #: a function ``family.<constants>(method, system, dtype)`` of the run's constants (an array appended
+    #: to the torque's parameters), or None
+    constants: str | None = None
 
     def make(self, S, name: str, torque: str, K: int):
+        """``(init, step)`` or ``(init, step, reason)`` (see :func:`jaxrot.kernels._common.loop_kernel`)."""
         return getattr(self.family, self.builder)(S, name, torque, K)
+
+    def params(self, method, system, dtype):
+        """The kernel's parameter array: the torque's, then the method's constants."""
+        P = torque_params(system.torque, dtype)
+        if self.constants is None:
+            return P
+        return jnp.concatenate([P, getattr(self.family, self.constants)(method, system, dtype)])
 
 
 #: method name -> kernel entry (one line enrols a kernel; the tests are generated from this table)
@@ -62,6 +83,14 @@ KERNELS: dict[str, KernelEntry] = {
     "euler_quat": KernelEntry(_rk, _TORQUED, "make_euler_quat", rtol64=5e-12),
     "rkmk8": KernelEntry(_rkmk, _TORQUED, "make_rkmk8"),
     **{name: KernelEntry(_splitting, ("free",), "make_split") for name in _splitting.NAMES},
+    # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
+    # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are
+    # nearly tangent along the polhode), so one step agrees to 4-15 eps rather than 4 (then 1e-13 on)
+    **{f"{name}_ep": KernelEntry(_ep, ("free",), "make_ep", step_eps=64, no_stats=False)
+       for name in ("buss1", "buss2", "buss2p", "buss3", "buss4", *_splitting.NAMES)},
+    # the discrete Moser-Veselov map and its modified-inertia versions (a Newton solve each step: the
+    # iteration counts are not kept)
+    **{name: KernelEntry(_dmv, ("free",), "make_dmv", no_stats=False, constants="constants") for name in _dmv.NAMES},
 }
 
 
@@ -106,6 +135,13 @@ def supports(method, system) -> bool:
     return getattr(system.body.J, "shape", None) == (3,)
 
 
+def keeps_stats(method) -> bool:
+    """Whether a fused run of ``method`` (an integrator or a registered name with a kernel) has the
+    XLA run's step statistics (all zero: the kernel writes none)."""
+    name = method if isinstance(method, str) and method in KERNELS else method_name(method)
+    return name is not None and KERNELS[name].no_stats
+
+
 def torque_params(torque, dtype):
     """The torque's parameters packed in one flat array of ``dtype`` (traceable):
     gravity ``(mgl, com, up)``, polynomial momentum its ``(K, 3)`` coefficients row by row."""
@@ -123,8 +159,7 @@ def _ffi(dtype_name: str, name: str, torque: str, K: int):
     """The JAX-callable kernel of (dtype, method, torque), built and compiled once."""
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    init, step = KERNELS[name].make(S, name, torque, K)
-    kernel = loop_kernel(S, init, step, f"{name}_{torque}{K}_{dtype_name}")
+    kernel = loop_kernel(S, *KERNELS[name].make(S, name, torque, K), key=f"{name}_{torque}{K}_{dtype_name}")
     return wp.jax_kernel(kernel, num_outputs=4)
 
 
@@ -151,8 +186,8 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
         return (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
                 jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
     name, kind = method_name(method), torque_kind(system.torque)
-    P = torque_params(system.torque, dtype)
-    K = int(P.shape[0] // 3) if kind == "poly" else 0
+    P = KERNELS[name].params(method, system, dtype)
+    K = int(torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
     call = _ffi(jnp.dtype(dtype).name, name, kind, K)
     J = jnp.asarray(system.body.J, dtype).reshape(1, 3)
     Pi0 = jnp.asarray(states0.Pi, dtype)

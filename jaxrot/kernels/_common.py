@@ -12,6 +12,7 @@ import functools
 import os
 import sys
 import types
+import typing
 
 from ..geometry import so3
 
@@ -172,15 +173,25 @@ def torque_funcs(S, torque: str, K: int):
     return types.SimpleNamespace(tau=tau, gravity=gravity, momentum_derivative=momentum_derivative)
 
 
-def loop_kernel(S, init, step, key: str):
+def loop_kernel(S, init, step, reason=None, *, key: str):
     """The fused run: one thread per body, ``n_frames * save_every`` steps of ``step`` from ``init``'s
-    memory, every ``save_every``-th state written, the first non-finite step flagged.
+    memory, every ``save_every``-th state written, the first failed step flagged.
 
     ``init(R, Pi, J, P) -> A`` and ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` are Warp functions of
-    one body (``A``: a 3-vector of memory, e.g. Buss's world momentum)."""
+    one body (``A``: a vector of memory, e.g. Buss's world momentum). ``reason(Pi, A) -> int``, if
+    given, is a step's :class:`jaxrot.RESULTS` code (default: 2, non-finite state, where ``Pi`` is not
+    finite, else 0)."""
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
+
+    if reason is None:
+        @wp.func
+        def reason(Pi: V, A: typing.Any):
+            code = int(0)
+            if not wp.isfinite(Pi[0] + Pi[1] + Pi[2]):
+                code = int(2)
+            return code
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
             Jv: wp.array(dtype=V), P: wp.array(dtype=S), n_frames: wp.int32, save_every: wp.int32,
@@ -195,18 +206,21 @@ def loop_kernel(S, init, step, key: str):
         A = init(R, Pi, J, P)
         k = int(0)
         failed = int(-1)
+        code = int(0)
         for f in range(n_frames):
             for _s in range(save_every):
                 t = t0 + S(k) * dt  # no accumulated round-off in time
                 R, Pi, A = step(R, Pi, A, t, dt, J, P)
                 k = k + 1
                 if failed < 0:
-                    if not wp.isfinite(Pi[0] + Pi[1] + Pi[2]):
+                    r = reason(Pi, A)
+                    if r != 0:
                         failed = k
+                        code = r
             R_out[b, f] = R
             Pi_out[b, f] = Pi
         failed_out[b] = failed
-        result_out[b] = wp.where(failed < 0, 0, 2)
+        result_out[b] = code
 
     run.__name__ = run.__qualname__ = f"fused_{key}"
     return wp.kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})

@@ -13,7 +13,7 @@ from ..integrators import get as get_method
 from ..integrators.splitting import strang_flows
 from ._common import so3_funcs, warp
 
-#: the registered splittings a kernel restates (the energy-projected ``_ep`` variants are not)
+#: the registered splittings a kernel restates (their ``_ep`` variants: :mod:`.energy_projection`)
 NAMES = tuple(f"split{o}_{a}" for o in (2, 4) for a in ("123", "132", "213", "231", "312", "321"))
 
 

@@ -38,10 +38,10 @@ def _fused_wins(spec: RunSpec) -> bool:
     """Where the fused kernel was measured faster: one body on a CPU, a plain call (traced runs keep
     XLA's forward-mode AD), saved frames (a final-state run keeps XLA's one program for any count), no
     progress report (one launch has no chunks to report),
-    Warp installed and a kernel for the method and torque."""
+    Warp installed and a kernel for the method and torque that loses none of its step statistics."""
     return (not spec.batched and not spec.final_only and spec.report is None and spec.n_steps >= FUSED_MIN_STEPS
             and jax.devices()[0].platform == "cpu" and kernels.have_warp() and not traced(spec)
-            and Fused.supports(_FUSED, spec))
+            and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method))
 
 
 def _default(spec: RunSpec) -> AbstractExecutor:
