@@ -4,10 +4,38 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 import os  # noqa: E402
+import pathlib  # noqa: E402
 import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
+
+# The suite's time is mostly XLA compiling hundreds of small programs (a reverse-mode gradient of one
+# method: 7 s of compilation, 5 ms of running). The tests check values, orders and invariants, not
+# speed, so they compile with XLA's older loop-fusion emitters and no LLVM optimisation: about half the
+# compile time, the same values to round-off. Set before JAX starts its backend (read once, there);
+# JAXROT_TEST_XLA=default keeps XLA's defaults.
+# Tests marked ``default_xla`` (bit-for-bit claims about the programs users compile, which two
+# differently structured programs need not meet under other flags) run in a fresh process with the
+# defaults instead.
+TEST_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
+FAST_COMPILE = os.environ.get("JAXROT_TEST_XLA", "") != "default"
+if FAST_COMPILE and TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + TEST_XLA_FLAGS).strip()
+
+
+def pytest_pyfunc_call(pyfuncitem):
+    if not (FAST_COMPILE and pyfuncitem.get_closest_marker("default_xla")):
+        return None  # pytest calls the test here
+    env = dict(os.environ, JAXROT_TEST_XLA="default",
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(TEST_XLA_FLAGS, "").strip())
+    root = pathlib.Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
+                        "-q", "-rfE", pyfuncitem.nodeid], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0 and " passed" in r.stdout, f"with XLA's default flags:\n{r.stdout[-4000:]}{r.stderr[-2000:]}"
+    return True
 
 # Every temporary file of a test session (pytest's tmp_path, the XLA cache below, the folders of
 # --quick runs, subprocesses' files) goes under one folder that the session's first process (the

@@ -183,6 +183,7 @@ def test_box_and_cylinder():
     np.testing.assert_allclose(c.J, [3 * (3 + 4) / 12, 3 * 7 / 12, 1.5])
 
 
+@pytest.mark.default_xla
 @pytest.mark.parametrize("method", ["buss2p", "liemid_ea"])
 def test_blocked_batch_is_identical_to_unblocked(method):
     """Cache blocking (lax.map over blocks, padded when the block does not divide the batch) changes
@@ -329,6 +330,7 @@ def test_chunk_frames_and_statistics_equal_the_traced_scan():
         np.testing.assert_array_equal(np.asarray(plain.ts), np.asarray(traced.ts))
 
 
+@pytest.mark.default_xla
 def test_short_and_chunked_runs_give_the_same_frames():
     """Runs of at most SHORT_RUN_FRAMES frames take one small program (frames as columns); longer
     ones the repeated chunk (frames as rows): the same frames, bit for bit, statistics included."""
