@@ -103,7 +103,7 @@ def test_ctrl_c_inside_a_long_compiled_call_ends_at_once(tmp_path):
     not wait for it to return."""
     proc = _jaxrot("--quiet", "run", "buss4", "free_body_mz", "--dt", "1e-5", "--steps", "2000000000",
                    "--save", str(tmp_path / "t.npz"), cwd=tmp_path)
-    time.sleep(10.0)  # imported, compiled, inside the run (the kernel is in Warp's disk cache)
+    time.sleep(10.0)  # imported, compiled (a Warp kernel not yet on disk: a second or two), inside the run
     assert proc.poll() is None, proc.communicate()
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
