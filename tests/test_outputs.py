@@ -238,7 +238,6 @@ def test_provenance_records_each_file_and_finds_what_no_longer_holds(tmp_path):
 NOT_YET_RECORDED = {
     "bench_throughput_h100": "jaxrot bench throughput --device gpu --out figures (on an H100)",
     "bench_precision_suite": "jaxrot bench precision --suite --out figures",
-    "bench_precision": "jaxrot bench precision --out figures",
 }
 
 
