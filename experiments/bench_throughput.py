@@ -69,11 +69,14 @@ def _bodies(B: int, dtype, rng):
     return jaxrot.State(jnp.asarray(R0, dtype), jnp.asarray(Pi0, dtype)), R0, np.einsum("bij,bj->bi", R0, Pi0)
 
 
-def _jax_runner(method, p, states, n, block, devices=None):
+def _jax_runner(method, p, states, n, block, devices=None, one_body=None):
+    """``jaxrot.simulate`` on the batch (``Sharded``); one body with the executor ``one_body`` (default:
+    the automatic choice)."""
     B = states.R.shape[0]
     if B == 1:
         s1 = jaxrot.State(states.R[0], states.Pi[0])
-        return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s1).states.R.block_until_ready()
+        return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s1,
+                                       executor=one_body).states.R.block_until_ready()
     run = jaxrot.Sharded(devices, block)
     return lambda: jaxrot.simulate(method, p, H, n, state0=states, save_every=n,
                                    executor=run).states.R.block_until_ready()
@@ -165,7 +168,7 @@ def _fused_runner(method, p, states, n, devices=None):
 def fused_table(batches=(1, 1000, 100_000), methods=("buss2p", "buss4", "dmv10"), budget: float = 4e6,
                 reps: int = 5, c_libs=None) -> list[dict]:
     """Body-steps per second, float64, of the fused kernel (one device, and every device) against
-    :func:`jaxrot.simulate` (one body: the XLA executor; a batch: :class:`jaxrot.Sharded`, the default)
+    :func:`jaxrot.simulate` (one body: ``executor=jaxrot.XLA()``; a batch: :class:`jaxrot.Sharded`, the default)
     and, for ``buss2p``, single-thread C; every contender run in turn, ``reps`` times, medians."""
     p = problems.get("t_handle")
     J = np.asarray(p.body.J)
@@ -174,7 +177,7 @@ def fused_table(batches=(1, 1000, 100_000), methods=("buss2p", "buss4", "dmv10")
         n = int(max(10, min(2_000_000, budget // B)))
         states, R0, L0 = _bodies(B, jnp.float64, np.random.default_rng(0))
         for m in methods:
-            fs = {"XLA": _jax_runner(m, p, states, n, "auto")}
+            fs = {"XLA": _jax_runner(m, p, states, n, "auto", one_body=jaxrot.XLA())}
             if jaxrot.kernels.supports(jaxrot.get(m), p.system):
                 fs["fused, 1 device"] = _fused_runner(m, p, states, n, jax.devices()[:1])
                 if len(jax.devices()) > 1 and B > 1:
@@ -365,6 +368,7 @@ if __name__ == "__main__":
     ap.add_argument("--out", default=None)
     ap.add_argument("--fused-only", action="store_true",
                     help="only the fused-kernel table (fused vs XLA vs single-thread C, alternated runs)")
+    ap.add_argument("--methods", default="buss2p,buss4,dmv10", help="the fused-kernel table's methods, comma-separated")
     args = ap.parse_args()
     jax.config.update("jax_platforms", "cuda" if args.device == "gpu" else "cpu")
     if args.device == "cpu":
@@ -373,7 +377,8 @@ if __name__ == "__main__":
         jax.config.update("jax_enable_x64", True)
         with tempfile.TemporaryDirectory() as tmp:
             libs = compile_c(pathlib.Path(tmp)) if args.device == "cpu" else {}
-            rows = fused_table((1, 1000) if args.quick else (1, 1000, 100_000, 1_000_000), c_libs=libs)
+            rows = fused_table((1, 1000) if args.quick else (1, 1000, 100_000, 1_000_000),
+                               methods=tuple(args.methods.split(",")), c_libs=libs)
         cols = ["XLA", "fused, 1 device", "fused, all devices", "C, 1 thread", "C -O3 -march=native -ffast-math"]
         print(md_table(["bodies", "method", *cols],
                        [[r["bodies"], r["method"]] + [f"{r[c]:.3g}" if c in r else "-" for c in cols] for r in rows]))
