@@ -220,7 +220,8 @@ def _figure(rows, cases, path):
 
     ncol = min(3, len(cases))
     nrow = -(-len(cases) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(6.5 * ncol, 5 * nrow), squeeze=False)
+    # legends below the panels (up to 20 entries each: inside they covered the curves)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.5 * ncol, 7 * nrow), squeeze=False)
     colors = plt.get_cmap("tab20").colors
     for ax, case in zip(axes.flat, cases):
         rs = [r for r in rows if r["case"] == case and r["us"] is not None]
@@ -242,7 +243,7 @@ def _figure(rows, cases, path):
         ax.set_ylabel("max final attitude error over the batch (rad)")
         ax.set_title(case, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     for ax in list(axes.flat)[len(cases):]:
         ax.set_visible(False)
     fig.suptitle("Each method at the cheapest setting that meets each target (dotted)\n"
