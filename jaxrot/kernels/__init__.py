@@ -52,7 +52,7 @@ class KernelEntry:
     #: whether the JAX method's step statistics are all zero (a kernel writes none): where they are not
     #: (the energy projection counts projections that missed the polhode) the automatic executor choice
     #: keeps the XLA loop, and a run with ``executor=Fused()`` reports zeros
-    no_stats: bool = True
+    zero_stats: bool = True
     #: a function ``family.<constants>(method, system, dtype)`` of the run's constants (an array appended
     #: to the torque's parameters), or None
     constants: str | None = None
@@ -86,11 +86,11 @@ KERNELS: dict[str, KernelEntry] = {
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
     # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are
     # nearly tangent along the polhode), so one step agrees to 4-15 eps rather than 4 (then 1e-13 on)
-    **{f"{name}_ep": KernelEntry(_ep, ("free",), "make_ep", step_eps=64, no_stats=False)
+    **{f"{name}_ep": KernelEntry(_ep, ("free",), "make_ep", step_eps=64, zero_stats=False)
        for name in ("buss1", "buss2", "buss2p", "buss3", "buss4", *_splitting.NAMES)},
     # the discrete Moser-Veselov map and its modified-inertia versions (a Newton solve each step: the
     # iteration counts are not kept)
-    **{name: KernelEntry(_dmv, ("free",), "make_dmv", no_stats=False, constants="constants") for name in _dmv.NAMES},
+    **{name: KernelEntry(_dmv, ("free",), "make_dmv", zero_stats=False, constants="constants") for name in _dmv.NAMES},
 }
 
 
@@ -139,7 +139,7 @@ def keeps_stats(method) -> bool:
     """Whether a fused run of ``method`` (an integrator or a registered name with a kernel) has the
     XLA run's step statistics (all zero: the kernel writes none)."""
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
-    return name is not None and KERNELS[name].no_stats
+    return name is not None and KERNELS[name].zero_stats
 
 
 def torque_params(torque, dtype):
