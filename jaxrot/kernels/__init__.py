@@ -73,7 +73,7 @@ class KernelEntry:
 KERNELS: dict[str, KernelEntry] = {
     "buss2p": KernelEntry(_buss, _TORQUED),
     "buss4": KernelEntry(_buss, _TORQUED),
-    "rk4": KernelEntry(_rk, ("free", "gravity")),
+    "rk4": KernelEntry(_rk, _TORQUED),
     "buss1": KernelEntry(_buss, _TORQUED),
     "buss2": KernelEntry(_buss, _TORQUED),
     "buss3": KernelEntry(_buss, _TORQUED),
