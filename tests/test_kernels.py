@@ -148,7 +148,7 @@ def test_supports_and_bad_input():
     free, _ = _setup("free")
     assert not kernels.supports(integrators.get("liemid_ea"), free)
     assert kernels.supports("rkmk8", free) and not kernels.supports("liemid_ea", free)  # by name too
-    assert not kernels.supports(integrators.get("rk4"), _setup("poly")[0])
+    assert not kernels.supports(integrators.get("split4_231"), _setup("gravity")[0])  # a kernel, not this torque
     wall = problems.get("coulomb_wall").system
     assert not kernels.supports(integrators.get("buss2p"), wall)
     _, states = _setup("free")
