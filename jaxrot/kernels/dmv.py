@@ -85,20 +85,14 @@ def make_dmv(S, name: str, torque: str, K: int):
         i = int(_OFFSET)
         for k in range(1, wp.static(KM + 1)):
             s_acc = S(0.0)
-            for l in range(k + 1):
+            d_acc = S(0.0)
+            for l in range(k + 1):  # the monomial N^(k-l) H^l serves S's and D's coefficient
                 mono = S(1.0)
                 for _a in range(k - l):
                     mono = mono * N
                 for _b in range(l):
                     mono = mono * H
                 s_acc = s_acc + P[i + l] * mono
-            d_acc = S(0.0)
-            for l in range(k + 1):
-                mono = S(1.0)
-                for _a in range(k - l):
-                    mono = mono * N
-                for _b in range(l):
-                    mono = mono * H
                 d_acc = d_acc + P[i + k + 1 + l] * mono
             Ssum = Ssum + s_acc
             Dsum = Dsum + d_acc

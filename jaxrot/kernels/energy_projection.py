@@ -37,6 +37,11 @@ def make_ep(S, name: str, torque: str, K: int):
     eps = float(np.finfo(np.float32 if S is wp.float32 else np.float64).eps)
 
     @wp.func
+    def denominator(p0: S, p1: S, cc: S, J: V):
+        """``1 + p0 + p1 c / J`` componentwise (``x = L_b / denominator``)."""
+        return V(S(1.0) + p0 + p1 * cc / J[0], S(1.0) + p0 + p1 * cc / J[1], S(1.0) + p0 + p1 * cc / J[2])
+
+    @wp.func
     def nearest_on_polhode(J: V, Lb: V, L2: S, E0: S):
         ok = (L2 > S(0.0)) and (E0 > S(0.0))
         L2s = S(1.0)
@@ -48,7 +53,7 @@ def make_ep(S, name: str, torque: str, K: int):
         p0 = S(0.0)
         p1 = S(0.0)
         for _ in range(wp.static(NEWTON_ITERS)):
-            D = V(S(1.0) + p0 + p1 * cc / J[0], S(1.0) + p0 + p1 * cc / J[1], S(1.0) + p0 + p1 * cc / J[2])
+            D = denominator(p0, p1, cc, J)
             x = wp.cw_div(Lb, D)
             r0 = wp.dot(x, x) / L2s - S(1.0)
             xJ = wp.cw_div(wp.cw_mul(x, x), J)
@@ -73,8 +78,7 @@ def make_ep(S, name: str, torque: str, K: int):
             p1 = p1 - (m00 * g1 - m01 * g0) / det
         out = Lb
         if ok:
-            out = V(Lb[0] / (S(1.0) + p0 + p1 * cc / J[0]), Lb[1] / (S(1.0) + p0 + p1 * cc / J[1]),
-                    Lb[2] / (S(1.0) + p0 + p1 * cc / J[2]))
+            out = wp.cw_div(Lb, denominator(p0, p1, cc, J))
         return out
 
     @wp.func
