@@ -4,6 +4,32 @@ The public API, layer by layer (plotting lives in :mod:`jaxrot.present.plotting`
 imported here).
 """
 
+
+def _exit_at_once_while_loading_as_the_command():
+    """Run as the ``jaxrot`` command (the script or ``python -m jaxrot``), a Ctrl-C while JAX loads
+    (a second or two) ends the process with the same one line and exit code as one later; the
+    command (:func:`jaxrot.present.cli.main`) then puts Python's own handler back. A handler rather
+    than ``except KeyboardInterrupt``: an interrupt inside a compiled extension's initialisation
+    reaches Python as an ``ImportError``. Imported as a library, nothing changes."""
+    import os
+    import signal
+    import sys
+
+    argv = list(getattr(sys, "orig_argv", []))
+    as_module = any(a == "-m" and b == "jaxrot" for a, b in zip(argv, argv[1:]))
+    if not (as_module or os.path.basename(sys.argv[0]) in ("jaxrot", "jaxrot.exe")):
+        return
+
+    def end(signum, frame):
+        print("jaxrot: interrupted; nothing was written", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, end)
+
+
+_exit_at_once_while_loading_as_the_command()
+
 from .version import __version__
 from .geometry import so3
 from .geometry.body import RigidBody

@@ -66,10 +66,12 @@ def test_default_frames_are_bounded():
         assert n % cli._default_save_every(n) == 0 and n // cli._default_save_every(n) <= cli.MAX_FRAMES
 
 
-def _jaxrot(*args, **kw):
+def _jaxrot(*args, cwd=ROOT, script=False):
+    """``python -m jaxrot ARGS`` (or the installed ``jaxrot`` script) as a process of its own."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    command = [str(pathlib.Path(sys.executable).parent / "jaxrot")] if script else [sys.executable, "-m", "jaxrot"]
     # an xdist worker ignores SIGINT, and a child would inherit that: restore the default, as in a shell
-    return subprocess.Popen([sys.executable, "-m", "jaxrot", *args], cwd=kw.get("cwd", ROOT), env=env,
+    return subprocess.Popen([*command, *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -111,6 +113,20 @@ def test_ctrl_c_inside_a_long_compiled_call_ends_at_once(tmp_path):
     assert time.monotonic() - sent < 10.0
     assert proc.returncode == 130 and err.strip() == "jaxrot: interrupted; nothing was written", err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("script", [False, True], ids=["python -m jaxrot", "jaxrot script"])
+@pytest.mark.parametrize("delay", [0.2, 0.6])
+def test_ctrl_c_while_jax_loads_ends_with_one_line(tmp_path, script, delay):
+    """An interrupt in the first second, while JAX and its extension load: before the command's own
+    handling starts. (Without the loading-time handler it printed an ``ImportError`` traceback, or
+    was lost inside the extension's initialisation and the run went on.)"""
+    args = ["--quiet", "run", "buss4", "free_body_mz", "--dt", "1e-5", "--steps", "2000000000"]
+    proc = _jaxrot(*args, cwd=tmp_path, script=script)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "jaxrot: interrupted; nothing was written", err
 
 
 def test_discard_pending_removes_writes_under_way(tmp_path):

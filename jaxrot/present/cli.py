@@ -6,7 +6,9 @@ import argparse
 import importlib
 import math
 import os
+import signal
 import sys
+import threading
 
 from . import interrupts, output
 
@@ -297,6 +299,9 @@ def main(argv=None) -> int:
     an interrupt is handled at once, also in the middle of a long compiled call. Called as the
     process's command (no ``argv``), an interrupted process ends there without waiting for that call.
     """
+    if argv is None and threading.current_thread() is threading.main_thread():
+        # the handler of the loading time (jaxrot/__init__) ends here: Ctrl-C raises KeyboardInterrupt again
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         code = interrupts.call_interruptibly(_main, argv)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
