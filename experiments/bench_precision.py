@@ -4,7 +4,7 @@ A batch of perturbed bodies (momentum x (1 + 0.01 N(0,1)), attitude turned by 0.
 problem; targets 1e-6 and 1e-10 (max over the batch of the rotation angle to the reference, rad),
 and 1e-4 in float32 with ``--suite``. For every fixed-step method the smallest step count N reaching
 the target (5 % resolution), for the error-controlled pairs and the peers the loosest tolerance
-rtol = atol reaching it (steps of sqrt(10)), ``Adaptive(error="global")`` (the global-error driver)
+rtol = atol reaching it (steps of sqrt(10)), ``Adaptive(error="global", measure="attitude")`` (the global-error driver)
 at rtol = atol = the target itself with no search, and the wall time of that run per body (median
 of 3, the whole batch vmapped on the default device, compiled beforehand). Peers measured in the
 same run on the same device: diffrax's Tsit5, Dopri5 and Dopri8 with its PID controller (vmapped;

@@ -75,6 +75,15 @@ REPRESENTATIVE_ONLY |= {"dmv6", "dmv8", "liemid_ea_kl6", "exact_split_tj4", "exa
 REPRESENTATIVE_ONLY |= {"saba3", "saba4", "sbab3"}
 for _n in ("saba2", "sbab2"):
     SKIP.setdefault(_n, set()).add("gradients")
+# Blanes et al.'s ABA(8,6,4) takes the generic tests, ABA(10,6,4) (the same code, other coefficients)
+# not. On buss_torqued (a small torque) their eps h^8 / eps h^10 terms reach round-off within the
+# generic sweep before the general order 4 shows: tests/test_near_integrable.py observes order 4 on
+# the slow top and order 8 / 10 in the terms linear in the torque.
+REPRESENTATIVE_ONLY |= {"aba1064"}
+# In float32 near the T-handle's separatrix, as exact_split_kl8 below: 8 exact-flow stages per step
+# (two backwards) differ from float64 by 4e-4 after 100 steps; tests/test_near_integrable.py checks
+# float32 on the fast top.
+SKIP.setdefault("aba864", set()).update({"gradients", "order_torqued", "float32"})
 
 # The slow tier (`-m slow`) takes these generic tests of these methods; the default run keeps their
 # orders. Energy-projected variants other than buss2p_ep and split2_123_ep: EnergyProjection wraps

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import jaxrot
-from jaxrot import RESULTS, Adaptive, SaveAt, exact, problems, reference
+from jaxrot import RESULTS, Adaptive, SaveAt, exact, problems, reference, so3
 
 
 def adaptive(pair, p, t1, rtol=1e-6, atol=1e-9, ts=None, error="local", **kw):
     """The states at ``ts`` (default: t1 only), as the deprecated simulate_adaptive returned them."""
     saveat = SaveAt(t0=False, t1=ts is None, ts=ts)
-    step = Adaptive(rtol, atol, error, kw.pop("dt0", None), kw.pop("max_steps", 100_000))
+    step = Adaptive(rtol, atol, error, kw.pop("dt0", None), kw.pop("max_steps", 100_000), kw.pop("measure", "state"))
     return jaxrot.simulate(pair, p, t1=t1 if ts is None else None, stepsize=step, saveat=saveat, throw=False, **kw)
 
 
@@ -118,7 +118,8 @@ def test_to_tolerance_brings_the_free_body_global_error_within_the_tolerance():
     assert err.max() >= 0.05, err  # not bought by a needlessly tight run
     c = sol.controller
     assert np.all(np.asarray(c.global_error) <= 1) and np.all(np.asarray(c.tolerance) < tol)
-    assert np.all(np.asarray(c.n_calibration) > np.asarray(local.controller.n_accepted))
+    # the calibration runs (at 100 and 10 times the tolerance) cost less than the final run
+    assert np.all(0 < np.asarray(c.n_calibration)) and np.all(np.asarray(c.n_calibration) < np.asarray(c.n_accepted))
     assert bool(jnp.all(sol.result == RESULTS.successful))
 
 
@@ -133,6 +134,18 @@ def test_to_tolerance_on_the_fast_top_and_under_jit():
     np.testing.assert_allclose(np.asarray(traced.R), np.asarray(sol.final.R), atol=1e-14)
 
 
+def test_global_error_on_the_attitude_alone():
+    """``measure="attitude"``: the attitude within the tolerance (in radians), with fewer steps than a
+    run that also holds the momentum to it, and not bought by a needlessly tight run."""
+    p = problems.get("fast_top")
+    ref = reference.reference_solution(p, 1.0).final
+    tol = 1e-7
+    runs = {m: adaptive("buss4(3)", p, 1.0, rtol=tol, atol=tol, error="global", measure=m) for m in ("state", "attitude")}
+    err = float(so3.rotation_angle(runs["attitude"].final.R, ref.R)) / tol
+    assert 0.05 <= err <= 1, err
+    assert int(runs["attitude"].controller.n_accepted) < int(runs["state"].controller.n_accepted)
+
+
 def test_deprecated_aliases_equal_the_new_call():
     p = problems.get("fast_top")
     with pytest.warns(DeprecationWarning):
@@ -145,7 +158,8 @@ def test_deprecated_aliases_equal_the_new_call():
     np.testing.assert_array_equal(np.asarray(old.states.R), np.asarray(new.states.R))
 
 
-@pytest.mark.parametrize("kw", [dict(error="both"), dict(rtol=np.inf), dict(dt0=0.0), dict(max_steps=0)])
+@pytest.mark.parametrize("kw", [dict(error="both"), dict(rtol=np.inf), dict(dt0=0.0), dict(max_steps=0),
+                                dict(measure="energy")])
 def test_adaptive_rejects_bad_settings(kw):
     with pytest.raises(ValueError):
         Adaptive(**kw)

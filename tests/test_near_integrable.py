@@ -1,5 +1,6 @@
-"""Laskar-Robutel's SABA_n / SBAB_n: coefficients, exactness without torque, and the two regimes of
-their error O(eps h^{2n} + eps^2 h^2) on a weakly torqued asymmetric body."""
+"""Laskar-Robutel's SABA_n / SBAB_n and Blanes et al.'s ABA(s, n, m): coefficients, exactness without
+torque, and the regimes of their errors, O(eps h^{2n} + eps^2 h^2) and O(eps h^s + eps^2 h^n + eps^3 h^m),
+on torqued asymmetric bodies."""
 
 import functools
 import json
@@ -14,7 +15,7 @@ from jax import lax
 import jaxrot
 from jaxrot import problems, reference, so3
 from jaxrot.physics.problems import from_body_rate
-from jaxrot.integrators.near_integrable import LaskarRobutel, gauss_nodes, lobatto_nodes
+from jaxrot.integrators.near_integrable import BlanesABA, LaskarRobutel, _palindrome, gauss_nodes, lobatto_nodes
 from jaxrot.physics.torques import GravityTorque
 from jaxrot.studies import analysis
 
@@ -45,9 +46,26 @@ def test_bad_arguments_are_refused():
         LaskarRobutel("abba", 2)
     with pytest.raises(ValueError, match="positive integer"):
         LaskarRobutel("saba", 0)
+    with pytest.raises(ValueError, match="aba864"):
+        BlanesABA("aba42")
+    with pytest.raises(ValueError, match="palindrome"):
+        _palindrome([0.5, 0.5], 5)
 
 
-@pytest.mark.parametrize("name", ["saba2", "sbab3"])
+@pytest.mark.parametrize("name, drifts, kicks", [("aba864", 8, 7), ("aba1064", 9, 8)])
+def test_blanes_coefficients_are_consistent_palindromes(name, drifts, kicks):
+    """Drifts and kicks each sum to one step, read the same both ways, and the kicks fall inside
+    the step although some drifts go backwards."""
+    a, b = jaxrot.get(name).coefficients()
+    assert (len(a), len(b)) == (drifts, kicks)
+    np.testing.assert_allclose([a.sum(), b.sum()], [1.0, 1.0], atol=1e-15)
+    np.testing.assert_array_equal(a, a[::-1])
+    np.testing.assert_array_equal(b, b[::-1])
+    x, _ = jaxrot.get(name).nodes()
+    assert a.min() < 0 and np.all((0 < x) & (x < 1))
+
+
+@pytest.mark.parametrize("name", ["saba2", "sbab3", "aba1064"])
 def test_exact_without_torque(name):
     p = problems.get("free_body_hlw")
     g = GOLDEN["exact_caseA_t100"]
@@ -91,7 +109,9 @@ def linear_reference():
 
 @pytest.mark.parametrize("name,order,ns", [("saba2", 4, [8, 16, 32]),
                                            ("sbab3", 6, [4, 8, 16]),
-                                           ("saba4", 8, [2, 4, 8])])
+                                           ("saba4", 8, [2, 4, 8]),
+                                           ("aba864", 8, [2, 4, 8]),
+                                           ("aba1064", 10, [1, 2, 4])])
 def test_order_2n_in_the_terms_linear_in_the_torque(name, order, ns, linear_reference):
     """The derivative of the final state in the torque's strength at zero torque, against RKMK8's
     converged derivative: the methods' eps h^{2n} term alone (Laskar-Robutel's theorem)."""
@@ -109,7 +129,17 @@ def test_order_2_when_the_torque_is_not_small():
     assert abs(r["order"] - 2) <= 0.3, r
 
 
-@pytest.mark.parametrize("name", ["saba2", "sbab3"])
+@pytest.mark.parametrize("name", ["aba864", "aba1064"])
+def test_blanes_order_4_when_the_torque_is_not_small(name):
+    """The slow top (gravity and spin comparable): the eps^3 h^4 term leads, order 4 for any torque
+    (SABA_n: 2)."""
+    p = problems.get("slow_top")
+    ref = reference.reference_solution(p, 5.0).final
+    r = analysis.convergence_study(name, p, 5.0, [64, 128, 256], ref)
+    assert abs(r["order"] - 4) <= 0.15, r
+
+
+@pytest.mark.parametrize("name", ["saba2", "sbab3", "aba864"])
 def test_symmetric_a_step_back_undoes_a_step(name):
     """Phi_{-h} Phi_h = id with a torque (the symmetry the docstring states; time-dependent kicks
     included: the back step starts at t + h)."""
@@ -119,3 +149,14 @@ def test_symmetric_a_step_back_undoes_a_step(name):
     back, _, _ = method.step(system, h, fwd, method.init(system, h, fwd, -h), -h)
     np.testing.assert_allclose(back.R, p.state0.R, atol=1e-13)
     np.testing.assert_allclose(back.Pi, p.state0.Pi, atol=1e-13)
+
+
+def test_blanes_in_float32():
+    """float32 follows float64 to float32 round-off amplified by the 8 stages (the fast top, 100 steps)."""
+    p64 = problems.get("fast_top")
+    p32 = jaxrot.cast(p64, jnp.float32)
+    a = jaxrot.simulate("aba864", p32, 0.01, 100).final
+    b = jaxrot.simulate("aba864", p64, 0.01, 100).final
+    assert a.R.dtype == jnp.float32
+    err = float(so3.rotation_angle(jnp.asarray(a.R, jnp.float64), b.R))
+    assert err < 1e-5, err

@@ -43,6 +43,7 @@ from jax import lax
 
 import warnings
 
+from ..geometry import so3
 from ..geometry.state import State
 from ..integrators import get as get_method
 from ..physics.flow import pack_body
@@ -220,31 +221,42 @@ def _trajectory(state0, t0, ts, out, stats, ctrl: AdaptiveStats, ok, with_t0: bo
     return Trajectory(times, out, stats, failed, result, ctrl, system)
 
 
-def _scaled_difference(a: State, b: State, rtol: float, atol: float) -> jax.Array:
-    """max over save times and the 12 numbers of |a - b| / (atol + rtol |b|), per body."""
+def _scaled_difference(a: State, b: State, rtol: float, atol: float, measure: str = "state") -> jax.Array:
+    """Per body, the largest difference over the save times in units of the tolerance: over the 12
+    numbers of the state, |a - b| / (atol + rtol |b|) (``measure="state"``), or the rotation angle
+    between the two attitudes over ``max(rtol, atol)`` (``"attitude"``)."""
+    if measure == "attitude":
+        angle = jnp.vectorize(so3.rotation_angle, signature="(3,3),(3,3)->()")(a.R, b.R)
+        return jnp.max(angle, axis=-1) / max(rtol, atol)
     ya, yb = pack_body(a.R, a.Pi), pack_body(b.R, b.Pi)  # (..., save times, 12)
     return jnp.max(jnp.abs(ya - yb) / (atol + rtol * jnp.abs(yb)), axis=(-2, -1))
 
 
-def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax", ratio=10.0,
-            safety=0.5):
-    """The run whose *global* error is within the tolerance, by tolerance calibration (see
-    :class:`~jaxrot.Adaptive` with ``error="global"``)."""
-    first = _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor, kind)
-    tight = _run(hi, lo, system, state0, ts, t0, rtol / ratio, atol / ratio, dt0, max_steps, executor, kind)
-    est = _scaled_difference(first[0], tight[0], rtol, atol) / (ratio - 1.0)
-    spent = first[2].n_accepted + first[2].n_rejected
+def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax", measure="state",
+            loose=100.0, ratio=10.0, safety=0.5):
+    """The run whose *global* error is within the tolerance, by tolerance calibration on two cheap
+    runs (see :class:`~jaxrot.Adaptive` with ``error="global"``).
+
+    The pair's global error follows its tolerance as ``e(tau) = C tau^alpha`` with ``alpha = p / (q + 1)``
+    (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
+    kept): the two runs at ``loose`` and ``loose / ratio`` times the tolerance give ``C`` per body from
+    their difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned run is at the tolerance
+    where ``e = safety``."""
+    alpha = float(hi.order) / (float(lo.order) + 1.0)
+    runs = [_run(hi, lo, system, state0, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind)
+            for f in (loose, loose / ratio)]
+    est = _scaled_difference(runs[0][0], runs[1][0], rtol, atol, measure) / (ratio ** alpha - 1.0)
+    spent = sum(r[2].n_accepted + r[2].n_rejected for r in runs)
     if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= safety)):  # traced: the third run always
-        ctrl = dataclasses.replace(tight[2], global_error=est, tolerance=jnp.full_like(est, rtol / ratio),
-                                   n_calibration=spent)
-        return tight[0], tight[1], ctrl, tight[3]
-    # per body: the tolerance whose estimated global error is `safety`; bodies already within it rerun
-    # at tau/ratio, which repeats the second run exactly
-    scale = jnp.where(est > safety, safety / jnp.maximum(est, 1e-300), 1.0) / ratio
+        ctrl = dataclasses.replace(runs[1][2], global_error=est, tolerance=jnp.full_like(est, rtol * loose / ratio),
+                                   n_calibration=spent - runs[1][2].n_accepted - runs[1][2].n_rejected)
+        return runs[1][0], runs[1][1], ctrl, runs[1][3]
+    # per body: the tolerance whose predicted global error is `safety`; a body already within it reruns
+    # at the second run's tolerance (the same run again)
+    scale = loose / ratio * jnp.where(est > safety, (safety / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
     out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
                                 executor, kind)
-    ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, safety), tolerance=rtol * scale,
-                               n_calibration=spent + tight[2].n_accepted + tight[2].n_rejected)
+    ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, safety), tolerance=rtol * scale, n_calibration=spent)
     return out, stats, ctrl, ok
 
 
@@ -262,9 +274,9 @@ def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, execu
             is_concrete(t1) and not np.isclose(np.asarray(times, np.float64).reshape(-1)[-1], float(t1))) else times
     hi, lo, system, state0, ts = _prepare(pair, problem, t1, stepsize.rtol, stepsize.atol, times, state0, t0,
                                           stepsize.dt0, stepsize.max_steps)
-    solve = _global if stepsize.error == "global" else _run
-    out, stats, ctrl, ok = solve(hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0,
-                                 stepsize.max_steps, executor, kind)
+    args = (hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0, stepsize.max_steps, executor,
+            kind)
+    out, stats, ctrl, ok = _global(*args, stepsize.measure) if stepsize.error == "global" else _run(*args)
     with_t0 = saveat is None or saveat.t0
     return _trajectory(state0, t0, ts, out, stats, ctrl, ok, with_t0, system)
 

@@ -27,8 +27,15 @@ class Adaptive(AbstractStepSize):
     Args:
       rtol, atol: tolerances of the mixed error norm over the 12 numbers of ``(R, Pi)``.
       error: ``"local"`` bounds each step's error (the usual control; the global error over a long
-        span can be many times the tolerance); ``"global"`` targets the global error by tolerance
-        calibration (2–3 runs).
+        span can be many times the tolerance); ``"global"`` targets the global error at every save
+        time by tolerance calibration: two runs at 100 and 10 times the tolerance (together a
+        quarter to a half of the final run's steps) fix the constant of the pair's law
+        ``e = C tol^(p/(q+1))`` per body, and the final run is at the tolerance where the predicted
+        error is half the asked one.
+      measure: what the global error is measured on (``error="global"`` only): ``"state"``, the 12
+        numbers of ``(R, Pi)`` in the mixed norm ``|dy| / (atol + rtol |y|)``, or ``"attitude"``, the
+        rotation angle between the computed and the exact attitude against ``max(rtol, atol)``
+        radians (an angle's scale is 1; the momentum may then be less accurate).
       dt0: first trial step (default from the tolerance and the initial angular velocity).
       max_steps: attempts allowed per body; a body that needs more ends with
         ``RESULTS.max_steps_reached``.
@@ -46,6 +53,7 @@ class Adaptive(AbstractStepSize):
     error: str = "local"
     dt0: float | None = None
     max_steps: int = 100_000
+    measure: str = "state"
 
     def __check_init__(self):
         for name in ("rtol", "atol"):
@@ -54,6 +62,8 @@ class Adaptive(AbstractStepSize):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.error not in ("local", "global"):
             raise ValueError(f"error must be 'local' or 'global', got {self.error!r}")
+        if self.measure not in ("state", "attitude"):
+            raise ValueError(f"measure must be 'state' or 'attitude', got {self.measure!r}")
         if self.dt0 is not None and not (np.isfinite(self.dt0) and self.dt0 > 0):
             raise ValueError(f"dt0 must be a finite number > 0 or None, got {self.dt0!r}")
         if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, (int, np.integer)) or self.max_steps < 1:

@@ -26,7 +26,7 @@ from .rkmk8 import RKMK8
 from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
 from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
-from .near_integrable import LaskarRobutel
+from .near_integrable import BLANES_ABA, BlanesABA, LaskarRobutel
 from .nmb import NMB
 from .simo_wong import SimoWong, SimoWongExplicit
 
@@ -133,6 +133,10 @@ for _kind, _ns, _rule in (("saba", (2, 3, 4), "Gauss"), ("sbab", (2, 3), "Lobatt
         register(f"{_kind}{_n}", lambda _k=_kind, _n=_n: LaskarRobutel(_k, _n),
                  f"Laskar-Robutel {_kind.upper()}_{_n}: exact free flows, kicks at {_rule} nodes, "
                  f"order ({2 * _n}, 2) for small torques")
+for _name, (_s, _n, _m, *_) in BLANES_ABA.items():
+    register(_name, lambda _name=_name: BlanesABA(_name),
+             f"Blanes et al. ABA({_s},{_n},{_m}): exact free flows and kicks, order ({_s}, {_n}, {_m}) in the "
+             f"torque's size")
 for _base in ("liemid_ea", "exact_split"):
     for _s, _tag in (("triple4", "tj4"), ("kahan_li6", "kl6"), ("kahan_li8", "kl8")):
         register(f"{_base}_{_tag}", lambda _b=_base, _s=_s: Compose(REGISTRY[_b].factory(), _s),
@@ -157,4 +161,5 @@ __all__ = [
     "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
     "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "LaskarRobutel",
+    "BlanesABA", "BLANES_ABA",
 ]
