@@ -31,7 +31,7 @@ class Adaptive(AbstractStepSize):
         time by tolerance calibration: two runs at 100 and 10 times the tolerance (together a
         quarter to a half of the final run's steps) fix the constant of the pair's law
         ``e = C tol^(p/(q+1))`` per body, and the final run is at the tolerance where the predicted
-        error is half the asked one.
+        error is 0.7 times the asked one (measured: 0.2-1.9 times it, docs/benchmarks.md).
       measure: what the global error is measured on (``error="global"`` only): ``"state"``, the 12
         numbers of ``(R, Pi)`` in the mixed norm ``|dy| / (atol + rtol |y|)``, or ``"attitude"``, the
         rotation angle between the computed and the exact attitude against ``max(rtol, atol)``

@@ -1,4 +1,5 @@
-"""Splittings for near-integrable bodies: Laskar & Robutel's SABA_n and SBAB_n on the exact free flow.
+"""Splittings for near-integrable bodies on the exact free flow: Laskar & Robutel's SABA_n and SBAB_n,
+and Blanes et al.'s ABA methods of generalised order (:class:`BlanesABA`, below).
 
 A torqued body whose torque is small beside its free rotation (a fast top, a satellite in a weak
 gradient) has the Hamiltonian ``H = A + eps B``: ``A`` the free body (flowed exactly by
@@ -27,8 +28,15 @@ here computed from the quadrature rules, which gives the same numbers and every 
 For a torque that depends on Pi the kick freezes Pi at its start (still a consistent method, no longer
 the exact sub-flow).
 
-Reference: J. Laskar & P. Robutel, High order symplectic integrators for perturbed Hamiltonian
-systems, Celest. Mech. Dyn. Astron. 80 (2001) 39-62. The exact free flow: Celledoni, Fasso, Safstrom
+Blanes, Casas, Farres, Laskar, Makazaga & Murua choose drifts a_i and kicks b_i free of quadrature
+nodes (some drifts negative: an exact free flow backwards) to cancel the eps^2 and eps^3 terms too:
+ABA(s, n, m) has the error O(eps h^s + eps^2 h^n + eps^3 h^m), so ``aba864`` (8 free flows, 7 kicks a
+step) and ``aba1064`` (9 and 8) are of order 4 for any torque where SABA_n is of order 2.
+
+References: J. Laskar & P. Robutel, High order symplectic integrators for perturbed Hamiltonian
+systems, Celest. Mech. Dyn. Astron. 80 (2001) 39-62. S. Blanes, F. Casas, A. Farres, J. Laskar,
+J. Makazaga & A. Murua, New families of symplectic splitting methods for numerical integration in
+dynamical astronomy, Appl. Numer. Math. 68 (2013) 58-72. The exact free flow: Celledoni, Fasso, Safstrom
 & Zanna, SIAM J. Sci. Comput. 30 (2008) 2084.
 """
 

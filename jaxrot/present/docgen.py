@@ -96,7 +96,9 @@ FAMILIES: dict[str, tuple[str, list[str], str, list[str]]] = {
         "(triple jump), `<base>_kl6`, `<base>_kl8` (Kahan–Li) for `liemid_ea` and `exact_split`. For a "
         "torque small beside the free rotation, Laskar–Robutel's SABA_n/SBAB_n (`saba2`–`saba4`, "
         "`sbab2`, `sbab3`) place the kicks at Gauss or Lobatto nodes between exact free flows: order 2n "
-        "in the terms linear in the torque, 2 in general.",
+        "in the terms linear in the torque, 2 in general; Blanes et al.'s ABA(8,6,4) and ABA(10,6,4) "
+        "(`aba864`, `aba1064`), palindromic drifts and kicks with some drifts backwards: order 8 or 10 in "
+        "the linear terms, 6 in the quadratic ones and 4 in general.",
         ["E. Celledoni, F. Fassò, N. Säfström, A. Zanna, \"The exact computation of the free rigid body motion "
          "and its use in splitting methods\", SIAM J. Sci. Comput. 30 (2008) 2084–2112.",
          "J. Laskar, P. Robutel, \"High order symplectic integrators for perturbed Hamiltonian systems\", "
