@@ -1,4 +1,4 @@
-"""Laskar-Robutel's SABA_n / SBAB_n beside the suite's best torqued methods and diffrax, measured in
+"""Laskar-Robutel's SABA_n / SBAB_n and Blanes et al.'s ABA(8,6,4) / ABA(10,6,4) beside the suite's best torqued methods and diffrax, measured in
 one process (float64, CPU, the same batch and protocol as ``jaxrot bench precision``: the smallest
 step count whose maximum final attitude error over the batch meets the target, its wall time per
 body, median of 3; diffrax with its PID controller at the loosest tolerance meeting the target).
@@ -30,7 +30,7 @@ PROBLEMS = {"asymmetric top, T = 1": ("asymmetric_top", 1.0),
             "fast top, T = 1": ("fast_top", 1.0),
             "Buss's time-dependent torque, T = 2": ("buss_torqued", 2.0),
             "gravity-gradient satellite, two orbits": ("gravity_gradient", 4 * 3.141592653589793)}
-METHODS = ["saba2", "saba3", "saba4", "sbab2", "sbab3", "exact_split", "exact_split_kl8", "rkmk8"]
+METHODS = ["saba2", "saba3", "saba4", "sbab2", "sbab3", "aba864", "aba1064", "exact_split", "exact_split_kl8", "rkmk8"]
 PEERS = ["Tsit5", "Dopri8"]
 TARGETS = (1e-6, 1e-10)
 #: the search stops here ("N > 4096"): second-order behaviour at 1e-10 would need ~10^5 steps

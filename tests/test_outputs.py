@@ -253,7 +253,6 @@ def test_provenance_records_each_file_and_finds_what_no_longer_holds(tmp_path):
 # and a half on two cores, the three-problem precision run 8-25 minutes, the CPU throughput run ~10.
 NOT_YET_RECORDED = {
     "bench_throughput_h100": "jaxrot bench throughput --device gpu --out figures (on an H100)",
-    "bench_precision_suite": "jaxrot bench precision --suite --out figures",
 }
 
 
