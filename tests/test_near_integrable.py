@@ -129,7 +129,7 @@ def test_order_2_when_the_torque_is_not_small():
     assert abs(r["order"] - 2) <= 0.3, r
 
 
-@pytest.mark.parametrize("name", ["aba864", "aba1064"])
+@pytest.mark.parametrize("name", ["aba864", pytest.param("aba1064", marks=pytest.mark.slow)])
 def test_blanes_order_4_when_the_torque_is_not_small(name):
     """The slow top (gravity and spin comparable): the eps^3 h^4 term leads, order 4 for any torque
     (SABA_n: 2)."""
