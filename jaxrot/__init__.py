@@ -24,6 +24,8 @@ def _exit_at_once_while_loading_as_the_command():
         print("jaxrot: interrupted; nothing was written", file=sys.stderr, flush=True)
         os._exit(130)
 
+    end.jaxrot_loading = True  # the command replaces only this handler (not one ignoring SIGINT)
+
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, end)
 

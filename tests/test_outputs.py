@@ -129,6 +129,23 @@ def test_ctrl_c_while_jax_loads_ends_with_one_line(tmp_path, script, delay):
     assert proc.returncode == 130 and err.strip() == "jaxrot: interrupted; nothing was written", err
 
 
+def test_an_ignored_sigint_stays_ignored(tmp_path):
+    """Started with SIGINT ignored (``nohup``, a background job of a script), the command keeps it
+    ignored, while JAX loads and after; SIGTERM still ends it."""
+    args = ["--quiet", "run", "buss4", "free_body_mz", "--dt", "1e-5", "--steps", "2000000000"]
+    proc = subprocess.Popen([sys.executable, "-m", "jaxrot", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    for delay in (0.3, 4.0):  # loading, then inside the run
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip() == "jaxrot: terminated; nothing was written", err
+
+
 def test_discard_pending_removes_writes_under_way(tmp_path):
     (tmp_path / "a.txt").write_text("earlier")
     with pytest.raises(FileNotFoundError):  # the computation's thread, had it gone on, finds its file gone

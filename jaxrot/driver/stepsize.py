@@ -28,8 +28,8 @@ class Adaptive(AbstractStepSize):
       rtol, atol: tolerances of the mixed error norm over the 12 numbers of ``(R, Pi)``.
       error: ``"local"`` bounds each step's error (the usual control; the global error over a long
         span can be many times the tolerance); ``"global"`` targets the global error at every save
-        time by tolerance calibration: two runs at 100 and 10 times the tolerance (cheaper than the
-        final run on long spans; on short ones not much) fix the constant of the pair's law
+        time by tolerance calibration: two runs at 100 and 10 times the tolerance (fewer steps than the
+        final run over long spans, more over short ones) fix the constant of the pair's law
         ``e = C tol^(p/(q+1))`` per body, and the final run is at the tolerance where the predicted
         error is 0.7 times the asked one (measured on the precision suite: 0.02-1.9 times it, median 0.7;
         docs/benchmarks.md).

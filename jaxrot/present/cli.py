@@ -299,7 +299,8 @@ def main(argv=None) -> int:
     an interrupt is handled at once, also in the middle of a long compiled call. Called as the
     process's command (no ``argv``), an interrupted process ends there without waiting for that call.
     """
-    if argv is None and threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and getattr(signal.getsignal(signal.SIGINT),
+                                                                          "jaxrot_loading", False):
         # the handler of the loading time (jaxrot/__init__) ends here: Ctrl-C raises KeyboardInterrupt again
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
