@@ -6,7 +6,7 @@ over ``method.step``, in float64 (1e-13 relative after 1000 steps, a few roundin
 float32 rounding, 1.2e-7, each: 1000 * eps32 = 1.2e-4 relative; measured: 1e-7 to 7e-6, up to 5.2e-5 for
 the _ep kernels; float64: at most 7e-15, 3.4e-14 for the DMV and _ep kernels).
 Warp compiles each kernel once per (method, torque, dtype) and caches the machine code on disk
-(about 0.2-1.5 s per kernel the first time; 60 (method, torque) pairs here, each in both precisions).
+(about 0.2-1.5 s per kernel the first time; 62 (method, torque) pairs in the table, each in both precisions).
 """
 
 import os
@@ -27,7 +27,8 @@ from jaxrot.physics.problems import System
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
-PROBLEM_OF = {"free": "free_body_mz", "gravity": "fast_top", "poly": "buss_torqued"}
+PROBLEM_OF = {"free": "free_body_mz", "gravity": "fast_top", "poly": "buss_torqued",
+              "gravity_gradient": "gravity_gradient"}
 CASES = [(name, torque) for name, entry in kernels.KERNELS.items() for torque in entry.torques]
 # The splittings' six axis orderings are one kernel generator with the axes permuted: the default run
 # compares the 2-3-1 family and split2_123_ep (as the generic tests, tests/helpers.py), the slow tier

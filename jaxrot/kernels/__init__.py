@@ -81,7 +81,9 @@ KERNELS: dict[str, KernelEntry] = {
     # one step agrees to 1-2 roundings; R rebuilt from a renormalised quaternion every step amplifies
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
     "euler_quat": KernelEntry(_rk, _TORQUED, "make_euler_quat", rtol64=5e-12),
-    "rkmk8": KernelEntry(_rkmk, _TORQUED, "make_rkmk8"),
+    # and the satellite's gravity gradient, whose problem it is the best stepping method for (any method
+    # whose kernel calls only tau could take it: one word in its torques)
+    "rkmk8": KernelEntry(_rkmk, (*_TORQUED, "gravity_gradient"), "make_rkmk8"),
     **{name: KernelEntry(_splitting, ("free",), "make_split") for name in _splitting.NAMES},
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
     # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are
@@ -95,10 +97,13 @@ KERNELS: dict[str, KernelEntry] = {
 
 
 def torque_kind(torque) -> str | None:
-    """``"free"``, ``"gravity"`` or ``"poly"`` for the torque models a kernel restates, else ``None``."""
+    """``"free"``, ``"gravity"``, ``"poly"`` or ``"gravity_gradient"`` for the torque models a kernel
+    restates, else ``None``."""
+    from ..physics.orbit import GravityGradientTorque
     from ..physics.torques import FreeTorque, GravityTorque, PolynomialMomentum
 
-    kinds = {FreeTorque: "free", GravityTorque: "gravity", PolynomialMomentum: "poly"}
+    kinds = {FreeTorque: "free", GravityTorque: "gravity", PolynomialMomentum: "poly",
+             GravityGradientTorque: "gravity_gradient"}
     return kinds.get(type(torque))
 
 
@@ -144,13 +149,18 @@ def keeps_stats(method) -> bool:
 
 def torque_params(torque, dtype):
     """The torque's parameters packed in one flat array of ``dtype`` (traceable):
-    gravity ``(mgl, com, up)``, polynomial momentum its ``(K, 3)`` coefficients row by row."""
+    gravity ``(mgl, com, up)``, polynomial momentum its ``(K, 3)`` coefficients row by row, the gravity
+    gradient ``(n, phase, J)``."""
     kind = torque_kind(torque)
     if kind == "gravity":
         return jnp.concatenate([jnp.reshape(jnp.asarray(torque.mgl, dtype), (1,)),
                                 jnp.asarray(torque.com, dtype).reshape(3), jnp.asarray(torque.up, dtype).reshape(3)])
     if kind == "poly":
         return jnp.asarray(torque.coeffs, dtype).reshape(-1)
+    if kind == "gravity_gradient":
+        return jnp.concatenate([jnp.reshape(jnp.asarray(torque.n, dtype), (1,)),
+                                jnp.reshape(jnp.asarray(torque.phase, dtype), (1,)),
+                                jnp.asarray(torque.J, dtype).reshape(3)])
     return jnp.zeros((1,), dtype)
 
 

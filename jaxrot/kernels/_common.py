@@ -139,7 +139,8 @@ def so3_funcs(S):
 
 @functools.lru_cache(maxsize=None)
 def torque_funcs(S, torque: str, K: int):
-    """The world torque ``tau(t, R, Pi; P)`` of a torque kind (``"free"``, ``"gravity"``, ``"poly"``)
+    """The world torque ``tau(t, R, Pi; P)`` of a torque kind (``"free"``, ``"gravity"``, ``"poly"``,
+    ``"gravity_gradient"``)
     with its parameters packed in the array ``P`` (see :func:`jaxrot.kernels.torque_params`), and
     ``momentum_derivative(t, P, m)``: ``L^(m)(t)`` of a prescribed polynomial momentum (``"poly"``:
     ``L(t) = sum_k t^k / k! c_k``, ``K`` coefficients)."""
@@ -151,6 +152,13 @@ def torque_funcs(S, torque: str, K: int):
     def gravity(R: M, P: wp.array(dtype=S)):
         chi = R @ V(P[1], P[2], P[3])
         return -P[0] * wp.cross(chi, V(P[4], P[5], P[6]))
+
+    @wp.func
+    def gravity_gradient(t: S, R: M, P: wp.array(dtype=S)):
+        # P = (n, phase, J): the nadir c = R^T (cos a, sin a, 0), a = n t + phase; tau = R (3 n^2 c x J c)
+        a = P[0] * t + P[1]
+        cb = wp.transpose(R) @ V(wp.cos(a), wp.sin(a), S(0.0))
+        return R @ ((S(3.0) * (P[0] * P[0])) * wp.cross(cb, wp.cw_mul(V(P[2], P[3], P[4]), cb)))
 
     @wp.func
     def momentum_derivative(t: S, P: wp.array(dtype=S), m: int):
@@ -168,9 +176,12 @@ def torque_funcs(S, torque: str, K: int):
             out = gravity(R, P)
         if wp.static(torque == "poly"):
             out = momentum_derivative(t, P, 1)
+        if wp.static(torque == "gravity_gradient"):
+            out = gravity_gradient(t, R, P)
         return out
 
-    return types.SimpleNamespace(tau=tau, gravity=gravity, momentum_derivative=momentum_derivative)
+    return types.SimpleNamespace(tau=tau, gravity=gravity, gravity_gradient=gravity_gradient,
+                                 momentum_derivative=momentum_derivative)
 
 
 def loop_kernel(S, init, step, reason=None, *, key: str):
