@@ -15,7 +15,7 @@ from ..integrators.dop853_coefficients import A as _A
 from ..integrators.dop853_coefficients import B as _B
 from ..integrators.dop853_coefficients import C as _C
 from ..geometry.so3 import DEXPINV_TAYLOR as _TC
-from ._common import SMALL_ANGLE2, so3_funcs, torque_funcs, warp
+from ._common import _T1, _T2, SMALL_ANGLE2, so3_funcs, torque_funcs, warp
 
 
 @functools.lru_cache(maxsize=None)
@@ -34,6 +34,8 @@ def make_rkmk8(S, name: str, torque: str, K: int):
     C = VN(*[S(float(x)) for x in _C])
     FREE = torque == "free"
     c0, c1, c2, c3, c4 = _TC
+    a0, a1, a2_, a3, a4 = _T1
+    b0, b1, b2, b3, b4 = _T2
     small = SMALL_ANGLE2
 
     @wp.func
@@ -54,6 +56,29 @@ def make_rkmk8(S, name: str, torque: str, K: int):
         return Om - S(0.5) * UxO + cc * wp.cross(-U, UxO)
 
     @wp.func
+    def exp_and_dexpinv_neg(U: V, Om: V):
+        """``(exp(hat U), dexp^{-1}_{-U}(Om))`` with the angle's square root and half-angle sine taken
+        once for both (the same values as ``c.exp(U)`` and ``dexpinv_neg(U, Om)``, one Taylor switch)."""
+        a2 = wp.dot(U, U)
+        s1 = S(0.0)
+        s2 = S(0.0)
+        cc = S(0.0)
+        if a2 < S(small):
+            s1 = (((S(a4) * a2 + S(a3)) * a2 + S(a2_)) * a2 + S(a1)) * a2 + S(a0)
+            s2 = (((S(b4) * a2 + S(b3)) * a2 + S(b2)) * a2 + S(b1)) * a2 + S(b0)
+            cc = (((S(c4) * a2 + S(c3)) * a2 + S(c2)) * a2 + S(c1)) * a2 + S(c0)
+        else:
+            a = wp.sqrt(a2)
+            half = S(0.5) * a
+            sh = wp.sin(half)
+            s1 = wp.sin(a) / a
+            s2 = S(2.0) * sh * sh / a2
+            cc = (S(1.0) - half * wp.cos(half) / sh) / a2
+        E = (S(1.0) - s2 * a2) * wp.identity(n=3, dtype=S) + s1 * wp.skew(U) + s2 * wp.outer(U, U)
+        UxO = wp.cross(-U, Om)
+        return E, Om - S(0.5) * UxO + cc * wp.cross(-U, UxO)
+
+    @wp.func
     def row(X: KM, j: int):
         return V(X[j, 0], X[j, 1], X[j, 2])
 
@@ -70,10 +95,13 @@ def make_rkmk8(S, name: str, torque: str, K: int):
             U = h * su
             Pc = Pi + h * sp
             Om = wp.cw_div(Pc, J)
-            Kv = dexpinv_neg(U, Om)
+            Kv = V(S(0.0), S(0.0), S(0.0))
             Fv = wp.cross(Pc, Om)
-            if wp.static(not FREE):
-                Ri = R @ c.exp(U)
+            if wp.static(FREE):
+                Kv = dexpinv_neg(U, Om)
+            else:
+                E, Kv = exp_and_dexpinv_neg(U, Om)
+                Ri = R @ E
                 Fv = Fv + wp.transpose(Ri) @ tq.tau(t + wp.static(C)[i] * h, Ri, Pc, P)
             for k in range(3):
                 Ks[i, k] = Kv[k]
