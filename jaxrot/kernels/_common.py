@@ -180,8 +180,25 @@ def torque_funcs(S, torque: str, K: int):
             out = gravity_gradient(t, R, P)
         return out
 
-    return types.SimpleNamespace(tau=tau, gravity=gravity, gravity_gradient=gravity_gradient,
-                                 momentum_derivative=momentum_derivative)
+    @wp.func
+    def body_tau_at(t: S, R: M, E: M, Pi: V, P: wp.array(dtype=S)):
+        """The body-frame torque ``(R E)^T tau(t, R E, Pi)`` at the attitude ``R E``, without forming
+        ``R E``: world vectors are brought to the body by ``E^T (R^T w)`` (gravity: ``-mgl c x (R E)^T up``)."""
+        out = V(S(0.0), S(0.0), S(0.0))
+        Et = wp.transpose(E)
+        Rt = wp.transpose(R)
+        if wp.static(torque == "gravity"):
+            out = -P[0] * wp.cross(V(P[1], P[2], P[3]), Et @ (Rt @ V(P[4], P[5], P[6])))
+        if wp.static(torque == "poly"):
+            out = Et @ (Rt @ momentum_derivative(t, P, 1))
+        if wp.static(torque == "gravity_gradient"):
+            a = P[0] * t + P[1]
+            cb = Et @ (Rt @ V(wp.cos(a), wp.sin(a), S(0.0)))
+            out = (S(3.0) * (P[0] * P[0])) * wp.cross(cb, wp.cw_mul(V(P[2], P[3], P[4]), cb))
+        return out
+
+    return types.SimpleNamespace(tau=tau, body_tau_at=body_tau_at, gravity=gravity,
+                                 gravity_gradient=gravity_gradient, momentum_derivative=momentum_derivative)
 
 
 def loop_kernel(S, init, step, reason=None, *, key: str):
