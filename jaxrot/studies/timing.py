@@ -31,14 +31,16 @@ def seconds_per_step(method, problem: Problem, dt: float, n_steps: int = 20000, 
     return best / n_steps
 
 
-def median_seconds(f, reps: int = 3) -> float:
+def median_seconds(f, reps: int = 3, min_seconds: float = 0.0, max_reps: int = 51) -> float:
     """Median wall time of ``f()`` (its result waited for) over ``reps`` calls, after one untimed call
-    that compiles and warms the caches."""
-    if reps < 1:
-        raise ValueError("need reps >= 1")
+    that compiles and warms the caches; with ``min_seconds``, more calls (at most ``max_reps``) until
+    the timed ones add up to it, so that a call of a millisecond is not judged on three samples of a
+    shared machine's noise."""
+    if reps < 1 or max_reps < reps:
+        raise ValueError("need 1 <= reps <= max_reps")
     jax.block_until_ready(f())
     ts = []
-    for _ in range(reps):
+    while len(ts) < reps or (sum(ts) < min_seconds and len(ts) < max_reps):
         t0 = time.perf_counter()
         jax.block_until_ready(f())
         ts.append(time.perf_counter() - t0)
