@@ -76,12 +76,12 @@ def test_the_generic_tests_enrol_a_registered_method():
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "tests.toy_method", "-q", "-p", "no:cacheprovider",
+    # one process: -v lists every test it ran with its outcome
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "tests.toy_method", "-v", "-p", "no:cacheprovider",
            "-n", "0", "tests/test_integrators.py", "-k", "toy_euler"]
-    listed = subprocess.run(cmd + ["--collect-only"], cwd=root, capture_output=True, text=True, timeout=600)
-    ids = [line for line in listed.stdout.splitlines() if "toy_euler" in line]
-    for generic in ("test_order_free_body", "test_invariants_torque_free", "test_jit_vmap_agree",
-                    "test_gradients_finite", "test_float32"):
-        assert any(f"{generic}[toy_euler]" in i for i in ids), (generic, listed.stdout[-2000:])
     ran = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-3000:]
+    passed = [line for line in ran.stdout.splitlines() if "toy_euler" in line and "PASSED" in line]
+    for generic in ("test_order_free_body", "test_invariants_torque_free", "test_jit_vmap_agree",
+                    "test_gradients_finite", "test_float32"):
+        assert any(f"{generic}[toy_euler]" in line for line in passed), (generic, ran.stdout[-2000:])

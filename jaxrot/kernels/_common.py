@@ -154,11 +154,19 @@ def torque_funcs(S, torque: str, K: int):
         return -P[0] * wp.cross(chi, V(P[4], P[5], P[6]))
 
     @wp.func
-    def gravity_gradient(t: S, R: M, P: wp.array(dtype=S)):
-        # P = (n, phase, J): the nadir c = R^T (cos a, sin a, 0), a = n t + phase; tau = R (3 n^2 c x J c)
+    def nadir(t: S, P: wp.array(dtype=S)):
+        # P = (n, phase, J): the world nadir (cos a, sin a, 0), a = n t + phase
         a = P[0] * t + P[1]
-        cb = wp.transpose(R) @ V(wp.cos(a), wp.sin(a), S(0.0))
-        return R @ ((S(3.0) * (P[0] * P[0])) * wp.cross(cb, wp.cw_mul(V(P[2], P[3], P[4]), cb)))
+        return V(wp.cos(a), wp.sin(a), S(0.0))
+
+    @wp.func
+    def gravity_gradient_body(cb: V, P: wp.array(dtype=S)):
+        """The body torque ``3 n^2 c x J c`` of the body-frame nadir ``c``."""
+        return (S(3.0) * (P[0] * P[0])) * wp.cross(cb, wp.cw_mul(V(P[2], P[3], P[4]), cb))
+
+    @wp.func
+    def gravity_gradient(t: S, R: M, P: wp.array(dtype=S)):
+        return R @ gravity_gradient_body(wp.transpose(R) @ nadir(t, P), P)
 
     @wp.func
     def momentum_derivative(t: S, P: wp.array(dtype=S), m: int):
@@ -192,9 +200,7 @@ def torque_funcs(S, torque: str, K: int):
         if wp.static(torque == "poly"):
             out = Et @ (Rt @ momentum_derivative(t, P, 1))
         if wp.static(torque == "gravity_gradient"):
-            a = P[0] * t + P[1]
-            cb = Et @ (Rt @ V(wp.cos(a), wp.sin(a), S(0.0)))
-            out = (S(3.0) * (P[0] * P[0])) * wp.cross(cb, wp.cw_mul(V(P[2], P[3], P[4]), cb))
+            out = gravity_gradient_body(Et @ (Rt @ nadir(t, P)), P)
         return out
 
     return types.SimpleNamespace(tau=tau, body_tau_at=body_tau_at, gravity=gravity,
