@@ -55,7 +55,7 @@ SUITE = {
     "Buss's time-dependent torque, T = 2": ("buss_torqued", 2.0, SUITE_TORQUED),
     "gravity-gradient satellite, two orbits": ("gravity_gradient", float(4 * np.pi), SUITE_TORQUED),
 }
-#: bodies per problem, 1 000 (the suite: seven problems and float32, about 45 minutes on two CPU cores)
+#: bodies per problem, 1 000 (the suite: seven problems and float32, about 30 minutes on two CPU cores)
 BODIES, SUITE_BODIES = 1000, 1000
 PAIRS = ["buss4(3)", "lie_taylor5(4)", "exact_split_tj4(2)"]
 #: pairs measured on torque-free problems only: on the tops exact_split_tj4(2) took 50-1000x the

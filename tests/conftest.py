@@ -26,9 +26,9 @@ if FAST_COMPILE and TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + TEST_XLA_FLAGS).strip()
 
 
-# Warp's kernels likewise (the fused executor's): LLVM at -O0 compiles them several times faster and,
-# with floating-point contraction off as jaxrot builds them, gives the same values; the compiled
-# binaries are cached under their own hash, apart from the default -O2 builds users run.
+# Warp's kernels likewise (the fused executor's): LLVM at -O0 compiles them faster and, with
+# floating-point contraction off as jaxrot builds them, gives the same values; Warp hashes the level,
+# so these builds are cached apart from the default -O2 builds users run.
 if FAST_COMPILE:
     try:
         import warp  # noqa: E402
