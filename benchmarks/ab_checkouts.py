@@ -1,12 +1,16 @@
-"""Driver overhead and throughput of two checkouts of jaxrot, alternated in one run.
+"""Driver overhead and throughput (or the fused kernels' cost) of two checkouts of jaxrot, alternated
+in one run.
 
     git worktree add /tmp/base <commit>
-    python benchmarks/ab_checkouts.py /tmp/base . --rounds 3
+    python benchmarks/ab_checkouts.py /tmp/base . --rounds 3 [--what kernels]
 
 Each round runs this script's measurement in a fresh process for each checkout (A, then B), so
 load on a shared machine hits both alike; the summary gives per-figure medians and B/A ratios.
 Figures (buss2p, fast top, float64, every CPU core a device): the wall time of a 10-step
 ``simulate`` call, one body's steps/s over 10^5 steps, and body-steps/s for 10^3 and 10^5 bodies.
+``--what kernels``: CPU time per body-step of ``rkmk8``'s fused kernel (300 bodies, 200 steps,
+median of 15 calls) on the asymmetric top, the gravity-gradient satellite, Buss's prescribed
+momentum and the free body.
 """
 
 from __future__ import annotations
@@ -59,21 +63,54 @@ def measure(repo: str) -> dict:
     return out
 
 
+def measure_kernels(repo: str) -> dict:
+    sys.path.insert(0, repo)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+
+    import jaxrot
+    from jaxrot import kernels
+
+    assert jaxrot.__file__.startswith(repo), jaxrot.__file__
+    sys.path.insert(0, f"{repo}/experiments")
+    from precision_runs import perturbed_batch
+
+    method, B, n = jaxrot.get("rkmk8"), 300, 200
+    out = {}
+    for name in ("asymmetric_top", "gravity_gradient", "buss_torqued", "free_body_mz"):
+        p = jaxrot.problems.get(name)
+        if not kernels.supports(method, p.system):
+            continue
+        S = perturbed_batch(p, B)
+        run = jax.jit(lambda S, system=p.system: kernels.fused_frames(method, system, S, 1e-2, 0.0, 1, n)[0])
+        run(S).block_until_ready()
+        ts = []
+        for _ in range(15):  # CPU time: steadier than wall time on a shared machine (one thread per body)
+            t0 = time.process_time()
+            run(S).block_until_ready()
+            ts.append(time.process_time() - t0)
+        out[f"rkmk8 {name} us/body-step"] = 1e6 * float(np.median(ts)) / (B * n)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a", help="checkout A (the baseline)")
     ap.add_argument("b", help="checkout B")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--what", choices=("driver", "kernels"), default="driver")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this checkout, print JSON
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one)))
+        print(json.dumps((measure_kernels if args.what == "kernels" else measure)(args.one)))
         return
     rows = {"A": [], "B": []}
     for k in range(args.rounds):
         for tag, repo in (("A", args.a), ("B", args.b)):
-            r = subprocess.run([sys.executable, __file__, args.a, args.b, "--one", repo], capture_output=True,
-                               text=True, check=True)
+            r = subprocess.run([sys.executable, __file__, args.a, args.b, "--one", repo, "--what", args.what],
+                               capture_output=True, text=True, check=True)
             rows[tag].append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(f"round {k + 1} {tag}: {rows[tag][-1]}", flush=True)
     print(f"\n| figure | A (median) | B (median) | B/A |\n|---|---|---|---|")

@@ -81,8 +81,7 @@ KERNELS: dict[str, KernelEntry] = {
     # one step agrees to 1-2 roundings; R rebuilt from a renormalised quaternion every step amplifies
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
     "euler_quat": KernelEntry(_rk, _TORQUED, "make_euler_quat", rtol64=5e-12),
-    # and the satellite's gravity gradient, whose problem it is the best stepping method for (any method
-    # whose kernel calls only tau could take it: one word in its torques)
+    # and the satellite's gravity gradient (in the precision suite the best stepping method there)
     "rkmk8": KernelEntry(_rkmk, (*_TORQUED, "gravity_gradient"), "make_rkmk8"),
     **{name: KernelEntry(_splitting, ("free",), "make_split") for name in _splitting.NAMES},
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton

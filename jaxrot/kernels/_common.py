@@ -85,7 +85,8 @@ FUSE_FP = False
 @functools.lru_cache(maxsize=None)
 def so3_funcs(S):
     """Warp functions on 3-vectors and 3x3 matrices of scalar type ``S`` (restating
-    :mod:`jaxrot.geometry.so3`): ``exp``, ``reorthogonalize``, ``world_increment``, ``inv_inertia``."""
+    :mod:`jaxrot.geometry.so3`): ``exp`` (and its parts ``rodrigues12_half``, ``exp_of``),
+    ``reorthogonalize``, ``world_increment``, ``inv_inertia``."""
     wp = warp()
     V = wp.types.vector(3, S)
     M = wp.types.matrix((3, 3), S)
@@ -94,27 +95,36 @@ def so3_funcs(S):
     small = SMALL_ANGLE2
 
     @wp.func
-    def rodrigues12(a2: S):
-        """(S1, S2) = (sin a / a, (1 - cos a) / a^2) of the squared angle, Taylor below 1e-2."""
+    def rodrigues12_half(a2: S):
+        """(S1, S2, a/2, sin(a/2)) with (S1, S2) = (sin a / a, (1 - cos a) / a^2) of the squared angle,
+        Taylor below 1e-2 (where the half angle and its sine are not formed: returned as zeros)."""
         s1 = S(0.0)
         s2 = S(0.0)
+        half = S(0.0)
+        h = S(0.0)
         if a2 < S(small):
             s1 = (((S(a4) * a2 + S(a3)) * a2 + S(a2_)) * a2 + S(a1)) * a2 + S(a0)
             s2 = (((S(b4) * a2 + S(b3)) * a2 + S(b2)) * a2 + S(b1)) * a2 + S(b0)
         else:
             a = wp.sqrt(a2)
-            h = wp.sin(S(0.5) * a)
+            half = S(0.5) * a
+            h = wp.sin(half)
             s1 = wp.sin(a) / a
             s2 = S(2.0) * h * h / a2
-        return s1, s2
+        return s1, s2, half, h
+
+    @wp.func
+    def exp_of(v: V, a2: S, s1: S, s2: S):
+        """``exp(hat v)`` (Rodrigues) from ``|v|^2`` and its coefficients: ``cos a 1 + S1 hat v + S2 v v^T``."""
+        c = S(1.0) - s2 * a2
+        return c * wp.identity(n=3, dtype=S) + s1 * wp.skew(v) + s2 * wp.outer(v, v)
 
     @wp.func
     def exp(v: V):
-        """``exp(hat v)`` (Rodrigues): ``cos a 1 + S1 hat v + S2 v v^T``."""
+        """``exp(hat v)``."""
         a2 = wp.dot(v, v)
-        s1, s2 = rodrigues12(a2)
-        c = S(1.0) - s2 * a2
-        return c * wp.identity(n=3, dtype=S) + s1 * wp.skew(v) + s2 * wp.outer(v, v)
+        s1, s2, half, h = rodrigues12_half(a2)
+        return exp_of(v, a2, s1, s2)
 
     @wp.func
     def reorthogonalize(R: M):
@@ -133,7 +143,8 @@ def so3_funcs(S):
         """``I_w^-1 x = R diag(1/J) R^T x``."""
         return R @ wp.cw_div(wp.transpose(R) @ x, J)
 
-    return types.SimpleNamespace(V=V, M=M, exp=exp, reorthogonalize=reorthogonalize,
+    return types.SimpleNamespace(V=V, M=M, exp=exp, exp_of=exp_of, rodrigues12_half=rodrigues12_half,
+                                 reorthogonalize=reorthogonalize,
                                  world_increment=world_increment, inv_inertia=inv_inertia)
 
 
