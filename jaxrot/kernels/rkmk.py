@@ -36,6 +36,10 @@ def make_rkmk8(S, name: str, torque: str, K: int):
     B = VN(*[S(float(x)) for x in _B])
     C = VN(*[S(float(x)) for x in _C])
     FREE = torque == "free"
+    # which coefficients are nonzero (a sixth of DOP853's are zero): their terms are left out of the
+    # generated code, as the compiler may not drop x * 0.0 itself (x could be inf or NaN)
+    NZA = [[bool(_A[i, j] != 0.0) for j in range(n)] for i in range(n)]
+    NZB = [bool(x != 0.0) for x in _B]
     c0, c1, c2, c3, c4 = _TC
     small = SMALL_ANGLE2
 
@@ -81,8 +85,9 @@ def make_rkmk8(S, name: str, torque: str, K: int):
             su = V(S(0.0), S(0.0), S(0.0))
             sp = V(S(0.0), S(0.0), S(0.0))
             for j in range(i):
-                su = su + wp.static(A)[i, j] * row(Ks, j)
-                sp = sp + wp.static(A)[i, j] * row(Fs, j)
+                if wp.static(NZA[i][j]):
+                    su = su + wp.static(A)[i, j] * row(Ks, j)
+                    sp = sp + wp.static(A)[i, j] * row(Fs, j)
             U = h * su
             Pc = Pi + h * sp
             Om = wp.cw_div(Pc, J)
@@ -106,8 +111,9 @@ def make_rkmk8(S, name: str, torque: str, K: int):
         sk = V(S(0.0), S(0.0), S(0.0))
         sf = V(S(0.0), S(0.0), S(0.0))
         for i in range(n):
-            sk = sk + wp.static(B)[i] * row(Ks, i)
-            sf = sf + wp.static(B)[i] * row(Fs, i)
+            if wp.static(NZB[i]):
+                sk = sk + wp.static(B)[i] * row(Ks, i)
+                sf = sf + wp.static(B)[i] * row(Fs, i)
         return R @ c.exp(h * sk), Pi + h * sf, Amem
 
     return init, step
