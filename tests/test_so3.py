@@ -1,3 +1,5 @@
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -196,3 +198,41 @@ def test_rotation_angle_of_a_diverged_attitude_is_nan():
     bad = jnp.full((3, 3), jnp.nan)
     assert np.isnan(float(so3.rotation_angle(bad, jnp.eye(3))))
     assert np.isnan(float(so3.rotation_angle(jnp.eye(3), bad.at[0, 0].set(jnp.inf))))
+
+
+@pytest.mark.parametrize("kind", ["s1", "s2", "dexpinv"])
+@pytest.mark.parametrize("x_max", [1e-2, 0.25, 1.0, 2.25])
+def test_series_coefficients_reach_the_rounding(kind, x_max):
+    """The truncated series (so3.series_coefficients, used by rkmk8's kernel) agree with the closed
+    forms, evaluated in extended precision, to a few roundings on their whole range, and one term
+    fewer would not."""
+    import math
+    from fractions import Fraction
+
+    eps = float(np.finfo(np.float64).eps)
+    c = so3.series_coefficients(kind, x_max, eps)
+    assert [round(1 / v) for v in c[:2]] == {"s1": [1, -6], "s2": [2, -24], "dexpinv": [12, 720]}[kind]
+
+    B = so3._bernoulli(122)
+
+    def exact(x):  # the closed form from a 60-term sum in exact fractions (x is a float)
+        X, total = Fraction(x), Fraction(0)
+        for k in range(60):
+            if kind == "s1":
+                t = Fraction((-1) ** k, math.factorial(2 * k + 1))
+            elif kind == "s2":
+                t = Fraction((-1) ** k, math.factorial(2 * k + 2))
+            else:
+                t = abs(B[2 * k + 2]) / math.factorial(2 * k + 2)
+            total += t * X ** k
+        return float(total)
+
+    xs = np.linspace(0.0, x_max, 9)[1:]
+    want = np.array([exact(x) for x in xs])
+    horner = lambda cs, x: functools.reduce(lambda r, a: r * x + a, cs[::-1], 0.0)  # noqa: E731
+    got = np.array([horner(c, x) for x in xs])
+    assert np.max(np.abs(got / want - 1)) <= 4 * eps
+    shorter = np.array([horner(c[:-1], x) for x in xs])
+    assert np.max(np.abs(shorter / want - 1)) > eps / 4
+    with pytest.raises(ValueError, match="outside the range"):
+        so3.series_coefficients(kind, 50.0, eps)

@@ -28,6 +28,64 @@ RODRIGUES_TAYLOR = ([1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880],
 DEXPINV_TAYLOR = [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160]
 
 
+def _bernoulli(n: int) -> list:
+    """B_0 ... B_n as exact fractions (B_1 = -1/2), by the recurrence sum_k C(m+1, k) B_k = 0."""
+    from fractions import Fraction
+    from math import comb
+
+    B = [Fraction(1)]
+    for m in range(1, n + 1):
+        B.append(-sum(comb(m + 1, k) * B[k] for k in range(m)) / (m + 1))
+    return B
+
+
+def series_coefficients(kind: str, x_max: float, eps: float) -> list[float]:
+    """Coefficients in ``x = a^2`` (lowest first) of the power series of ``"s1"`` = sin a / a,
+    ``"s2"`` = (1 - cos a) / a^2 or ``"dexpinv"`` = (1 - (a/2) cot(a/2)) / a^2, truncated where the
+    remainder is below ``eps / 4`` of the function's value on ``0 <= x <= x_max`` (``x_max < 4 pi^2``).
+
+    The terms are exact: (-1)^k / (2k+1)!, (-1)^k / (2k+2)! and |B_(2k+2)| / (2k+2)! (Bernoulli
+    numbers). The first two series alternate with decreasing terms (for x_max < 6), so the first term
+    left out bounds the remainder; the third has positive terms whose ratio rises to 1 / (4 pi^2),
+    bounding the remainder by the first term left out over 1 - x_max / (4 pi^2)."""
+    from fractions import Fraction
+    from math import factorial, pi
+
+    if not 0 < x_max < (6.0 if kind in ("s1", "s2") else 4 * pi ** 2):
+        raise ValueError(f"x_max = {x_max} is outside the range where the {kind} bound holds")
+    if kind == "s1":
+        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 1))), _sinc_at(x_max), 1.0
+    elif kind == "s2":
+        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 2))), _versinc_at(x_max), 1.0
+    elif kind == "dexpinv":
+        B = _bernoulli(64)
+        term, low, tail = (lambda k: abs(B[2 * k + 2]) / factorial(2 * k + 2)), 1 / 12, 1 / (1 - x_max / (4 * pi ** 2))
+    else:
+        raise ValueError(f"unknown series {kind!r}")
+    coeffs = []
+    for k in range(30):
+        coeffs.append(term(k))
+        if float(abs(term(k + 1))) * x_max ** (k + 1) * tail <= eps / 4 * low:
+            return [float(c) for c in coeffs]
+    raise ValueError(f"{kind}: more than 30 terms for x_max = {x_max}, eps = {eps}")
+
+
+def _sinc_at(x: float) -> float:
+    """sin a / a at a^2 = x (its least value on [0, x] for x < pi^2)."""
+    import math
+
+    a = math.sqrt(x)
+    return math.sin(a) / a
+
+
+def _versinc_at(x: float) -> float:
+    """(1 - cos a) / a^2 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
+    import math
+
+    a = math.sqrt(x)
+    return 2 * math.sin(a / 2) ** 2 / x
+
+
 # Tiny products written out component by component: XLA fuses them with the surrounding
 # elementwise code into one kernel (vectorised over a vmapped batch), whereas a 3x3 ``dot`` is a
 # separate small-GEMM call. That is faster for a vmapped batch and slower for one body (the

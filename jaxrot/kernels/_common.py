@@ -9,10 +9,13 @@ kernel: a quotient written inside a kernel (``S(1.0 / 6.0)``) would be evaluated
 
 import contextlib
 import functools
+import math
 import os
 import sys
 import types
 import typing
+
+import numpy as np
 
 from ..geometry import so3
 
@@ -79,6 +82,30 @@ def _quiet_stderr(active: bool):
 # the Taylor coefficients and threshold of jaxrot.so3 (one set of numbers for both codes)
 _T1, _T2, _T3 = so3.RODRIGUES_TAYLOR
 SMALL_ANGLE2 = so3.SMALL_ANGLE2
+#: below the last of these squared angles (1.5 rad) rkmk8's kernel takes S1, S2 and dexp^{-1}'s
+#: coefficient from their power series, truncated for each tier (``so3_funcs``), beyond it from sines
+#: and cosines; the first tier is so3's own Taylor range
+SERIES_TIERS = (SMALL_ANGLE2, 0.25, 1.0, 2.25)
+SERIES_ANGLE2 = SERIES_TIERS[-1]
+
+
+@functools.lru_cache(maxsize=None)
+def _poly(S, coeffs: tuple):
+    """A Warp function evaluating the polynomial with ``coeffs`` (lowest degree first) at ``x`` by
+    Horner's rule, the coefficients as literals."""
+    wp = warp()
+    c = [float(v) for v in reversed(coeffs)]
+
+    @wp.func
+    def poly(x: S):
+        r = S(wp.static(c[0]))
+        for k in range(1, wp.static(len(c))):
+            r = r * x + S(wp.static(c[k]))
+        return r
+
+    return poly
+
+
 FUSE_FP = False
 
 
@@ -113,6 +140,41 @@ def so3_funcs(S):
             s2 = S(2.0) * h * h / a2
         return s1, s2, half, h
 
+    # S1, S2 and dexp^{-1}'s c as polynomials in a^2 on the squared-angle tiers of SERIES_TIERS (each
+    # series truncated at the dtype's rounding on its tier, so3.series_coefficients): a few
+    # multiply-adds instead of a square root, two sines, a cosine and divisions; the tiers keep the
+    # polynomials short where the angle is small (5 terms below 0.1 rad, up to 13 below 1.5 rad)
+    eps = float(np.finfo(np.float32 if S == wp.float32 else np.float64).eps)
+    P1, P2, PC = ([_poly(S, tuple(so3.series_coefficients(k, x, eps))) for x in SERIES_TIERS]
+                  for k in ("s1", "s2", "dexpinv"))
+    NT = len(SERIES_TIERS)
+
+    @wp.func
+    def rodrigues12_dexpinv_series(a2: S):
+        """(S1, S2, c) of the squared angle ``a2 < SERIES_ANGLE2`` from their power series."""
+        s1 = S(0.0)
+        s2 = S(0.0)
+        cc = S(0.0)
+        done = False
+        for k in range(wp.static(NT)):
+            if not done and a2 < S(wp.static(SERIES_TIERS[k])):
+                s1 = wp.static(P1[k])(a2)
+                s2 = wp.static(P2[k])(a2)
+                cc = wp.static(PC[k])(a2)
+                done = True
+        return s1, s2, cc
+
+    @wp.func
+    def dexpinv_series(a2: S):
+        """dexp^{-1}'s c of the squared angle ``a2 < SERIES_ANGLE2`` from its power series."""
+        cc = S(0.0)
+        done = False
+        for k in range(wp.static(NT)):
+            if not done and a2 < S(wp.static(SERIES_TIERS[k])):
+                cc = wp.static(PC[k])(a2)
+                done = True
+        return cc
+
     @wp.func
     def exp_of(v: V, a2: S, s1: S, s2: S):
         """``exp(hat v)`` (Rodrigues) from ``|v|^2`` and its coefficients: ``cos a 1 + S1 hat v + S2 v v^T``."""
@@ -144,6 +206,7 @@ def so3_funcs(S):
         return R @ wp.cw_div(wp.transpose(R) @ x, J)
 
     return types.SimpleNamespace(V=V, M=M, exp=exp, exp_of=exp_of, rodrigues12_half=rodrigues12_half,
+                                 rodrigues12_dexpinv_series=rodrigues12_dexpinv_series, dexpinv_series=dexpinv_series,
                                  reorthogonalize=reorthogonalize,
                                  world_increment=world_increment, inv_inertia=inv_inertia)
 
@@ -188,6 +251,21 @@ def torque_funcs(S, torque: str, K: int):
             fact = fact * t / S(k - m + 1)
         return out
 
+    # 1/k! as constants, for L'(t) by Horner's rule with multiplications only (body_tau_at)
+    IF = [1.0 / math.factorial(k) for k in range(max(K, 1))]
+
+    @wp.func
+    def momentum_rate(t: S, P: wp.array(dtype=S)):
+        """``L'(t) = sum_(k>=1) t^(k-1) / (k-1)! c_k``, as ``momentum_derivative(t, P, 1)`` without its
+        divisions (rounds differently)."""
+        out = V(S(0.0), S(0.0), S(0.0))
+        if wp.static(K >= 2):
+            out = S(wp.static(IF[K - 2])) * V(P[3 * (K - 1)], P[3 * (K - 1) + 1], P[3 * (K - 1) + 2])
+            for j in range(wp.static(K - 2)):
+                out = out * t + S(wp.static(IF[K - 3 - j])) * V(P[3 * (K - 2 - j)], P[3 * (K - 2 - j) + 1],
+                                                                P[3 * (K - 2 - j) + 2])
+        return out
+
     @wp.func
     def tau(t: S, R: M, Pi: V, P: wp.array(dtype=S)):
         out = V(S(0.0), S(0.0), S(0.0))
@@ -209,20 +287,21 @@ def torque_funcs(S, torque: str, K: int):
         if wp.static(torque == "gravity"):
             out = -P[0] * wp.cross(V(P[1], P[2], P[3]), Et @ (Rt @ V(P[4], P[5], P[6])))
         if wp.static(torque == "poly"):
-            out = Et @ (Rt @ momentum_derivative(t, P, 1))
+            out = Et @ (Rt @ momentum_rate(t, P))
         if wp.static(torque == "gravity_gradient"):
             out = gravity_gradient_body(Et @ (Rt @ nadir(t, P)), P)
         return out
 
     return types.SimpleNamespace(tau=tau, body_tau_at=body_tau_at, gravity=gravity,
-                                 gravity_gradient=gravity_gradient, momentum_derivative=momentum_derivative)
+                                 gravity_gradient=gravity_gradient, gravity_gradient_body=gravity_gradient_body,
+                                 momentum_derivative=momentum_derivative)
 
 
 def loop_kernel(S, init, step, reason=None, *, key: str):
     """The fused run: one thread per body, ``n_frames * save_every`` steps of ``step`` from ``init``'s
     memory, every ``save_every``-th state written, the first failed step flagged.
 
-    ``init(R, Pi, J, P) -> A`` and ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` are Warp functions of
+    ``init(R, Pi, J, P, h) -> A`` and ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` are Warp functions of
     one body (``A``: a vector of memory, e.g. Buss's world momentum). ``reason(Pi, A) -> int``, if
     given, is a step's :class:`jaxrot.RESULTS` code (default: 2, non-finite state, where ``Pi`` is not
     finite, else 0)."""
@@ -248,7 +327,7 @@ def loop_kernel(S, init, step, reason=None, *, key: str):
         dt = dtv[0]
         t0 = t0v[0]
         J = Jv[0]
-        A = init(R, Pi, J, P)
+        A = init(R, Pi, J, P, dt)
         k = int(0)
         failed = int(-1)
         code = int(0)

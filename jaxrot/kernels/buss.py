@@ -48,7 +48,7 @@ def make(S, name: str, torque: str, K: int):
     B2 = name == "buss2"
 
     @wp.func
-    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
         return R @ Pi
 
     @wp.func

@@ -49,7 +49,7 @@ def make_dmv(S, name: str, torque: str, K: int):
     assert m.newton.chord == 0
 
     @wp.func
-    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
         return V(S(1.0), S(0.0), S(0.0))  # A[0]: 1 while every solve converged
 
     @wp.func

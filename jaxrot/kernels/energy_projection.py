@@ -95,8 +95,8 @@ def make_ep(S, name: str, torque: str, K: int):
         return c.reorthogonalize(R @ c.exp(coef * cr))
 
     @wp.func
-    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
-        a = base_init(R, Pi, J, P)
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
+        a = base_init(R, Pi, J, P, h)
         q = wp.cw_div(wp.cw_mul(Pi, Pi), J)
         return A5(a[0], a[1], a[2], S(0.5) * (q[0] + q[1] + q[2]), wp.dot(Pi, Pi))
 

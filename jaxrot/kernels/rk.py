@@ -26,7 +26,7 @@ def make(S, name: str, torque: str, K: int):
     FREE = torque == "free"
 
     @wp.func
-    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
         return V(S(0.0), S(0.0), S(0.0))
 
     @wp.func
@@ -68,7 +68,7 @@ def make_euler_quat(S, name: str, torque: str, K: int):
     FREE = torque == "free"
 
     @wp.func
-    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
         return V(S(0.0), S(0.0), S(0.0))
 
     @wp.func

@@ -13,12 +13,12 @@ allow after 1000 steps.
 """
 
 import functools
+import typing
 
 from ..integrators.dop853_coefficients import A as _A
 from ..integrators.dop853_coefficients import B as _B
 from ..integrators.dop853_coefficients import C as _C
-from ..geometry.so3 import DEXPINV_TAYLOR as _TC
-from ._common import SMALL_ANGLE2, so3_funcs, torque_funcs, warp
+from ._common import SERIES_ANGLE2, so3_funcs, torque_funcs, warp
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,19 +40,28 @@ def make_rkmk8(S, name: str, torque: str, K: int):
     # generated code, as the compiler may not drop x * 0.0 itself (x could be inf or NaN)
     NZA = [[bool(_A[i, j] != 0.0) for j in range(n)] for i in range(n)]
     NZB = [bool(x != 0.0) for x in _B]
-    c0, c1, c2, c3, c4 = _TC
-    small = SMALL_ANGLE2
+    series = SERIES_ANGLE2
+
+    GG = torque == "gravity_gradient"
+    CS = wp.types.matrix((n, 2), S)
 
     @wp.func
-    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
-        return V(S(0.0), S(0.0), S(0.0))
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
+        # the gravity gradient: cos and sin of each stage's advance of the orbit, n c_i h, which turn the
+        # step's nadir (cos a, sin a) into the stage's, so that a step takes one cosine and one sine
+        # instead of one of each per stage; other torques: no memory
+        if wp.static(GG):
+            cs = CS()
+            for i in range(n):
+                d = P[0] * wp.static(C)[i] * h
+                cs[i, 0] = wp.cos(d)
+                cs[i, 1] = wp.sin(d)
+            return cs
+        else:
+            return V(S(0.0), S(0.0), S(0.0))
 
     # dexp^{-1}_{-U}(Om) = Om - U x Om / 2 + c U x (U x Om) (so3.dexpinv(-U, Om)), with
-    # c = (1 - (a/2) cot(a/2)) / a^2 of a = |U|, its Taylor series below the switch
-    @wp.func
-    def dexpinv_c_taylor(a2: S):
-        return (((S(c4) * a2 + S(c3)) * a2 + S(c2)) * a2 + S(c1)) * a2 + S(c0)
-
+    # c = (1 - (a/2) cot(a/2)) / a^2 of a = |U|, its power series below SERIES_ANGLE2
     @wp.func
     def dexpinv_c(a2: S, half: S, sh: S):
         return (S(1.0) - half * wp.cos(half) / sh) / a2
@@ -66,8 +75,8 @@ def make_rkmk8(S, name: str, torque: str, K: int):
     def dexpinv_neg(U: V, Om: V):
         a2 = wp.dot(U, U)
         cc = S(0.0)
-        if a2 < S(small):
-            cc = dexpinv_c_taylor(a2)
+        if a2 < S(series):
+            cc = c.dexpinv_series(a2)
         else:
             half = S(0.5) * wp.sqrt(a2)
             cc = dexpinv_c(a2, half, wp.sin(half))
@@ -78,9 +87,14 @@ def make_rkmk8(S, name: str, torque: str, K: int):
         return V(X[j, 0], X[j, 1], X[j, 2])
 
     @wp.func
-    def step(R: M, Pi: V, Amem: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
+    def step(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
         Ks = KM()
         Fs = KM()
+        ca = S(0.0)
+        sa = S(0.0)
+        if wp.static(GG):  # the step's nadir angle n t + phase
+            ca = wp.cos(P[0] * t + P[1])
+            sa = wp.sin(P[0] * t + P[1])
         for i in range(n):
             su = V(S(0.0), S(0.0), S(0.0))
             sp = V(S(0.0), S(0.0), S(0.0))
@@ -97,14 +111,21 @@ def make_rkmk8(S, name: str, torque: str, K: int):
                 Kv = dexpinv_neg(U, Om)
             else:  # R_i's exponential and dexp^{-1} share the angle's square root and half-angle sine
                 a2 = wp.dot(U, U)
-                s1, s2, half, sh = c.rodrigues12_half(a2)
+                s1 = S(0.0)
+                s2 = S(0.0)
                 cc = S(0.0)
-                if a2 < S(small):
-                    cc = dexpinv_c_taylor(a2)
+                if a2 < S(series):
+                    s1, s2, cc = c.rodrigues12_dexpinv_series(a2)
                 else:
+                    s1, s2, half, sh = c.rodrigues12_half(a2)
                     cc = dexpinv_c(a2, half, sh)
                 Kv = dexpinv_neg_with(U, Om, cc)
-                Fv = Fv + tq.body_tau_at(t + wp.static(C)[i] * h, R, c.exp_of(U, a2, s1, s2), Pc, P)
+                E = c.exp_of(U, a2, s1, s2)
+                if wp.static(GG):  # the stage's world nadir, turned from the step's by n c_i h
+                    w = V(ca * Amem[i, 0] - sa * Amem[i, 1], sa * Amem[i, 0] + ca * Amem[i, 1], S(0.0))
+                    Fv = Fv + tq.gravity_gradient_body(wp.transpose(E) @ (wp.transpose(R) @ w), P)
+                else:
+                    Fv = Fv + tq.body_tau_at(t + wp.static(C)[i] * h, R, E, Pc, P)
             for k in range(3):
                 Ks[i, k] = Kv[k]
                 Fs[i, k] = Fv[k]

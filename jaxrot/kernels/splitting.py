@@ -56,7 +56,7 @@ def make_split(S, name: str, torque: str, K: int):
     two = VI(*[1 if len(cs) == 2 else 0 for _, cs in table])
 
     @wp.func
-    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S)):
+    def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
         return V(S(0.0), S(0.0), S(0.0))
 
     @wp.func
