@@ -274,14 +274,26 @@ def smallest_passing_count(passes, n_start: int = 4, n_max: int = 1 << 20, rel: 
     return hi, tried
 
 
-def loosest_passing_tolerance(passes, start: float, factor: float = 10 ** -0.5, tries: int = 12):
+def loosest_passing_tolerance(passes, start: float, factor: float = 10 ** -0.5, tries: int = 12, refine: int = 0):
     """The loosest of ``start, start*factor, start*factor^2, ...`` for which ``passes(tol)`` is True
-    (``None`` after ``tries`` failures). Returns ``(tol, evaluations)``."""
+    (``None`` after ``tries`` failures), then ``refine`` geometric bisections between it and the last
+    failing tolerance (each halves the ratio's logarithm: ``refine=1`` with the default factor gives a
+    resolution of 10^(1/4)). Returns ``(tol, evaluations)``."""
     tried = {}
-    tol = float(start)
+    tol, failed = float(start), None
     for _ in range(tries):
         tried[tol] = bool(passes(tol))
         if tried[tol]:
-            return tol, tried
-        tol *= factor
-    return None, tried
+            break
+        tol, failed = tol * factor, tol
+    else:
+        return None, tried
+    if failed is not None:  # a looser tolerance failed: bisect between the two
+        for _ in range(refine):
+            mid = float(np.sqrt(tol * failed))
+            tried[mid] = bool(passes(mid))
+            if tried[mid]:
+                tol = mid
+            else:
+                failed = mid
+    return tol, tried
