@@ -61,6 +61,21 @@ def test_precision_bench_quick(tmp_path):
         assert (tmp_path / f).stat().st_size > 0
 
 
+@pytest.mark.slow  # a --quick benchmark
+def test_unseen_bench_quick(tmp_path):
+    """On a problem outside the suite (a plain-function torque), jaxrot.suggest's step met the
+    tolerance within 3x (the suggestion aims at it from trial runs, tests/test_suggest.py), and the
+    comparison's rows and files were written."""
+    from jaxrot.experiments import bench_unseen
+
+    res = bench_unseen.main(quick=True, out_dir=tmp_path)
+    (s,) = res["summary"]
+    assert s["method"] == "rkmk8" and 0 < s["err_ratio"] <= 3.0 and s["us"] > 0
+    assert s["peer"] == "diffrax Tsit5" and s["ratio"] > 0 and s["vs_searched"] > 0
+    for f in ["bench_unseen.md", "bench_unseen.json", "bench_unseen.png"]:
+        assert (tmp_path / f).stat().st_size > 0
+
+
 def test_numpy_baseline_is_the_same_update():
     # the benchmark compares like with like: the NumPy step equals jaxrot's step
     import jax.numpy as jnp

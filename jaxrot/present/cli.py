@@ -23,7 +23,7 @@ EXPERIMENTS = {
     "roblox": "jaxrot.experiments.roblox",
 }
 BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss", "throughput": "jaxrot.experiments.bench_throughput",
-              "precision": "jaxrot.experiments.bench_precision"}
+              "precision": "jaxrot.experiments.bench_precision", "unseen": "jaxrot.experiments.bench_unseen"}
 
 
 def _list(args) -> int:
