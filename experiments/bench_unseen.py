@@ -67,7 +67,8 @@ def unseen_problems(seed: int = SEED) -> dict[str, Problem]:
     J = _physical_J(rng)
     n = float(rng.uniform(0.5, 2.0))
     out["satellite, random body and orbit"] = gravity_gradient_satellite(
-        J=tuple(J), n=n, libration=tuple(0.15 * rng.normal(size=3)), rate=tuple(0.05 * rng.normal(size=3)),
+        J=tuple(float(x) for x in J), n=n, libration=tuple(float(x) for x in 0.15 * rng.normal(size=3)),
+        rate=tuple(float(x) for x in 0.05 * rng.normal(size=3)),
         t_end=3 * 2 * np.pi / n)
 
     J = _physical_J(rng)
