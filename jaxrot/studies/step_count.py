@@ -4,7 +4,10 @@ A method of order ``p`` has, for small enough steps, the global error ``e(n) ~ C
 steps over a span. Runs with ``n, 2n, 4n, ...`` steps give the differences
 ``d_k = angle(R_{n_k}, R_{2 n_k})`` (maximum over a batch); once two successive differences shrink
 by about ``2^p`` the runs are in that regime, the error of the finer run is
-``e = d / (2^p - 1)`` (Richardson), and ``N = n (e / tol)^(1/p)`` steps reach ``tol``. The short
+``e = d / (2^p - 1)`` (Richardson), and ``N = n (e / tol)^(1/p)`` steps reach ``tol``. Where the
+estimate already meets ``tol`` before that regime, the observed rate ``q = log2(d_(k-1) / d_k)``
+replaces ``p`` if it is lower (``e = d / (2^q - 1)``, ``N = n (e / tol)^(1/q)``): the error may still
+be falling more slowly than ``h^p`` there. The short
 runs cost about twice the largest of them, usually a fraction of the final run.
 
 Reference: Hairer, Nørsett, Wanner, *Solving ODEs I*, II.4 (global error estimation by
@@ -19,6 +22,10 @@ import math
 import numpy as np
 
 from .analysis import attitude_error
+
+
+#: the largest difference of two trial runs' final attitudes (rad) from which a convergence rate is taken
+SMALL_DIFFERENCE = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,11 +83,17 @@ def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = 
         R2 = final_R(2 * n)
         trial += 2 * n
         d = angle(R, R2)
-        est = d / (2.0 ** p - 1.0)
-        observed = None if d_prev is None or d == 0 else math.log2(d_prev / d) if d_prev > 0 else None
+        # a rate needs both differences small: near a difference of 1 rad the attitude error saturates
+        # (it cannot exceed pi), and a ratio of two such differences says nothing of the order
+        observed = (math.log2(d_prev / d) if d_prev is not None and 0 < d and 0 < d_prev < SMALL_DIFFERENCE
+                    else None)
         asymptotic = observed is not None and p - 1.0 <= observed <= p + 1.5
-        if (np.isfinite(d) and est <= tol and d_prev is not None) or asymptotic:
-            N = max(1, math.ceil(2 * n * (est / tol) ** (1.0 / p))) if est > 0 else 1
+        # before the asymptotic regime the error may still fall more slowly than h^p: the slower observed
+        # rate then gives the (larger) estimate and the (larger) count
+        q = observed if observed is not None and 1.0 <= observed < p else float(p)
+        est = d / (2.0 ** q - 1.0)
+        if (np.isfinite(d) and est <= tol and observed is not None) or asymptotic:
+            N = max(1, math.ceil(2 * n * (est / tol) ** (1.0 / q))) if est > 0 else 1
             return StepCount(N, est, trial, observed)
         n, R, d_prev = 2 * n, R2, d
     raise ValueError(f"{method}: the trial runs up to {n} steps did not reach the asymptotic regime "
