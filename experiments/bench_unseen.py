@@ -7,11 +7,11 @@ spin; a gravity-gradient satellite with a random body and orbit rate over three 
 periodically forced body whose torque is a plain Python function (``jaxrot.Torque``); an
 axisymmetric top with its centre of mass off the axis; a free asymmetric body. Tolerances 1e-5 and
 1e-8 (the suite's are 1e-6 and 1e-10). For each: the batch of the suite (perturbed initial states,
-``SUITE_BODIES`` bodies), its reference, ``jaxrot.suggest(problem, tol, state0=<the first 100
-bodies>)``, its run on the whole batch (``executor=jaxrot.Fused()`` where the method has a kernel, as
+``SUITE_BODIES`` bodies), its reference, ``jaxrot.suggest(problem, tol, state0=<the batch>)``, its
+run on the batch (``executor=jaxrot.Fused()`` where the method has a kernel, as
 in the suite) with its error and time, the smallest step count of the same method that meets the
 tolerance (searched as in the suite), and the peers at their loosest passing tolerance. Writes
-``bench_unseen.{json,md,png}``.
+``bench_unseen.{json,md,png}`` (``--seed N``: five other problems, ``bench_unseen_seedN.*``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from jaxrot.physics.orbit import gravity_gradient_satellite
 from jaxrot.physics.torques import GravityTorque
 
 from ._common import md_table, setup, write_json
-from .precision_runs import (SEARCH_BODIES, diffrax_row, fixed_step_row, head, max_error, median_time,
-                             perturbed_batch, reference_states)
+from .precision_runs import diffrax_row, fixed_step_row, max_error, median_time, perturbed_batch, reference_states
 
 TOLS = (1e-5, 1e-8)
 PEERS = ["Tsit5", "Dopri8"]
@@ -102,10 +101,10 @@ def unseen_problems(seed: int = SEED) -> dict[str, Problem]:
 
 
 def suggestion_row(p: Problem, S, ref, tol):
-    """``jaxrot.suggest``'s method and step (estimated on the first ``SEARCH_BODIES`` bodies), run on
-    the whole batch: error, time per body, and the time its trial runs took."""
+    """``jaxrot.suggest``'s method and step for the whole batch (``state0=S``: the step must serve
+    every body), run on it: error, time per body, and the time its trial runs took."""
     t0 = time.perf_counter()
-    s = jaxrot.suggest(p, tol, state0=head(S, min(SEARCH_BODIES, S.R.shape[0])))
+    s = jaxrot.suggest(p, tol, state0=S)
     trial = time.perf_counter() - t0
     T = float(p.t_end)
     n = max(1, int(round(T / float(s.stepsize.dt))))
@@ -159,11 +158,11 @@ def summary(rows):
     return out
 
 
-def main(quick: bool = False, out_dir=None):
+def main(quick: bool = False, out_dir=None, seed: int = SEED):
     from .bench_precision import SUITE_BODIES
 
     out = setup(out_dir, quick)
-    problems = unseen_problems()
+    problems = unseen_problems(seed)
     if quick:
         problems = {k: v for k, v in problems.items() if "plain-function" in k}
         B, tols, peers = 8, (1e-5,), ["Tsit5"]
@@ -175,15 +174,20 @@ def main(quick: bool = False, out_dir=None):
     for label, p in problems.items():
         print(f"{label} ({p.description}): {B} bodies", flush=True)
         rows += run_problem(label, p, B, tols, peers, log)
-    data = {"bodies": B, "seed": SEED, "rows": rows, "summary": summary(rows),
+    data = {"bodies": B, "seed": seed, "rows": rows, "summary": summary(rows),
             "devices": [str(d) for d in jax.devices()]}
-    write_json(out / "bench_unseen.json", data)
+    write_json(out / f"{_stem(data)}.json", data)
     render(data, out)
     return data
 
 
+def _stem(data) -> str:
+    """``bench_unseen``, or ``bench_unseen_seed<N>`` for problems drawn from another seed."""
+    return "bench_unseen" if data["seed"] == SEED else f"bench_unseen_seed{data['seed']}"
+
+
 def render(data, out):
-    """``bench_unseen.md`` and ``bench_unseen.png`` from the results."""
+    """``<stem>.md`` and ``<stem>.png`` from the results (see :func:`_stem`)."""
     summ = data["summary"]
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     table = md_table(["problem", "tol", "suggest", "setting", "error / tol", "µs/body", "suggest's trial runs (s)",
@@ -197,12 +201,12 @@ def render(data, out):
                      for r in data["rows"]])
     descr = "\n".join(f"- {case}: {d}" for case, d in dict.fromkeys((r["case"], r["description"]) for r in data["rows"]))
     dev = data["devices"][0] if data.get("devices") else "?"
-    (out / "bench_unseen.md").write_text(
+    (out / f"{_stem(data)}.md").write_text(
         f"Batch of {data['bodies']} bodies, {dev}, problems drawn from seed {data['seed']}:\n\n{descr}\n\n"
         f"ratio: the suggestion's time per body over the best peer's (diffrax at its loosest passing "
         f"tolerance); × searched: over the smallest step count of the same method meeting the tolerance.\n\n"
         f"{table}\n\nEvery row:\n\n{rows}\n")
-    _figure(summ, out / "bench_unseen.png")
+    _figure(summ, out / f"{_stem(data)}.png")
 
 
 def _figure(summ, path):

@@ -47,6 +47,7 @@ def test_run_help_lists_problems(capsys):
     (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--plot", "a.txt"], "--plot must end in"),
     (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--save", "a.csv"], "--save must end in .npz"),
     (["bench", "buss", "--suite"], "--suite is an option of 'bench precision'"),
+    (["bench", "precision", "--seed", "3"], "--seed is an option of 'bench unseen'"),
     (["bench", "precision", "--device", "cpu"], "--device is an option of 'bench throughput'"),
 ])
 def test_bad_arguments_fail_before_computing(capsys, monkeypatch, argv, message):

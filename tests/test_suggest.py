@@ -7,6 +7,7 @@ import pytest
 
 import jaxrot
 from jaxrot import analysis, problems, reference
+from jaxrot.physics.torques import GravityTorque
 from jaxrot.studies.step_count import steps_for_tolerance
 from jaxrot.studies.suggest import suggest
 
@@ -19,6 +20,8 @@ def test_choices_follow_the_facts_not_the_names():
     p = problems.get("fast_top")
     renamed = jaxrot.Problem(jaxrot.RigidBody(jnp.array([5.0, 4.0, 1.0])), p.torque, p.state0, p.t_end, name="fast_top")
     assert suggest(renamed, 1e-6).method == "rkmk8"  # the body decides, not the name
+    off_axis = jaxrot.Problem(p.body, GravityTorque(mgl=20.0, com=(0.6, 0.0, 0.8)), p.state0, p.t_end)
+    assert suggest(off_axis, 1e-6).method == "rkmk8"  # axisymmetric, but not a Lagrange top
     for bad in (0.0, -1e-6, float("nan")):
         with pytest.raises(ValueError, match="tol"):
             suggest(p, bad)

@@ -271,6 +271,10 @@ def _bench(args) -> int:
         if args.name != "precision":
             raise ValueError("--suite is an option of 'bench precision'")
         kw["suite"] = True
+    if args.seed is not None:
+        if args.name != "unseen":
+            raise ValueError("--seed is an option of 'bench unseen'")
+        kw["seed"] = args.seed
     if args.device is not None:
         if args.name != "throughput":
             raise ValueError("--device is an option of 'bench throughput'")
@@ -390,6 +394,8 @@ def _main(argv=None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--suite", action="store_true",
                    help="precision: the whole suite (seven problems, float32 at 1e-4 as well)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="unseen: the seed its problems are drawn from (default: the recorded one)")
     p.add_argument("--device", choices=["cpu", "gpu"], default=None,
                    help="throughput: the kind of JAX's default devices to measure on (default cpu)")
     p.add_argument("--out", default=None, help="output folder (default: ./jaxrot-results; --quick: a temporary one)")

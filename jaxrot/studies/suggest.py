@@ -1,14 +1,15 @@
 """Which method for which problem: :func:`suggest` picks a method from the facts of a problem (torque
-or not, axisymmetric body or not), never from its name, and the fixed step that reaches the final
+or not, a Lagrange top or not), never from its name, and the fixed step that reaches the final
 accuracy asked.
 
 The rules follow the precision suite (``jaxrot bench precision --suite``; docs/choosing.md):
 
 - **no torque**: the exact flow (``exact_free``), one step of any length: exact to round-off.
-- **torque, axisymmetric body** (two equal moments): the exact free flow is two rotations, so the
-  splitting kick - exact flow - kick composed to order 8 (``exact_split_kl8``) takes few, cheap steps.
-- **any other torque** (asymmetric bodies, torques prescribed in time, plain functions): the
-  eighth-order Runge-Kutta-Munthe-Kaas method ``rkmk8``.
+- **a Lagrange top** (two equal moments, gravity, the centre of mass on the symmetry axis): the exact
+  free flow is two rotations, so the splitting kick - exact flow - kick composed to order 8
+  (``exact_split_kl8``) takes few, cheap steps.
+- **any other torque** (asymmetric bodies, a centre of mass off the axis, torques prescribed in
+  time, plain functions): the eighth-order Runge-Kutta-Munthe-Kaas method ``rkmk8``.
 
 The step comes from :func:`jaxrot.studies.step_count.steps_for_tolerance`: short runs with 4, 8,
 16, ... steps until their differences shrink at the method's order, then the count that meets the
@@ -39,6 +40,23 @@ class Suggestion:
         from ..driver.simulate import simulate
 
         return simulate(self.method, problem, self.stepsize.dt, None, t1=problem.t_end, **kw)
+
+
+def _lagrange_top(problem: Problem, rtol: float = 1e-12) -> bool:
+    """An axisymmetric body under gravity with its centre of mass on the symmetry axis. With the centre
+    of mass off the axis the kicks turn with the body's spin and the splitting's steps resonate with it
+    (`jaxrot bench unseen`: 3.8 times the tolerance at the estimated step, 0.4 times Dopri8's time;
+    docs/benchmarks.md, *Outside the suite*)."""
+    from ..physics.torques import GravityTorque
+
+    J = np.asarray(problem.body.J, np.float64).reshape(-1, 3)
+    if J.shape[0] != 1 or not _axisymmetric(J) or not isinstance(problem.torque, GravityTorque):
+        return False
+    j = J[0]
+    close = lambda x, y: abs(x - y) <= rtol * max(abs(x), abs(y))  # noqa: E731
+    axis = next(k for k in range(3) if close(j[(k + 1) % 3], j[(k + 2) % 3]))  # the distinct moment's axis
+    com = np.asarray(problem.torque.com, np.float64)
+    return bool(np.linalg.norm(np.delete(com, axis)) <= rtol * max(np.linalg.norm(com), 1e-300))
 
 
 def _axisymmetric(J, rtol: float = 1e-12) -> bool:
@@ -79,9 +97,10 @@ def suggest(problem: Problem, tol: float, *, state0=None) -> Suggestion:
     if problem.torque.is_free:
         return Suggestion("exact_free", Fixed(T),
                           "no torque: the exact flow (elliptic functions) in one step, exact to round-off")
-    if _axisymmetric(jnp.asarray(problem.body.J)):
-        method, why = ("exact_split_kl8", "axisymmetric body: the exact free flow is two rotations, so the "
-                       "splitting kick - exact flow - kick composed to order 8 takes few, cheap steps")
+    if _lagrange_top(problem):
+        method, why = ("exact_split_kl8", "a Lagrange top (axisymmetric body, centre of mass on its axis): the "
+                       "exact free flow is two rotations, so the splitting kick - exact flow - kick composed to "
+                       "order 8 takes few, cheap steps")
     else:
         method, why = ("rkmk8", "a torque on an asymmetric body (or prescribed in time): the eighth-order "
                        "Runge-Kutta-Munthe-Kaas method, the fewest steps per accuracy")
