@@ -8,8 +8,8 @@ periodically forced body whose torque is a plain Python function (``jaxrot.Torqu
 axisymmetric top with its centre of mass off the axis; a free asymmetric body. Tolerances 1e-5 and
 1e-8 (the suite's are 1e-6 and 1e-10). For each: the batch of the suite (perturbed initial states,
 ``SUITE_BODIES`` bodies), its reference, ``jaxrot.suggest(problem, tol, state0=<the batch>)``, its
-run on the batch (``executor=jaxrot.Fused()`` where the method has a kernel, as
-in the suite) with its error and time, the smallest step count of the same method that meets the
+run on the batch on the executor it names (``jaxrot.Fused()`` where the method has a kernel, as
+the suite runs its methods) with its error and time, the smallest step count of the same method that meets the
 tolerance (searched as in the suite), and the peers at their loosest passing tolerance. Writes
 ``bench_unseen.{json,md,png}`` (``--seed N``: five other problems, ``bench_unseen_seedN.*``).
 """
@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxrot
-from jaxrot import kernels
 from jaxrot.physics.problems import Problem, RigidBody, from_body_rate
 from jaxrot.physics.orbit import gravity_gradient_satellite
 from jaxrot.physics.torques import GravityTorque
@@ -108,8 +107,7 @@ def suggestion_row(p: Problem, S, ref, tol):
     trial = time.perf_counter() - t0
     T = float(p.t_end)
     n = max(1, int(round(T / float(s.stepsize.dt))))
-    method = jaxrot.integrators.get(s.method)
-    executor = jaxrot.Fused() if kernels.have_warp() and kernels.supports(method, p.system) else None
+    executor = s.executor  # Fused where the method has a kernel for the torque (and Warp is installed)
 
     def final():
         return jaxrot.simulate(s.method, p, T / n, n, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False,

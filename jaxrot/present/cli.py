@@ -109,7 +109,7 @@ def _choose(args, problem) -> None:
         raise ValueError("--tol sets the steps itself: leave out --dt and --steps")
     s = suggest(problem, args.tol)
     print(f"suggested for tol {args.tol:g}: {s.method} ({s.reason})", flush=True)
-    args.method = s.method
+    args.method, args.executor = s.method, s.executor
     T = float(problem.t_end)
     if s.method == "exact_free":  # exact at any step: 200 of them give the report its frames
         args.steps, args.dt = 200, T / 200
@@ -143,7 +143,8 @@ def _run(args) -> int:
     n = args.steps
     # a progress report splits the run into more calls: worth it for long runs only
     show = not args.quiet and (args.progress or n >= LONG_RUN_STEPS)
-    traj = jaxrot.simulate(args.method, p, args.dt, n, save_every=save, progress=show, throw=not args.no_throw)
+    traj = jaxrot.simulate(args.method, p, args.dt, n, save_every=save, progress=show, throw=not args.no_throw,
+                           executor=getattr(args, "executor", None))
     failed = int(traj.failed_step)
     keep = len(traj.ts) if failed < 0 else max(1, (failed - 1) // save + 1)  # frames before the failure
     T = float(traj.ts[keep - 1])
