@@ -28,7 +28,7 @@ from jaxrot.physics.orbit import gravity_gradient_satellite
 from jaxrot.physics.torques import GravityTorque
 
 from ._common import md_table, setup, write_json
-from .precision_runs import diffrax_row, fixed_step_row, max_error, median_time, perturbed_batch, reference_states
+from .precision_runs import diffrax_row, fixed_step_row, perturbed_batch, reference_states, timed_fixed_steps
 
 TOLS = (1e-5, 1e-8)
 PEERS = ["Tsit5", "Dopri8"]
@@ -107,17 +107,8 @@ def suggestion_row(p: Problem, S, ref, tol):
     trial = time.perf_counter() - t0
     T = float(p.t_end)
     n = max(1, int(round(T / float(s.stepsize.dt))))
-    executor = s.executor  # Fused where the method has a kernel for the torque (and Warp is installed)
-
-    def final():
-        return jaxrot.simulate(s.method, p, T / n, n, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False,
-                               executor=executor).final
-
-    final().R.block_until_ready()  # compiled beforehand, as every row of the suite
-    sec = median_time(lambda: final().R)
-    label = s.method if executor is None else f"{s.method} (Fused)"
-    return dict(method=f"suggest: {label}", setting=f"N = {n}", steps=n, us=1e6 * sec / S.R.shape[0],
-                err=max_error(final(), ref), suggest_s=trial), executor
+    row = timed_fixed_steps(s.method, p, T, S, ref, n, s.executor)  # Fused where the method has a kernel
+    return dict(row, method=f"suggest: {row['method']}", suggest_s=trial), s.executor
 
 
 def run_problem(label, p, B, tols, peers, log):

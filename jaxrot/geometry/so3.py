@@ -13,6 +13,8 @@ With ``a = |v|``:  S1 = sin a / a,  S2 = (1 - cos a) / a^2,  S3 = (a - sin a) / 
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -31,11 +33,10 @@ DEXPINV_TAYLOR = [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160]
 def _bernoulli(n: int) -> list:
     """B_0 ... B_n as exact fractions (B_1 = -1/2), by the recurrence sum_k C(m+1, k) B_k = 0."""
     from fractions import Fraction
-    from math import comb
 
     B = [Fraction(1)]
     for m in range(1, n + 1):
-        B.append(-sum(comb(m + 1, k) * B[k] for k in range(m)) / (m + 1))
+        B.append(-sum(math.comb(m + 1, k) * B[k] for k in range(m)) / (m + 1))
     return B
 
 
@@ -49,7 +50,8 @@ def series_coefficients(kind: str, x_max: float, eps: float) -> list[float]:
     left out bounds the remainder; the third has positive terms whose ratio rises to 1 / (4 pi^2),
     bounding the remainder by the first term left out over 1 - x_max / (4 pi^2)."""
     from fractions import Fraction
-    from math import factorial, pi
+
+    factorial, pi = math.factorial, math.pi
 
     if not 0 < x_max < (6.0 if kind in ("s1", "s2") else 4 * pi ** 2):
         raise ValueError(f"x_max = {x_max} is outside the range where the {kind} bound holds")
@@ -72,16 +74,12 @@ def series_coefficients(kind: str, x_max: float, eps: float) -> list[float]:
 
 def _sinc_at(x: float) -> float:
     """sin a / a at a^2 = x (its least value on [0, x] for x < pi^2)."""
-    import math
-
     a = math.sqrt(x)
     return math.sin(a) / a
 
 
 def _versinc_at(x: float) -> float:
     """(1 - cos a) / a^2 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
-    import math
-
     a = math.sqrt(x)
     return 2 * math.sin(a / 2) ** 2 / x
 
