@@ -125,13 +125,14 @@ def _tolerance_row(name, run, S, ref, eps, tries=10):
                 err=max_error(Sx, ref), tol=tol)
 
 
-def pair_rows(pair, p, T, S, ref, eps):
+def pair_rows(pair, p, T, S, ref, eps, calibration_bodies=64):
     """An embedded pair under local error control at the loosest tolerance meeting ``eps``, and the
     global-error driver (``Adaptive(..., error="global", measure="attitude")``: the target is an
     attitude error) at ``eps`` itself, with no search."""
     def go(S, tol, error="local"):
         sol = jaxrot.simulate(pair, p, t1=T, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False,
-                              stepsize=jaxrot.Adaptive(tol, tol, error=error, max_steps=1 << 20, measure="attitude"))
+                              stepsize=jaxrot.Adaptive(tol, tol, error=error, max_steps=1 << 20, measure="attitude",
+                                                       calibration_bodies=calibration_bodies))
         c = sol.controller
         extra = c.n_calibration if error == "global" else 0
         failed = codes_of(sol.result) != 0  # (max_steps reached, non-finite): counts as an infinite error

@@ -123,6 +123,41 @@ def test_to_tolerance_brings_the_free_body_global_error_within_the_tolerance():
     assert bool(jnp.all(sol.result == RESULTS.successful))
 
 
+def test_to_tolerance_calibrated_on_a_subset_of_a_batch():
+    """A batch larger than ``calibration_bodies`` is calibrated on that many bodies (half spread, half
+    the fastest) and runs whole at one tolerance: every body within the target (measured against the
+    exact flow), none needlessly far below it, the calibration a small part of the cost; the same
+    states under jit."""
+    from jaxrot.driver.adaptive import _calibration_set
+
+    p = problems.get("free_body_mz")
+    rng = np.random.default_rng(5)
+    B, k, tol, T = 80, 8, 1e-8, 10.0
+    S = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)),
+                     jnp.asarray(p.state0.Pi * (1 + 0.3 * rng.uniform(-1, 1, size=(B, 1)))))
+    ref = jax.vmap(lambda s: exact.free_flow(p.body.J, s, T))(S)
+    step = Adaptive(tol, tol, "global", measure="attitude", calibration_bodies=k)
+
+    def run(s):
+        return jaxrot.simulate("lie_taylor5(4)", p, t1=T, state0=s, stepsize=step, saveat=SaveAt(t0=False), throw=False)
+
+    sol = run(S)
+    err = np.asarray(jax.vmap(so3.rotation_angle)(sol.final.R, ref.R)) / tol
+    assert 0.1 <= err.max() <= 2, err.max()
+    c = sol.controller
+    assert np.unique(np.asarray(c.tolerance)).size == 1
+    assert float(jnp.mean(c.n_calibration)) < 0.25 * float(jnp.mean(c.n_accepted))  # a tenth of the bodies, three runs
+    speed = np.linalg.norm(np.asarray(S.Pi / p.body.J), axis=-1)
+    idx = np.asarray(_calibration_set(S, p.body.J, k))
+    assert idx.shape == (k,) and set(np.argsort(-speed)[: k // 2]) <= set(idx.tolist()) and {0, B - 1} <= set(idx.tolist())
+    traced = jax.jit(lambda s: run(s).final.R)(S)
+    np.testing.assert_allclose(np.asarray(traced), np.asarray(sol.final.R), atol=1e-13)
+    # every body calibrated (calibration_bodies=None): each at its own tolerance
+    each = jaxrot.simulate("lie_taylor5(4)", p, t1=T, state0=S, saveat=SaveAt(t0=False), throw=False,
+                           stepsize=Adaptive(tol, tol, "global", measure="attitude", calibration_bodies=None))
+    assert np.unique(np.asarray(each.controller.tolerance)).size > 1
+
+
 def test_to_tolerance_on_the_fast_top_and_under_jit():
     p = problems.get("fast_top")
     ref = reference.reference_solution(p, 1.0).final
@@ -159,7 +194,8 @@ def test_deprecated_aliases_equal_the_new_call():
 
 
 @pytest.mark.parametrize("kw", [dict(error="both"), dict(rtol=np.inf), dict(dt0=0.0), dict(max_steps=0),
-                                dict(measure="energy")])
+                                dict(measure="energy"), dict(calibration_bodies=1), dict(calibration_bodies=True),
+                                dict(calibration_bodies=8.0)])
 def test_adaptive_rejects_bad_settings(kw):
     with pytest.raises(ValueError):
         Adaptive(**kw)

@@ -221,40 +221,92 @@ def _trajectory(state0, t0, ts, out, stats, ctrl: AdaptiveStats, ok, with_t0: bo
     return Trajectory(times, out, stats, failed, result, ctrl, system)
 
 
+@functools.partial(jax.jit, static_argnames=("measure",))  # one dispatch, not one per operation
 def _scaled_difference(a: State, b: State, rtol: float, atol: float, measure: str = "state") -> jax.Array:
     """Per body, the largest difference over the save times in units of the tolerance: over the 12
     numbers of the state, |a - b| / (atol + rtol |b|) (``measure="state"``), or the rotation angle
     between the two attitudes over ``max(rtol, atol)`` (``"attitude"``)."""
     if measure == "attitude":
         angle = jnp.vectorize(so3.rotation_angle, signature="(3,3),(3,3)->()")(a.R, b.R)
-        return jnp.max(angle, axis=-1) / max(rtol, atol)
+        return jnp.max(angle, axis=-1) / jnp.maximum(rtol, atol)
     ya, yb = pack_body(a.R, a.Pi), pack_body(b.R, b.Pi)  # (..., save times, 12)
     return jnp.max(jnp.abs(ya - yb) / (atol + rtol * jnp.abs(yb)), axis=(-2, -1))
 
 
+@functools.partial(jax.jit, static_argnames=("bodies",))
+def _calibration_set(state0: State, J: jax.Array, bodies: int) -> jax.Array:
+    """Indices of ``bodies`` bodies of a batch to calibrate on: half spread evenly over the batch, half
+    the fastest (largest initial angular speed, which usually take the most steps and carry the largest
+    global error). Traceable; an index may appear twice."""
+    B = state0.R.shape[0]
+    even = jnp.asarray(np.linspace(0, B - 1, bodies - bodies // 2).round().astype(np.int32))
+    speed = jnp.linalg.norm(state0.Pi / J, axis=-1)
+    fastest = lax.top_k(speed, bodies // 2)[1].astype(jnp.int32)
+    return jnp.concatenate([even, fastest])
+
+
+@eqx.filter_jit  # one dispatch for the three calibration runs and the final one
+def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor, kind, measure, bodies,
+                      ratio=10.0, safety=0.7):
+    """:func:`_global` for a batch of more than ``bodies`` bodies: calibration on ``bodies`` of them
+    (:func:`_calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
+    of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 0.75-1.5
+    times the law's ``alpha``, which it stays near once the runs are asymptotic), its error at the
+    tolerance ``e = d_2 / (ratio^a - 1)``, and the whole batch run once at the tolerance the
+    calibrated body needing the tightest one needs (no looser than the coarsest calibration run)."""
+    alpha = float(hi.order) / (float(lo.order) + 1.0)
+    idx = _calibration_set(state0, system.body.J, bodies)
+    cal = State(state0.R[idx], state0.Pi[idx])
+    factors = (ratio * ratio, ratio, 1.0)
+    runs = [_run(hi, lo, system, cal, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind) for f in factors]
+    d1, d2 = (_scaled_difference(a[0], b[0], rtol, atol, measure) for a, b in zip(runs, runs[1:]))
+    tiny = jnp.finfo(d2.dtype).tiny
+    a = jnp.log(jnp.maximum(d1, tiny) / jnp.maximum(d2, tiny)) / np.log(ratio)
+    a = jnp.where((d1 > 0) & (d2 > 0), jnp.clip(a, 0.75 * alpha, 1.5 * alpha), alpha)
+    est = d2 / (ratio ** a - 1.0)  # per calibrated body: the error at the asked tolerance
+    scale = jnp.min(jnp.minimum((safety / jnp.maximum(est, tiny)) ** (1.0 / a), factors[0]))
+    out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
+                                executor, kind)
+    B = state0.R.shape[0]
+    spent = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in runs).astype(est.dtype) / B  # shared out
+    predicted = jnp.max(est * scale ** a)
+    ctrl = dataclasses.replace(ctrl, global_error=jnp.full((B,), predicted), tolerance=jnp.full((B,), rtol * scale),
+                               n_calibration=jnp.full((B,), spent))
+    return out, stats, ctrl, ok
+
+
 def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax", measure="state",
-            loose=100.0, ratio=10.0, safety=0.7):
+            bodies=64, ratio=10.0, safety=0.7):
     """The run whose *global* error is about ``safety`` times the tolerance, by tolerance calibration
-    on two cheap runs (see :class:`~jaxrot.Adaptive` with ``error="global"``).
+    (see :class:`~jaxrot.Adaptive` with ``error="global"``).
 
     The pair's global error follows its tolerance as ``e(tau) = C tau^alpha`` with ``alpha = p / (q + 1)``
     (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
-    kept). The runs at ``loose`` and ``loose / ratio`` times the tolerance give ``C`` per body from their
-    difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned run is at the tolerance where
-    ``e = safety`` (0.7: the geometric middle of half the tolerance and the tolerance itself; on the
-    precision suite the final error came out at 0.02-1.9 times the tolerance, median 0.7)."""
+    kept). Two runs a factor ``ratio`` apart in tolerance give the finer one's error from their
+    difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned run is at the tolerance
+    where the law puts ``e = safety`` (0.7: the geometric middle of half the tolerance and the
+    tolerance itself).
+
+    A batch of more than ``bodies`` bodies: :func:`_global_on_subset`. A smaller batch (or
+    ``bodies=None``) is calibrated body by body at 100 and 10 times the tolerance (cheaper than the
+    final run) with the law's ``alpha``, each body's final run at its own tolerance; where every body
+    is already within ``safety`` the second run is returned."""
+    if state0.R.ndim == 3 and bodies is not None and state0.R.shape[0] > bodies:
+        dtype = state0.R.dtype  # tolerances traced: one compilation for every tolerance
+        return _global_on_subset(hi, lo, system, state0, ts, t0, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype),
+                                 dt0, max_steps, executor, kind, measure, bodies, ratio, safety)
     alpha = float(hi.order) / (float(lo.order) + 1.0)
     runs = [_run(hi, lo, system, state0, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind)
-            for f in (loose, loose / ratio)]
+            for f in (ratio * ratio, ratio)]
     est = _scaled_difference(runs[0][0], runs[1][0], rtol, atol, measure) / (ratio ** alpha - 1.0)
     first = runs[0][2].n_accepted + runs[0][2].n_rejected
     if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= safety)):  # traced: the final run always
-        ctrl = dataclasses.replace(runs[1][2], global_error=est, tolerance=jnp.full_like(est, rtol * loose / ratio),
+        ctrl = dataclasses.replace(runs[1][2], global_error=est, tolerance=jnp.full_like(est, rtol * ratio),
                                    n_calibration=first)
         return runs[1][0], runs[1][1], ctrl, runs[1][3]
     # per body: the tolerance whose predicted global error is `safety`; a body already within it reruns
     # at the second run's tolerance (the same run again)
-    scale = loose / ratio * jnp.where(est > safety, (safety / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
+    scale = ratio * jnp.where(est > safety, (safety / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
     out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
                                 executor, kind)
     spent = first + runs[1][2].n_accepted + runs[1][2].n_rejected
@@ -278,7 +330,8 @@ def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, execu
                                           stepsize.dt0, stepsize.max_steps)
     args = (hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0, stepsize.max_steps, executor,
             kind)
-    out, stats, ctrl, ok = _global(*args, stepsize.measure) if stepsize.error == "global" else _run(*args)
+    out, stats, ctrl, ok = (_global(*args, stepsize.measure, stepsize.calibration_bodies) if stepsize.error == "global"
+                            else _run(*args))
     with_t0 = saveat is None or saveat.t0
     return _trajectory(state0, t0, ts, out, stats, ctrl, ok, with_t0, system)
 

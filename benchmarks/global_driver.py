@@ -1,0 +1,61 @@
+"""The global-error driver (``Adaptive(error="global", measure="attitude")``) on the precision suite's
+problems and pairs, float64, 1 000 bodies: its final error against the target and its per-body wall
+time against the same pair under local control at the loosest tolerance that meets the target (the
+run at the right step), as in ``jaxrot bench precision --suite``, without the fixed-step methods and
+the peers. Optionally the calibration subset's size (``--bodies``, 0: every body).
+
+    python benchmarks/global_driver.py [--bodies 64] [--cases asym,satellite] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from jaxrot.experiments import bench_precision as bp  # noqa: E402
+from jaxrot.experiments.precision_runs import pair_rows, perturbed_batch, reference_states  # noqa: E402
+from jaxrot import problems  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bodies", type=int, default=64, help="calibration subset (0: every body)")
+    ap.add_argument("--cases", default="", help="comma-separated substrings of the suite's case labels")
+    ap.add_argument("--batch", type=int, default=bp.SUITE_BODIES)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    bodies = None if a.bodies == 0 else a.bodies
+    want = [w for w in a.cases.split(",") if w]
+    rows, t_start = [], time.perf_counter()
+    for label, (name, T, _) in bp.SUITE.items():
+        if want and not any(w in label for w in want):
+            continue
+        p = problems.get(name)
+        S = perturbed_batch(p, a.batch)
+        ref = reference_states(p, S, T)
+        for eps in (e for e in bp.TARGETS if (label, e) not in bp.NOT_MEASURED):
+            for pair in (q for q in bp.SUITE_PAIRS if p.torque.is_free or q not in bp.FREE_ONLY_PAIRS):
+                for r in pair_rows(pair, p, T, S, ref, eps, calibration_bodies=bodies):
+                    rows.append(dict(r, case=label, target=eps, dtype="float64"))
+        for c in bp.error_control([r for r in rows if r["case"] == label]):
+            print(f"{label[:28]:28s} {c['target']:.0e} {c['pair']:16s} error/target {c['err_ratio']:5.2f}  "
+                  f"cost {'-' if c['cost_ratio'] is None else format(c['cost_ratio'], '.2f')}", flush=True)
+    control = bp.error_control(rows)
+    errs = [c["err_ratio"] for c in control]
+    costs = [c["cost_ratio"] for c in control if c["cost_ratio"] is not None]
+    both = sum(1 for c in control if 0.5 <= c["err_ratio"] <= 2 and c["cost_ratio"] is not None
+               and c["cost_ratio"] <= 1.5)
+    print(f"error/target {min(errs):.2f}-{max(errs):.2f}, cost {min(costs):.2f}-{max(costs):.2f}; "
+          f"{both} of {len(control)} within 0.5-2x and <= 1.5x ({(time.perf_counter() - t_start) / 60:.1f} min)")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(bodies=a.bodies, batch=a.batch, rows=rows, error_control=control), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
