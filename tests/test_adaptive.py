@@ -146,7 +146,8 @@ def test_to_tolerance_calibrated_on_a_subset_of_a_batch():
     assert 0.1 <= err.max() <= 2, err.max()
     c = sol.controller
     assert np.unique(np.asarray(c.tolerance)).size == 1
-    assert float(jnp.mean(c.n_calibration)) < 0.25 * float(jnp.mean(c.n_accepted))  # a tenth of the bodies, three runs
+    # three runs on a tenth of the bodies: well below the final run (calibrating every body costs about one)
+    assert float(jnp.mean(c.n_calibration)) < 0.5 * float(jnp.mean(c.n_accepted + c.n_rejected))
     speed = np.linalg.norm(np.asarray(S.Pi / p.body.J), axis=-1)
     idx = np.asarray(_calibration_set(S, p.body.J, k))
     assert idx.shape == (k,) and set(np.argsort(-speed)[: k // 2]) <= set(idx.tolist()) and {0, B - 1} <= set(idx.tolist())
