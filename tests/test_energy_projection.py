@@ -124,7 +124,11 @@ def test_degenerate_cases_have_finite_values_and_gradients(case):
     assert np.all(np.isfinite(np.asarray(fin.R))) and np.all(np.isfinite(np.asarray(fin.Pi)))
     assert float(analysis.orthogonality_error(fin.R)) < 1e-13
     np.testing.assert_allclose(0.5 * jnp.sum(fin.Pi**2 / J), 0.5 * jnp.sum(Pi0**2 / J), atol=1e-14, rtol=1e-13)
-    g = jax.grad(lambda J, Pi0: jnp.sum(_ep_run(J, Pi0).R[0]) + jnp.sum(_ep_run(J, Pi0).Pi), argnums=(0, 1))(J, Pi0)
+    def loss(J, Pi0):
+        f = _ep_run(J, Pi0)
+        return jnp.sum(f.R[0]) + jnp.sum(f.Pi)
+
+    g = jax.grad(loss, argnums=(0, 1))(J, Pi0)
     assert all(np.all(np.isfinite(np.asarray(x))) for x in g)
 
 

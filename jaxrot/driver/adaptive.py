@@ -248,7 +248,7 @@ def _calibration_set(state0: State, J: jax.Array, bodies: int) -> jax.Array:
 @eqx.filter_jit  # one dispatch for the three calibration runs and the final one
 def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor, kind, measure, bodies,
                       ratio=10.0, safety=0.7):
-    """:func:`_global` for a batch of more than ``bodies`` bodies: calibration on ``bodies`` of them
+    """:func:`_global` for a batch of at least ``4 bodies`` bodies: calibration on ``bodies`` of them
     (:func:`_calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
     of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 1-1.5
     times the law's ``alpha``: some pairs' attitude error falls faster than the law, e.g. ``buss4(3)``'s
@@ -290,11 +290,12 @@ def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor
     where the law puts ``e = safety`` (0.7: the geometric middle of half the tolerance and the
     tolerance itself).
 
-    A batch of more than ``bodies`` bodies: :func:`_global_on_subset`. A smaller batch (or
+    A batch of at least ``4 bodies`` bodies: :func:`_global_on_subset`. A smaller batch (or
     ``bodies=None``) is calibrated body by body at 100 and 10 times the tolerance (cheaper than the
     final run) with the law's ``alpha``, each body's final run at its own tolerance; where every body
     is already within ``safety`` the second run is returned."""
-    if state0.R.ndim == 3 and bodies is not None and state0.R.shape[0] > bodies:
+    # on a subset only where its three runs cost well under one final run (about half at most)
+    if state0.R.ndim == 3 and bodies is not None and state0.R.shape[0] >= 4 * bodies:
         dtype = state0.R.dtype  # tolerances traced: one compilation for every tolerance
         return _global_on_subset(hi, lo, system, state0, ts, t0, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype),
                                  dt0, max_steps, executor, kind, measure, bodies, ratio, safety)

@@ -29,16 +29,16 @@ class Adaptive(AbstractStepSize):
       error: ``"local"`` bounds each step's error (the usual control; the global error over a long
         span can be many times the tolerance); ``"global"`` targets the global error at every save
         time by tolerance calibration, the final run at the tolerance where the predicted error is 0.7
-        times the asked one. A batch of more than ``calibration_bodies`` bodies is calibrated on that
-        many of them (half spread over the batch, half the fastest) at 100, 10 and 1 times the
+        times the asked one. A batch of at least 4 ``calibration_bodies`` bodies is calibrated on
+        ``calibration_bodies`` of them (half spread over the batch, half the fastest) at 100, 10 and 1 times the
         tolerance, which fix each one's law ``e = C tol^a`` (constant and exponent), and runs whole at
         the tolerance the worst of them needs: cheap (the calibration is a few percent of the bodies),
         but a body unlike every calibrated one can end above the tolerance. A smaller batch is
         calibrated body by body at 100 and 10 times the tolerance with the pair's exponent
-        ``a = p/(q+1)``, each body then at its own tolerance. Measured on the precision suite in
+        ``a = p/(q+1)`` (about one final run's cost), each body then at its own tolerance. Measured on the precision suite in
         docs/benchmarks.md.
-      calibration_bodies: the size of the calibration subset of a batch (``error="global"``); None
-        calibrates every body.
+      calibration_bodies: the size of the calibration subset of a batch of at least four times as
+        many bodies (``error="global"``); None calibrates every body.
       measure: what the global error is measured on (``error="global"`` only): ``"state"``, the 12
         numbers of ``(R, Pi)`` in the mixed norm ``|dy| / (atol + rtol |y|)``, or ``"attitude"``, the
         rotation angle between the computed and the exact attitude against ``max(rtol, atol)``
