@@ -252,9 +252,9 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
     (:func:`_calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
     of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 1-1.5
     times the law's ``alpha``: some pairs' attitude error falls faster than the law, e.g. ``buss4(3)``'s
-    as ``tol^1.25``), its error at the
-    tolerance ``e = d_2 / (ratio^a - 1)``, and the whole batch run once at the tolerance the
-    calibrated body needing the tightest one needs (no looser than the coarsest calibration run)."""
+    as ``tol^1.25``), its error at the tolerance ``e = d_2 / (ratio^a - 1)``, and the whole batch run
+    once at the tolerance the calibrated body needing the tightest one needs (no looser than the
+    coarsest calibration run)."""
     alpha = float(hi.order) / (float(lo.order) + 1.0)
     idx = _calibration_set(state0, system.body.J, bodies)
     cal = State(state0.R[idx], state0.Pi[idx])
@@ -267,12 +267,16 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
     # error grows more slowly there), and extrapolating with it would give a needlessly tight run
     a = jnp.where((d1 > 0) & (d2 > 0), jnp.clip(a, alpha, 1.5 * alpha), alpha)
     est = d2 / (ratio ** a - 1.0)  # per calibrated body: the error at the asked tolerance
-    scale = jnp.min(jnp.minimum((safety / jnp.maximum(est, tiny)) ** (1.0 / a), factors[0]))
+    # a body whose calibration run failed (max_steps, non-finite) says nothing: left out (it fails
+    # again in the final run, and is reported there); none left: the asked tolerance itself
+    valid = runs[0][3] & runs[1][3] & runs[2][3] & jnp.isfinite(est)
+    wanted = jnp.minimum((safety / jnp.maximum(est, tiny)) ** (1.0 / a), factors[0])
+    scale = jnp.where(jnp.any(valid), jnp.min(jnp.where(valid, wanted, jnp.inf)), 1.0)
     out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
                                 executor, kind)
     B = state0.R.shape[0]
     spent = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in runs).astype(est.dtype) / B  # shared out
-    predicted = jnp.max(est * scale ** a)
+    predicted = jnp.max(jnp.where(valid, est * scale ** a, 0.0))
     ctrl = dataclasses.replace(ctrl, global_error=jnp.full((B,), predicted), tolerance=jnp.full((B,), rtol * scale),
                                n_calibration=jnp.full((B,), spent))
     return out, stats, ctrl, ok
