@@ -93,9 +93,12 @@ def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18, executor=None):
     N, _ = analysis.smallest_passing_count(lambda n: max_error(final(n, Ss), rs) <= eps, n_start=1, n_max=n_max)
     N = _confirm_count(lambda n: max_error(final(n, S), ref) <= eps, N, n_max)
     if N is None:
-        label = method if executor is None else f"{method} ({type(executor).__name__})"
-        return dict(method=label, setting=f"N > {n_max}", steps=None, us=None, err=None)
+        return dict(method=_label(method, executor), setting=f"N > {n_max}", steps=None, us=None, err=None)
     return timed_fixed_steps(method, p, T, S, ref, N, executor)
+
+
+def _label(method, executor):
+    return method if executor is None else f"{method} ({type(executor).__name__})"
 
 
 def timed_fixed_steps(method, p, T, S, ref, N, executor=None):
@@ -105,9 +108,8 @@ def timed_fixed_steps(method, p, T, S, ref, N, executor=None):
         return jaxrot.simulate(method, p, T / N, N, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False,
                                executor=executor).final
 
-    label = method if executor is None else f"{method} ({type(executor).__name__})"
     sec = median_time(lambda: final().R)
-    return dict(method=label, setting=f"N = {N}", steps=N, us=1e6 * sec / S.R.shape[0], err=max_error(final(), ref))
+    return dict(method=_label(method, executor), setting=f"N = {N}", steps=N, us=1e6 * sec / S.R.shape[0], err=max_error(final(), ref))
 
 
 def _tolerance_row(name, run, S, ref, eps, tries=10):

@@ -252,7 +252,7 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
     (:func:`_calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
     of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 1-1.5
     times the law's ``alpha``: some pairs' attitude error falls faster than the law, e.g. ``buss4(3)``'s
-    as ``tol^1.25``), its error at the tolerance ``e = d_2 / (ratio^a - 1)``, and the whole batch run
+    as ``tol^1.15`` to ``tol^1.4`` on the precision suite, ``benchmarks/global_driver.py --law``), its error at the tolerance ``e = d_2 / (ratio^a - 1)``, and the whole batch run
     once at the tolerance the calibrated body needing the tightest one needs (no looser than the
     coarsest calibration run)."""
     alpha = float(hi.order) / (float(lo.order) + 1.0)

@@ -32,10 +32,11 @@ class Adaptive(AbstractStepSize):
         times the asked one. A batch of at least 4 ``calibration_bodies`` bodies is calibrated on
         ``calibration_bodies`` of them (half spread over the batch, half the fastest) at 100, 10 and 1
         times the tolerance, which fix each one's law ``e = C tol^a`` (constant and exponent), and runs
-        whole at the tolerance the worst of them needs: cheap (the calibration is a few percent of the
-        bodies), but a body unlike every calibrated one can end above the tolerance. A smaller batch
+        whole at the tolerance the worst of them needs (on the precision suite's batches of 1 000: the whole
+        call 0.81-1.63 times the run at the right tolerance), but a body unlike every calibrated one
+        can end above the tolerance. A smaller batch
         is calibrated body by body at 100 and 10 times the tolerance with the pair's exponent
-        ``a = p/(q+1)`` (about one final run's cost), each body then at its own tolerance. Measured on
+        ``a = p/(q+1)`` (by the pairs' step law about 0.9-1.0 of a final run), each body then at its own tolerance. Measured on
         the precision suite in docs/benchmarks.md.
       calibration_bodies: the size of the calibration subset of a batch of at least four times as
         many bodies (``error="global"``); None calibrates every body.

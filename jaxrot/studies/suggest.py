@@ -49,7 +49,8 @@ class Suggestion:
 
 def _fused_if_available(method: str, problem: Problem):
     """``jaxrot.Fused()`` where Warp is installed and the method has a kernel for the torque, else None:
-    in the precision suite (CPU, 1 000 bodies) rkmk8 ran 2.5-4.2 times faster in its kernel."""
+    in the precision suite's last two records (CPU, 1 000 bodies) rkmk8 ran 2.4-4.2 times faster in
+    its kernel."""
     from .. import kernels
     from ..driver.executors import Fused
     from ..integrators import get
