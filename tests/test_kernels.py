@@ -27,8 +27,24 @@ from jaxrot.physics.problems import System
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
+
+
+def _plain_function_problem():
+    """A torque written as a plain function with parameters (kind "user": restated from its jaxpr):
+    damping of the world rate, periodic forcing and a pull of the body's third axis towards +z."""
+    J = jnp.array([4.6, 4.3, 1.8])
+
+    def fn(t, R, Pi, a):
+        up = jnp.array([0.0, 0.0, 1.0], R.dtype)
+        return -a["c"] * (R @ (Pi / J.astype(Pi.dtype))) + jnp.sin(2.0 * t) * a["e"] - 5.0 * jnp.cross(R[:, 2], up)
+
+    torque = jaxrot.Torque(fn, args={"c": jnp.asarray(0.1), "e": jnp.array([0.0, 0.6, 0.8])})
+    body = jaxrot.RigidBody(J)
+    return jaxrot.Problem(body, torque, jaxrot.State(jnp.eye(3), jnp.array([0.5, -3.0, 2.0])), t_end=1.0)
+
+
 PROBLEM_OF = {"free": "free_body_mz", "gravity": "fast_top", "poly": "buss_torqued",
-              "gravity_gradient": "gravity_gradient"}
+              "gravity_gradient": "gravity_gradient", "user": _plain_function_problem}
 CASES = [(name, torque) for name, entry in kernels.KERNELS.items() for torque in entry.torques]
 # The splittings' six axis orderings are one kernel generator with the axes permuted: the default run
 # compares the 2-3-1 family and split2_123_ep (as the generic tests, tests/helpers.py), the slow tier
@@ -68,7 +84,7 @@ def eqx_float(x):
 
 
 def _setup(torque, dtype=jnp.float64, n=3, seed=0):
-    p = problems.get(PROBLEM_OF[torque])
+    p = PROBLEM_OF[torque]() if callable(PROBLEM_OF[torque]) else problems.get(PROBLEM_OF[torque])
     rng = np.random.default_rng(seed)
     R = jax.vmap(jaxrot.so3.exp)(jnp.asarray(0.5 * rng.normal(size=(n, 3))))
     Pi = p.state0.Pi * (1 + 0.1 * jnp.asarray(rng.normal(size=(n, 3))))
@@ -154,7 +170,8 @@ def test_a_nan_flags_its_body_only():
 # one kernel's derivative by default (the custom_jvp around fused_frames is the same for every
 # kernel); buss4 (30 s compile) and buss2p with the polynomial torque in the slow tier
 @pytest.mark.parametrize("name,torque", [pytest.param("buss4", "gravity", marks=pytest.mark.slow),
-                                         ("rk4", "gravity"), pytest.param("buss2p", "poly", marks=pytest.mark.slow)])
+                                         ("rk4", "gravity"), pytest.param("buss2p", "poly", marks=pytest.mark.slow),
+                                         ("rk4", "user")])
 def test_gradients_come_from_the_reference(name, torque):
     method = integrators.get(name)
     system, states = _setup(torque, n=2)
@@ -171,6 +188,8 @@ def test_gradients_come_from_the_reference(name, torque):
     for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(h)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12 * np.max(np.abs(b)))
     assert np.any(np.asarray(g[3].body.J) != 0)  # the system's leaves get gradients
+    if torque == "user":  # and a plain-function torque's parameters
+        assert all(np.any(np.asarray(x) != 0) for x in jax.tree_util.tree_leaves(g[3].torque.args))
     # forward mode too: a directional derivative in (states, dt) equals the reference's
     tangents = (jax.tree_util.tree_map(lambda x: 1e-2 * jnp.ones_like(x), states), jnp.asarray(1.0))
     jf = jax.jvp(lambda s, dt: loss(fused, s, dt, *args[2:]), args[:2], tangents)[1]

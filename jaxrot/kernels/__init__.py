@@ -28,11 +28,15 @@ from . import energy_projection as _ep
 from . import rk as _rk
 from . import rkmk as _rkmk
 from . import splitting as _splitting
+from . import transpile as _transpile
 
 __all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "keeps_stats", "have_warp", "torque_kind",
            "method_name"]
 
 _TORQUED = ("free", "gravity", "poly")
+#: the kernels that call the torque as a function of (t, R, Pi) and so can take a plain-function torque
+#: (``jaxrot.Torque``) restated from its jaxpr (:mod:`jaxrot.kernels.transpile`)
+_CALLS_TAU = ("user",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,16 +77,16 @@ class KernelEntry:
 KERNELS: dict[str, KernelEntry] = {
     "buss2p": KernelEntry(_buss, _TORQUED),
     "buss4": KernelEntry(_buss, _TORQUED),
-    "rk4": KernelEntry(_rk, _TORQUED),
+    "rk4": KernelEntry(_rk, (*_TORQUED, *_CALLS_TAU)),
     "buss1": KernelEntry(_buss, _TORQUED),
     "buss2": KernelEntry(_buss, _TORQUED),
     "buss3": KernelEntry(_buss, _TORQUED),
     "buss3_false": KernelEntry(_buss, _TORQUED),
     # one step agrees to 1-2 roundings; R rebuilt from a renormalised quaternion every step amplifies
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
-    "euler_quat": KernelEntry(_rk, _TORQUED, "make_euler_quat", rtol64=5e-12),
+    "euler_quat": KernelEntry(_rk, (*_TORQUED, *_CALLS_TAU), "make_euler_quat", rtol64=5e-12),
     # and the satellite's gravity gradient (in the precision suite the best stepping method there)
-    "rkmk8": KernelEntry(_rkmk, (*_TORQUED, "gravity_gradient"), "make_rkmk8"),
+    "rkmk8": KernelEntry(_rkmk, (*_TORQUED, "gravity_gradient", *_CALLS_TAU), "make_rkmk8"),
     **{name: KernelEntry(_splitting, ("free",), "make_split") for name in _splitting.NAMES},
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
     # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are
@@ -95,15 +99,27 @@ KERNELS: dict[str, KernelEntry] = {
 }
 
 
-def torque_kind(torque) -> str | None:
+def torque_kind(torque, dtype=None) -> str | None:
     """``"free"``, ``"gravity"``, ``"poly"`` or ``"gravity_gradient"`` for the torque models a kernel
-    restates, else ``None``."""
+    restates, ``"user:<key>"`` for a :class:`jaxrot.Torque` whose function :mod:`~jaxrot.kernels.transpile`
+    restates at ``dtype`` (default: the default floating dtype), else ``None``."""
     from ..physics.orbit import GravityGradientTorque
-    from ..physics.torques import FreeTorque, GravityTorque, PolynomialMomentum
+    from ..physics.torques import FreeTorque, GravityTorque, PolynomialMomentum, Torque
 
+    if type(torque) is Torque:
+        dtype = jnp.zeros(()).dtype if dtype is None else jnp.dtype(dtype)
+        try:
+            return "user:" + _transpile.key_of(torque, dtype)
+        except _transpile.Unsupported:
+            return None
     kinds = {FreeTorque: "free", GravityTorque: "gravity", PolynomialMomentum: "poly",
              GravityGradientTorque: "gravity_gradient"}
     return kinds.get(type(torque))
+
+
+def _family(kind: str | None) -> str | None:
+    """A torque kind without its key (``"user:<key>"`` -> ``"user"``)."""
+    return None if kind is None else kind.split(":", 1)[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,10 +149,12 @@ def supports(method, system) -> bool:
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
     if name is None:
         return False
-    kind = torque_kind(system.torque)
-    if kind is None or kind not in KERNELS[name].torques:
+    J = system.body.J
+    if getattr(J, "shape", None) != (3,):
         return False
-    return getattr(system.body.J, "shape", None) == (3,)
+    dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else None
+    kind = _family(torque_kind(system.torque, dtype))
+    return kind is not None and kind in KERNELS[name].torques
 
 
 def keeps_stats(method) -> bool:
@@ -149,8 +167,11 @@ def keeps_stats(method) -> bool:
 def torque_params(torque, dtype):
     """The torque's parameters packed in one flat array of ``dtype`` (traceable):
     gravity ``(mgl, com, up)``, polynomial momentum its ``(K, 3)`` coefficients row by row, the gravity
-    gradient ``(n, phase, J)``."""
-    kind = torque_kind(torque)
+    gradient ``(n, phase, J)``, a plain-function torque its array constants and parameters
+    (:func:`jaxrot.kernels.transpile.lower`)."""
+    kind = torque_kind(torque, dtype)
+    if _family(kind) == "user":
+        return _transpile.lower(torque, dtype).params
     if kind == "gravity":
         return jnp.concatenate([jnp.reshape(jnp.asarray(torque.mgl, dtype), (1,)),
                                 jnp.asarray(torque.com, dtype).reshape(3), jnp.asarray(torque.up, dtype).reshape(3)])
@@ -194,7 +215,7 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
     if n_frames == 0 or B == 0:
         return (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
                 jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
-    name, kind = method_name(method), torque_kind(system.torque)
+    name, kind = method_name(method), torque_kind(system.torque, dtype)
     P = KERNELS[name].params(method, system, dtype)
     K = int(torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
     call = _ffi(jnp.dtype(dtype).name, name, kind, K)

@@ -214,13 +214,22 @@ def so3_funcs(S):
 @functools.lru_cache(maxsize=None)
 def torque_funcs(S, torque: str, K: int):
     """The world torque ``tau(t, R, Pi; P)`` of a torque kind (``"free"``, ``"gravity"``, ``"poly"``,
-    ``"gravity_gradient"``)
+    ``"gravity_gradient"``, or ``"user:<key>"``: a plain function restated by :mod:`.transpile`)
     with its parameters packed in the array ``P`` (see :func:`jaxrot.kernels.torque_params`), and
     ``momentum_derivative(t, P, m)``: ``L^(m)(t)`` of a prescribed polynomial momentum (``"poly"``:
     ``L(t) = sum_k t^k / k! c_k``, ``K`` coefficients)."""
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
+    USER = torque.startswith("user:")
+    if USER:
+        from .transpile import user_tau
+
+        user = user_tau(S, torque.split(":", 1)[1])
+    else:
+        @wp.func
+        def user(t: S, R: M, Pi: V, P: wp.array(dtype=S)):
+            return V(S(0.0), S(0.0), S(0.0))
 
     @wp.func
     def gravity(R: M, P: wp.array(dtype=S)):
@@ -275,6 +284,8 @@ def torque_funcs(S, torque: str, K: int):
             out = momentum_derivative(t, P, 1)
         if wp.static(torque == "gravity_gradient"):
             out = gravity_gradient(t, R, P)
+        if wp.static(USER):
+            out = user(t, R, Pi, P)
         return out
 
     @wp.func
@@ -290,6 +301,9 @@ def torque_funcs(S, torque: str, K: int):
             out = Et @ (Rt @ momentum_rate(t, P))
         if wp.static(torque == "gravity_gradient"):
             out = gravity_gradient_body(Et @ (Rt @ nadir(t, P)), P)
+        if wp.static(USER):  # a function of the attitude itself: R E is formed
+            RE = R @ E
+            out = wp.transpose(RE) @ user(t, RE, Pi, P)
         return out
 
     return types.SimpleNamespace(tau=tau, body_tau_at=body_tau_at, gravity=gravity,

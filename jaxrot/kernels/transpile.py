@@ -1,0 +1,580 @@
+"""A torque written as a plain JAX function, restated as a Warp function for the fused kernels.
+
+A :class:`jaxrot.Torque` holds a Python function ``fn(t, R, Pi[, args])``; no compiled kernel can call
+Python. Its ``jaxpr`` (``jax.make_jaxpr``: the primitives it applies to ``t``, ``R`` and ``Pi``) is
+small and straight-line for the usual torques (damping, forcing, springs, gravity fields), so it is
+written out here as Warp source, one scalar local per array element (3-vectors and 3x3 matrices
+unrolled: the compiler keeps them in registers)::
+
+    jaxpr  f:f64[3] = div e a ; g:f64[3] = dot_general d f ; ...
+    Warp   v0 = (Pi[0] / P[0]) ; ... ; v3 = ((R[0, 0] * v0 + R[0, 1] * v1) + R[0, 2] * v2) ; ...
+
+The function's array constants (closed-over arrays) and the torque's ``args`` leaves enter the kernel
+in its parameter array ``P`` (so they keep their full precision and may be traced: ``jax.grad``
+with respect to ``args`` goes through the pure-JAX reference, see :func:`jaxrot.kernels.fused_frames`);
+scalar literals are written into the source. Element-wise arithmetic, comparisons and selects, the
+elementary functions, reshapes, slices, concatenations, transposes, broadcasts, contractions
+(``dot_general``) and reductions are restated; nested calls (``jit``, ``custom_jvp``, ``custom_vjp``,
+``checkpoint``) are inlined; ``lax.cond`` evaluates every branch and selects. Anything else (control flow, gathers with traced indices, scatters,
+random numbers, ...) is :class:`Unsupported`: the run then stays on XLA, where the function is called
+as written (:func:`jaxrot.kernels.supports` is ``False``; :func:`reason` says why).
+
+Each generated function is compiled by Warp once per source text (cached on disk like the other
+kernels); the same function object traced at another dtype gives another source.
+"""
+
+
+import dataclasses
+import functools
+import hashlib
+import linecache
+import math
+
+import numpy as np
+
+__all__ = ["Unsupported", "Lowered", "lower", "key_of", "reason", "user_tau", "evaluate"]
+
+
+class Unsupported(Exception):
+    """The function uses a primitive (or a form of one) that has no Warp restatement here."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _El:
+    """One scalar of the generated code: its expression (a local's name or a literal) and kind
+    (``"f"`` floating, ``"b"`` bool, ``"i"`` integer); ``value`` for a known constant."""
+
+    code: str
+    kind: str
+    value: object = None
+
+
+def _kind(dtype) -> str:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise Unsupported(f"values of dtype {dtype}") from None
+    if dt == np.bool_:
+        return "b"
+    if np.issubdtype(dt, np.integer):
+        return "i"
+    if np.issubdtype(dt, np.floating):
+        return "f"
+    raise Unsupported(f"values of dtype {dt}")
+
+
+class _Gen:
+    """The generated source: one line per new scalar, and the literals it refers to."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.lits: list[float] = []
+        self.n = 0
+
+    def emit(self, expr: str, kind: str) -> _El:
+        name = f"v{self.n}"
+        self.n += 1
+        self.lines.append(f"    {name} = {expr}")
+        return _El(name, kind)
+
+    def literal(self, value, kind: str) -> _El:
+        if kind == "b":
+            return _El("True" if bool(value) else "False", "b", bool(value))
+        if kind == "i":
+            v = int(value)
+            return _El(f"int({v})", "i", v)
+        self.lits.append(float(value))
+        # a literal rounded to S at compile time (exact in float64: LIT holds Python floats)
+        return _El(f"S(wp.static(LIT[{len(self.lits) - 1}]))", "f", float(value))
+
+    def array(self, value, kind: str | None = None) -> np.ndarray:
+        a = np.asarray(value)
+        k = kind or _kind(a.dtype)
+        out = np.empty(a.shape, dtype=object)
+        for idx in np.ndindex(a.shape):
+            out[idx] = self.literal(a[idx], k)
+        return out
+
+
+def _map(fn, *arrays):
+    """``fn`` applied element-wise with NumPy broadcasting to object arrays of :class:`_El`."""
+    arrays = np.broadcast_arrays(*[np.asarray(a, dtype=object) for a in arrays])
+    out = np.empty(arrays[0].shape, dtype=object)
+    for idx in np.ndindex(out.shape):
+        out[idx] = fn(*[a[idx] for a in arrays])
+    return out
+
+
+# element-wise primitives: Warp expression templates (kind of the result: the operands' unless stated)
+_BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+           "max": "wp.max({0}, {1})", "min": "wp.min({0}, {1})", "pow": "wp.pow({0}, {1})",
+           "atan2": "wp.atan2({0}, {1})", "rem": "wp.mod({0}, {1})", "nextafter": None}
+_UNARY = {"neg": "(-{0})", "abs": "wp.abs({0})", "sign": "wp.sign({0})", "sin": "wp.sin({0})",
+          "cos": "wp.cos({0})", "tan": "wp.tan({0})", "asin": "wp.asin({0})", "acos": "wp.acos({0})",
+          "atan": "wp.atan({0})", "sinh": "wp.sinh({0})", "cosh": "wp.cosh({0})", "tanh": "wp.tanh({0})",
+          "exp": "wp.exp({0})", "log": "wp.log({0})", "sqrt": "wp.sqrt({0})", "cbrt": "wp.cbrt({0})",
+          "rsqrt": "(S(1.0) / wp.sqrt({0}))", "floor": "wp.floor({0})", "ceil": "wp.ceil({0})",
+          "square": "({0} * {0})", "logistic": "(S(1.0) / (S(1.0) + wp.exp(-{0})))",
+          "exp2": "wp.exp(S(wp.static(math.log(2.0))) * {0})", "log1p": "wp.log(S(1.0) + {0})",
+          "expm1": "(wp.exp({0}) - S(1.0))", "erf": "wp.erf({0})", "is_finite": "wp.isfinite({0})"}
+_COMPARE = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
+_BOOL = {"and": "({0} and {1})", "or": "({0} or {1})"}
+_INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+           "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "checkpoint": "jaxpr"}
+_IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient"}
+
+
+def _integer_pow(g: _Gen, x: _El, y: int) -> _El:
+    if y == 0:
+        return g.literal(1.0, "f")
+    n = abs(y)
+    if n > 16:
+        return g.emit(f"wp.pow({x.code}, S({float(y)!r}))", "f")
+    # square-and-multiply: one local per squaring
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else g.emit(f"({result.code} * {base.code})", "f")
+        n >>= 1
+        if n:
+            base = g.emit(f"({base.code} * {base.code})", "f")
+    return g.emit(f"(S(1.0) / {result.code})", "f") if y < 0 else result
+
+
+def _convert(g: _Gen, x: _El, kind: str) -> _El:
+    if x.kind == kind:
+        return x
+    if x.value is not None:
+        return g.literal(x.value, kind)
+    if kind == "f":
+        return g.emit(f"wp.where({x.code}, S(1.0), S(0.0))" if x.kind == "b" else f"S({x.code})", "f")
+    if kind == "b":
+        return g.emit(f"({x.code} != {'S(0.0)' if x.kind == 'f' else 'int(0)'})", "b")
+    if x.kind == "b":
+        return g.emit(f"wp.where({x.code}, int(1), int(0))", "i")
+    raise Unsupported("a conversion of a floating-point value to an integer")
+
+
+def _sum(g: _Gen, terms: list[str], kind: str) -> _El:
+    return g.emit("(" + " + ".join(terms) + ")" if len(terms) > 1 else terms[0], kind)
+
+
+def _dot_general(g: _Gen, lhs: np.ndarray, rhs: np.ndarray, params, kind: str) -> np.ndarray:
+    (lc, rc), (lb, rb) = params["dimension_numbers"]
+    lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+    rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+    L = np.transpose(lhs, [*lb, *lf, *lc])
+    Rr = np.transpose(rhs, [*rb, *rf, *rc])
+    nb, nlf, nrf = len(lb), len(lf), len(rf)
+    out_shape = L.shape[:nb + nlf] + Rr.shape[nb:nb + nrf]
+    out = np.empty(out_shape, dtype=object)
+    for idx in np.ndindex(out_shape):
+        b, i, j = idx[:nb], idx[nb:nb + nlf], idx[nb + nlf:]
+        a_row = np.asarray(L[b + i]).reshape(-1)
+        b_row = np.asarray(Rr[b + j]).reshape(-1)
+        if a_row.size == 0:
+            out[idx] = g.literal(0.0, kind)
+            continue
+        out[idx] = _sum(g, [f"{x.code} * {y.code}" for x, y in zip(a_row, b_row)], kind)
+    return out
+
+
+def _reduce(g: _Gen, x: np.ndarray, axes, op: str, kind: str) -> np.ndarray:
+    axes = tuple(int(a) for a in axes)
+    keep = [d for d in range(x.ndim) if d not in axes]
+    moved = np.transpose(x, [*keep, *axes])
+    shape = moved.shape[:len(keep)]
+    flat = moved.reshape(shape + (-1,))
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(shape):
+        terms = list(flat[idx])
+        if not terms:
+            raise Unsupported(f"{op} over an empty axis")
+        if op == "sum":
+            out[idx] = _sum(g, [t.code for t in terms], kind)
+        elif op == "prod":
+            out[idx] = g.emit("(" + " * ".join(t.code for t in terms) + ")", kind)
+        else:
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = g.emit(f"wp.{op}({acc.code}, {t.code})", kind)
+            out[idx] = acc
+    return out
+
+
+def _arg_extremum(g: _Gen, x: np.ndarray, axes, op: str) -> np.ndarray:
+    """argmax (``op`` ``">"``) or argmin (``"<"``) over one axis: the first extremal index."""
+    (axis,) = (int(a) for a in axes)
+    moved = np.moveaxis(x, axis, -1)
+    out = np.empty(moved.shape[:-1], dtype=object)
+    for idx in np.ndindex(out.shape):
+        row = list(moved[idx])
+        if all(e.value is not None for e in row):  # known values: the index itself
+            vals = [e.value for e in row]
+            out[idx] = g.literal(int(np.argmax(vals) if op == ">" else np.argmin(vals)), "i")
+            continue
+        best, where = row[0], g.literal(0, "i")
+        for k, e in enumerate(row[1:], start=1):
+            better = g.emit(f"({e.code} {op} {best.code})", "b")
+            where = g.emit(f"wp.where({better.code}, int({k}), {where.code})", "i")
+            best = g.emit(f"wp.where({better.code}, {e.code}, {best.code})", best.kind)
+        out[idx] = where
+    return out
+
+
+def _static_int(el: _El) -> int:
+    if el.value is None:
+        raise Unsupported("an index that depends on the state (a dynamic slice with traced start)")
+    return int(el.value)
+
+
+def _eqn(g: _Gen, eqn, ins: list, env_consts) -> list:
+    """The outputs (object arrays) of one equation from its inputs."""
+    name = eqn.primitive.name
+    p = eqn.params
+    outs = eqn.outvars
+    kind = _kind(outs[0].aval.dtype) if outs else "f"
+    if name in _INLINE:
+        sub = p.get(_INLINE[name])
+        if sub is None:
+            raise Unsupported(f"the call primitive {name!r} without a jaxpr")
+        jaxpr, consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, ())
+        return _eval(g, jaxpr, [g.array(c) for c in consts], ins)
+    if name in _IDENTITY:
+        return list(ins)
+    if name == "cond":  # every branch evaluated (they are pure), the outputs selected by the index
+        index, ops = ins[0], ins[1:]
+        results = [_eval(g, b.jaxpr, [g.array(c) for c in b.consts], ops) for b in p["branches"]]
+        out = []
+        for k, v in enumerate(outs):
+            kk = _kind(v.aval.dtype)
+
+            def pick(w, *cs, kk=kk):
+                acc = cs[-1]
+                for j in range(len(cs) - 2, -1, -1):
+                    acc = g.emit(f"wp.where({w.code} == int({j}), {cs[j].code}, {acc.code})", kk)
+                return acc
+
+            out.append(_map(pick, index, *[r[k] for r in results]))
+        return out
+    if name in _BINARY and _BINARY[name] is not None:
+        t = _BINARY[name]
+        if name in ("add", "mul") and kind == "b":
+            t = "({0} or {1})" if name == "add" else "({0} and {1})"
+        return [_map(lambda a, b: g.emit(t.format(a.code, b.code), kind), *ins)]
+    if name in _UNARY:
+        if kind != "f" and name not in ("neg", "abs", "sign", "is_finite"):
+            raise Unsupported(f"{name} of a {kind!r} value")
+        k = "b" if name == "is_finite" else kind
+        t = _UNARY[name]
+        return [_map(lambda a: g.emit(t.format(a.code), k), ins[0])]
+    if name in _COMPARE:
+        op = _COMPARE[name]
+        return [_map(lambda a, b: g.emit(f"({a.code} {op} {b.code})", "b"), *ins)]
+    if name in _BOOL:
+        if kind != "b":
+            raise Unsupported(f"bitwise {name} of integers")
+        return [_map(lambda a, b: g.emit(_BOOL[name].format(a.code, b.code), "b"), *ins)]
+    if name == "not":
+        if kind != "b":
+            raise Unsupported("bitwise not of integers")
+        return [_map(lambda a: g.emit(f"(not {a.code})", "b"), ins[0])]
+    if name == "integer_pow":
+        return [_map(lambda a: _integer_pow(g, a, int(p["y"])), ins[0])]
+    if name == "select_n":
+        which, cases = ins[0], ins[1:]
+
+        def sel(w, *cs):
+            if len(cs) == 1:
+                return cs[0]
+            if w.kind == "b":
+                return g.emit(f"wp.where({w.code}, {cs[1].code}, {cs[0].code})", kind)
+            acc = cs[-1]
+            for k in range(len(cs) - 2, -1, -1):
+                acc = g.emit(f"wp.where({w.code} == int({k}), {cs[k].code}, {acc.code})", kind)
+            return acc
+
+        return [_map(sel, which, *cases)]
+    if name == "clamp":
+        return [_map(lambda lo, x, hi: g.emit(f"wp.min(wp.max({x.code}, {lo.code}), {hi.code})", kind), *ins)]
+    if name == "convert_element_type":
+        return [_map(lambda a: _convert(g, a, kind), ins[0])]
+    if name == "broadcast_in_dim":
+        x = ins[0]
+        shape = tuple(p["shape"])
+        dims = tuple(p["broadcast_dimensions"])
+        expanded = [1] * len(shape)
+        for d, n in zip(dims, x.shape):
+            expanded[d] = n
+        return [np.broadcast_to(np.reshape(x, expanded), shape).copy()]
+    if name == "reshape":
+        if p.get("dimensions") not in (None, ()):
+            raise Unsupported("reshape with dimensions")
+        return [np.reshape(ins[0], tuple(p["new_sizes"]))]
+    if name == "squeeze":
+        return [np.squeeze(ins[0], axis=tuple(p["dimensions"]))]
+    if name == "expand_dims":
+        return [np.expand_dims(ins[0], tuple(p["dimensions"]))]
+    if name == "transpose":
+        return [np.transpose(ins[0], tuple(p["permutation"]))]
+    if name == "rev":
+        return [np.flip(ins[0], axis=tuple(p["dimensions"]))]
+    if name == "slice":
+        strides = p.get("strides") or (1,) * ins[0].ndim
+        sl = tuple(slice(s, e, st) for s, e, st in zip(p["start_indices"], p["limit_indices"], strides))
+        return [ins[0][sl]]
+    if name == "concatenate":
+        return [np.concatenate(ins, axis=int(p["dimension"]))]
+    if name == "stack":
+        return [np.stack(ins, axis=int(p["axis"]))]
+    if name in ("argmax", "argmin"):
+        return [_arg_extremum(g, ins[0], p["axes"], ">" if name == "argmax" else "<")]
+    if name == "split":
+        cuts = np.cumsum(p["sizes"])[:-1]
+        return list(np.split(ins[0], cuts, axis=int(p["axis"])))
+    if name == "dynamic_slice":
+        x, starts = ins[0], ins[1:]
+        sizes = tuple(p["slice_sizes"])
+        sl = []
+        for d, (s, n) in enumerate(zip(starts, sizes)):
+            s0 = min(max(_static_int(np.asarray(s).reshape(-1)[0]), 0), x.shape[d] - n)  # JAX clamps
+            sl.append(slice(s0, s0 + n))
+        return [x[tuple(sl)]]
+    if name == "iota":
+        shape, dim = tuple(p["shape"]), int(p["dimension"])
+        vals = np.broadcast_to(np.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))]),
+                               shape)
+        return [g.array(vals, kind)]
+    if name == "dot_general":
+        return [_dot_general(g, ins[0], ins[1], p, kind)]
+    if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+        op = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}[name]
+        return [_reduce(g, ins[0], p["axes"], op, kind)]
+    raise Unsupported(f"the primitive {name!r}")
+
+
+def _eval(g: _Gen, jaxpr, consts: list, args: list) -> list:
+    env = {}
+
+    def read(v):
+        if hasattr(v, "val"):  # a Literal (jax.extend.core.Literal; Vars have no value)
+            return g.array(v.val, _kind(v.aval.dtype))
+        return env[v]
+
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = x
+    for eqn in jaxpr.eqns:
+        outs = _eqn(g, eqn, [read(v) for v in eqn.invars], None)
+        for v, x in zip(eqn.outvars, outs):
+            if tuple(np.shape(x)) != tuple(v.aval.shape):
+                raise Unsupported(f"{eqn.primitive.name}: shape {np.shape(x)} != {v.aval.shape}")
+            env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowered:
+    """A torque restated: ``key`` names its Warp function (a hash of ``source``), ``params`` its part of
+    the kernel's parameter array (the function's array constants, then the torque's array leaves, raveled,
+    in the run's dtype; may be traced)."""
+
+    key: str
+    source: str
+    lits: tuple
+    params: object
+
+
+def _trace(torque, dtype):
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    arrays, static = eqx.partition(torque, eqx.is_array)
+    leaves = jax.tree_util.tree_leaves(arrays)
+    if any(not jnp.issubdtype(x.dtype, jnp.floating) for x in leaves):
+        raise Unsupported("a torque parameter that is not floating-point")
+
+    def call(t, R, Pi, arrays):
+        return eqx.combine(arrays, static)(t, R, Pi)
+
+    sds = jax.ShapeDtypeStruct
+    closed = jax.make_jaxpr(call)(sds((), dtype), sds((3, 3), dtype), sds((3,), dtype),
+                                  jax.tree_util.tree_map(lambda x: sds(x.shape, x.dtype), arrays))
+    return closed, leaves
+
+
+_SOURCES: dict[str, tuple[str, tuple]] = {}
+
+
+def _cache_key(torque, dtype):
+    """What the generated source depends on: the function, the frame and the shapes of the torque's
+    array leaves (not their values); ``None`` where some part cannot be hashed."""
+    import equinox as eqx
+    import jax
+
+    arrays, static = eqx.partition(torque, eqx.is_array)
+    leaves, treedef = jax.tree_util.tree_flatten(arrays)
+    key = (type(torque), getattr(torque, "fn", None), getattr(torque, "frame", None),
+           getattr(torque, "fn_takes_args", None), treedef,
+           tuple((tuple(x.shape), np.dtype(x.dtype).name) for x in leaves), np.dtype(dtype).name)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+#: lowered torques by :func:`_cache_key`: (key, source, literals, the function's constants). As for
+#: ``jax.jit``, a function is traced once: arrays it reads from globals are taken at that first trace
+_LOWERED: dict = {}
+
+
+def lower(torque, dtype) -> Lowered:
+    """Restate ``torque(t, R, Pi)`` (a :class:`jaxrot.Torque`) at ``dtype`` (``float32`` or ``float64``)
+    as the source of a Warp function ``tau(t, R, Pi, P)`` (the world torque); raises
+    :class:`Unsupported` (naming the primitive) where it cannot."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    key, src, lits, consts = _lowered(torque, dtype)
+    leaves = jax.tree_util.tree_leaves(eqx.filter(torque, eqx.is_array))
+    params = [jnp.ravel(jnp.asarray(x)).astype(dtype) for x in [*consts, *leaves]]
+    P = jnp.concatenate(params) if params else jnp.zeros((1,), dtype)  # (a kernel array is never empty)
+    return Lowered(key, src, lits, P)
+
+
+def key_of(torque, dtype) -> str:
+    """The ``key`` of :func:`lower` alone (no parameter array is built: cheap after the first call)."""
+    return _lowered(torque, dtype)[0]
+
+
+def _lowered(torque, dtype):
+    import jax
+
+    ck = _cache_key(torque, dtype)
+    hit = _LOWERED.get(ck) if ck is not None else None
+    if hit is None:
+        try:
+            hit = _generate(torque, dtype)
+        except Unsupported:
+            raise
+        except Exception as err:  # noqa: BLE001 - any other failure: the XLA path runs the function as written
+            raise Unsupported(f"{type(err).__name__}: {err}") from err
+        if ck is not None and not any(isinstance(c, jax.core.Tracer) for c in hit[3]):
+            _LOWERED[ck] = hit
+    _SOURCES[hit[0]] = hit[1:3]
+    return hit
+
+
+def _generate(torque, dtype):
+    """``(key, source, literals, constants)`` of ``torque`` at ``dtype`` (see :func:`lower`)."""
+    closed, _ = _trace(torque, dtype)
+    jaxpr = closed.jaxpr
+    g = _Gen()
+    offset = 0
+    inputs = []
+    for v in [*jaxpr.constvars, *jaxpr.invars[3:]]:
+        shape = tuple(v.aval.shape)
+        if _kind(v.aval.dtype) != "f":
+            raise Unsupported("an integer or bool array constant")
+        n = int(np.prod(shape, dtype=int))
+        el = np.empty(n, dtype=object)
+        for k in range(n):
+            el[k] = _El(f"P[{offset + k}]", "f")
+        inputs.append(el.reshape(shape))
+        offset += n
+    t = np.empty((), dtype=object)
+    t[()] = _El("t", "f")
+    R = np.empty((3, 3), dtype=object)
+    for i in range(3):
+        for j in range(3):
+            R[i, j] = _El(f"R[{i}, {j}]", "f")
+    Pi = np.empty((3,), dtype=object)
+    for i in range(3):
+        Pi[i] = _El(f"Pi[{i}]", "f")
+    nc = len(jaxpr.constvars)
+    (out,) = _eval(g, jaxpr, inputs[:nc], [t, R, Pi, *inputs[nc:]])
+    if np.shape(out) != (3,):
+        raise Unsupported(f"an output of shape {np.shape(out)}")
+    codes = [(x if x.kind == "f" else _convert(g, x, "f")).code for x in out]
+    body = "\n".join(g.lines)
+    src = (f"def tau(t: S, R: M, Pi: V, P: wp.array(dtype=S)):\n{body}\n"
+           f"    return V({codes[0]}, {codes[1]}, {codes[2]})\n")
+    key = hashlib.sha1((src + repr(g.lits)).encode()).hexdigest()[:16]
+    return key, src, tuple(g.lits), tuple(closed.consts)
+
+
+def reason(torque, dtype) -> str | None:
+    """Why ``torque`` has no Warp restatement at ``dtype`` (``None`` if it has one)."""
+    try:
+        key_of(torque, dtype)
+    except Unsupported as err:
+        return str(err)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def user_tau(S, key: str):
+    """The Warp function ``tau(t, R, Pi, P)`` of a lowered torque (by its ``key``), compiled once per
+    scalar type."""
+    from ._common import so3_funcs, warp
+
+    wp = warp()
+    src, lits = _SOURCES[key]
+    c = so3_funcs(S)
+    fname = f"<jaxrot-torque-{key}-{S.__name__}>"
+    # Warp reads a function's source through inspect/linecache: register the generated text there
+    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+    env = {"S": S, "V": c.V, "M": c.M, "wp": wp, "LIT": list(lits), "math": math,
+           "__name__": f"jaxrot_torque_{key}"}
+    exec(compile(src, fname, "exec"), env)  # noqa: S102 - source generated above from a jaxpr, not user text
+    return wp.func(env["tau"])
+
+
+def evaluate(torque, t, R, Pi):
+    """The restated torque at a batch of points, evaluated by Warp (to check a restatement against
+    ``torque`` itself, e.g. ``jax.vmap(torque)(t, R, Pi)``).
+
+    Args:
+      torque: a :class:`jaxrot.Torque` that :func:`lower` restates.
+      t, R, Pi: arrays of shapes (B,), (B, 3, 3), (B, 3), all of one floating dtype.
+
+    Returns:
+      a NumPy array (B, 3): the world torque at each point, computed in that dtype.
+    """
+    from ._common import so3_funcs, warp
+
+    wp = warp()
+    t, R, Pi = (np.asarray(x) for x in (t, R, Pi))
+    S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[R.dtype]
+    low = lower(torque, R.dtype)
+    kernel = _evaluator(S, low.key)
+    c = so3_funcs(S)
+    out = wp.zeros(t.shape[0], dtype=c.V, device="cpu")
+    wp.launch(kernel, dim=t.shape[0], device="cpu",
+              inputs=[wp.array(t, dtype=S, device="cpu"), wp.array(R, dtype=c.M, device="cpu"),
+                      wp.array(Pi, dtype=c.V, device="cpu"), wp.array(np.asarray(low.params), dtype=S, device="cpu"),
+                      out])
+    return out.numpy()
+
+
+@functools.lru_cache(maxsize=None)
+def _evaluator(S, key: str):
+    from ._common import so3_funcs, warp
+
+    wp = warp()
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+    tau = user_tau(S, key)
+
+    def ev(t: wp.array(dtype=S), R: wp.array(dtype=M), Pi: wp.array(dtype=V), P: wp.array(dtype=S),
+           out: wp.array(dtype=V)):
+        i = wp.tid()
+        out[i] = tau(t[i], R[i], Pi[i], P)
+
+    ev.__name__ = ev.__qualname__ = f"evaluate_torque_{key}_{S.__name__}"
+    return wp.kernel(ev, module="unique", enable_backward=False)
