@@ -108,8 +108,8 @@ def _map(fn, *arrays):
 # element-wise primitives: Warp expression templates (kind of the result: the operands' unless stated)
 _BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
            "max": "wp.max({0}, {1})", "min": "wp.min({0}, {1})", "pow": "wp.pow({0}, {1})",
-           "atan2": "wp.atan2({0}, {1})", "rem": "wp.mod({0}, {1})", "nextafter": None}
-_UNARY = {"neg": "(-{0})", "abs": "wp.abs({0})", "sign": "wp.sign({0})", "sin": "wp.sin({0})",
+           "atan2": "wp.atan2({0}, {1})", "rem": "wp.mod({0}, {1})"}
+_UNARY = {"neg": "(-{0})", "abs": "wp.abs({0})", "sin": "wp.sin({0})",
           "cos": "wp.cos({0})", "tan": "wp.tan({0})", "asin": "wp.asin({0})", "acos": "wp.acos({0})",
           "atan": "wp.atan({0})", "sinh": "wp.sinh({0})", "cosh": "wp.cosh({0})", "tanh": "wp.tanh({0})",
           "exp": "wp.exp({0})", "log": "wp.log({0})", "sqrt": "wp.sqrt({0})", "cbrt": "wp.cbrt({0})",
@@ -229,7 +229,7 @@ def _static_int(el: _El) -> int:
     return int(el.value)
 
 
-def _eqn(g: _Gen, eqn, ins: list, env_consts) -> list:
+def _eqn(g: _Gen, eqn, ins: list) -> list:
     """The outputs (object arrays) of one equation from its inputs."""
     name = eqn.primitive.name
     p = eqn.params
@@ -258,13 +258,17 @@ def _eqn(g: _Gen, eqn, ins: list, env_consts) -> list:
 
             out.append(_map(pick, index, *[r[k] for r in results]))
         return out
-    if name in _BINARY and _BINARY[name] is not None:
+    if name == "sign":  # (wp.sign(0) is 1, lax.sign(0) is 0)
+        z, o = ("S(0.0)", "S(1.0)") if kind == "f" else ("int(0)", "int(1)")
+        return [_map(lambda a: g.emit(f"wp.where({a.code} > {z}, {o}, wp.where({a.code} < {z}, -{o}, {z}))", kind),
+                     ins[0])]
+    if name in _BINARY:
         t = _BINARY[name]
         if name in ("add", "mul") and kind == "b":
             t = "({0} or {1})" if name == "add" else "({0} and {1})"
         return [_map(lambda a, b: g.emit(t.format(a.code, b.code), kind), *ins)]
     if name in _UNARY:
-        if kind != "f" and name not in ("neg", "abs", "sign", "is_finite"):
+        if kind != "f" and name not in ("neg", "abs", "is_finite"):
             raise Unsupported(f"{name} of a {kind!r} value")
         k = "b" if name == "is_finite" else kind
         t = _UNARY[name]
@@ -367,7 +371,7 @@ def _eval(g: _Gen, jaxpr, consts: list, args: list) -> list:
     for v, x in zip(jaxpr.invars, args):
         env[v] = x
     for eqn in jaxpr.eqns:
-        outs = _eqn(g, eqn, [read(v) for v in eqn.invars], None)
+        outs = _eqn(g, eqn, [read(v) for v in eqn.invars])
         for v, x in zip(eqn.outvars, outs):
             if tuple(np.shape(x)) != tuple(v.aval.shape):
                 raise Unsupported(f"{eqn.primitive.name}: shape {np.shape(x)} != {v.aval.shape}")
