@@ -70,7 +70,11 @@ def test_unseen_bench_quick(tmp_path):
 
     res = bench_unseen.main(quick=True, out_dir=tmp_path)
     (s,) = res["summary"]
-    assert s["method"] == "rkmk8" and 0 < s["err_ratio"] <= 3.0 and s["us"] > 0
+    from jaxrot import kernels
+
+    # the function is restated in rkmk8's fused kernel where Warp is installed
+    assert s["method"] == ("rkmk8 (Fused)" if kernels.have_warp() else "rkmk8")
+    assert 0 < s["err_ratio"] <= 3.0 and s["us"] > 0
     assert s["peer"] == "diffrax Tsit5" and s["ratio"] > 0 and s["vs_searched"] > 0
     for f in ["bench_unseen.md", "bench_unseen.json", "bench_unseen.png"]:
         assert (tmp_path / f).stat().st_size > 0

@@ -52,10 +52,12 @@ def structural(t, R, Pi, args):
     M = jnp.einsum("ij,jk->ik", R.T, K) @ R
     outer = jnp.outer(Pi, v).reshape(9).reshape(3, 3).T
     flags = (jnp.arange(3) == jnp.argmax(jnp.array([1.0, 3.0, 2.0]))).astype(Pi.dtype)  # constant-folded
-    flags = flags + (jnp.arange(3) == jnp.argmin(Pi)).astype(Pi.dtype) + lax.cond(t > 1.0, lambda p: -p, lambda p: 2 * p, Pi)
+    flags = flags + (jnp.arange(3) == jnp.argmin(Pi)).astype(Pi.dtype)
+    flags = flags + lax.cond(t > 1.0, lambda p: -p, lambda p: 2 * p, Pi)
     big = jnp.logical_and(Pi > 0.0, jnp.abs(Pi) < 5.0)
     top = jnp.concatenate([Pi[:1], jnp.dot(v, Pi)[None], jnp.trace(M)[None]])
-    return M @ Pi + outer @ v + flags * jnp.where(big, 1.0, -1.0) + 0.1 * top + jnp.linalg.norm(R - jnp.eye(3, dtype=R.dtype))
+    frob = jnp.linalg.norm(R - jnp.eye(3, dtype=R.dtype))
+    return M @ Pi + outer @ v + flags * jnp.where(big, 1.0, -1.0) + 0.1 * top + frob
 
 
 def _points(dtype, n=40, seed=0):

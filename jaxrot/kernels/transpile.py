@@ -14,10 +14,11 @@ in its parameter array ``P`` (so they keep their full precision and may be trace
 with respect to ``args`` goes through the pure-JAX reference, see :func:`jaxrot.kernels.fused_frames`);
 scalar literals are written into the source. Element-wise arithmetic, comparisons and selects, the
 elementary functions, reshapes, slices, concatenations, transposes, broadcasts, contractions
-(``dot_general``) and reductions are restated; nested calls (``jit``, ``custom_jvp``, ``custom_vjp``,
-``checkpoint``) are inlined; ``lax.cond`` evaluates every branch and selects. Anything else (control flow, gathers with traced indices, scatters,
-random numbers, ...) is :class:`Unsupported`: the run then stays on XLA, where the function is called
-as written (:func:`jaxrot.kernels.supports` is ``False``; :func:`reason` says why).
+(``dot_general``), reductions and arg-extrema are restated; nested calls (``jit``, ``custom_jvp``,
+``custom_vjp``, ``checkpoint``) are inlined; ``lax.cond`` evaluates every branch and selects.
+Anything else (loops, gathers with traced indices, scatters, random numbers, ...) is
+:class:`Unsupported`: the run then stays on XLA, where the function is called as written
+(:func:`jaxrot.kernels.supports` is ``False``; :func:`reason` says why).
 
 Each generated function is compiled by Warp once per source text (cached on disk like the other
 kernels); the same function object traced at another dtype gives another source.
