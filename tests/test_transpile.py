@@ -45,6 +45,28 @@ def special(t, R, Pi):
     return a + b + c + d
 
 
+@jax.custom_vjp
+def _clipped(x):
+    return jnp.clip(x, -2.0, 2.0)
+
+
+_clipped.defvjp(lambda x: (_clipped(x), x), lambda x, g: (g,))
+
+
+def edges(t, R, Pi):
+    """NaN propagation (max, min, clamp, sign, argmax), small arguments of log1p and expm1, a float32
+    rounding inside a float64 function, integer powers, custom derivatives, checkpointing, products,
+    dynamic slices at constant offsets, splits, reversals."""
+    x = 1e-9 * Pi
+    a = jnp.log1p(x) / 1e-9 + jnp.expm1(x) / 1e-9 + (Pi.astype(jnp.float32).astype(Pi.dtype) - Pi) * 1e7
+    m = jnp.maximum(Pi, 0.5) + jnp.minimum(Pi, -0.5) + lax.clamp(jnp.asarray(-1.0, Pi.dtype), Pi, jnp.asarray(1.0, Pi.dtype)) + jnp.sign(Pi) + jnp.max(Pi)
+    k = jnp.argmax(Pi).astype(jnp.int32)
+    b = Pi * (k ** 2).astype(Pi.dtype) + lax.pow(jnp.abs(Pi) + 1.0, k) + jnp.maximum(Pi > 0, Pi > 1).astype(Pi.dtype)
+    c = jax.nn.relu(Pi) + jax.nn.softplus(Pi) + _clipped(Pi) + jax.checkpoint(jnp.sin)(Pi) + jnp.prod(R, axis=1)
+    d = lax.dynamic_slice(jnp.concatenate([Pi, Pi]), (2,), (3,)) + jnp.flip(Pi) + jnp.concatenate(jnp.split(R[0], 3))
+    return a + m + b + c + d
+
+
 def structural(t, R, Pi, args):
     """A body-frame torque with a PyTree of parameters: contractions, reshapes, transposes, outer
     products, concatenation, integer ranges, arg-extrema, booleans converted to numbers, a cond."""
@@ -69,19 +91,23 @@ def _points(dtype, n=40, seed=0):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("which", ["elementary", "special", "structural"])
+@pytest.mark.parametrize("which", ["elementary", "special", "edges", "structural"])
 def test_restatement_equals_the_function(which, dtype):
-    if which in ("elementary", "special"):
-        torque = jaxrot.Torque(elementary if which == "elementary" else special)
+    if which != "structural":
+        torque = jaxrot.Torque({"elementary": elementary, "special": special, "edges": edges}[which])
     else:
         rng = np.random.default_rng(3)
         torque = jaxrot.Torque(structural, frame="body",
                                args={"K": jnp.asarray(rng.normal(size=(3, 3))), "v": jnp.asarray(rng.normal(size=3))})
     torque = jax.tree_util.tree_map(lambda x: x.astype(dtype) if isinstance(x, jax.Array) else x, torque)
     t, R, Pi = _points(dtype)
+    Pi[0, 1] = np.nan  # (NaN propagates as in lax)
     got = transpile.evaluate(torque, t, R, Pi)
     want = np.asarray(jax.vmap(torque)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
     assert got.dtype == dtype and got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.all(np.isnan(want[0])) or which != "edges"
+    got, want = got[1:], want[1:]
     eps = np.finfo(dtype).eps
     scale = np.max(np.abs(want), axis=1, keepdims=True)
     # a few hundred operations per value, summed and fused in another order; measured: at most 2.0 eps
@@ -104,6 +130,30 @@ def test_parameters_enter_by_value_not_by_source():
     # traced parameters: the array is built inside jit
     P = jax.jit(lambda c: transpile.lower(jaxrot.Torque(f, args=c), jnp.float64).params)(jnp.asarray(0.3))
     np.testing.assert_array_equal(np.asarray(P), [4.6, 4.3, 1.8, 0.3])
+
+
+def test_python_numbers_in_args_are_part_of_the_key():
+    """A Python number in ``args`` is written into the source: another value is another restatement."""
+    f = lambda t, R, Pi, c: -c * Pi  # noqa: E731
+    a, b = jaxrot.Torque(f, args=0.1), jaxrot.Torque(f, args=0.7)
+    assert transpile.key_of(a, jnp.float64) != transpile.key_of(b, jnp.float64)
+    t, R, Pi = _points(np.float64, n=4)
+    np.testing.assert_allclose(transpile.evaluate(b, t, R, Pi), -0.7 * Pi, rtol=1e-15)
+    np.testing.assert_allclose(transpile.evaluate(a, t, R, Pi), -0.1 * Pi, rtol=1e-15)
+
+
+def test_a_wrong_restatement_stays_on_xla(monkeypatch):
+    """The restatement is compared with the function at random points before it is used: a template
+    made wrong on purpose (subtraction written as addition) is refused, not run."""
+    monkeypatch.setitem(transpile._BINARY, "sub", "({0} + {1})")
+
+    def fn(t, R, Pi):
+        return Pi - R[0]
+
+    torque = jaxrot.Torque(fn)
+    why = transpile.reason(torque, jnp.float64)
+    assert why is not None and "differs" in why, why
+    assert kernels.torque_kind(torque) is None
 
 
 def _loop(t, R, Pi):

@@ -67,7 +67,8 @@ def _kind(dtype) -> str:
 class _Gen:
     """The generated source: one line per new scalar, and the literals it refers to."""
 
-    def __init__(self):
+    def __init__(self, S64: bool = True):
+        self.S64 = S64  # the run's scalar type is float64 (float32 otherwise)
         self.lines: list[str] = []
         self.lits: list[float] = []
         self.n = 0
@@ -108,7 +109,7 @@ def _map(fn, *arrays):
 
 # element-wise primitives: Warp expression templates (kind of the result: the operands' unless stated)
 _BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-           "max": "wp.max({0}, {1})", "min": "wp.min({0}, {1})", "pow": "wp.pow({0}, {1})",
+           "pow": "wp.pow({0}, {1})",
            "atan2": "wp.atan2({0}, {1})", "rem": "wp.mod({0}, {1})"}
 _UNARY = {"neg": "(-{0})", "abs": "wp.abs({0})", "sin": "wp.sin({0})",
           "cos": "wp.cos({0})", "tan": "wp.tan({0})", "asin": "wp.asin({0})", "acos": "wp.acos({0})",
@@ -116,34 +117,51 @@ _UNARY = {"neg": "(-{0})", "abs": "wp.abs({0})", "sin": "wp.sin({0})",
           "exp": "wp.exp({0})", "log": "wp.log({0})", "sqrt": "wp.sqrt({0})", "cbrt": "wp.cbrt({0})",
           "rsqrt": "(S(1.0) / wp.sqrt({0}))", "floor": "wp.floor({0})", "ceil": "wp.ceil({0})",
           "square": "({0} * {0})", "logistic": "(S(1.0) / (S(1.0) + wp.exp(-{0})))",
-          "exp2": "wp.exp(S(wp.static(math.log(2.0))) * {0})", "log1p": "wp.log(S(1.0) + {0})",
-          "expm1": "(wp.exp({0}) - S(1.0))", "erf": "wp.erf({0})", "is_finite": "wp.isfinite({0})"}
+          "exp2": "wp.exp(S(wp.static(math.log(2.0))) * {0})", "erf": "wp.erf({0})", "is_finite": "wp.isfinite({0})"}
 _COMPARE = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
 _BOOL = {"and": "({0} and {1})", "or": "({0} or {1})"}
 _INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-           "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "checkpoint": "jaxpr"}
+           "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr"}
 _IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient"}
 
 
+def _extremum(g: _Gen, a: _El, b: _El, op: str, kind: str) -> _El:
+    """``max`` or ``min`` (``op``) as lax computes it: a NaN operand gives NaN (``wp.max`` would return
+    the other operand)."""
+    if kind == "b":
+        return g.emit(f"({a.code} {'or' if op == 'max' else 'and'} {b.code})", "b")
+    m = g.emit(f"wp.{op}({a.code}, {b.code})", kind)
+    if kind != "f":
+        return m
+    return g.emit(f"wp.where({a.code} != {a.code}, {a.code}, wp.where({b.code} != {b.code}, {b.code}, {m.code}))", "f")
+
+
 def _integer_pow(g: _Gen, x: _El, y: int) -> _El:
+    k = x.kind
     if y == 0:
-        return g.literal(1.0, "f")
+        return g.literal(1.0 if k == "f" else 1, k)
     n = abs(y)
+    if k != "f" and y < 0:
+        raise Unsupported("a negative integer power of an integer")
     if n > 16:
+        if k != "f":
+            raise Unsupported("a large integer power of an integer")
         return g.emit(f"wp.pow({x.code}, S({float(y)!r}))", "f")
     # square-and-multiply: one local per squaring
     result, base = None, x
     while n:
         if n & 1:
-            result = base if result is None else g.emit(f"({result.code} * {base.code})", "f")
+            result = base if result is None else g.emit(f"({result.code} * {base.code})", k)
         n >>= 1
         if n:
-            base = g.emit(f"({base.code} * {base.code})", "f")
+            base = g.emit(f"({base.code} * {base.code})", k)
     return g.emit(f"(S(1.0) / {result.code})", "f") if y < 0 else result
 
 
-def _convert(g: _Gen, x: _El, kind: str) -> _El:
+def _convert(g: _Gen, x: _El, kind: str, dtype=None) -> _El:
+    if x.kind == kind == "f" and dtype is not None and g.S64 and np.dtype(dtype) == np.float32:
+        return g.emit(f"S(wp.float32({x.code}))", "f")  # rounded to float32 inside a float64 run
     if x.kind == kind:
         return x
     if x.value is not None:
@@ -199,7 +217,7 @@ def _reduce(g: _Gen, x: np.ndarray, axes, op: str, kind: str) -> np.ndarray:
         else:
             acc = terms[0]
             for t in terms[1:]:
-                acc = g.emit(f"wp.{op}({acc.code}, {t.code})", kind)
+                acc = _extremum(g, acc, t, op, kind)
             out[idx] = acc
     return out
 
@@ -217,7 +235,9 @@ def _arg_extremum(g: _Gen, x: np.ndarray, axes, op: str) -> np.ndarray:
             continue
         best, where = row[0], g.literal(0, "i")
         for k, e in enumerate(row[1:], start=1):
-            better = g.emit(f"({e.code} {op} {best.code})", "b")
+            # a NaN is the extremum (the first one), as in lax
+            nan = f" or (({e.code} != {e.code}) and ({best.code} == {best.code}))" if e.kind == "f" else ""
+            better = g.emit(f"(({e.code} {op} {best.code}){nan})", "b")
             where = g.emit(f"wp.where({better.code}, int({k}), {where.code})", "i")
             best = g.emit(f"wp.where({better.code}, {e.code}, {best.code})", best.kind)
         out[idx] = where
@@ -259,10 +279,29 @@ def _eqn(g: _Gen, eqn, ins: list) -> list:
 
             out.append(_map(pick, index, *[r[k] for r in results]))
         return out
-    if name == "sign":  # (wp.sign(0) is 1, lax.sign(0) is 0)
+    if name == "sign":  # (wp.sign(0) is 1; lax.sign is 0 at 0, -0 at -0 and NaN at NaN: x * 0 there)
         z, o = ("S(0.0)", "S(1.0)") if kind == "f" else ("int(0)", "int(1)")
-        return [_map(lambda a: g.emit(f"wp.where({a.code} > {z}, {o}, wp.where({a.code} < {z}, -{o}, {z}))", kind),
-                     ins[0])]
+        rest = f"({{0}} * {z})" if kind == "f" else z
+        return [_map(lambda a: g.emit(f"wp.where({a.code} > {z}, {o}, wp.where({a.code} < {z}, -{o}, "
+                                      f"{rest.format(a.code)}))", kind), ins[0])]
+    if name in ("max", "min"):
+        return [_map(lambda a, b: _extremum(g, a, b, name, kind), *ins)]
+    if name == "pow":  # (an integer exponent: converted, as wp.pow takes two floats)
+        if kind != "f":
+            raise Unsupported("pow of integers")
+        return [_map(lambda a, b: g.emit(f"wp.pow({a.code}, {_convert(g, b, 'f').code})", "f"), *ins)]
+    if name == "log1p":  # accurate for small x (Kahan: log(u) x / (u - 1), u = 1 + x)
+        def log1p(a):
+            u = g.emit(f"(S(1.0) + {a.code})", "f")
+            return g.emit(f"wp.where({u.code} == S(1.0), {a.code}, wp.log({u.code}) * {a.code} / ({u.code} - S(1.0)))",
+                          "f")
+        return [_map(log1p, ins[0])]
+    if name == "expm1":  # accurate for small x (Kahan: (u - 1) x / log u, u = exp x)
+        def expm1(a):
+            u = g.emit(f"wp.exp({a.code})", "f")
+            return g.emit(f"wp.where({u.code} == S(1.0), {a.code}, wp.where({u.code} - S(1.0) == S(-1.0), S(-1.0), "
+                          f"({u.code} - S(1.0)) * {a.code} / wp.log({u.code})))", "f")
+        return [_map(expm1, ins[0])]
     if name in _BINARY:
         t = _BINARY[name]
         if name in ("add", "mul") and kind == "b":
@@ -302,9 +341,12 @@ def _eqn(g: _Gen, eqn, ins: list) -> list:
 
         return [_map(sel, which, *cases)]
     if name == "clamp":
-        return [_map(lambda lo, x, hi: g.emit(f"wp.min(wp.max({x.code}, {lo.code}), {hi.code})", kind), *ins)]
+        return [_map(lambda lo, x, hi: _extremum(g, _extremum(g, x, lo, "max", kind), hi, "min", kind), *ins)]
     if name == "convert_element_type":
-        return [_map(lambda a: _convert(g, a, kind), ins[0])]
+        new = np.dtype(p["new_dtype"])
+        if kind == "f" and new.itemsize < 4:
+            raise Unsupported(f"a conversion to {new}")
+        return [_map(lambda a: _convert(g, a, kind, new), ins[0])]
     if name == "broadcast_in_dim":
         x = ins[0]
         shape = tuple(p["shape"])
@@ -415,16 +457,16 @@ _SOURCES: dict[str, tuple[str, tuple]] = {}
 
 
 def _cache_key(torque, dtype):
-    """What the generated source depends on: the function, the frame and the shapes of the torque's
-    array leaves (not their values); ``None`` where some part cannot be hashed."""
-    import equinox as eqx
+    """What the generated source depends on: the function, the frame, the shapes of the torque's
+    array leaves (not their values) and the values of its other leaves (Python numbers in ``args`` are
+    written into the source); ``None`` where some part cannot be hashed."""
     import jax
 
-    arrays, static = eqx.partition(torque, eqx.is_array)
-    leaves, treedef = jax.tree_util.tree_flatten(arrays)
+    leaves, treedef = jax.tree_util.tree_flatten(torque)
+    parts = tuple(("array", tuple(x.shape), np.dtype(x.dtype).name) if hasattr(x, "shape") and hasattr(x, "dtype")
+                  else ("value", type(x).__name__, x) for x in leaves)
     key = (type(torque), getattr(torque, "fn", None), getattr(torque, "frame", None),
-           getattr(torque, "fn_takes_args", None), treedef,
-           tuple((tuple(x.shape), np.dtype(x.dtype).name) for x in leaves), np.dtype(dtype).name)
+           getattr(torque, "fn_takes_args", None), treedef, parts, np.dtype(dtype).name)
     try:
         hash(key)
     except TypeError:
@@ -440,16 +482,21 @@ _LOWERED: dict = {}
 def lower(torque, dtype) -> Lowered:
     """Restate ``torque(t, R, Pi)`` (a :class:`jaxrot.Torque`) at ``dtype`` (``float32`` or ``float64``)
     as the source of a Warp function ``tau(t, R, Pi, P)`` (the world torque); raises
-    :class:`Unsupported` (naming the primitive) where it cannot."""
+    :class:`Unsupported` (naming the primitive) where it cannot, or where (Warp installed) the
+    restatement does not compile or does not agree with the function at random points."""
+    key, src, lits, consts = _lowered(torque, dtype)
+    return Lowered(key, src, lits, _params(torque, dtype, consts))
+
+
+def _params(torque, dtype, consts):
+    """The kernel's parameter array: the function's constants, then the torque's array leaves."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
 
-    key, src, lits, consts = _lowered(torque, dtype)
     leaves = jax.tree_util.tree_leaves(eqx.filter(torque, eqx.is_array))
     params = [jnp.ravel(jnp.asarray(x)).astype(dtype) for x in [*consts, *leaves]]
-    P = jnp.concatenate(params) if params else jnp.zeros((1,), dtype)  # (a kernel array is never empty)
-    return Lowered(key, src, lits, P)
+    return jnp.concatenate(params) if params else jnp.zeros((1,), dtype)  # (a kernel array is never empty)
 
 
 def key_of(torque, dtype) -> str:
@@ -469,17 +516,79 @@ def _lowered(torque, dtype):
             raise
         except Exception as err:  # noqa: BLE001 - any other failure: the XLA path runs the function as written
             raise Unsupported(f"{type(err).__name__}: {err}") from err
+        _SOURCES[hit[0]] = hit[1:3]
+        _check_restatement(torque, dtype, hit)
         if ck is not None and not any(isinstance(c, jax.core.Tracer) for c in hit[3]):
             _LOWERED[ck] = hit
     _SOURCES[hit[0]] = hit[1:3]
     return hit
 
 
+#: (key, dtype name) -> None (the restatement compiled and agreed) or why not
+_CHECKED: dict = {}
+
+
+def _check_restatement(torque, dtype, hit):
+    """Compile the restatement once (Warp installed) and compare it with the function at six random
+    points (where the parameters are concrete): a failed compilation or a disagreement beyond 1 000
+    roundings of the value's size is :class:`Unsupported`, so the run stays on XLA rather than failing
+    or running another torque."""
+    import jax
+
+    from ._common import have_warp
+
+    key = (hit[0], np.dtype(dtype).name)
+    if key not in _CHECKED:
+        if not have_warp():
+            return
+        leaves = jax.tree_util.tree_leaves(torque)
+        concrete = not any(isinstance(x, jax.core.Tracer) for x in [*leaves, *hit[3]])
+        try:
+            _CHECKED[key] = _compare(torque, dtype, hit, concrete)
+        except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
+            _CHECKED[key] = f"Warp could not compile the restatement ({type(err).__name__}: {err})"
+    if _CHECKED[key] is not None:
+        raise Unsupported(_CHECKED[key])
+
+
+def _compare(torque, dtype, hit, concrete: bool):
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    n = 6
+    t = rng.uniform(0.0, 1.0, n).astype(dtype)
+    with jax.ensure_compile_time_eval():
+        R = np.asarray(jax.vmap(_rotation)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
+    Pi = rng.normal(size=(n, 3)).astype(dtype)
+    if not concrete:  # compile only (the values are traced)
+        n_params = sum(int(np.size(c)) for c in hit[3]) + sum(
+            int(np.size(x)) for x in jax.tree_util.tree_leaves(torque) if hasattr(x, "shape"))
+        _run_restatement(hit[0], dtype, t, R, Pi, np.zeros(max(n_params, 1), dtype))
+        return None
+    with jax.ensure_compile_time_eval():
+        got = _run_restatement(hit[0], dtype, t, R, Pi, np.asarray(_params(torque, dtype, hit[3])))
+        want = np.asarray(jax.vmap(torque)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
+    scale = np.maximum(np.max(np.abs(np.where(np.isfinite(want), want, 0.0)), axis=1, keepdims=True), 1e-300)
+    same = (np.abs(got - want) <= 1000 * np.finfo(dtype).eps * scale) | (np.isnan(got) & np.isnan(want)) | (got == want)
+    if not np.all(same):
+        i = int(np.argmin(np.all(same, axis=1)))
+        return (f"the restatement differs from the function at a test point (t = {t[i]:.3g}: {got[i].tolist()} "
+                f"against {want[i].tolist()})")
+    return None
+
+
+def _rotation(v):
+    from ..geometry import so3
+
+    return so3.exp(v)
+
+
 def _generate(torque, dtype):
     """``(key, source, literals, constants)`` of ``torque`` at ``dtype`` (see :func:`lower`)."""
     closed, _ = _trace(torque, dtype)
     jaxpr = closed.jaxpr
-    g = _Gen()
+    g = _Gen(np.dtype(dtype) == np.float64)
     offset = 0
     inputs = []
     for v in [*jaxpr.constvars, *jaxpr.invars[3:]]:
@@ -551,19 +660,22 @@ def evaluate(torque, t, R, Pi):
     Returns:
       a NumPy array (B, 3): the world torque at each point, computed in that dtype.
     """
+    t, R, Pi = (np.asarray(x) for x in (t, R, Pi))
+    low = lower(torque, R.dtype)
+    return _run_restatement(low.key, R.dtype, t, R, Pi, np.asarray(low.params))
+
+
+def _run_restatement(key: str, dtype, t, R, Pi, P):
     from ._common import so3_funcs, warp
 
     wp = warp()
-    t, R, Pi = (np.asarray(x) for x in (t, R, Pi))
-    S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[R.dtype]
-    low = lower(torque, R.dtype)
-    kernel = _evaluator(S, low.key)
+    S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
+    kernel = _evaluator(S, key)
     c = so3_funcs(S)
     out = wp.zeros(t.shape[0], dtype=c.V, device="cpu")
     wp.launch(kernel, dim=t.shape[0], device="cpu",
               inputs=[wp.array(t, dtype=S, device="cpu"), wp.array(R, dtype=c.M, device="cpu"),
-                      wp.array(Pi, dtype=c.V, device="cpu"), wp.array(np.asarray(low.params), dtype=S, device="cpu"),
-                      out])
+                      wp.array(Pi, dtype=c.V, device="cpu"), wp.array(P, dtype=S, device="cpu"), out])
     return out.numpy()
 
 
