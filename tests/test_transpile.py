@@ -14,7 +14,7 @@ from jax import lax
 
 import jaxrot
 from jaxrot import kernels
-from jaxrot.kernels import transpile
+from jaxrot.kernels import jaxpr_warp, transpile
 from jaxrot.physics.problems import Problem, RigidBody
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
@@ -145,7 +145,7 @@ def test_python_numbers_in_args_are_part_of_the_key():
 def test_a_wrong_restatement_stays_on_xla(monkeypatch):
     """The restatement is compared with the function at random points before it is used: a template
     made wrong on purpose (subtraction written as addition) is refused, not run."""
-    monkeypatch.setitem(transpile._BINARY, "sub", "({0} + {1})")
+    monkeypatch.setitem(jaxpr_warp.BINARY, "sub", "({0} + {1})")
 
     def fn(t, R, Pi):
         return Pi - R[0]

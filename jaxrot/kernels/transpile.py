@@ -33,393 +33,9 @@ import math
 
 import numpy as np
 
+from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
+
 __all__ = ["Unsupported", "Lowered", "lower", "key_of", "reason", "user_tau", "evaluate"]
-
-
-class Unsupported(Exception):
-    """The function uses a primitive (or a form of one) that has no Warp restatement here."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _El:
-    """One scalar of the generated code: its expression (a local's name or a literal) and kind
-    (``"f"`` floating, ``"b"`` bool, ``"i"`` integer); ``value`` for a known constant."""
-
-    code: str
-    kind: str
-    value: object = None
-
-
-def _kind(dtype) -> str:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise Unsupported(f"values of dtype {dtype}") from None
-    if dt == np.bool_:
-        return "b"
-    if np.issubdtype(dt, np.integer):
-        return "i"
-    if np.issubdtype(dt, np.floating):
-        return "f"
-    raise Unsupported(f"values of dtype {dt}")
-
-
-class _Gen:
-    """The generated source: one line per new scalar, and the literals it refers to."""
-
-    def __init__(self, S64: bool = True):
-        self.S64 = S64  # the run's scalar type is float64 (float32 otherwise)
-        self.lines: list[str] = []
-        self.lits: list[float] = []
-        self.n = 0
-
-    def emit(self, expr: str, kind: str) -> _El:
-        name = f"v{self.n}"
-        self.n += 1
-        self.lines.append(f"    {name} = {expr}")
-        return _El(name, kind)
-
-    def literal(self, value, kind: str) -> _El:
-        if kind == "b":
-            return _El("True" if bool(value) else "False", "b", bool(value))
-        if kind == "i":
-            v = int(value)
-            return _El(f"int({v})", "i", v)
-        self.lits.append(float(value))
-        # a literal rounded to S at compile time (exact in float64: LIT holds Python floats)
-        return _El(f"S(wp.static(LIT[{len(self.lits) - 1}]))", "f", float(value))
-
-    def array(self, value, kind: str | None = None) -> np.ndarray:
-        a = np.asarray(value)
-        k = kind or _kind(a.dtype)
-        out = np.empty(a.shape, dtype=object)
-        for idx in np.ndindex(a.shape):
-            out[idx] = self.literal(a[idx], k)
-        return out
-
-
-def _map(fn, *arrays):
-    """``fn`` applied element-wise with NumPy broadcasting to object arrays of :class:`_El`."""
-    arrays = np.broadcast_arrays(*[np.asarray(a, dtype=object) for a in arrays])
-    out = np.empty(arrays[0].shape, dtype=object)
-    for idx in np.ndindex(out.shape):
-        out[idx] = fn(*[a[idx] for a in arrays])
-    return out
-
-
-# element-wise primitives: Warp expression templates (kind of the result: the operands' unless stated)
-_BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-           "pow": "wp.pow({0}, {1})",
-           "atan2": "wp.atan2({0}, {1})", "rem": "wp.mod({0}, {1})"}
-_UNARY = {"neg": "(-{0})", "abs": "wp.abs({0})", "sin": "wp.sin({0})",
-          "cos": "wp.cos({0})", "tan": "wp.tan({0})", "asin": "wp.asin({0})", "acos": "wp.acos({0})",
-          "atan": "wp.atan({0})", "sinh": "wp.sinh({0})", "cosh": "wp.cosh({0})", "tanh": "wp.tanh({0})",
-          "exp": "wp.exp({0})", "log": "wp.log({0})", "sqrt": "wp.sqrt({0})", "cbrt": "wp.cbrt({0})",
-          "rsqrt": "(S(1.0) / wp.sqrt({0}))", "floor": "wp.floor({0})", "ceil": "wp.ceil({0})",
-          "square": "({0} * {0})", "logistic": "(S(1.0) / (S(1.0) + wp.exp(-{0})))",
-          "exp2": "wp.exp(S(wp.static(math.log(2.0))) * {0})", "erf": "wp.erf({0})", "is_finite": "wp.isfinite({0})"}
-_COMPARE = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
-_BOOL = {"and": "({0} and {1})", "or": "({0} or {1})"}
-_INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-           "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr"}
-_IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient"}
-
-
-def _extremum(g: _Gen, a: _El, b: _El, op: str, kind: str) -> _El:
-    """``max`` or ``min`` (``op``) as lax computes it: a NaN operand gives NaN (``wp.max`` would return
-    the other operand)."""
-    if kind == "b":
-        return g.emit(f"({a.code} {'or' if op == 'max' else 'and'} {b.code})", "b")
-    m = g.emit(f"wp.{op}({a.code}, {b.code})", kind)
-    if kind != "f":
-        return m
-    return g.emit(f"wp.where({a.code} != {a.code}, {a.code}, wp.where({b.code} != {b.code}, {b.code}, {m.code}))", "f")
-
-
-def _integer_pow(g: _Gen, x: _El, y: int) -> _El:
-    k = x.kind
-    if y == 0:
-        return g.literal(1.0 if k == "f" else 1, k)
-    n = abs(y)
-    if k != "f" and y < 0:
-        raise Unsupported("a negative integer power of an integer")
-    if n > 16:
-        if k != "f":
-            raise Unsupported("a large integer power of an integer")
-        return g.emit(f"wp.pow({x.code}, S({float(y)!r}))", "f")
-    # square-and-multiply: one local per squaring
-    result, base = None, x
-    while n:
-        if n & 1:
-            result = base if result is None else g.emit(f"({result.code} * {base.code})", k)
-        n >>= 1
-        if n:
-            base = g.emit(f"({base.code} * {base.code})", k)
-    return g.emit(f"(S(1.0) / {result.code})", "f") if y < 0 else result
-
-
-def _convert(g: _Gen, x: _El, kind: str, dtype=None) -> _El:
-    if x.kind == kind == "f" and dtype is not None and g.S64 and np.dtype(dtype) == np.float32:
-        return g.emit(f"S(wp.float32({x.code}))", "f")  # rounded to float32 inside a float64 run
-    if x.kind == kind:
-        return x
-    if x.value is not None:
-        return g.literal(x.value, kind)
-    if kind == "f":
-        return g.emit(f"wp.where({x.code}, S(1.0), S(0.0))" if x.kind == "b" else f"S({x.code})", "f")
-    if kind == "b":
-        return g.emit(f"({x.code} != {'S(0.0)' if x.kind == 'f' else 'int(0)'})", "b")
-    if x.kind == "b":
-        return g.emit(f"wp.where({x.code}, int(1), int(0))", "i")
-    raise Unsupported("a conversion of a floating-point value to an integer")
-
-
-def _sum(g: _Gen, terms: list[str], kind: str) -> _El:
-    return g.emit("(" + " + ".join(terms) + ")" if len(terms) > 1 else terms[0], kind)
-
-
-def _dot_general(g: _Gen, lhs: np.ndarray, rhs: np.ndarray, params, kind: str) -> np.ndarray:
-    (lc, rc), (lb, rb) = params["dimension_numbers"]
-    lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
-    rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
-    L = np.transpose(lhs, [*lb, *lf, *lc])
-    Rr = np.transpose(rhs, [*rb, *rf, *rc])
-    nb, nlf, nrf = len(lb), len(lf), len(rf)
-    out_shape = L.shape[:nb + nlf] + Rr.shape[nb:nb + nrf]
-    out = np.empty(out_shape, dtype=object)
-    for idx in np.ndindex(out_shape):
-        b, i, j = idx[:nb], idx[nb:nb + nlf], idx[nb + nlf:]
-        a_row = np.asarray(L[b + i]).reshape(-1)
-        b_row = np.asarray(Rr[b + j]).reshape(-1)
-        if a_row.size == 0:
-            out[idx] = g.literal(0.0, kind)
-            continue
-        out[idx] = _sum(g, [f"{x.code} * {y.code}" for x, y in zip(a_row, b_row)], kind)
-    return out
-
-
-def _reduce(g: _Gen, x: np.ndarray, axes, op: str, kind: str) -> np.ndarray:
-    axes = tuple(int(a) for a in axes)
-    keep = [d for d in range(x.ndim) if d not in axes]
-    moved = np.transpose(x, [*keep, *axes])
-    shape = moved.shape[:len(keep)]
-    flat = moved.reshape(shape + (-1,))
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(shape):
-        terms = list(flat[idx])
-        if not terms:
-            raise Unsupported(f"{op} over an empty axis")
-        if op == "sum":
-            out[idx] = _sum(g, [t.code for t in terms], kind)
-        elif op == "prod":
-            out[idx] = g.emit("(" + " * ".join(t.code for t in terms) + ")", kind)
-        else:
-            acc = terms[0]
-            for t in terms[1:]:
-                acc = _extremum(g, acc, t, op, kind)
-            out[idx] = acc
-    return out
-
-
-def _arg_extremum(g: _Gen, x: np.ndarray, axes, op: str) -> np.ndarray:
-    """argmax (``op`` ``">"``) or argmin (``"<"``) over one axis: the first extremal index."""
-    (axis,) = (int(a) for a in axes)
-    moved = np.moveaxis(x, axis, -1)
-    out = np.empty(moved.shape[:-1], dtype=object)
-    for idx in np.ndindex(out.shape):
-        row = list(moved[idx])
-        if all(e.value is not None for e in row):  # known values: the index itself
-            vals = [e.value for e in row]
-            out[idx] = g.literal(int(np.argmax(vals) if op == ">" else np.argmin(vals)), "i")
-            continue
-        best, where = row[0], g.literal(0, "i")
-        for k, e in enumerate(row[1:], start=1):
-            # a NaN is the extremum (the first one), as in lax
-            nan = f" or (({e.code} != {e.code}) and ({best.code} == {best.code}))" if e.kind == "f" else ""
-            better = g.emit(f"(({e.code} {op} {best.code}){nan})", "b")
-            where = g.emit(f"wp.where({better.code}, int({k}), {where.code})", "i")
-            best = g.emit(f"wp.where({better.code}, {e.code}, {best.code})", best.kind)
-        out[idx] = where
-    return out
-
-
-def _static_int(el: _El) -> int:
-    if el.value is None:
-        raise Unsupported("an index that depends on the state (a dynamic slice with traced start)")
-    return int(el.value)
-
-
-def _eqn(g: _Gen, eqn, ins: list) -> list:
-    """The outputs (object arrays) of one equation from its inputs."""
-    name = eqn.primitive.name
-    p = eqn.params
-    outs = eqn.outvars
-    kind = _kind(outs[0].aval.dtype) if outs else "f"
-    if name in _INLINE:
-        sub = p.get(_INLINE[name])
-        if sub is None:
-            raise Unsupported(f"the call primitive {name!r} without a jaxpr")
-        jaxpr, consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, ())
-        return _eval(g, jaxpr, [g.array(c) for c in consts], ins)
-    if name in _IDENTITY:
-        return list(ins)
-    if name == "cond":  # every branch evaluated (they are pure), the outputs selected by the index
-        index, ops = ins[0], ins[1:]
-        results = [_eval(g, b.jaxpr, [g.array(c) for c in b.consts], ops) for b in p["branches"]]
-        out = []
-        for k, v in enumerate(outs):
-            kk = _kind(v.aval.dtype)
-
-            def pick(w, *cs, kk=kk):
-                acc = cs[-1]
-                for j in range(len(cs) - 2, -1, -1):
-                    acc = g.emit(f"wp.where({w.code} == int({j}), {cs[j].code}, {acc.code})", kk)
-                return acc
-
-            out.append(_map(pick, index, *[r[k] for r in results]))
-        return out
-    if name == "sign":  # (wp.sign(0) is 1; lax.sign is 0 at 0, -0 at -0 and NaN at NaN: x * 0 there)
-        z, o = ("S(0.0)", "S(1.0)") if kind == "f" else ("int(0)", "int(1)")
-        rest = f"({{0}} * {z})" if kind == "f" else z
-        return [_map(lambda a: g.emit(f"wp.where({a.code} > {z}, {o}, wp.where({a.code} < {z}, -{o}, "
-                                      f"{rest.format(a.code)}))", kind), ins[0])]
-    if name in ("max", "min"):
-        return [_map(lambda a, b: _extremum(g, a, b, name, kind), *ins)]
-    if name == "pow":  # (an integer exponent: converted, as wp.pow takes two floats)
-        if kind != "f":
-            raise Unsupported("pow of integers")
-        return [_map(lambda a, b: g.emit(f"wp.pow({a.code}, {_convert(g, b, 'f').code})", "f"), *ins)]
-    if name == "log1p":  # accurate for small x (Kahan: log(u) x / (u - 1), u = 1 + x)
-        def log1p(a):
-            u = g.emit(f"(S(1.0) + {a.code})", "f")
-            return g.emit(f"wp.where({u.code} == S(1.0), {a.code}, wp.log({u.code}) * {a.code} / ({u.code} - S(1.0)))",
-                          "f")
-        return [_map(log1p, ins[0])]
-    if name == "expm1":  # accurate for small x (Kahan: (u - 1) x / log u, u = exp x)
-        def expm1(a):
-            u = g.emit(f"wp.exp({a.code})", "f")
-            return g.emit(f"wp.where({u.code} == S(1.0), {a.code}, wp.where({u.code} - S(1.0) == S(-1.0), S(-1.0), "
-                          f"({u.code} - S(1.0)) * {a.code} / wp.log({u.code})))", "f")
-        return [_map(expm1, ins[0])]
-    if name in _BINARY:
-        t = _BINARY[name]
-        if name in ("add", "mul") and kind == "b":
-            t = "({0} or {1})" if name == "add" else "({0} and {1})"
-        return [_map(lambda a, b: g.emit(t.format(a.code, b.code), kind), *ins)]
-    if name in _UNARY:
-        if kind != "f" and name not in ("neg", "abs", "is_finite"):
-            raise Unsupported(f"{name} of a {kind!r} value")
-        k = "b" if name == "is_finite" else kind
-        t = _UNARY[name]
-        return [_map(lambda a: g.emit(t.format(a.code), k), ins[0])]
-    if name in _COMPARE:
-        op = _COMPARE[name]
-        return [_map(lambda a, b: g.emit(f"({a.code} {op} {b.code})", "b"), *ins)]
-    if name in _BOOL:
-        if kind != "b":
-            raise Unsupported(f"bitwise {name} of integers")
-        return [_map(lambda a, b: g.emit(_BOOL[name].format(a.code, b.code), "b"), *ins)]
-    if name == "not":
-        if kind != "b":
-            raise Unsupported("bitwise not of integers")
-        return [_map(lambda a: g.emit(f"(not {a.code})", "b"), ins[0])]
-    if name == "integer_pow":
-        return [_map(lambda a: _integer_pow(g, a, int(p["y"])), ins[0])]
-    if name == "select_n":
-        which, cases = ins[0], ins[1:]
-
-        def sel(w, *cs):
-            if len(cs) == 1:
-                return cs[0]
-            if w.kind == "b":
-                return g.emit(f"wp.where({w.code}, {cs[1].code}, {cs[0].code})", kind)
-            acc = cs[-1]
-            for k in range(len(cs) - 2, -1, -1):
-                acc = g.emit(f"wp.where({w.code} == int({k}), {cs[k].code}, {acc.code})", kind)
-            return acc
-
-        return [_map(sel, which, *cases)]
-    if name == "clamp":
-        return [_map(lambda lo, x, hi: _extremum(g, _extremum(g, x, lo, "max", kind), hi, "min", kind), *ins)]
-    if name == "convert_element_type":
-        new = np.dtype(p["new_dtype"])
-        if kind == "f" and new.itemsize < 4:
-            raise Unsupported(f"a conversion to {new}")
-        return [_map(lambda a: _convert(g, a, kind, new), ins[0])]
-    if name == "broadcast_in_dim":
-        x = ins[0]
-        shape = tuple(p["shape"])
-        dims = tuple(p["broadcast_dimensions"])
-        expanded = [1] * len(shape)
-        for d, n in zip(dims, x.shape):
-            expanded[d] = n
-        return [np.broadcast_to(np.reshape(x, expanded), shape).copy()]
-    if name == "reshape":
-        if p.get("dimensions") not in (None, ()):
-            raise Unsupported("reshape with dimensions")
-        return [np.reshape(ins[0], tuple(p["new_sizes"]))]
-    if name == "squeeze":
-        return [np.squeeze(ins[0], axis=tuple(p["dimensions"]))]
-    if name == "expand_dims":
-        return [np.expand_dims(ins[0], tuple(p["dimensions"]))]
-    if name == "transpose":
-        return [np.transpose(ins[0], tuple(p["permutation"]))]
-    if name == "rev":
-        return [np.flip(ins[0], axis=tuple(p["dimensions"]))]
-    if name == "slice":
-        strides = p.get("strides") or (1,) * ins[0].ndim
-        sl = tuple(slice(s, e, st) for s, e, st in zip(p["start_indices"], p["limit_indices"], strides))
-        return [ins[0][sl]]
-    if name == "concatenate":
-        return [np.concatenate(ins, axis=int(p["dimension"]))]
-    if name == "stack":
-        return [np.stack(ins, axis=int(p["axis"]))]
-    if name in ("argmax", "argmin"):
-        return [_arg_extremum(g, ins[0], p["axes"], ">" if name == "argmax" else "<")]
-    if name == "split":
-        cuts = np.cumsum(p["sizes"])[:-1]
-        return list(np.split(ins[0], cuts, axis=int(p["axis"])))
-    if name == "dynamic_slice":
-        x, starts = ins[0], ins[1:]
-        sizes = tuple(p["slice_sizes"])
-        sl = []
-        for d, (s, n) in enumerate(zip(starts, sizes)):
-            s0 = min(max(_static_int(np.asarray(s).reshape(-1)[0]), 0), x.shape[d] - n)  # JAX clamps
-            sl.append(slice(s0, s0 + n))
-        return [x[tuple(sl)]]
-    if name == "iota":
-        shape, dim = tuple(p["shape"]), int(p["dimension"])
-        vals = np.broadcast_to(np.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))]),
-                               shape)
-        return [g.array(vals, kind)]
-    if name == "dot_general":
-        return [_dot_general(g, ins[0], ins[1], p, kind)]
-    if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
-        op = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}[name]
-        return [_reduce(g, ins[0], p["axes"], op, kind)]
-    raise Unsupported(f"the primitive {name!r}")
-
-
-def _eval(g: _Gen, jaxpr, consts: list, args: list) -> list:
-    env = {}
-
-    def read(v):
-        if hasattr(v, "val"):  # a Literal (jax.extend.core.Literal; Vars have no value)
-            return g.array(v.val, _kind(v.aval.dtype))
-        return env[v]
-
-    for v, x in zip(jaxpr.constvars, consts):
-        env[v] = x
-    for v, x in zip(jaxpr.invars, args):
-        env[v] = x
-    for eqn in jaxpr.eqns:
-        outs = _eqn(g, eqn, [read(v) for v in eqn.invars])
-        for v, x in zip(eqn.outvars, outs):
-            if tuple(np.shape(x)) != tuple(v.aval.shape):
-                raise Unsupported(f"{eqn.primitive.name}: shape {np.shape(x)} != {v.aval.shape}")
-            env[v] = x
-    return [read(v) for v in jaxpr.outvars]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -588,33 +204,33 @@ def _generate(torque, dtype):
     """``(key, source, literals, constants)`` of ``torque`` at ``dtype`` (see :func:`lower`)."""
     closed, _ = _trace(torque, dtype)
     jaxpr = closed.jaxpr
-    g = _Gen(np.dtype(dtype) == np.float64)
+    g = Source(np.dtype(dtype) == np.float64)
     offset = 0
     inputs = []
     for v in [*jaxpr.constvars, *jaxpr.invars[3:]]:
         shape = tuple(v.aval.shape)
-        if _kind(v.aval.dtype) != "f":
+        if kind_of(v.aval.dtype) != "f":
             raise Unsupported("an integer or bool array constant")
         n = int(np.prod(shape, dtype=int))
         el = np.empty(n, dtype=object)
         for k in range(n):
-            el[k] = _El(f"P[{offset + k}]", "f")
+            el[k] = Element(f"P[{offset + k}]", "f")
         inputs.append(el.reshape(shape))
         offset += n
     t = np.empty((), dtype=object)
-    t[()] = _El("t", "f")
+    t[()] = Element("t", "f")
     R = np.empty((3, 3), dtype=object)
     for i in range(3):
         for j in range(3):
-            R[i, j] = _El(f"R[{i}, {j}]", "f")
+            R[i, j] = Element(f"R[{i}, {j}]", "f")
     Pi = np.empty((3,), dtype=object)
     for i in range(3):
-        Pi[i] = _El(f"Pi[{i}]", "f")
+        Pi[i] = Element(f"Pi[{i}]", "f")
     nc = len(jaxpr.constvars)
-    (out,) = _eval(g, jaxpr, inputs[:nc], [t, R, Pi, *inputs[nc:]])
+    (out,) = restate(g, jaxpr, inputs[:nc], [t, R, Pi, *inputs[nc:]])
     if np.shape(out) != (3,):
         raise Unsupported(f"an output of shape {np.shape(out)}")
-    codes = [(x if x.kind == "f" else _convert(g, x, "f")).code for x in out]
+    codes = [(x if x.kind == "f" else convert(g, x, "f")).code for x in out]
     body = "\n".join(g.lines)
     src = (f"def tau(t: S, R: M, Pi: V, P: wp.array(dtype=S)):\n{body}\n"
            f"    return V({codes[0]}, {codes[1]}, {codes[2]})\n")
