@@ -87,8 +87,7 @@ def _map(fn, *arrays):
 
 # element-wise primitives: Warp expression templates (kind of the result: the operands' unless stated)
 BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-           "pow": "wp.pow({0}, {1})",
-           "atan2": "wp.atan2({0}, {1})", "rem": "wp.mod({0}, {1})"}
+          "atan2": "wp.atan2({0}, {1})", "rem": "wp.mod({0}, {1})"}
 _UNARY = {"neg": "(-{0})", "abs": "wp.abs({0})", "sin": "wp.sin({0})",
           "cos": "wp.cos({0})", "tan": "wp.tan({0})", "asin": "wp.asin({0})", "acos": "wp.acos({0})",
           "atan": "wp.atan({0})", "sinh": "wp.sinh({0})", "cosh": "wp.cosh({0})", "tanh": "wp.tanh({0})",
@@ -125,7 +124,7 @@ def _integer_pow(g: Source, x: Element, y: int) -> Element:
     if n > 16:
         if k != "f":
             raise Unsupported("a large integer power of an integer")
-        return g.emit(f"wp.pow({x.code}, S({float(y)!r}))", "f")
+        return g.emit(f"wp.pow({x.code}, {g.literal(float(y), 'f').code})", "f")
     # square-and-multiply: one local per squaring
     result, base = None, x
     while n:
@@ -222,6 +221,19 @@ def _arg_extremum(g: Source, x: np.ndarray, axes, op: str) -> np.ndarray:
     return out
 
 
+def _select(g: Source, which: Element, cases, kind: str) -> Element:
+    """``cases[which]`` (lax's ``select_n``): a bool picks the second case when true, an integer its
+    case by index."""
+    if len(cases) == 1:
+        return cases[0]
+    if which.kind == "b":
+        return g.emit(f"wp.where({which.code}, {cases[1].code}, {cases[0].code})", kind)
+    acc = cases[-1]
+    for k in range(len(cases) - 2, -1, -1):
+        acc = g.emit(f"wp.where({which.code} == int({k}), {cases[k].code}, {acc.code})", kind)
+    return acc
+
+
 def _static_int(el: Element) -> int:
     if el.value is None:
         raise Unsupported("an index that depends on the state (a dynamic slice with traced start)")
@@ -245,18 +257,8 @@ def _eqn(g: Source, eqn, ins: list) -> list:
     if name == "cond":  # every branch evaluated (they are pure), the outputs selected by the index
         index, ops = ins[0], ins[1:]
         results = [restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops) for b in p["branches"]]
-        out = []
-        for k, v in enumerate(outs):
-            kk = kind_of(v.aval.dtype)
-
-            def pick(w, *cs, kk=kk):
-                acc = cs[-1]
-                for j in range(len(cs) - 2, -1, -1):
-                    acc = g.emit(f"wp.where({w.code} == int({j}), {cs[j].code}, {acc.code})", kk)
-                return acc
-
-            out.append(_map(pick, index, *[r[k] for r in results]))
-        return out
+        return [_map(lambda w, *cs, kk=kind_of(v.aval.dtype): _select(g, w, cs, kk), index, *[r[k] for r in results])
+                for k, v in enumerate(outs)]
     if name == "sign":  # (wp.sign(0) is 1; lax.sign is 0 at 0, -0 at -0 and NaN at NaN: x * 0 there)
         z, o = ("S(0.0)", "S(1.0)") if kind == "f" else ("int(0)", "int(1)")
         rest = f"({{0}} * {z})" if kind == "f" else z
@@ -305,19 +307,7 @@ def _eqn(g: Source, eqn, ins: list) -> list:
     if name == "integer_pow":
         return [_map(lambda a: _integer_pow(g, a, int(p["y"])), ins[0])]
     if name == "select_n":
-        which, cases = ins[0], ins[1:]
-
-        def sel(w, *cs):
-            if len(cs) == 1:
-                return cs[0]
-            if w.kind == "b":
-                return g.emit(f"wp.where({w.code}, {cs[1].code}, {cs[0].code})", kind)
-            acc = cs[-1]
-            for k in range(len(cs) - 2, -1, -1):
-                acc = g.emit(f"wp.where({w.code} == int({k}), {cs[k].code}, {acc.code})", kind)
-            return acc
-
-        return [_map(sel, which, *cases)]
+        return [_map(lambda w, *cs: _select(g, w, cs, kind), ins[0], *ins[1:])]
     if name == "clamp":
         return [_map(lambda lo, x, hi: _extremum(g, _extremum(g, x, lo, "max", kind), hi, "min", kind), *ins)]
     if name == "convert_element_type":
@@ -380,6 +370,8 @@ def _eqn(g: Source, eqn, ins: list) -> list:
 
 
 def restate(g: Source, jaxpr, consts: list, args: list) -> list:
+    """The outputs of ``jaxpr`` (object arrays of :class:`Element`) from its constants and inputs,
+    emitting into ``g`` the lines that compute them."""
     env = {}
 
     def read(v):

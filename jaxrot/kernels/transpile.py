@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from ..geometry import so3
 from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
 
 __all__ = ["Unsupported", "Lowered", "lower", "key_of", "reason", "user_tau", "evaluate"]
@@ -56,17 +57,15 @@ def _trace(torque, dtype):
     import jax.numpy as jnp
 
     arrays, static = eqx.partition(torque, eqx.is_array)
-    leaves = jax.tree_util.tree_leaves(arrays)
-    if any(not jnp.issubdtype(x.dtype, jnp.floating) for x in leaves):
+    if any(not jnp.issubdtype(x.dtype, jnp.floating) for x in jax.tree_util.tree_leaves(arrays)):
         raise Unsupported("a torque parameter that is not floating-point")
 
     def call(t, R, Pi, arrays):
         return eqx.combine(arrays, static)(t, R, Pi)
 
     sds = jax.ShapeDtypeStruct
-    closed = jax.make_jaxpr(call)(sds((), dtype), sds((3, 3), dtype), sds((3,), dtype),
-                                  jax.tree_util.tree_map(lambda x: sds(x.shape, x.dtype), arrays))
-    return closed, leaves
+    return jax.make_jaxpr(call)(sds((), dtype), sds((3, 3), dtype), sds((3,), dtype),
+                                jax.tree_util.tree_map(lambda x: sds(x.shape, x.dtype), arrays))
 
 
 _SOURCES: dict[str, tuple[str, tuple]] = {}
@@ -136,7 +135,6 @@ def _lowered(torque, dtype):
         _check_restatement(torque, dtype, hit)
         if ck is not None and not any(isinstance(c, jax.core.Tracer) for c in hit[3]):
             _LOWERED[ck] = hit
-    _SOURCES[hit[0]] = hit[1:3]
     return hit
 
 
@@ -175,7 +173,7 @@ def _compare(torque, dtype, hit, concrete: bool):
     n = 6
     t = rng.uniform(0.0, 1.0, n).astype(dtype)
     with jax.ensure_compile_time_eval():
-        R = np.asarray(jax.vmap(_rotation)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
+        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
     Pi = rng.normal(size=(n, 3)).astype(dtype)
     if not concrete:  # compile only (the values are traced)
         n_params = sum(int(np.size(c)) for c in hit[3]) + sum(
@@ -194,15 +192,9 @@ def _compare(torque, dtype, hit, concrete: bool):
     return None
 
 
-def _rotation(v):
-    from ..geometry import so3
-
-    return so3.exp(v)
-
-
 def _generate(torque, dtype):
     """``(key, source, literals, constants)`` of ``torque`` at ``dtype`` (see :func:`lower`)."""
-    closed, _ = _trace(torque, dtype)
+    closed = _trace(torque, dtype)
     jaxpr = closed.jaxpr
     g = Source(np.dtype(dtype) == np.float64)
     offset = 0
