@@ -236,6 +236,69 @@ def test_the_fused_executor_equals_xla():
     assert mon.info["executor"] == "XLA"
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32], ids=["f64", "f32"])
+def test_a_cpu_batch_is_split_over_the_cores(monkeypatch, dtype):
+    # on a CPU a batch of at least 2 x 32 bodies is launched in slices, one per core, from a thread pool
+    # (Warp's own custom call runs the whole batch on one core): the same kernel on every body, so the
+    # same bits as one launch, also under jit and with a failing body
+    from jaxrot.kernels import host_threads
+
+    calls = []
+    split = host_threads.call
+    monkeypatch.setattr(host_threads, "call", lambda *a: calls.append(a[2]) or split(*a))
+    method = integrators.get("rk4")
+    system, states = _setup("user", dtype, n=100)
+    states = jaxrot.State(states.R, states.Pi.at[57].set(1e30))  # overflows: flagged in its slice
+
+    def run():
+        return jax.jit(lambda s: kernels.fused_frames(method, system, s, 1e-3, 0.1, 3, 40))(states)
+
+    monkeypatch.setattr(host_threads, "cores", lambda: 3)
+    assert host_threads.threads_for(100) == 3 and host_threads.threads_for(63) == 1
+    got = run()
+    assert calls == [3]
+    monkeypatch.setattr(host_threads, "cores", lambda: 1)
+    want = run()
+    assert calls == [3]  # one launch through Warp's custom call
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    failed = np.asarray(got[2])
+    assert failed[57] > 0 and np.all(np.delete(failed, 57) == -1)
+
+
+def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
+    # on a GPU the fused run was measured faster from 100 steps on, one body or a batch, final state or
+    # frames (docs/benchmarks.md); the choice is made from the platform's name, so it is tested here
+    # by naming the platform (the fused kernel itself then runs on this machine's CPU)
+    from jaxrot.driver import executors
+
+    monkeypatch.setattr(executors, "_platform", lambda: "gpu")
+    p = problems.get("fast_top")
+    _, states = _setup("gravity", n=4)
+    n = executors.FUSED_MIN_STEPS_GPU
+    a = jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n)
+    b = jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n, executor=jaxrot.XLA())
+    assert a.info["executor"] == "Fused" and b.info["executor"] == "XLA"
+    np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=1e-13, atol=1e-13)
+    one = jaxrot.simulate("buss4", p, 1e-3, n, state0=jaxrot.State(states.R[0], states.Pi[0]))
+    assert one.info["executor"] == "Fused"
+    # fewer steps, a method whose kernel drops its statistics, a traced run: the XLA loop
+    assert jaxrot.simulate("buss4", p, 1e-3, n - 1, state0=states, save_every=n - 1).info["executor"] == "Sharded"
+    free = problems.get("t_handle")
+    assert jaxrot.simulate("buss2p_ep", free, 1e-3, n, state0=states, save_every=n).info["executor"] == "Sharded"
+    seen = {}
+
+    def traced(s):
+        traj = jaxrot.simulate("buss4", p, 1e-3, n, state0=s, save_every=n)
+        seen["executor"] = traj.info["executor"]
+        return traj.states.R
+
+    jax.jit(traced)(states)
+    assert seen["executor"] == "Sharded"
+    monkeypatch.setattr(executors, "_platform", lambda: "cpu")
+    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n).info["executor"] == "Sharded"
+
+
 def _python(code, **env):
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                          env={**os.environ, **env}, timeout=600)

@@ -1,5 +1,6 @@
 import equinox as eqx
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -362,3 +363,41 @@ def test_final_state_runs_in_blocks_and_matches_the_last_frame():
     assert auto_block("auto", 10_000, jax.devices()[:1]) == (CPU_BLOCK if jax.default_backend() == "cpu" else None)
     np.testing.assert_array_equal(np.asarray(a.final.R), np.asarray(b.R))
     np.testing.assert_array_equal(np.asarray(a.final.Pi), np.asarray(b.Pi))
+
+
+def _dot_precisions(jaxpr):
+    """The precision of every dot_general in ``jaxpr`` and its sub-jaxprs."""
+    out = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            out.append(eqn.params["precision"])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            out += _dot_precisions(sub)
+    return out
+
+
+def test_runs_are_traced_at_full_matmul_precision():
+    # on a GPU the default precision rounds float32 products with a long contraction to TF32; a run's
+    # program (the torque's products included) is traced at HIGHEST instead
+    seen = []
+
+    def torque(t, R, Pi):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return jnp.zeros(3, Pi.dtype)
+
+    p = problems.get("asymmetric_top")
+    p = p.__class__(**{**{k: getattr(p, k) for k in p.__dataclass_fields__}, "torque": jaxrot.Torque(torque)})
+    seen.clear()  # (Torque calls the function once to check its output)
+    jaxrot.simulate("rk4", p, 1e-3, 3, executor=jaxrot.XLA())
+    assert seen and set(seen) == {"highest"}
+    assert jax.config.jax_default_matmul_precision is None  # restored after the call
+
+
+def test_rkmk8_combines_its_stages_at_full_precision():
+    # the 13-stage tableau products are the step's long contractions: HIGHEST in the step itself, so
+    # a user calling method.step under any default gets float32 stages
+    m, p = jaxrot.get("rkmk8"), problems.get("asymmetric_top")
+    s = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), p.state0)
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda s: m.step(p.system, 0.0, s, m.init(p.system, 0.0, s, 1e-2), 1e-2)[0]))(s)
+    highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+    assert sum(q == highest for q in _dot_precisions(jaxpr.jaxpr)) >= 2 * 13

@@ -119,6 +119,21 @@ def _drop_first(traj: Trajectory) -> Trajectory:
                       traj.result, traj.controller, traj.system)
 
 
+def _full_precision(fn):
+    """Trace ``fn``'s programs with matrix products at full precision: on a GPU, XLA otherwise rounds the
+    operands of a float32 product with a long contraction (a Runge-Kutta tableau's row against the
+    stacked stages, a torque's ``R @ K`` over a batch) to TF32's 10-bit mantissa, and a float32 run
+    would differ from the fused kernels', which compute in IEEE float32."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with jax.default_matmul_precision("highest"):
+            return fn(*args, **kwargs)
+
+    return wrapped
+
+
+@_full_precision
 def simulate(
     method,
     problem: Problem,
@@ -170,6 +185,9 @@ def simulate(
       event: an :class:`~jaxrot.Event` (fixed steps): the trajectory's ``event_time`` and
         ``event_state`` (per body, NaN where none); a terminal event's body repeats its event state
         in the frames after it (:mod:`jaxrot.driver.events`).
+
+    Matrix products are traced at full precision (``jax.default_matmul_precision("highest")``, the
+    torque's too), so a float32 run on a GPU computes in float32, not TF32.
 
     Returns:
       :class:`~jaxrot.Trajectory`: ``ts``, ``states`` (leading batch axis first, if any), ``stats``,

@@ -26,9 +26,11 @@ J. Comput. Appl. Math. 6 (1980) 19-26 and Hairer, Norsett & Wanner, *Solving ODE
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import jax.numpy as jnp
+from jax import lax
 
 from ..geometry import so3
 from ..geometry.state import State
@@ -38,6 +40,8 @@ from .dop853_coefficients import A as _A
 from .dop853_coefficients import B as _B
 from .dop853_coefficients import C as _C
 from .stats import StepStats
+
+_dot = functools.partial(jnp.matmul, precision=lax.Precision.HIGHEST)
 
 
 class RKMK8(AbstractIntegrator):
@@ -52,14 +56,16 @@ class RKMK8(AbstractIntegrator):
         n = _B.shape[0]
         # the stages stacked in one array and combined by a product with the tableau's row (as
         # diffrax's Runge-Kutta solvers do): a chain of sums over the earlier stages, one term each,
-        # gives XLA a larger and slower program (docs/benchmarks.md, "rkmk8")
+        # gives XLA a larger and slower program (docs/benchmarks.md, "rkmk8"). Batched, these products
+        # contract 13 stages, which XLA hands to the GPU's matrix units: at the default precision a
+        # float32 run then rounds the stages to TF32 (10-bit mantissa), hence HIGHEST
         Ks = jnp.zeros((n, 3), dtype)
         Fs = jnp.zeros((n, 3), dtype)
         for i in range(n):
             a = jnp.asarray(_A[i], dtype)
-            U, P = dt * (a @ Ks), P0 + dt * (a @ Fs)
+            U, P = dt * _dot(a, Ks), P0 + dt * _dot(a, Fs)
             Om = P / J
             Ks = Ks.at[i].set(so3.dexpinv(-U, Om))  # dexp^{-1}_{-U}
             Fs = Fs.at[i].set(jnp.cross(P, Om) + body_torque(system, t + float(_C[i]) * dt, R0 @ so3.exp(U), P))
         b = jnp.asarray(_B, dtype)
-        return State(R0 @ so3.exp(dt * (b @ Ks)), P0 + dt * (b @ Fs)), aux, StepStats.explicit()
+        return State(R0 @ so3.exp(dt * _dot(b, Ks)), P0 + dt * _dot(b, Fs)), aux, StepStats.explicit()

@@ -28,6 +28,7 @@ from . import energy_projection as _ep
 from . import rk as _rk
 from . import rkmk as _rkmk
 from . import splitting as _splitting
+from . import host_threads
 from . import transpile as _transpile
 
 __all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "keeps_stats", "have_warp", "torque_kind",
@@ -185,12 +186,17 @@ def torque_params(torque, dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def _ffi(dtype_name: str, name: str, torque: str, K: int):
-    """The JAX-callable kernel of (dtype, method, torque), built and compiled once."""
+def _kernel(dtype_name: str, name: str, torque: str, K: int):
+    """``(Warp scalar type, kernel)`` of (dtype, method, torque), built once."""
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    kernel = loop_kernel(S, *KERNELS[name].make(S, name, torque, K), key=f"{name}_{torque}{K}_{dtype_name}")
-    return wp.jax_kernel(kernel, num_outputs=4)
+    return S, loop_kernel(S, *KERNELS[name].make(S, name, torque, K), key=f"{name}_{torque}{K}_{dtype_name}")
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi(dtype_name: str, name: str, torque: str, K: int):
+    """The JAX-callable kernel of (dtype, method, torque), built and compiled once."""
+    return warp().jax_kernel(_kernel(dtype_name, name, torque, K)[1], num_outputs=4)
 
 
 def _check(method, system, states0, n_frames, save_every):
@@ -218,13 +224,21 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
     name, kind = method_name(method), torque_kind(system.torque, dtype)
     P = KERNELS[name].params(method, system, dtype)
     K = int(torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
-    call = _ffi(jnp.dtype(dtype).name, name, kind, K)
-    J = jnp.asarray(system.body.J, dtype).reshape(1, 3)
-    Pi0 = jnp.asarray(states0.Pi, dtype)
-    return tuple(call(jnp.asarray(states0.R, dtype), Pi0, jnp.reshape(jnp.asarray(dt, dtype), (1,)),
-                jnp.reshape(jnp.asarray(t0, dtype), (1,)), J, P, int(n_frames), int(save_every),
-                launch_dims=(B,), output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames),
-                                               "failed_out": (B,), "result_out": (B,)}))
+    key = (jnp.dtype(dtype).name, name, kind, K)
+    args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(jnp.asarray(dt, dtype), (1,)),
+            jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P)
+
+    def custom_call(*args):  # Warp's own custom call: CUDA, and a CPU batch too small to split
+        return tuple(_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,),
+                                output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,),
+                                             "result_out": (B,)}))
+
+    threads = host_threads.threads_for(B)
+    if threads == 1:
+        return custom_call(*args)
+    split = functools.partial(host_threads.call, _kernel(*key)[1], _kernel(*key)[0], threads, int(n_frames),
+                              int(save_every))
+    return tuple(jax.lax.platform_dependent(*args, cpu=split, default=custom_call))
 
 
 def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, reference=None):
@@ -233,7 +247,8 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
     Frame ``k`` (0-based) is the state after ``(k + 1) * save_every`` steps; step ``j`` starts at
     ``t0 + j dt`` (no accumulated round-off). The kernel runs on the device of the inputs (CPU
     through Warp's LLVM back end, CUDA through NVRTC), one thread per body; inside ``jax.jit`` it is one
-    custom call. Cost: one launch; memory: the saved frames only.
+    custom call. Cost: one launch (on a CPU, a batch of at least 64 bodies: one launch per core on a
+    slice of the batch, :mod:`jaxrot.kernels.host_threads`); memory: the saved frames only.
 
     Args:
       method: an integrator instance (``jaxrot.integrators.get(name)``) with a kernel (:func:`supports`).

@@ -6,9 +6,10 @@
 - :class:`Fused`: the whole run in one compiled kernel per device (explicit methods; needs the
   ``fast`` extra).
 
-``executor=None`` chooses: one body runs on :class:`XLA` (on :class:`Fused` where that was measured
-faster: a plain call of at least :data:`FUSED_MIN_STEPS` steps on a CPU with a kernel for the method
-and torque, Warp installed), a batch on :class:`Sharded` over every device. An executor that cannot run a method (:meth:`~AbstractExecutor.supports`) hands it to that
+``executor=None`` chooses: one body runs on :class:`XLA`, a batch on :class:`Sharded` over every
+device, except where :class:`Fused` was measured faster (Warp installed, a kernel for the method and
+torque, a plain call): on a GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch; on a CPU
+one body saving frames from :data:`FUSED_MIN_STEPS` steps. An executor that cannot run a method (:meth:`~AbstractExecutor.supports`) hands it to that
 default; the trajectory's provenance names the executor that ran it.
 """
 
@@ -34,20 +35,36 @@ _ONE, _MANY, _FUSED = XLA(), Sharded(), Fused()  # immutable: built once, not pe
 FUSED_MIN_STEPS = 100_000
 
 
+#: the fewest steps for which a run on a GPU runs fused by default: the fewest measured there (one
+#: H200, docs/benchmarks.md, "Fused kernels on a GPU": 4.5-35x XLA's speed from 100 steps on, one body
+#: to a million, final state saved)
+FUSED_MIN_STEPS_GPU = 100
+
+
+def _platform() -> str:
+    return jax.devices()[0].platform
+
+
 def _fused_wins(spec: RunSpec) -> bool:
-    """Where the fused kernel was measured faster: one body on a CPU, a plain call (traced runs keep
-    XLA's forward-mode AD), saved frames (a final-state run keeps XLA's one program for any count), no
-    progress report (one launch has no chunks to report),
-    Warp installed and a kernel for the method and torque that loses none of its step statistics."""
-    return (not spec.batched and not spec.final_only and spec.report is None and spec.n_steps >= FUSED_MIN_STEPS
-            and jax.devices()[0].platform == "cpu" and kernels.have_warp() and not traced(spec)
+    """Where the fused kernel was measured faster. On a CPU: one body, saved frames (a final-state run
+    keeps XLA's one program for any count), at least :data:`FUSED_MIN_STEPS` steps. On a GPU: any batch
+    of at least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's ~25 kernels one after another,
+    the fused run one kernel). Both: a plain call (traced runs keep XLA's forward-mode AD), no progress
+    report (one launch has no chunks to report), Warp installed and a kernel for the method and torque
+    that loses none of its step statistics."""
+    platform = _platform()
+    if platform == "cpu":
+        where = not spec.batched and not spec.final_only and spec.n_steps >= FUSED_MIN_STEPS
+    else:
+        where = platform == "gpu" and spec.n_steps >= FUSED_MIN_STEPS_GPU
+    return (where and spec.report is None and kernels.have_warp() and not traced(spec)
             and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method))
 
 
 def _default(spec: RunSpec) -> AbstractExecutor:
-    if spec.batched:
-        return _MANY
-    return _FUSED if _fused_wins(spec) else _ONE
+    if _fused_wins(spec):
+        return _FUSED
+    return _MANY if spec.batched else _ONE
 
 
 def choose_executor(executor, spec: RunSpec) -> AbstractExecutor:

@@ -1,0 +1,133 @@
+"""Fused kernels against XLA on a GPU: agreement of the final states, and body-steps per second.
+
+For each method with a kernel here (``buss2p``, ``buss4``, ``dmv10`` on the torque-free T-handle;
+``rkmk8`` and ``rk4`` on the asymmetric heavy top, gravity written by hand and as a plain function), each
+precision and each batch size: one ``jaxrot.simulate`` call of ``n`` steps saving the final state, with
+``executor=jaxrot.Fused()`` and with XLA's ``lax.scan`` (``jaxrot.XLA()`` for one body,
+``jaxrot.Sharded()`` over the one device for a batch), run in turn, medians of ``--reps`` timed calls
+after a warm-up call (which compiles). The largest difference of the final attitudes between the
+two is recorded beside the speed.
+
+    python benchmarks/gpu_fused.py --out DIR [--quick] [--device gpu|cpu] [--methods rkmk8,...]
+
+Writes ``gpu_fused.json`` and ``gpu_fused.md`` to ``DIR``; prints each row as it is measured.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxrot  # noqa: E402
+from jaxrot import problems  # noqa: E402
+from jaxrot.physics.problems import System  # noqa: E402
+
+
+def _gravity_function(p):
+    g = p.system.torque
+    mgl, com, up = g.mgl, jnp.asarray(g.com), jnp.asarray(g.up)
+
+    def gravity(t, R, Pi):
+        return -mgl * jnp.cross(R @ com, up)
+
+    return p.__class__(**{**{k: getattr(p, k) for k in p.__dataclass_fields__},
+                          "torque": jaxrot.Torque(gravity)})
+
+
+def cases(quick: bool):
+    th, top = problems.get("t_handle"), problems.get("asymmetric_top")
+    top_fn = _gravity_function(top)
+    out = [("buss2p", th, "T-handle", 1e-3), ("buss4", th, "T-handle", 1e-3), ("dmv10", th, "T-handle", 1e-3),
+           ("rkmk8", top, "heavy top, GravityTorque", 1e-2), ("rkmk8", top_fn, "heavy top, plain function", 1e-2),
+           ("rk4", top_fn, "heavy top, plain function", 1e-3)]
+    return out[:2] + out[4:5] if quick else out
+
+
+def _states(B, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    R = jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3))))
+    return jaxrot.State(jnp.asarray(R, dtype), jnp.asarray(rng.normal(size=(B, 3)), dtype))
+
+
+def _runner(method, p, s, dt, n, executor):
+    one = s.R.shape[0] == 1
+    s = jaxrot.State(s.R[0], s.Pi[0]) if one else s
+
+    def run():
+        return jaxrot.simulate(method, p, jnp.asarray(dt, s.R.dtype), n, save_every=n, state0=s,
+                               executor=executor).states.R.block_until_ready()
+
+    return run
+
+
+def measure(method, p, dt, B, n, dtype, reps):
+    s = _states(B, dtype)
+    xla = jaxrot.XLA() if B == 1 else jaxrot.Sharded()
+    fs = {"XLA": _runner(method, p, s, dt, n, xla), "fused": _runner(method, p, s, dt, n, jaxrot.Fused())}
+    finals = {k: np.asarray(f()) for k, f in fs.items()}  # compile and warm up
+    times = {k: [] for k in fs}
+    for _ in range(reps):
+        for k, f in fs.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {"body-steps/s XLA": B * n / med["XLA"], "body-steps/s fused": B * n / med["fused"],
+            "fused / XLA": med["XLA"] / med["fused"],
+            "max |R_fused - R_XLA|": float(np.max(np.abs(finals["fused"] - finals["XLA"])))}
+
+
+def main(out_dir, quick=False, reps=3, methods=None):
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dev = jax.devices()[0]
+    # steps per call by batch size: a call of 0.02-2 s on an H100-class GPU for the cheapest method
+    sizes = ((1, 500), (10_000, 200)) if quick else ((1, 2000), (10_000, 1000), (1_000_000, 100))
+    res = {"device": str(dev), "device_kind": getattr(dev, "device_kind", ""), "jax": jax.__version__,
+           "reps": reps, "rows": []}
+    for name, p, label, dt in cases(quick):
+        if methods and name not in methods:
+            continue
+        for dtype in (jnp.float64, jnp.float32):
+            if dtype == jnp.float32 and name not in ("buss2p", "rkmk8"):
+                continue
+            for B, n in sizes:
+                row = {"method": name, "problem": label, "dtype": jnp.dtype(dtype).name, "bodies": B, "steps": n,
+                       "dt": dt}
+                try:
+                    row.update(measure(name, p, dt, B, n, dtype, reps))
+                except Exception as err:  # noqa: BLE001 - a row that fails is recorded, the others still run
+                    row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+                res["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                (out_dir / "gpu_fused.json").write_text(json.dumps(res, indent=1))
+    cols = ["method", "problem", "dtype", "bodies", "steps", "body-steps/s XLA", "body-steps/s fused", "fused / XLA",
+            "max |R_fused - R_XLA|"]
+    lines = [f"device: {res['device']} ({res['device_kind']}), jax {res['jax']}, medians of {reps}", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in res["rows"]:
+        cells = [r.get(c, r.get("error", "")) for c in cols]
+        lines.append("| " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    (out_dir / "gpu_fused.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return res
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="jaxrot-results")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    ap.add_argument("--methods", default="", help="only these methods (comma-separated)")
+    args = ap.parse_args()
+    jax.config.update("jax_platforms", "cuda" if args.device == "gpu" else "cpu")
+    main(args.out, args.quick, args.reps, [m for m in args.methods.split(",") if m])

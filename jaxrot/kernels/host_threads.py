@@ -1,0 +1,78 @@
+"""A fused run on a CPU split over its cores: the batch cut into one slice per core, each slice one
+Warp launch from its own thread.
+
+Warp runs a CPU launch as one loop over the bodies on the calling thread, and its JAX custom call
+(``warp.jax_kernel``) holds a process-wide lock around the launch, so a batch ran on one core however
+many the machine has (and XLA's threads, one per CPU device, queued on that lock). Called through
+``jax.pure_callback`` instead, the slices are launched from a thread pool; Warp's native call releases
+Python's lock, so they run in parallel. Every body is computed by the same kernel as before: the
+results are the same bits.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+
+import jax
+import numpy as np
+
+from ._common import so3_funcs, warp
+
+#: the fewest bodies that a thread of its own is given (a launch costs tens of microseconds)
+MIN_BODIES_PER_THREAD = 32
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_for(bodies: int) -> int:
+    """How many threads a fused CPU run of ``bodies`` bodies is split over (1: not split)."""
+    return max(1, min(cores(), bodies // MIN_BODIES_PER_THREAD))
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(n: int) -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="jaxrot-fused")
+
+
+def call(kernel, S, n_threads: int, n_frames: int, save_every: int, R, Pi, dt, t0, J, P):
+    """``kernel`` (a :func:`jaxrot.kernels._common.loop_kernel` of scalar type ``S``) on the batch
+    ``R`` (B, 3, 3), ``Pi`` (B, 3), its ``B`` bodies split over ``n_threads`` launches on the host;
+    returns the kernel's outputs ``(R_out, Pi_out, failed, result)`` as JAX arrays (a
+    ``jax.pure_callback``: usable under ``jit`` and ``shard_map``, on CPU devices)."""
+    wp = warp()
+    c = so3_funcs(S)
+    B, dtype = R.shape[0], R.dtype
+    shapes = (jax.ShapeDtypeStruct((B, n_frames, 3, 3), dtype), jax.ShapeDtypeStruct((B, n_frames, 3), dtype),
+              jax.ShapeDtypeStruct((B,), np.int32), jax.ShapeDtypeStruct((B,), np.int32))
+    cuts = np.linspace(0, B, n_threads + 1).astype(int)
+
+    def host(R, Pi, dt, t0, J, P):
+        R, Pi = np.ascontiguousarray(R), np.ascontiguousarray(Pi)
+        outs = [np.empty(s.shape, s.dtype) for s in shapes]
+        shared = [wp.array(np.ascontiguousarray(x), dtype=d, device="cpu")
+                  for x, d in ((dt, S), (t0, S), (J, c.V), (P, S))]
+
+        def launch(i):
+            lo, hi = int(cuts[i]), int(cuts[i + 1])
+
+            def view(x, dt_):
+                return wp.array(x[lo:hi], dtype=dt_, device="cpu", copy=False)
+
+            wp.launch(kernel, dim=hi - lo, device="cpu",
+                      inputs=[view(R, c.M), view(Pi, c.V), *shared, n_frames, save_every,
+                              view(outs[0], c.M), view(outs[1], c.V), view(outs[2], wp.int32),
+                              view(outs[3], wp.int32)])
+
+        for done in _pool(n_threads).map(launch, range(n_threads)):  # (re-raises a launch's error)
+            del done
+        return tuple(outs)
+
+    return jax.pure_callback(host, shapes, R, Pi, dt, t0, J, P, vmap_method="sequential")
