@@ -62,8 +62,8 @@ class Fused(AbstractExecutor):
     one thread per body, its state in registers, only the saved frames written. Runs the methods and
     torques of :data:`jaxrot.kernels.KERNELS` (explicit methods; others go to the default executor)
     without an invariant monitor; one body runs as a batch of one. A batch is split over ``devices``,
-    one launch each (default: every accelerator; on CPUs the default device only, as Warp runs CPU
-    launches one at a time). Gradients (``jax.grad`` through :func:`jaxrot.simulate`)
+    one launch each (default: every accelerator; on CPUs the default device only, whose launch is
+    itself split over the cores, :mod:`jaxrot.kernels.host_threads`). Gradients (``jax.grad`` through :func:`jaxrot.simulate`)
     come from the XLA loop, so they equal the :class:`XLA` executor's. The kernels keep no step
     statistics: they are zero in the trajectory, as they are for most explicit methods (the ``_ep``
     methods' count of projections that missed the polhode is the exception, see
@@ -83,7 +83,8 @@ class Fused(AbstractExecutor):
         if self.devices is not None:
             return list(self.devices)
         devices = jax.devices()
-        # Warp runs CPU launches one at a time (a process-wide lock), so CPU devices would only queue
+        # one CPU device's launch already runs on every core (kernels.host_threads): more CPU devices
+        # would only share the same cores
         return devices[:1] if devices[0].platform == "cpu" else list(devices)
 
     def run(self, spec: RunSpec) -> Trajectory:
