@@ -10,12 +10,12 @@ two is recorded beside the speed.
 
     python benchmarks/gpu_fused.py --out DIR [--quick] [--device gpu|cpu] [--methods rkmk8,...]
 
-Writes ``gpu_fused.json`` and ``gpu_fused.md`` to ``DIR``; prints each row as it is measured.
+Writes ``gpu_fused.json`` and ``gpu_fused.md`` to ``DIR`` with their provenance; prints each row as it
+is measured.
 """
 
 import argparse
 import json
-import os
 import pathlib
 import sys
 import time
@@ -28,7 +28,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxrot  # noqa: E402
 from jaxrot import problems  # noqa: E402
-from jaxrot.physics.problems import System  # noqa: E402
+from jaxrot.present import output, provenance  # noqa: E402
 
 
 def _gravity_function(p):
@@ -82,7 +82,7 @@ def measure(method, p, dt, B, n, dtype, reps):
     med = {k: float(np.median(v)) for k, v in times.items()}
     return {"body-steps/s XLA": B * n / med["XLA"], "body-steps/s fused": B * n / med["fused"],
             "fused / XLA": med["XLA"] / med["fused"],
-            "max |R_fused - R_XLA|": float(np.max(np.abs(finals["fused"] - finals["XLA"])))}
+            "max abs difference of R, fused - XLA": float(np.max(np.abs(finals["fused"] - finals["XLA"])))}
 
 
 def main(out_dir, quick=False, reps=3, methods=None):
@@ -108,17 +108,29 @@ def main(out_dir, quick=False, reps=3, methods=None):
                     row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
                 res["rows"].append(row)
                 print(json.dumps(row), flush=True)
-                (out_dir / "gpu_fused.json").write_text(json.dumps(res, indent=1))
-    cols = ["method", "problem", "dtype", "bodies", "steps", "body-steps/s XLA", "body-steps/s fused", "fused / XLA",
-            "max |R_fused - R_XLA|"]
-    lines = [f"device: {res['device']} ({res['device_kind']}), jax {res['jax']}, medians of {reps}", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in res["rows"]:
-        cells = [r.get(c, r.get("error", "")) for c in cols]
-        lines.append("| " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c) for c in cells) + " |")
-    (out_dir / "gpu_fused.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+                with output.atomic(out_dir / "gpu_fused.json") as tmp:  # the rows so far, never half a file
+                    tmp.write_text(json.dumps(res, indent=1))
+    with output.atomic(out_dir / "gpu_fused.md") as tmp:
+        tmp.write_text(markdown(res))
+    print(markdown(res))
+
+    provenance.record(out_dir, [out_dir / "gpu_fused.json", out_dir / "gpu_fused.md"],
+                      command="python " + " ".join(sys.argv), quick=quick)
     return res
+
+
+COLUMNS = ["method", "problem", "dtype", "bodies", "steps", "body-steps/s XLA", "body-steps/s fused", "fused / XLA",
+           "max abs difference of R, fused - XLA"]
+
+
+def markdown(res) -> str:
+    """The rows of a run (its JSON) as a Markdown table."""
+    lines = [f"device: {res['device']} ({res['device_kind']}), jax {res['jax']}, medians of {res['reps']}", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in res["rows"]:
+        cells = [r.get(c, r.get("error", "")) for c in COLUMNS]
+        lines.append("| " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

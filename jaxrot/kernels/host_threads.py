@@ -71,6 +71,7 @@ def call(kernel, S, n_threads: int, n_frames: int, save_every: int, R, Pi, dt, t
                               view(outs[0], c.M), view(outs[1], c.V), view(outs[2], wp.int32),
                               view(outs[3], wp.int32)])
 
+        kernel.module.load("cpu")  # built (or read from Warp's cache) once here, not by each thread at once
         for done in _pool(n_threads).map(launch, range(n_threads)):  # (re-raises a launch's error)
             del done
         return tuple(outs)

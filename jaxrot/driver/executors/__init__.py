@@ -9,8 +9,9 @@
 ``executor=None`` chooses: one body runs on :class:`XLA`, a batch on :class:`Sharded` over every
 device, except where :class:`Fused` was measured faster (Warp installed, a kernel for the method and
 torque, a plain call): on a GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch; on a CPU
-one body saving frames from :data:`FUSED_MIN_STEPS` steps. An executor that cannot run a method (:meth:`~AbstractExecutor.supports`) hands it to that
-default; the trajectory's provenance names the executor that ran it.
+one body saving frames from :data:`FUSED_MIN_STEPS` steps. An executor that cannot run a method
+(:meth:`~AbstractExecutor.supports`) hands it to that default; the trajectory's provenance names the
+executor that ran it.
 """
 
 from __future__ import annotations

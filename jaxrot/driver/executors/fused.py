@@ -63,11 +63,11 @@ class Fused(AbstractExecutor):
     torques of :data:`jaxrot.kernels.KERNELS` (explicit methods; others go to the default executor)
     without an invariant monitor; one body runs as a batch of one. A batch is split over ``devices``,
     one launch each (default: every accelerator; on CPUs the default device only, whose launch is
-    itself split over the cores, :mod:`jaxrot.kernels.host_threads`). Gradients (``jax.grad`` through :func:`jaxrot.simulate`)
-    come from the XLA loop, so they equal the :class:`XLA` executor's. The kernels keep no step
-    statistics: they are zero in the trajectory, as they are for most explicit methods (the ``_ep``
-    methods' count of projections that missed the polhode is the exception, see
-    :func:`jaxrot.kernels.keeps_stats`).
+    itself split over the cores, :mod:`jaxrot.kernels.host_threads`). Gradients (``jax.grad``
+    through :func:`jaxrot.simulate`) come from the XLA loop, so they equal the :class:`XLA`
+    executor's. The kernels keep no step statistics: they are zero in the trajectory, as they are for
+    most explicit methods (the ``_ep`` methods' count of projections that missed the polhode is the
+    exception, see :func:`jaxrot.kernels.keeps_stats`).
 
     Example::
 
