@@ -387,10 +387,17 @@ def test_runs_are_traced_at_full_matmul_precision():
 
     p = problems.get("asymmetric_top")
     p = p.__class__(**{**{k: getattr(p, k) for k in p.__dataclass_fields__}, "torque": jaxrot.Torque(torque)})
+    before = jax.config.jax_default_matmul_precision
     seen.clear()  # (Torque calls the function once to check its output)
-    jaxrot.simulate("rk4", p, 1e-3, 3, executor=jaxrot.XLA())
+    traj = jaxrot.simulate("rk4", p, 1e-3, 3, executor=jaxrot.XLA(), saveat=jaxrot.SaveAt(dense=True))
     assert seen and set(seen) == {"highest"}
-    assert jax.config.jax_default_matmul_precision is None  # restored after the call
+    # the other entry points that trace a run: dense output, compiled runs, the reference
+    for trace in (lambda: traj.evaluate(jnp.asarray([1.5e-3])), lambda: jaxrot.compile("rk4", p, 1e-3, 3)(p.state0),
+                  lambda: jaxrot.reference.reference_solution(p, 3e-3)):
+        seen.clear()
+        trace()
+        assert seen and set(seen) == {"highest"}
+    assert jax.config.jax_default_matmul_precision == before  # restored after each call
 
 
 def test_rkmk8_combines_its_stages_at_full_precision():

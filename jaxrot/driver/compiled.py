@@ -20,6 +20,7 @@ from .layout import assemble
 from .loop import init_carry, scan_frames
 from ..geometry.state import State
 from .results import Trajectory
+from .precision import full_precision
 
 
 class CompiledRun:
@@ -36,6 +37,7 @@ class CompiledRun:
         return f"CompiledRun(n_steps={self.n_steps}, save_every={self.save_every}, batch={self.batch})"
 
 
+@full_precision
 def compile(method, problem: Problem, dt, n_steps: int, *, save_every: int | None = None, t0=0.0,
             batch: int | None = None) -> CompiledRun:
     """Check once and compile a run of ``n_steps`` steps; returns a :class:`CompiledRun`.

@@ -37,6 +37,7 @@ from jax import lax
 from ..geometry import so3
 from ..geometry.state import State
 from ..physics.torques import body_torque
+from .precision import full_precision
 
 __all__ = ["interpolate", "DenseOutput", "checkpoint_interval"]
 
@@ -129,6 +130,7 @@ class DenseOutput(eqx.Module):
     every: int = eqx.field(static=True)
     n_steps: int = eqx.field(static=True)
 
+    @full_precision
     def __call__(self, t) -> State:
         t = jnp.asarray(t, self.dt.dtype)
         if not isinstance(t, jax.core.Tracer) and not isinstance(self.dt, jax.core.Tracer):

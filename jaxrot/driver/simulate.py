@@ -23,9 +23,11 @@ from .checks import cast, is_concrete, prepare, traced_checks
 from .executors import choose_executor
 from .progress import Progress
 from .executors.base import AbstractExecutor, RunSpec
+from .executors.sharded import Sharded
 from .executors.xla import XLA
 from .failures import raise_failures
 from .loop import InvariantMonitor
+from .precision import full_precision
 from .results import Trajectory
 from .saveat import SaveAt
 from .stepsize import Adaptive, Fixed
@@ -119,21 +121,7 @@ def _drop_first(traj: Trajectory) -> Trajectory:
                       traj.result, traj.controller, traj.system)
 
 
-def _full_precision(fn):
-    """Trace ``fn``'s programs with matrix products at full precision: on a GPU, XLA otherwise rounds the
-    operands of a float32 product with a long contraction (a Runge-Kutta tableau's row against the
-    stacked stages, a torque's ``R @ K`` over a batch) to TF32's 10-bit mantissa, and a float32 run
-    would differ from the fused kernels', which compute in IEEE float32."""
-
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-        with jax.default_matmul_precision("highest"):
-            return fn(*args, **kwargs)
-
-    return wrapped
-
-
-@_full_precision
+@full_precision
 def simulate(
     method,
     problem: Problem,
@@ -268,10 +256,14 @@ def _with_event(event, method, problem, dt, n_steps, *, t0, t1, state0, stepsize
         raise ValueError("event= needs fixed steps (stepsize=jaxrot.Fixed or dt)")
     if isinstance(stepsize, Fixed) and stepsize.dt is not None and dt is None:
         dt = stepsize.dt
-    traj = simulate(method, problem, dt, n_steps, t0=t0, t1=t1 if n_steps is None else None, state0=state0,
-                    saveat=saveat, **kw)
     n = _counts(dt, n_steps, t0, t1)
     meth, s0, dt_, t0_, system = prepare(method, problem, state0, dt, t0, n, 1)
+    if kw.get("executor") is None:
+        # the frames from XLA's loop, as the events are located: a fused run agrees to round-off, which
+        # a chaotic body amplifies, and an event's state should be one of the run's
+        kw["executor"] = Sharded() if s0.R.ndim == 3 else XLA()
+    traj = simulate(method, problem, dt, n_steps, t0=t0, t1=t1 if n_steps is None else None, state0=state0,
+                    saveat=saveat, **kw)
     et, es = locate_events(event, meth, system, s0, t0_, dt_, n)
     states = freeze_after(traj.ts, traj.states, et, es) if event.terminal else traj.states
     out = dataclasses.replace(traj, states=states, event_time=et, event_state=es)

@@ -234,11 +234,10 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
                                              "result_out": (B,)}))
 
     threads = host_threads.threads_for(B)
-    if threads == 1:
+    if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return custom_call(*args)
-    split = functools.partial(host_threads.call, _kernel(*key)[1], _kernel(*key)[0], threads, int(n_frames),
-                              int(save_every))
-    return tuple(jax.lax.platform_dependent(*args, cpu=split, default=custom_call))
+    S, kernel = _kernel(*key)
+    return host_threads.call(kernel, S, threads, int(n_frames), int(save_every), *args)
 
 
 def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, reference=None):
@@ -247,8 +246,9 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
     Frame ``k`` (0-based) is the state after ``(k + 1) * save_every`` steps; step ``j`` starts at
     ``t0 + j dt`` (no accumulated round-off). The kernel runs on the device of the inputs (CPU
     through Warp's LLVM back end, CUDA through NVRTC), one thread per body; inside ``jax.jit`` it is one
-    custom call. Cost: one launch (on a CPU, a batch of at least 64 bodies: one launch per core on a
-    slice of the batch, :mod:`jaxrot.kernels.host_threads`); memory: the saved frames only.
+    custom call (on a machine whose default backend is the CPU, a batch of at least 64 bodies is one
+    host callback instead that launches a slice of the batch per core, :mod:`jaxrot.kernels.host_threads`).
+    Cost: one launch per device (or per core); memory: the saved frames only.
 
     Args:
       method: an integrator instance (``jaxrot.integrators.get(name)``) with a kernel (:func:`supports`).

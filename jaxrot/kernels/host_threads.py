@@ -3,8 +3,9 @@ Warp launch from its own thread.
 
 Warp runs a CPU launch as one loop over the bodies on the calling thread, and its JAX custom call
 (``warp.jax_kernel``) holds a process-wide lock around the launch, so a batch ran on one core however
-many the machine has (and XLA's threads, one per CPU device, queued on that lock). Called through
-``jax.pure_callback`` instead, the slices are launched from a thread pool; Warp's native call releases
+many the machine has (and XLA's threads, one per CPU device, queued on that lock). On a machine whose
+default backend is the CPU, a batch of at least ``2 * MIN_BODIES_PER_THREAD`` bodies is called through
+``jax.pure_callback`` instead, and the slices are launched from a thread pool; Warp's native call releases
 Python's lock, so they run in parallel. Every body is computed by the same kernel as before: the
 results are the same bits.
 """
@@ -37,9 +38,10 @@ def threads_for(bodies: int) -> int:
     return max(1, min(cores(), bodies // MIN_BODIES_PER_THREAD))
 
 
-@functools.lru_cache(maxsize=None)
-def _pool(n: int) -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="jaxrot-fused")
+@functools.lru_cache(maxsize=1)
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """One pool for every split run (as many threads as cores; a run uses as many as its slices)."""
+    return concurrent.futures.ThreadPoolExecutor(cores(), thread_name_prefix="jaxrot-fused")
 
 
 def call(kernel, S, n_threads: int, n_frames: int, save_every: int, R, Pi, dt, t0, J, P):
@@ -71,9 +73,13 @@ def call(kernel, S, n_threads: int, n_frames: int, save_every: int, R, Pi, dt, t
                               view(outs[0], c.M), view(outs[1], c.V), view(outs[2], wp.int32),
                               view(outs[3], wp.int32)])
 
-        kernel.module.load("cpu")  # built (or read from Warp's cache) once here, not by each thread at once
-        for done in _pool(n_threads).map(launch, range(n_threads)):  # (re-raises a launch's error)
-            del done
+        # built (or read from Warp's cache) here, once, not by every thread at once; block_dim 1 is the
+        # variant a CPU launch runs
+        kernel.module.load("cpu", 1)
+        futures = [_pool().submit(launch, i) for i in range(n_threads)]
+        concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
+        for f in futures:
+            f.result()  # (re-raises a launch's error)
         return tuple(outs)
 
     return jax.pure_callback(host, shapes, R, Pi, dt, t0, J, P, vmap_method="sequential")

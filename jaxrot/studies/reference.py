@@ -25,6 +25,7 @@ from ..physics.problems import Problem
 from ..geometry.state import State
 from ..integrators.stats import StepStats
 from ..driver.results import Trajectory
+from ..driver.precision import full_precision
 
 
 def _dop853_step(f, t, y, h):
@@ -64,6 +65,7 @@ def _integrate(problem, y0, t0, h, n_frames, substeps):
     return ys
 
 
+@full_precision
 def reference_solution(
     problem: Problem,
     t_end: float | None = None,

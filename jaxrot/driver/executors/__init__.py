@@ -8,8 +8,8 @@
 
 ``executor=None`` chooses: one body runs on :class:`XLA`, a batch on :class:`Sharded` over every
 device, except where :class:`Fused` was measured faster (Warp installed, a kernel for the method and
-torque, a plain call): on a GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch; on a CPU
-one body saving frames from :data:`FUSED_MIN_STEPS` steps. An executor that cannot run a method
+torque, a plain call): on one CUDA GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch;
+on a CPU one body saving frames from :data:`FUSED_MIN_STEPS` steps. An executor that cannot run a method
 (:meth:`~AbstractExecutor.supports`) hands it to that default; the trajectory's provenance names the
 executor that ran it.
 """
@@ -48,18 +48,25 @@ def _platform() -> str:
 
 def _fused_wins(spec: RunSpec) -> bool:
     """Where the fused kernel was measured faster. On a CPU: one body, saved frames (a final-state run
-    keeps XLA's one program for any count), at least :data:`FUSED_MIN_STEPS` steps. On a GPU: any batch
-    of at least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's ~25 kernels one after another,
-    the fused run one kernel). Both: a plain call (traced runs keep XLA's forward-mode AD), no progress
-    report (one launch has no chunks to report), Warp installed and a kernel for the method and torque
-    that loses none of its step statistics."""
+    keeps XLA's one program for any count), at least :data:`FUSED_MIN_STEPS` steps. On one CUDA GPU in
+    one process: one body or a batch, at least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's
+    ~25 kernels one after another, the fused run one kernel). Both: a plain call (traced runs keep XLA's
+    forward-mode AD), no progress report (one launch has no chunks to report), no ``unroll``, Warp
+    installed and a kernel for the method and torque that loses none of its step statistics."""
     platform = _platform()
     if platform == "cpu":
         where = not spec.batched and not spec.final_only and spec.n_steps >= FUSED_MIN_STEPS
     else:
-        where = platform == "gpu" and spec.n_steps >= FUSED_MIN_STEPS_GPU
-    return (where and spec.report is None and kernels.have_warp() and not traced(spec)
+        where = platform == "gpu" and spec.n_steps >= FUSED_MIN_STEPS_GPU and _one_cuda_gpu()
+    return (where and spec.report is None and spec.unroll == 1 and kernels.have_warp() and not traced(spec)
             and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method))
+
+
+def _one_cuda_gpu() -> bool:
+    """One process with one GPU that Warp can launch on (an NVIDIA GPU with its driver): where the fused
+    GPU runs were measured. Several GPUs or processes keep :class:`Sharded` until measured."""
+    return (len(jax.devices()) == 1 and jax.process_count() == 1 and kernels.have_warp()
+            and kernels.warp().is_cuda_available())
 
 
 def _default(spec: RunSpec) -> AbstractExecutor:

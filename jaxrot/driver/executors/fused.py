@@ -83,8 +83,8 @@ class Fused(AbstractExecutor):
         if self.devices is not None:
             return list(self.devices)
         devices = jax.devices()
-        # one CPU device's launch already runs on every core (kernels.host_threads): more CPU devices
-        # would only share the same cores
+        # one CPU device's launch of 64 bodies or more already runs on every core (kernels.host_threads):
+        # more CPU devices would only share the same cores
         return devices[:1] if devices[0].platform == "cpu" else list(devices)
 
     def run(self, spec: RunSpec) -> Trajectory:
