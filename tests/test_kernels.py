@@ -254,7 +254,9 @@ def test_a_cpu_batch_is_split_over_the_cores(monkeypatch, dtype):
         return jax.jit(lambda s: kernels.fused_frames(method, system, s, 1e-3, 0.1, 3, 40))(states)
 
     monkeypatch.setattr(host_threads, "cores", lambda: 3)
-    assert host_threads.threads_for(100) == 3 and host_threads.threads_for(63) == 1
+    monkeypatch.setattr(host_threads, "MIN_BODY_STEPS_PER_THREAD", 1000)
+    assert host_threads.threads_for(100, 120) == 3 and host_threads.threads_for(63, 120) == 1
+    assert host_threads.threads_for(100, 20) == 2 and host_threads.threads_for(100, 19) == 1
     got = run()
     assert calls == [3]
     monkeypatch.setattr(host_threads, "cores", lambda: 1)
@@ -328,11 +330,11 @@ def test_two_cpu_devices_one_launch_each():
         b = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, save_every=50, executor=jaxrot.XLA())
         assert a.info["executor"] == "Fused" and a.states.R.shape == (5, 5, 3, 3)
         print(float(np.max(np.abs(np.asarray(a.states.R) - np.asarray(b.states.R)))))
-        # 131 bodies: each device's part split again over the cores (a host callback inside shard_map)
+        # 131 bodies, 400 steps: each device's part split again over the cores (a host callback in shard_map)
         R = jax.vmap(jaxrot.so3.exp)(jax.numpy.asarray(0.3 * np.random.default_rng(1).normal(size=(131, 3))))
         s = jaxrot.State(R, jax.numpy.broadcast_to(p.state0.Pi, (131, 3)))
-        a = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, save_every=50, executor=jaxrot.Fused(jax.devices()))
-        b = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, save_every=50, executor=jaxrot.XLA())
+        a = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, save_every=100, executor=jaxrot.Fused(jax.devices()))
+        b = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, save_every=100, executor=jaxrot.XLA())
         assert a.states.R.shape == (131, 5, 3, 3)
         print(float(np.max(np.abs(np.asarray(a.states.R) - np.asarray(b.states.R)))))
         """, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")

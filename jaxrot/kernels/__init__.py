@@ -233,7 +233,7 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
                                 output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,),
                                              "result_out": (B,)}))
 
-    threads = host_threads.threads_for(B)
+    threads = host_threads.threads_for(B, int(n_frames) * int(save_every))
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return custom_call(*args)
     S, kernel = _kernel(*key)
@@ -246,8 +246,9 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
     Frame ``k`` (0-based) is the state after ``(k + 1) * save_every`` steps; step ``j`` starts at
     ``t0 + j dt`` (no accumulated round-off). The kernel runs on the device of the inputs (CPU
     through Warp's LLVM back end, CUDA through NVRTC), one thread per body; inside ``jax.jit`` it is one
-    custom call (on a machine whose default backend is the CPU, a batch of at least 64 bodies is one
-    host callback instead that launches a slice of the batch per core, :mod:`jaxrot.kernels.host_threads`).
+    custom call (on a machine whose default backend is the CPU, a run of at least 64 bodies and 16 384
+    body-steps is one host callback instead that launches a slice of the batch per core,
+    :mod:`jaxrot.kernels.host_threads`).
     Cost: one launch per device (or per core); memory: the saved frames only.
 
     Args:

@@ -4,8 +4,9 @@ Warp launch from its own thread.
 Warp runs a CPU launch as one loop over the bodies on the calling thread, and its JAX custom call
 (``warp.jax_kernel``) holds a process-wide lock around the launch, so a batch ran on one core however
 many the machine has (and XLA's threads, one per CPU device, queued on that lock). On a machine whose
-default backend is the CPU, a batch of at least ``2 * MIN_BODIES_PER_THREAD`` bodies is called through
-``jax.pure_callback`` instead, and the slices are launched from a thread pool; Warp's native call releases
+default backend is the CPU, a run of at least ``2 * MIN_BODIES_PER_THREAD`` bodies and
+``2 * MIN_BODY_STEPS_PER_THREAD`` body-steps is called through ``jax.pure_callback`` instead, and
+the slices are launched from a thread pool; Warp's native call releases
 Python's lock, so they run in parallel. Every body is computed by the same kernel as before: the
 results are the same bits.
 """
@@ -21,8 +22,12 @@ import numpy as np
 
 from ._common import so3_funcs, warp
 
-#: the fewest bodies that a thread of its own is given (a launch costs tens of microseconds)
+#: the fewest bodies that a thread of its own is given
 MIN_BODIES_PER_THREAD = 32
+#: the fewest body-steps a thread of its own is given: the split costs about 0.6 ms per call on a 2-core
+#: CPU (the host callback, the Warp arrays and launches, the threads' hand-over), which a run must
+#: outweigh (docs/benchmarks.md, "Fused kernels")
+MIN_BODY_STEPS_PER_THREAD = 8192
 
 
 def cores() -> int:
@@ -33,9 +38,10 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def threads_for(bodies: int) -> int:
-    """How many threads a fused CPU run of ``bodies`` bodies is split over (1: not split)."""
-    return max(1, min(cores(), bodies // MIN_BODIES_PER_THREAD))
+def threads_for(bodies: int, steps: int) -> int:
+    """How many threads a fused CPU run of ``bodies`` bodies and ``steps`` steps is split over (1: not
+    split)."""
+    return max(1, min(cores(), bodies // MIN_BODIES_PER_THREAD, bodies * steps // MIN_BODY_STEPS_PER_THREAD))
 
 
 @functools.lru_cache(maxsize=1)
