@@ -15,6 +15,7 @@ is measured.
 """
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -38,8 +39,7 @@ def _gravity_function(p):
     def gravity(t, R, Pi):
         return -mgl * jnp.cross(R @ com, up)
 
-    return p.__class__(**{**{k: getattr(p, k) for k in p.__dataclass_fields__},
-                          "torque": jaxrot.Torque(gravity)})
+    return dataclasses.replace(p, torque=jaxrot.Torque(gravity))
 
 
 def cases(quick: bool):

@@ -1,3 +1,5 @@
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.extend
@@ -386,7 +388,7 @@ def test_runs_are_traced_at_full_matmul_precision():
         return jnp.zeros(3, Pi.dtype)
 
     p = problems.get("asymmetric_top")
-    p = p.__class__(**{**{k: getattr(p, k) for k in p.__dataclass_fields__}, "torque": jaxrot.Torque(torque)})
+    p = dataclasses.replace(p, torque=jaxrot.Torque(torque))
     before = jax.config.jax_default_matmul_precision
     seen.clear()  # (Torque calls the function once to check its output)
     traj = jaxrot.simulate("rk4", p, 1e-3, 3, executor=jaxrot.XLA(), saveat=jaxrot.SaveAt(dense=True))
