@@ -330,7 +330,7 @@ def test_two_cpu_devices_one_launch_each():
         b = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, save_every=50, executor=jaxrot.XLA())
         assert a.info["executor"] == "Fused" and a.states.R.shape == (5, 5, 3, 3)
         print(float(np.max(np.abs(np.asarray(a.states.R) - np.asarray(b.states.R)))))
-        # 131 bodies, 400 steps: each device's part split again over the cores (a host callback in shard_map)
+        # 131 bodies, 400 steps: each device's part split again over the cores (a foreign function call in shard_map)
         R = jax.vmap(jaxrot.so3.exp)(jax.numpy.asarray(0.3 * np.random.default_rng(1).normal(size=(131, 3))))
         s = jaxrot.State(R, jax.numpy.broadcast_to(p.state0.Pi, (131, 3)))
         a = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, save_every=100, executor=jaxrot.Fused(jax.devices()))

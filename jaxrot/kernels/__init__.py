@@ -246,8 +246,8 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
     Frame ``k`` (0-based) is the state after ``(k + 1) * save_every`` steps; step ``j`` starts at
     ``t0 + j dt`` (no accumulated round-off). The kernel runs on the device of the inputs (CPU
     through Warp's LLVM back end, CUDA through NVRTC), one thread per body; inside ``jax.jit`` it is one
-    custom call (on a machine whose default backend is the CPU, a run of at least 64 bodies and 16 384
-    body-steps is one host callback instead that launches a slice of the batch per core,
+    custom call (on a machine whose default backend is the CPU, a run of at least 64 bodies and 4 096
+    body-steps is one call of a Python function instead that launches a slice of the batch per core,
     :mod:`jaxrot.kernels.host_threads`).
     Cost: one launch per device (or per core); memory: the saved frames only.
 

@@ -5,10 +5,12 @@ Warp runs a CPU launch as one loop over the bodies on the calling thread, and it
 (``warp.jax_kernel``) holds a process-wide lock around the launch, so a batch ran on one core however
 many the machine has (and XLA's threads, one per CPU device, queued on that lock). On a machine whose
 default backend is the CPU, a run of at least ``2 * MIN_BODIES_PER_THREAD`` bodies and
-``2 * MIN_BODY_STEPS_PER_THREAD`` body-steps is called through ``jax.pure_callback`` instead, and
-the slices are launched from a thread pool; Warp's native call releases
-Python's lock, so they run in parallel. Every body is computed by the same kernel as before: the
-results are the same bits.
+``2 * MIN_BODY_STEPS_PER_THREAD`` body-steps is one call of a Python function instead (Warp's
+``jax_callable``, which hands XLA's buffers over without a copy), and that function launches the
+slices, the first on its own thread and the others from a thread pool; Warp's native call releases
+Python's lock, so they run in parallel. Each slice's launch is recorded once
+(``wp.launch(..., record_cmd=True)``) and replayed with the call's buffers. Every body is computed
+by the same kernel as before: the results are the same bits.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from ._common import so3_funcs, warp
 
 #: the fewest bodies that a thread of its own is given
 MIN_BODIES_PER_THREAD = 32
-#: the fewest body-steps a thread of its own is given: the split costs about 0.6 ms per call on a 2-core
-#: CPU (the host callback, the Warp arrays and launches, the threads' hand-over), which a run must
-#: outweigh (docs/benchmarks.md, "Fused kernels")
-MIN_BODY_STEPS_PER_THREAD = 8192
+#: the fewest body-steps a thread of its own is given: the split costs about 0.1 ms more per call than
+#: one launch (the Python call, the threads' hand-over), which a run must outweigh; below this floor
+#: the cheapest kernels (``buss2p``) gain nothing (``python benchmarks/fused_cpu_split.py``)
+MIN_BODY_STEPS_PER_THREAD = 2048
 
 
 def cores() -> int:
@@ -50,42 +52,87 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(cores(), thread_name_prefix="jaxrot-fused")
 
 
+#: the kernel's arguments: (R, Pi, dt, t0, J, P, n_frames, save_every, R_out, Pi_out, failed_out,
+#: result_out); the arrays of a slice, and those every slice shares
+_SLICED, _SHARED = (0, 1, 8, 9, 10, 11), (2, 3, 4, 5)
+
+#: recorded launches, by (kernel, batch, slices, frames, save_every): a list of free sets (a set is in
+#: use by one call at a time; calls from several threads, e.g. ``shard_map``'s devices, take their own)
+_RECORDED: dict[tuple, list] = {}
+
+
+def _record(kernel, S, cuts, n_frames, save_every, arrays):
+    """One ``wp.launch(..., record_cmd=True)`` per slice of ``arrays`` (the kernel's 10 array arguments,
+    ``wp.array``), and for each slice the ``array_t`` of every array argument, whose data pointer a later
+    call replaces (``Launch.set_param_at_index_from_ctype``): a replayed launch costs a few microseconds
+    of Python, ``wp.launch`` about a hundred (building ``wp.array`` views and packing the arguments)."""
+    wp = warp()
+    sets = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        args = {i: x[int(lo):int(hi)] if i in _SLICED else x for i, x in arrays.items()}
+        inputs = [args[i] if i in args else (n_frames if i == 6 else save_every) for i in range(12)]
+        launch = wp.launch(kernel, dim=int(hi - lo), device="cpu", inputs=inputs, record_cmd=True)
+        structs = {i: a.__ctype__() for i, a in args.items()}
+        sets.append((int(lo), launch, structs))
+    return sets
+
+
+def _launch_split(kernel, S, n_threads, n_frames, save_every, arrays):
+    """The slices' launches, the first on this thread, the others on the pool's (Warp's native call
+    releases Python's lock); returns when every slice is done."""
+    B = arrays[0].shape[0]
+    key = (kernel, B, n_threads, n_frames, save_every)
+    if key not in _RECORDED and len(_RECORDED) >= 256:
+        _RECORDED.clear()  # (shapes seen long ago: recorded again if they come back)
+    free = _RECORDED.setdefault(key, [])
+    try:
+        sets = free.pop()  # (atomic under Python's lock)
+    except IndexError:
+        sets = _record(kernel, S, np.linspace(0, B, n_threads + 1).astype(int), n_frames, save_every, arrays)
+    try:
+        for lo, launch, structs in sets:
+            for i, t in structs.items():  # this call's buffers: the slice's rows, or the whole array
+                x = arrays[i]
+                t.data = x.ptr + (lo * x.strides[0] if i in _SLICED else 0)
+                launch.set_param_at_index_from_ctype(i, t)
+        futures = [_pool().submit(launch.launch) for _, launch, _ in sets[1:]]
+        try:
+            sets[0][1].launch()
+        finally:
+            concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
+        for f in futures:
+            f.result()  # (re-raises a launch's error)
+    finally:
+        free.append(sets)
+
+
+@functools.lru_cache(maxsize=None)
+def _callable(kernel, S):
+    """Warp's JAX callable (``jax_callable``: XLA's buffers handed over as ``wp.array`` without a copy)
+    that launches ``kernel`` in slices; one per kernel."""
+    wp = warp()
+    c = so3_funcs(S)
+
+    def split(R, Pi, dt, t0, J, P, n_frames, save_every, n_threads, R_out, Pi_out, failed_out, result_out):
+        arrays = dict(zip((*_SLICED[:2], *_SHARED, *_SLICED[2:]),
+                          (R, Pi, dt, t0, J, P, R_out, Pi_out, failed_out, result_out)))
+        _launch_split(kernel, S, n_threads, n_frames, save_every, arrays)
+
+    split.__annotations__ = dict(
+        R=wp.array(dtype=c.M), Pi=wp.array(dtype=c.V), dt=wp.array(dtype=S), t0=wp.array(dtype=S),
+        J=wp.array(dtype=c.V), P=wp.array(dtype=S), n_frames=int, save_every=int, n_threads=int,
+        R_out=wp.array2d(dtype=c.M), Pi_out=wp.array2d(dtype=c.V), failed_out=wp.array(dtype=wp.int32),
+        result_out=wp.array(dtype=wp.int32), **{"return": None})
+    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
+    return wp.jax_callable(split, num_outputs=4, vmap_method="sequential")
+
+
 def call(kernel, S, n_threads: int, n_frames: int, save_every: int, R, Pi, dt, t0, J, P):
     """``kernel`` (a :func:`jaxrot.kernels._common.loop_kernel` of scalar type ``S``) on the batch
     ``R`` (B, 3, 3), ``Pi`` (B, 3), its ``B`` bodies split over ``n_threads`` launches on the host;
-    returns the kernel's outputs ``(R_out, Pi_out, failed, result)`` as JAX arrays (a
-    ``jax.pure_callback``: usable under ``jit`` and ``shard_map``, on CPU devices)."""
-    wp = warp()
-    c = so3_funcs(S)
-    B, dtype = R.shape[0], R.dtype
-    shapes = (jax.ShapeDtypeStruct((B, n_frames, 3, 3), dtype), jax.ShapeDtypeStruct((B, n_frames, 3), dtype),
-              jax.ShapeDtypeStruct((B,), np.int32), jax.ShapeDtypeStruct((B,), np.int32))
-    cuts = np.linspace(0, B, n_threads + 1).astype(int)
-
-    def host(R, Pi, dt, t0, J, P):
-        R, Pi = np.ascontiguousarray(R), np.ascontiguousarray(Pi)
-        outs = [np.empty(s.shape, s.dtype) for s in shapes]
-        shared = [wp.array(np.ascontiguousarray(x), dtype=d, device="cpu")
-                  for x, d in ((dt, S), (t0, S), (J, c.V), (P, S))]
-
-        def launch(i):
-            lo, hi = int(cuts[i]), int(cuts[i + 1])
-
-            def view(x, dt_):
-                return wp.array(x[lo:hi], dtype=dt_, device="cpu", copy=False)
-
-            wp.launch(kernel, dim=hi - lo, device="cpu",
-                      inputs=[view(R, c.M), view(Pi, c.V), *shared, n_frames, save_every,
-                              view(outs[0], c.M), view(outs[1], c.V), view(outs[2], wp.int32),
-                              view(outs[3], wp.int32)])
-
-        # built (or read from Warp's cache) here, once, not by every thread at once; block_dim 1 is the
-        # variant a CPU launch runs
-        kernel.module.load("cpu", 1)
-        futures = [_pool().submit(launch, i) for i in range(n_threads)]
-        concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
-        for f in futures:
-            f.result()  # (re-raises a launch's error)
-        return tuple(outs)
-
-    return jax.pure_callback(host, shapes, R, Pi, dt, t0, J, P, vmap_method="sequential")
+    returns the kernel's outputs ``(R_out, Pi_out, failed, result)`` as JAX arrays (a JAX foreign
+    function call: usable under ``jit`` and ``shard_map``, on CPU devices)."""
+    B = R.shape[0]
+    return tuple(_callable(kernel, S)(
+        R, Pi, dt, t0, J, P, n_frames, save_every, n_threads,
+        output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,), "result_out": (B,)}))
