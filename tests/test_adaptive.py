@@ -155,6 +155,24 @@ def test_to_tolerance_calibrated_on_a_subset_of_a_batch():
     np.testing.assert_allclose(np.asarray(traced), np.asarray(sol.final.R), atol=1e-13)
 
 
+def test_a_prediction_far_below_the_calibration_runs_is_checked():
+    """Over T = 100 the free body's error law asks for a tolerance more than ten times below the
+    finest calibration run; extrapolated that far, it ended 1.26 times over the tolerance. The worst
+    calibrated bodies are now run there (and at sqrt(10) times it) first: the batch ends within the
+    tolerance, and not needlessly far below it (against the exact flow)."""
+    p = problems.get("free_body_mz")
+    rng = np.random.default_rng(5)
+    B, k, tol, T = 80, 8, 1e-6, 100.0
+    S = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)),
+                     jnp.asarray(p.state0.Pi * (1 + 0.01 * rng.normal(size=(B, 3)))))
+    ref = jax.vmap(lambda s: exact.free_flow(p.body.J, s, T))(S)
+    sol = jaxrot.simulate("lie_taylor5(4)", p, t1=T, state0=S, saveat=SaveAt(t0=False), throw=False,
+                          stepsize=Adaptive(tol, tol, "global", measure="attitude", calibration_bodies=k))
+    err = float(jnp.max(jax.vmap(so3.rotation_angle)(sol.final.R, ref.R))) / tol
+    assert float(sol.controller.tolerance[0]) < tol / 10  # far below the finest calibration run
+    assert 0.5 <= err <= 1, err
+
+
 def test_a_failed_calibration_body_is_left_out():
     """A calibration body that runs out of steps (here the fastest, 20 times the others' momentum)
     fails alone: the batch's tolerance comes from the others (counted from its last state, it would
