@@ -9,6 +9,9 @@ largest final attitude error (against the reference) of local-control runs at 10
 times ``--eps``, and the exponent between runs a decade apart.
 
     python benchmarks/global_driver.py [--bodies 64] [--cases asym,satellite] [--pairs "buss4(3)"] [--out FILE.json]
+
+``--out`` writes the rows and the summary (``error_control``) as JSON, with its provenance beside it
+(the record: ``figures/global_driver.json``).
     python benchmarks/global_driver.py --law --cases T-handle --pairs "buss4(3)" --eps 1e-10
 """
 
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
+import sys
 import time
 
 import jax
@@ -28,6 +33,7 @@ from jaxrot.experiments import bench_precision as bp  # noqa: E402
 from jaxrot.experiments.precision_runs import pair_rows, perturbed_batch, reference_states  # noqa: E402
 import jaxrot  # noqa: E402
 from jaxrot import problems, so3  # noqa: E402
+from jaxrot.present import output, provenance  # noqa: E402
 from jaxrot.driver.adaptive import _calibration_set  # noqa: E402
 
 
@@ -89,8 +95,11 @@ def main():
     print(f"error/target {min(errs):.2f}-{max(errs):.2f}, cost {min(costs):.2f}-{max(costs):.2f}; "
           f"{both} of {len(control)} within 0.5-2x and <= 1.5x ({(time.perf_counter() - t_start) / 60:.1f} min)")
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(dict(bodies=a.bodies, batch=a.batch, rows=rows, error_control=control), f, indent=1)
+        out = pathlib.Path(a.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with output.atomic(out) as tmp:  # never half a file
+            tmp.write_text(json.dumps(dict(bodies=a.bodies, batch=a.batch, rows=rows, error_control=control), indent=1))
+        provenance.record(out.parent, [out], command="python " + " ".join(sys.argv), quick=False)
 
 
 if __name__ == "__main__":
