@@ -74,9 +74,25 @@ def _resolve_pair(pair):
     return hi, lo
 
 
+@jax.custom_jvp
+def _sqrt_zero_safe(x):
+    """``sqrt(x)``, whose derivative at 0 is taken as 0: a body of a vmapped loop that is done takes
+    steps of length 0, whose error estimate is 0, and sqrt's infinite derivative there times a zero
+    tangent gave NaN in reverse mode (the values are ``jnp.sqrt``'s, the same program)."""
+    return jnp.sqrt(x)
+
+
+@_sqrt_zero_safe.defjvp
+def _sqrt_zero_safe_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    y = jnp.sqrt(x)
+    pos = x > 0
+    return y, jnp.where(pos, 0.5 / jnp.where(pos, y, 1.0), 0.0) * dx
+
+
 def _scaled_error(y, yp, yq, rtol, atol):
     sc = atol + rtol * jnp.maximum(jnp.abs(y), jnp.abs(yp))
-    return jnp.sqrt(jnp.mean(((yp - yq) / sc) ** 2))
+    return _sqrt_zero_safe(jnp.mean(((yp - yq) / sc) ** 2))
 
 
 #: the reverse-differentiable loop of ``adjoint="checkpointed"`` and the plain one of ``"forward"``
@@ -317,6 +333,9 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
 
     scale, predicted, more = lax.cond(scale * ratio < 1.0, checked,
                                       lambda s: (s, predicted, jnp.zeros((), est.dtype)), scale)
+    # the tolerance is a choice, not a function of the problem to differentiate: a derivative is that
+    # of the final run at it (through the calibration, reverse mode gave NaN)
+    scale = lax.stop_gradient(scale)
     out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
                                 executor, kind)
     B = state0.R.shape[0]
@@ -359,6 +378,7 @@ def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor
     # per body: the tolerance whose predicted global error is `safety`; a body already within it reruns
     # at the second run's tolerance (the same run again)
     scale = ratio * jnp.where(est > safety, (safety / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
+    scale = lax.stop_gradient(scale)  # (as in _global_on_subset)
     out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
                                 executor, kind)
     spent = first + runs[1][2].n_accepted + runs[1][2].n_rejected
