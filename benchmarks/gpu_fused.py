@@ -5,8 +5,9 @@ For each method with a kernel here (``buss2p``, ``buss4``, ``dmv10`` on the torq
 precision and each batch size: one ``jaxrot.simulate`` call of ``n`` steps saving the final state, with
 ``executor=jaxrot.Fused()`` and with XLA's ``lax.scan`` (``jaxrot.XLA()`` for one body,
 ``jaxrot.Sharded()`` over the one device for a batch), run in turn, medians of ``--reps`` timed calls
-after a warm-up call (which compiles). The largest difference of the final attitudes between the
-two is recorded beside the speed.
+after a warm-up call (which compiles); and with ``executor=None``, recording which executor the
+automatic choice ran and its speed against ``Fused()``. The largest difference of the final
+attitudes between the fused and XLA runs is recorded beside the speed.
 
     python benchmarks/gpu_fused.py --out DIR [--quick] [--device gpu|cpu] [--methods rkmk8,...]
 
@@ -57,13 +58,15 @@ def _states(B, dtype, seed=0):
     return jaxrot.State(jnp.asarray(R, dtype), jnp.asarray(rng.normal(size=(B, 3)), dtype))
 
 
-def _runner(method, p, s, dt, n, executor):
+def _runner(method, p, s, dt, n, executor, chosen=None):
     one = s.R.shape[0] == 1
     s = jaxrot.State(s.R[0], s.Pi[0]) if one else s
 
     def run():
-        return jaxrot.simulate(method, p, jnp.asarray(dt, s.R.dtype), n, save_every=n, state0=s,
-                               executor=executor).states.R.block_until_ready()
+        traj = jaxrot.simulate(method, p, jnp.asarray(dt, s.R.dtype), n, save_every=n, state0=s, executor=executor)
+        if chosen is not None:
+            chosen.append(dict(traj.provenance)["executor"])
+        return traj.states.R.block_until_ready()
 
     return run
 
@@ -71,7 +74,9 @@ def _runner(method, p, s, dt, n, executor):
 def measure(method, p, dt, B, n, dtype, reps):
     s = _states(B, dtype)
     xla = jaxrot.XLA() if B == 1 else jaxrot.Sharded()
-    fs = {"XLA": _runner(method, p, s, dt, n, xla), "fused": _runner(method, p, s, dt, n, jaxrot.Fused())}
+    chosen = []  # the executor that the automatic choice (executor=None) ran
+    fs = {"XLA": _runner(method, p, s, dt, n, xla), "fused": _runner(method, p, s, dt, n, jaxrot.Fused()),
+          "auto": _runner(method, p, s, dt, n, None, chosen)}
     finals = {k: np.asarray(f()) for k, f in fs.items()}  # compile and warm up
     times = {k: [] for k in fs}
     for _ in range(reps):
@@ -81,7 +86,7 @@ def measure(method, p, dt, B, n, dtype, reps):
             times[k].append(time.perf_counter() - t0)
     med = {k: float(np.median(v)) for k, v in times.items()}
     return {"body-steps/s XLA": B * n / med["XLA"], "body-steps/s fused": B * n / med["fused"],
-            "fused / XLA": med["XLA"] / med["fused"],
+            "fused / XLA": med["XLA"] / med["fused"], "automatic choice": chosen[0], "auto / fused": med["fused"] / med["auto"],
             "max abs difference of R, fused - XLA": float(np.max(np.abs(finals["fused"] - finals["XLA"])))}
 
 
@@ -120,7 +125,7 @@ def main(out_dir, quick=False, reps=3, methods=None):
 
 
 COLUMNS = ["method", "problem", "dtype", "bodies", "steps", "body-steps/s XLA", "body-steps/s fused", "fused / XLA",
-           "max abs difference of R, fused - XLA"]
+           "automatic choice", "auto / fused", "max abs difference of R, fused - XLA"]
 
 
 def markdown(res) -> str:

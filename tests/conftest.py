@@ -20,8 +20,25 @@ import pytest  # noqa: E402
 # Tests marked ``default_xla`` (bit-for-bit claims about the programs users compile, which two
 # differently structured programs need not meet under other flags) run in a fresh process with the
 # defaults instead.
-TEST_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
+# XLA aborts the process on a flag it does not know (newer XLA dropped the first of these), before
+# pytest prints anything: each is tried once in a subprocess, and the workers and subprocesses inherit
+# the ones kept through JAXROT_TEST_XLA_FLAGS.
+_WANTED_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0")
+
+
+def _known_xla_flags() -> str:
+    def known(flag):
+        env = dict(os.environ, XLA_FLAGS=flag, JAX_PLATFORMS="cpu")
+        return subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                              capture_output=True, timeout=120).returncode == 0
+
+    if "JAXROT_TEST_XLA_FLAGS" not in os.environ:
+        os.environ["JAXROT_TEST_XLA_FLAGS"] = " ".join(f for f in _WANTED_XLA_FLAGS if known(f))
+    return os.environ["JAXROT_TEST_XLA_FLAGS"]
+
+
 FAST_COMPILE = os.environ.get("JAXROT_TEST_XLA", "") != "default"
+TEST_XLA_FLAGS = _known_xla_flags() if FAST_COMPILE else ""
 if FAST_COMPILE and TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + TEST_XLA_FLAGS).strip()
 

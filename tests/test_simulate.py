@@ -225,14 +225,15 @@ def test_new_step_count_or_span_does_not_recompile_the_run():
         lambda name, dur, **kw: compiled.append(kw.get("fun_name", "")) if name.endswith("backend_compile_duration")
         else None)
     p = problems.get("slow_top")
-    jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10)  # one chunk: init and frames in one program
-    jaxrot.simulate("buss3", p, 1e-3, 10_250, save_every=10)  # two chunks: the repeated chunk
+    xla = jaxrot.XLA()  # XLA's chunked loop (on a GPU the automatic choice is the fused kernel)
+    jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10, executor=xla)  # one chunk: init and frames in one program
+    jaxrot.simulate("buss3", p, 1e-3, 10_250, save_every=10, executor=xla)  # two chunks: the repeated chunk
     assert any("_one_short" in f for f in compiled)  # the listener sees the runs' compilation
     assert "jit(_one_chunk)" in compiled
     compiled.clear()
-    a = jaxrot.simulate("buss3", p, 1e-3, 2370, save_every=10)  # 237 frames: another count
+    a = jaxrot.simulate("buss3", p, 1e-3, 2370, save_every=10, executor=xla)  # 237 frames: another count
     q = jaxrot.Problem(p.body, p.torque, p.state0, 123.0, "other", "another span")
-    b = jaxrot.simulate("buss3", q, 1e-3, 20_480 + 30, save_every=10)  # two chunks, another span
+    b = jaxrot.simulate("buss3", q, 1e-3, 20_480 + 30, save_every=10, executor=xla)  # two chunks, another span
     heavy = [f for f in compiled if "_one_" in f]
     assert not heavy, heavy
     np.testing.assert_allclose(np.asarray(b.states.R[:238]), np.asarray(a.states.R), atol=0, rtol=0)
