@@ -311,6 +311,29 @@ def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
     assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n).info["executor"] == "Sharded"
 
 
+def test_on_one_cpu_device_a_large_batch_runs_fused(monkeypatch):
+    # a batch on one CPU device runs fused from FUSED_MIN_BODY_STEPS_CPU body-steps on, final state or
+    # frames (measured faster, docs/benchmarks.md), to round-off of XLA's loop; fewer body-steps, or
+    # several devices, keep Sharded
+    from jaxrot.driver import executors
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the CPU rule")
+    monkeypatch.setattr(executors, "FUSED_MIN_BODY_STEPS_CPU", 400)
+    p = problems.get("fast_top")
+    _, states = _setup("gravity", n=4)
+    a = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=100)
+    b = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=100, executor=jaxrot.Sharded())
+    assert a.info["executor"] == "Fused" and b.info["executor"] == "Sharded"
+    np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=1e-13)
+    assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=10).info["executor"] == "Fused"
+    assert jaxrot.simulate("buss4", p, 1e-3, 99, state0=states, save_every=99).info["executor"] == "Sharded"
+    one = jaxrot.State(states.R[0], states.Pi[0])  # one body: its own rule (FUSED_MIN_STEPS, frames)
+    assert jaxrot.simulate("buss4", p, 1e-3, 400, state0=one, save_every=400).info["executor"] == "XLA"
+    monkeypatch.setattr(executors, "_one_device", lambda: False)
+    assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=100).info["executor"] == "Sharded"
+
+
 def _python(code, **env):
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                          env={**os.environ, **env}, timeout=600)
