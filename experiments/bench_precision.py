@@ -7,8 +7,8 @@ the target (from one step up, 5 % resolution), for the error-controlled pairs an
 loosest tolerance rtol = atol reaching it (from ten times the target down, resolution 10^(1/4)),
 ``Adaptive(error="global", measure="attitude")`` (the global-error driver) at rtol = atol = the
 target itself with no search, and the wall time of that run per body (the median of at least 5
-calls, up to 51 until they add up to 0.5 s; the whole batch vmapped on the default device, compiled
-beforehand). Peers measured in the
+calls, up to 51 until they add up to 0.5 s; the whole batch on the default device, compiled
+beforehand; fixed steps on XLA's loop, ``jaxrot.Sharded()``). Peers measured in the
 same run on the same device: diffrax's Tsit5, Dopri5 and Dopri8 with its PID controller (vmapped;
 the ``bench`` extra) and SciPy's DOP853 (a few bodies, one at a time). None of the problems is stiff,
 so no implicit peer. References: the exact flow (no torque) and DOP853 at a quarter of its default
@@ -99,7 +99,8 @@ def run_case(label, name, T, methods, pairs, B, targets, peers, scipy, log, dtyp
 
     for eps in (e for e in targets if (label, e) not in NOT_MEASURED):
         for m in usable:
-            add(fixed_step_row(m, p, T, S, ref, eps), eps)
+            # XLA's loop (the automatic choice would run a large batch fused: measured in the next row)
+            add(fixed_step_row(m, p, T, S, ref, eps, executor=jaxrot.Sharded()), eps)
             if fused and kernels.supports(m, p.system):  # the same method in one compiled kernel
                 add(fixed_step_row(m, p, T, S, ref, eps, executor=jaxrot.Fused()), eps)
         for pair in (q for q in pairs if p.torque.is_free or q not in FREE_ONLY_PAIRS):

@@ -98,7 +98,8 @@ def fixed_step_row(method, p, T, S, ref, eps, n_max=1 << 18, executor=None):
 
 
 def _label(method, executor):
-    return method if executor is None else f"{method} ({type(executor).__name__})"
+    # the XLA loop (Sharded, or the automatic choice) under the method's name; the fused kernel marked
+    return f"{method} (Fused)" if isinstance(executor, jaxrot.Fused) else method
 
 
 def timed_fixed_steps(method, p, T, S, ref, N, executor=None):
