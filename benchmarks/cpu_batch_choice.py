@@ -14,7 +14,6 @@ Writes ``cpu_batch_choice.json`` and ``cpu_batch_choice.md`` to ``DIR`` with the
 """
 
 import argparse
-import dataclasses
 import json
 import pathlib
 import sys
@@ -32,27 +31,20 @@ from jaxrot import problems  # noqa: E402
 from jaxrot.experiments._common import md_table  # noqa: E402
 from jaxrot.present import output, provenance  # noqa: E402
 
+from gpu_fused import gravity_as_function, random_states  # noqa: E402  (beside this script)
+
 #: (bodies, steps, steps between frames)
 SIZES = [(8, 10, 10), (64, 100, 100), (64, 100, 10), (1_000, 100, 100), (1_000, 100, 10), (10_000, 200, 200)]
 
 
 def _cases():
-    th, top = problems.get("t_handle"), problems.get("asymmetric_top")
-    g = top.system.torque
-    mgl, com, up = g.mgl, jnp.asarray(g.com), jnp.asarray(g.up)
-    top_fn = dataclasses.replace(top, torque=jaxrot.Torque(lambda t, R, Pi: -mgl * jnp.cross(R @ com, up)))
+    th, top_fn = problems.get("t_handle"), gravity_as_function(problems.get("asymmetric_top"))
     return [("buss2p", th, "T-handle", 1e-3), ("buss4", th, "T-handle", 1e-3), ("split4_231", th, "T-handle", 1e-3),
             ("rkmk8", top_fn, "heavy top, plain-function gravity", 1e-2)]
 
 
-def _states(B, seed=0):
-    rng = np.random.default_rng(seed)
-    return jaxrot.State(jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3)))),
-                        jnp.asarray(rng.normal(size=(B, 3))))
-
-
 def measure(method, p, dt, B, n, every, reps):
-    s = _states(B)
+    s = random_states(B, jnp.float64)
     row = {}
     for label, ex in (("XLA", jaxrot.Sharded()), ("fused", jaxrot.Fused()), ("auto", None)):
         def run(k, ex=ex):

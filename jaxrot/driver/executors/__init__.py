@@ -40,7 +40,8 @@ FUSED_MIN_STEPS = 100_000
 #: the fewest body-steps (bodies x steps) for which a batch on one CPU device runs fused by default.
 #: The fused run was measured faster on every batch tried (docs/benchmarks.md, "Fused kernels",
 #: figures/cpu_batch_choice.md), but its program is compiled for each step count, where XLA's loop
-#: reuses its chunks: below this count that compile outweighs what one call saves
+#: reuses its chunks, so a first call with a new count can be slower fused: from this count the
+#: faster calls repaid that within a few calls of the same count, below it after up to hundreds
 FUSED_MIN_BODY_STEPS_CPU = 100_000
 
 
@@ -58,9 +59,9 @@ def _fused_wins(spec: RunSpec) -> bool:
     """Where the fused kernel was measured faster. On a CPU: one body, saved frames (a final-state run
     keeps XLA's one program for any count), at least :data:`FUSED_MIN_STEPS` steps; a batch on one
     CPU device (one process), at least :data:`FUSED_MIN_BODY_STEPS_CPU` body-steps (several devices
-    keep :class:`Sharded` until measured). On one CUDA GPU in
-    one process: one body or a batch, at least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's
-    ~25 kernels one after another, the fused run one kernel). Both: a plain call (traced runs keep XLA's
+    keep :class:`Sharded` until measured). On one CUDA GPU in one process: one body or a batch, at
+    least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's ~25 kernels one after another, the
+    fused run one kernel). Both: a plain call (traced runs keep XLA's
     forward-mode AD), no progress report (one launch has no chunks to report), no ``unroll``, Warp
     installed and a kernel for the method and torque that loses none of its step statistics."""
     platform = _platform()
