@@ -2,13 +2,14 @@
 problems and pairs, float64, 1 000 bodies: its final error against the target and its per-body wall
 time against the same pair under local control at the loosest tolerance that meets the target (the
 run at the right step), as in ``jaxrot bench precision --suite``, without the fixed-step methods and
-the peers. Optionally the calibration subset's size (``--bodies``, 0: every body).
+the peers. Optionally the calibration subset's size (``--bodies``, 0: every body) and the driver's
+aim (``--aim``, a fraction of the target).
 
 ``--law``: instead, the law the calibration rests on, on the calibration bodies of each case: the
 largest final attitude error (against the reference) of local-control runs at 100, 31.6, ..., 0.01
 times ``--eps``, and the exponent between runs a decade apart.
 
-    python benchmarks/global_driver.py [--bodies 64] [--cases asym,satellite] [--pairs "buss4(3)"] [--out FILE.json]
+    python benchmarks/global_driver.py [--bodies 64] [--aim 1] [--cases asym,satellite] [--pairs "buss4(3)"] [--out FILE.json]
 
 ``--out`` writes the rows and the summary (``error_control``) as JSON, with its provenance beside it
 (the record: ``figures/global_driver.json``).
@@ -59,6 +60,7 @@ def main():
     ap.add_argument("--cases", default="", help="comma-separated substrings of the suite's case labels")
     ap.add_argument("--batch", type=int, default=bp.SUITE_BODIES)
     ap.add_argument("--pairs", default=",".join(bp.SUITE_PAIRS), help="comma-separated pairs")
+    ap.add_argument("--aim", type=float, default=1.0, help="the driver's aim, a fraction of the target")
     ap.add_argument("--law", action="store_true", help="the error law on the calibration bodies instead")
     ap.add_argument("--eps", type=float, default=1e-6, help="--law: the tolerance unit")
     ap.add_argument("--out", default="")
@@ -80,7 +82,7 @@ def main():
         ref = reference_states(p, S, T)
         for eps in (e for e in bp.TARGETS if (label, e) not in bp.NOT_MEASURED):
             for pair in (q for q in pairs if p.torque.is_free or q not in bp.FREE_ONLY_PAIRS):
-                for r in pair_rows(pair, p, T, S, ref, eps, calibration_bodies=bodies):
+                for r in pair_rows(pair, p, T, S, ref, eps, calibration_bodies=bodies, aim=a.aim):
                     rows.append(dict(r, case=label, target=eps, dtype="float64"))
         for c in bp.error_control([r for r in rows if r["case"] == label]):
             print(f"{label[:28]:28s} {c['target']:.0e} {c['pair']:16s} error/target {c['err_ratio']:5.2f}  "
@@ -98,7 +100,7 @@ def main():
         out = pathlib.Path(a.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         with output.atomic(out) as tmp:  # never half a file
-            tmp.write_text(json.dumps(dict(bodies=a.bodies, batch=a.batch, rows=rows, error_control=control), indent=1))
+            tmp.write_text(json.dumps(dict(bodies=a.bodies, batch=a.batch, aim=a.aim, rows=rows, error_control=control), indent=1))
         provenance.record(out.parent, [out], command="python " + " ".join(sys.argv), quick=False)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import jaxrot
 from jaxrot import analysis, exact, reference
 from jaxrot.driver.failures import codes_of
-from jaxrot.studies.timing import median_seconds
+from jaxrot.studies.timing import median_seconds, median_seconds_interleaved
 from jaxrot.physics.flow import body_vector_field, pack_body, unpack_body
 
 SEARCH_BODIES = 100
@@ -34,6 +34,11 @@ def median_time(f):
     """The timing of every row, jaxrot's and the peers' alike: the median of at least 5 calls, more
     (up to 51) until they add up to half a second (runs of a few steps take about a millisecond)."""
     return median_seconds(f, reps=5, min_seconds=0.5)
+
+
+def median_times(*fs):
+    """:func:`median_time` of each of ``fs``, their calls in turn (for a ratio between them)."""
+    return median_seconds_interleaved(fs, reps=5, min_seconds=0.5)
 
 
 def perturbed_batch(p, B, seed=0):
@@ -113,37 +118,43 @@ def timed_fixed_steps(method, p, T, S, ref, N, executor=None):
     return dict(method=_label(method, executor), setting=f"N = {N}", steps=N, us=1e6 * sec / S.R.shape[0], err=max_error(final(), ref))
 
 
-def _tolerance_row(name, run, S, ref, eps, tries=10):
+def _tolerance_row(name, run, S, ref, eps, tries=10, beside=None):
     """The loosest tolerance (searched from ``10 eps``, see the module's docstring) meeting ``eps``;
-    ``run(S, tol)`` returns ``(final states, steps per body)``."""
+    ``run(S, tol)`` returns ``(final states, steps per body)``. With ``beside`` (a function of no
+    argument), the run is timed in turn with it and its seconds are returned too."""
     k = min(SEARCH_BODIES, S.R.shape[0])
     Ss, rs = head(S, k), head(ref, k)
     tol = _search_tolerance(lambda t: max_error(run(Ss, t)[0], rs) <= eps, eps, tries)
     tol = _confirm_tolerance(lambda t: max_error(run(S, t)[0], ref) <= eps, tol)
     if tol is None:
-        return dict(method=name, setting="tol < 1e-15", steps=None, us=None, err=None)
-    sec = median_time(lambda: run(S, tol)[0].R)
+        row = dict(method=name, setting="tol < 1e-15", steps=None, us=None, err=None)
+        return row if beside is None else (row, median_time(beside))
+    if beside is None:
+        sec = median_time(lambda: run(S, tol)[0].R)
+    else:
+        sec, other = median_times(lambda: run(S, tol)[0].R, beside)
     Sx, n = run(S, tol)
-    return dict(method=name, setting=f"tol = {tol:.1e}", steps=float(np.mean(n)), us=1e6 * sec / S.R.shape[0],
-                err=max_error(Sx, ref), tol=tol)
+    row = dict(method=name, setting=f"tol = {tol:.1e}", steps=float(np.mean(n)), us=1e6 * sec / S.R.shape[0],
+               err=max_error(Sx, ref), tol=tol)
+    return row if beside is None else (row, other)
 
 
-def pair_rows(pair, p, T, S, ref, eps, calibration_bodies=64):
+def pair_rows(pair, p, T, S, ref, eps, calibration_bodies=64, aim=1.0):
     """An embedded pair under local error control at the loosest tolerance meeting ``eps``, and the
-    global-error driver (``Adaptive(..., error="global", measure="attitude")``: the target is an
-    attitude error) at ``eps`` itself, with no search."""
+    global-error driver (``Adaptive(..., error="global", measure="attitude", aim=aim)``: the target
+    is an attitude error) at ``eps`` itself, with no search."""
     def go(S, tol, error="local"):
         sol = jaxrot.simulate(pair, p, t1=T, state0=S, saveat=jaxrot.SaveAt(t0=False), throw=False,
                               stepsize=jaxrot.Adaptive(tol, tol, error=error, max_steps=1 << 20, measure="attitude",
-                                                       calibration_bodies=calibration_bodies))
+                                                       calibration_bodies=calibration_bodies, aim=aim))
         c = sol.controller
         extra = c.n_calibration if error == "global" else 0
         failed = codes_of(sol.result) != 0  # (max_steps reached, non-finite): counts as an infinite error
         R = jnp.where(failed[:, None, None], jnp.nan, sol.final.R)
         return jaxrot.State(R, sol.final.Pi), c.n_accepted + c.n_rejected + extra
 
-    local = _tolerance_row(f"adaptive {pair}", go, S, ref, eps)
-    sec = median_time(lambda: go(S, eps, "global")[0].R)
+    # the two timed in turn: their ratio (the driver's cost) sees the same load of a shared machine
+    local, sec = _tolerance_row(f"adaptive {pair}", go, S, ref, eps, beside=lambda: go(S, eps, "global")[0].R)
     Sx, n = go(S, eps, "global")
     glob = dict(method=f"to tolerance {pair}", setting=f"tol = {eps:.0e}", steps=float(np.mean(n)),
                 us=1e6 * sec / S.R.shape[0], err=max_error(Sx, ref))

@@ -46,6 +46,19 @@ def test_rkmk8_order_on_an_asymmetric_torqued_body():
     assert abs(r["order"] - 8) <= 0.3, r
 
 
+def test_rkmk8_embedded_solution_is_of_order_five():
+    """DOP853's fifth-order weights on RKMK8's stages, as a method of its own (the lower member of the
+    pair ``rkmk8(5)``): order 5 on the asymmetric heavy top, R on SO(3)."""
+    from jaxrot.integrators import RKMK8Embedded5
+
+    p = problems.get("asymmetric_top")
+    ref = reference.reference_solution(p, 1.0).final
+    r = analysis.convergence_study(RKMK8Embedded5(), p, 1.0, [16, 32, 64, 128], ref)
+    assert abs(r["order"] - 5) <= 0.3, r
+    R = jaxrot.simulate(RKMK8Embedded5(), p, 1.0 / 16, 16).final.R
+    np.testing.assert_allclose(np.asarray(R @ R.T), np.eye(3), atol=1e-14)
+
+
 @pytest.mark.parametrize("name", ["exact_free", "exact_split", "exact_split_kl8"])
 def test_exact_methods_are_exact_without_torque_at_any_step(name):
     p = problems.get("free_body_hlw")

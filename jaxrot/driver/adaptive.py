@@ -24,9 +24,11 @@ diffrax does). Two loops, as diffrax's adjoints (``simulate(..., adjoint=...)``)
   Not forward-differentiable.
 
 Pairs (``PAIRS``): ``buss4(3)``, ``lie_taylor5(4)``, ``exact_split_tj4(2)`` (the triple-jump composition of the
-exact splitting against the splitting itself; any torque). Any ``(high, low)`` pair of registered
-methods can be passed. Both methods of the pair take every attempted step in full (their cost
-against fixed steps of the same accuracy is in ``docs/benchmarks.md``).
+exact splitting against the splitting itself; any torque), ``rkmk8(5)`` (RKMK8 and the fifth-order
+solution embedded in its stages). Any ``(high, low)`` pair of registered methods can be passed. Both
+methods of a pair take every attempted step in full, except an embedded one (``rkmk8(5)``), whose
+two solutions come from one set of stages (their cost against fixed steps of the same accuracy is in
+``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import warnings
 
 from ..geometry import so3
 from ..geometry.state import State
+from ..integrators import RKMK8Embedded5
 from ..integrators import get as get_method
 from ..physics.flow import pack_body
 from ..physics.problems import Problem
@@ -56,10 +59,11 @@ from .saveat import SaveAt
 from .stepsize import Adaptive
 
 #: name -> (higher-order method, lower-order method); the estimate is of the lower one's local error
-PAIRS: dict[str, tuple[str, str]] = {
+PAIRS: dict[str, tuple] = {  # (high, low): names or methods
     "buss4(3)": ("buss4", "buss3"),
     "lie_taylor5(4)": ("lie_taylor5", "lie_taylor4"),
     "exact_split_tj4(2)": ("exact_split_tj4", "exact_split"),
+    "rkmk8(5)": ("rkmk8", RKMK8Embedded5()),
 }
 
 
@@ -127,8 +131,11 @@ def _solve(hi, lo, system, state0, t0, ts, rtol, atol, dt0, max_steps: int, kind
         target = ts[i]
         hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
         step = jnp.where(hit, target - t, h)
-        yp, aux_p, stats = hi.step(system, t, state, aux, step)
-        yq, _, _ = lo.step(system, t, state, lo.init(system, t, state, step), step)
+        if isinstance(hi, getattr(lo, "embedded_in", ())):  # both solutions from one set of stages
+            yp, aux_p, stats, yq = hi.step_embedded(system, t, state, aux, step)
+        else:
+            yp, aux_p, stats = hi.step(system, t, state, aux, step)
+            yq, _, _ = lo.step(system, t, state, lo.init(system, t, state, step), step)
         err = _scaled_error(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), pack_body(yq.R, yq.Pi), rtol, atol)
         err = jnp.where(jnp.isfinite(err), err, jnp.inf)
         ok = err <= 1.0
@@ -268,7 +275,7 @@ CHECK_BODIES = 8
 
 @eqx.filter_jit  # one dispatch for the calibration runs and the final one
 def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor, kind, measure, bodies,
-                      ratio=10.0, safety=0.7):
+                      ratio=10.0, aim=1.0):
     """:func:`_global` for a batch of at least ``4 bodies`` bodies: calibration on ``bodies`` of them
     (:func:`_calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
     of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 1-1.5
@@ -279,7 +286,7 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
     calibration run, the prediction is checked first: the ``CHECK_BODIES`` calibrated bodies
     predicted worst run at it and at ``sqrt(ratio)`` times it, their difference and their error at
     the finest calibration run give their error there and their exponent in between (within 1-2
-    times ``alpha``), and the tolerance moves to put the largest at ``safety``."""
+    times ``alpha``), and the tolerance moves to put the largest at ``aim``."""
     alpha = float(hi.order) / (float(lo.order) + 1.0)
     idx = _calibration_set(state0, system.body.J, bodies)
     cal = State(state0.R[idx], state0.Pi[idx])
@@ -295,7 +302,7 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
     # a body whose calibration run failed (max_steps, non-finite) says nothing: left out (it fails
     # again in the final run, and is reported there); none left: the asked tolerance itself
     valid = runs[0][3] & runs[1][3] & runs[2][3] & jnp.isfinite(est)
-    wanted = jnp.minimum((safety / jnp.maximum(est, tiny)) ** (1.0 / a), factors[0])
+    wanted = jnp.minimum((aim / jnp.maximum(est, tiny)) ** (1.0 / a), factors[0])
     scale = jnp.where(jnp.any(valid), jnp.min(jnp.where(valid, wanted, jnp.inf)), 1.0)
     predicted = jnp.max(jnp.where(valid, est * scale ** a, 0.0))
     spent = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in runs).astype(est.dtype)
@@ -326,7 +333,7 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
             a_lo, a_hi = jnp.where(above, a_lo, mid), jnp.where(above, mid, a_hi)
         a_here = 0.5 * (a_lo + a_hi)
         e = d / (rho ** a_here - 1.0)
-        moved = jnp.min(jnp.where(good, scale * (safety / e) ** (1.0 / a_here), jnp.inf))
+        moved = jnp.min(jnp.where(good, scale * (aim / e) ** (1.0 / a_here), jnp.inf))
         new = jnp.where(jnp.isfinite(moved), jnp.minimum(moved, factors[0]), scale)
         steps = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in pair).astype(est.dtype)
         return new, jnp.max(jnp.where(good, e * (new / scale) ** a_here, 0.0)), steps
@@ -346,43 +353,43 @@ def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps
 
 
 def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax", measure="state",
-            bodies=64, ratio=10.0, safety=0.7):
-    """The run whose *global* error is about ``safety`` times the tolerance, by tolerance calibration
+            bodies=64, ratio=10.0, aim=1.0):
+    """The run whose *global* error is about ``aim`` times the tolerance, by tolerance calibration
     (see :class:`~jaxrot.Adaptive` with ``error="global"``).
 
     The pair's global error follows its tolerance as ``e(tau) = C tau^alpha`` with ``alpha = p / (q + 1)``
     (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
     kept). Two runs a factor ``ratio`` apart in tolerance give the finer one's error from their
     difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned run is at the tolerance
-    where the law puts ``e = safety`` (0.7: the geometric middle of half the tolerance and the
-    tolerance itself).
+    where the law puts ``e = aim`` (1: the geometric middle of half and twice the tolerance, the
+    window the estimate's spread fits in).
 
     A batch of at least ``4 bodies`` bodies: :func:`_global_on_subset`. A smaller batch (or
     ``bodies=None``) is calibrated body by body at 100 and 10 times the tolerance (cheaper than the
     final run) with the law's ``alpha``, each body's final run at its own tolerance; where every body
-    is already within ``safety`` the second run is returned."""
+    is already within ``aim`` the second run is returned."""
     # on a subset only where its three runs cost well under one final run (about half at most)
     if state0.R.ndim == 3 and bodies is not None and state0.R.shape[0] >= 4 * bodies:
         dtype = state0.R.dtype  # tolerances traced: one compilation for every tolerance
         return _global_on_subset(hi, lo, system, state0, ts, t0, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype),
-                                 dt0, max_steps, executor, kind, measure, bodies, ratio, safety)
+                                 dt0, max_steps, executor, kind, measure, bodies, ratio, aim)
     alpha = float(hi.order) / (float(lo.order) + 1.0)
     runs = [_run(hi, lo, system, state0, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind)
             for f in (ratio * ratio, ratio)]
     est = _scaled_difference(runs[0][0], runs[1][0], rtol, atol, measure) / (ratio ** alpha - 1.0)
     first = runs[0][2].n_accepted + runs[0][2].n_rejected
-    if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= safety)):  # traced: the final run always
+    if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= aim)):  # traced: the final run always
         ctrl = dataclasses.replace(runs[1][2], global_error=est, tolerance=jnp.full_like(est, rtol * ratio),
                                    n_calibration=first)
         return runs[1][0], runs[1][1], ctrl, runs[1][3]
-    # per body: the tolerance whose predicted global error is `safety`; a body already within it reruns
+    # per body: the tolerance whose predicted global error is `aim`; a body already within it reruns
     # at the second run's tolerance (the same run again)
-    scale = ratio * jnp.where(est > safety, (safety / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
+    scale = ratio * jnp.where(est > aim, (aim / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
     scale = lax.stop_gradient(scale)  # (as in _global_on_subset)
     out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
                                 executor, kind)
     spent = first + runs[1][2].n_accepted + runs[1][2].n_rejected
-    ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, safety), tolerance=rtol * scale, n_calibration=spent)
+    ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, aim), tolerance=rtol * scale, n_calibration=spent)
     return out, stats, ctrl, ok
 
 
@@ -402,8 +409,8 @@ def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, execu
                                           stepsize.dt0, stepsize.max_steps)
     args = (hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0, stepsize.max_steps, executor,
             kind)
-    out, stats, ctrl, ok = (_global(*args, stepsize.measure, stepsize.calibration_bodies) if stepsize.error == "global"
-                            else _run(*args))
+    out, stats, ctrl, ok = (_global(*args, stepsize.measure, stepsize.calibration_bodies, aim=stepsize.aim)
+                            if stepsize.error == "global" else _run(*args))
     with_t0 = saveat is None or saveat.t0
     return _trajectory(state0, t0, ts, out, stats, ctrl, ok, with_t0, system)
 

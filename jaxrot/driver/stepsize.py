@@ -28,16 +28,20 @@ class Adaptive(AbstractStepSize):
       rtol, atol: tolerances of the mixed error norm over the 12 numbers of ``(R, Pi)``.
       error: ``"local"`` bounds each step's error (the usual control; the global error over a long
         span can be many times the tolerance); ``"global"`` targets the global error at every save
-        time by tolerance calibration, the final run at the tolerance where the predicted error is 0.7
-        times the asked one. A batch of at least 4 ``calibration_bodies`` bodies is calibrated on
-        ``calibration_bodies`` of them (half spread over the batch, half the fastest) at 100, 10 and 1
-        times the tolerance, which fix each one's law ``e = C tol^a`` (constant and exponent), and runs
-        whole at the tolerance the worst of them needs (on the precision suite's batches of 1 000: the whole
-        call 0.81-1.63 times the run at the right tolerance), but a body unlike every calibrated one
-        can end above the tolerance. A smaller batch
-        is calibrated body by body at 100 and 10 times the tolerance with the pair's exponent
-        ``a = p/(q+1)`` (by the pairs' step law about 0.9-1.0 of a final run), each body then at its own tolerance. Measured on
-        the precision suite in docs/benchmarks.md.
+        time by tolerance calibration, the final run at the tolerance where the predicted error is
+        ``aim`` times the asked one. A batch of at least 4 ``calibration_bodies`` bodies is calibrated
+        on ``calibration_bodies`` of them (half spread over the batch, half the fastest) at 100, 10
+        and 1 times the tolerance, which fix each one's law ``e = C tol^a`` (constant and exponent),
+        and runs whole at the tolerance the worst of them needs; a body unlike every calibrated one
+        can end above the aim. A smaller batch is calibrated body by body at 100 and 10 times the
+        tolerance with the pair's exponent ``a = p/(q+1)``, each body then at its own tolerance. The
+        final error against the tolerance, and the cost against the run at the right tolerance, as
+        measured on the precision suite: docs/benchmarks.md.
+      aim: the global error aimed at, as a fraction of the tolerance (``error="global"`` only). The
+        default 1 is the middle, on a log scale, of half and twice the tolerance: the estimate's
+        spread fits in that window when centred in it. A smaller aim buys a margin below the
+        tolerance at the cost of more steps (about ``aim^(-1/p)`` times as many for a pair whose kept
+        result has order ``p``).
       calibration_bodies: the size of the calibration subset of a batch of at least four times as
         many bodies (``error="global"``); None calibrates every body.
       measure: what the global error is measured on (``error="global"`` only): ``"state"``, the 12
@@ -63,6 +67,7 @@ class Adaptive(AbstractStepSize):
     max_steps: int = 100_000
     measure: str = "state"
     calibration_bodies: int | None = 64
+    aim: float = 1.0
 
     def __check_init__(self):
         for name in ("rtol", "atol"):
@@ -75,6 +80,8 @@ class Adaptive(AbstractStepSize):
             raise ValueError(f"measure must be 'state' or 'attitude', got {self.measure!r}")
         if self.dt0 is not None and not (np.isfinite(self.dt0) and self.dt0 > 0):
             raise ValueError(f"dt0 must be a finite number > 0 or None, got {self.dt0!r}")
+        if isinstance(self.aim, (int, float, np.floating)) and not (np.isfinite(self.aim) and self.aim > 0):
+            raise ValueError(f"aim must be a finite number > 0, got {self.aim!r}")
         b = self.calibration_bodies
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 2):
             raise ValueError(f"calibration_bodies must be an integer >= 2 or None, got {b!r}")

@@ -22,7 +22,7 @@ from .lie_taylor import LieTaylor, magnus_y, magnus_z
 from .reorthonormalize import Reorthonormalize
 from .rk4 import RK4
 from .rkmk import RKMK4
-from .rkmk8 import RKMK8
+from .rkmk8 import RKMK8, RKMK8Embedded5
 from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
 from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
@@ -160,6 +160,6 @@ __all__ = [
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
     "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
-    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "LaskarRobutel",
+    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "RKMK8Embedded5", "LaskarRobutel",
     "BlanesABA", "BLANES_ABA",
 ]

@@ -14,6 +14,11 @@ the lifted method keeps the order of its tableau for any torque. The attitude is
 with ``c(a) = (1 - (a/2) cot(a/2)) / a^2`` (its Taylor series for small ``a``; the series of RKMK4,
 1/12 + ..., truncated, would cap the order at 4).
 
+The same stages with DOP853's embedded fifth-order weights ``bhat`` give a fifth-order solution
+(:class:`RKMK8Embedded5`): the pair ``rkmk8(5)`` of :data:`jaxrot.PAIRS` estimates each step's
+error from it for adaptive steps at the cost of the eighth-order step alone (the lifted equation
+for ``U`` lives in a vector space, where the embedded Runge-Kutta solution keeps its order).
+
 Order 8 with any torque, R on SO(3) to round-off, explicit, twelve torque evaluations per step;
 nothing is conserved exactly (the energy error is of order h^8, not bounded over long times like
 a symplectic method's). Its niche: high accuracy per step where a torque leaves no integrable
@@ -39,6 +44,7 @@ from ._base import AbstractIntegrator
 from .dop853_coefficients import A as _A
 from .dop853_coefficients import B as _B
 from .dop853_coefficients import C as _C
+from .dop853_coefficients import E5 as _E5
 from .stats import StepStats
 
 _dot = functools.partial(jnp.matmul, precision=lax.Precision.HIGHEST)
@@ -50,7 +56,8 @@ class RKMK8(AbstractIntegrator):
     reference: ClassVar[str] = "Munthe-Kaas 1999; Dormand-Prince 8 (DOP853)"
     family: ClassVar[str] = "high-order"
 
-    def step(self, system, t, state, aux, dt):
+    def stages(self, system, t, state, dt):
+        """The twelve stages ``(K_i, F_i)`` of a step, stacked ``(12, 3)`` each."""
         J, R0, P0 = system.body.J, state.R, state.Pi
         dtype = P0.dtype
         n = _B.shape[0]
@@ -67,5 +74,43 @@ class RKMK8(AbstractIntegrator):
             Om = P / J
             Ks = Ks.at[i].set(so3.dexpinv(-U, Om))  # dexp^{-1}_{-U}
             Fs = Fs.at[i].set(jnp.cross(P, Om) + body_torque(system, t + float(_C[i]) * dt, R0 @ so3.exp(U), P))
-        b = jnp.asarray(_B, dtype)
-        return State(R0 @ so3.exp(dt * _dot(b, Ks)), P0 + dt * _dot(b, Fs)), aux, StepStats.explicit()
+        return Ks, Fs
+
+    @staticmethod
+    def combine(state, Ks, Fs, weights, dt) -> State:
+        """``R_n exp(h hat(sum_i w_i K_i))``, ``Pi_n + h sum_i w_i F_i``."""
+        w = jnp.asarray(weights, state.Pi.dtype)
+        return State(state.R @ so3.exp(dt * _dot(w, Ks)), state.Pi + dt * _dot(w, Fs))
+
+    def step(self, system, t, state, aux, dt):
+        Ks, Fs = self.stages(system, t, state, dt)
+        return self.combine(state, Ks, Fs, _B, dt), aux, StepStats.explicit()
+
+    def step_embedded(self, system, t, state, aux, dt):
+        """``(the eighth-order step, aux, stats, the embedded fifth-order solution)`` from one set of
+        stages."""
+        Ks, Fs = self.stages(system, t, state, dt)
+        return (self.combine(state, Ks, Fs, _B, dt), aux, StepStats.explicit(),
+                self.combine(state, Ks, Fs, _B - _E5, dt))
+
+
+class RKMK8Embedded5(AbstractIntegrator):
+    """The fifth-order solution embedded in :class:`RKMK8`'s stages (DOP853's ``bhat``), as a method
+    of its own: the lower member of the pair ``rkmk8(5)``, whose error-controlled loop takes both
+    solutions from one set of stages (:meth:`RKMK8.step_embedded`). Order 5 with any torque, R on
+    SO(3) to round-off, twelve torque evaluations per step.
+
+    Reference: Hairer, Norsett & Wanner, *Solving ODEs I*, II.10 (DOP853's error estimator).
+    """
+
+    order: ClassVar[int] = 5
+    torque_evals: ClassVar[str] = "12"
+    reference: ClassVar[str] = "Munthe-Kaas 1999; Dormand-Prince 8(5,3) (DOP853)"
+    family: ClassVar[str] = "high-order"
+
+    #: the method whose stages it shares: an error-controlled loop whose higher method is one takes
+    #: both solutions from its ``step_embedded``
+    embedded_in: ClassVar[type] = RKMK8
+
+    def step(self, system, t, state, aux, dt):
+        return RKMK8().step_embedded(system, t, state, aux, dt)[3], aux, StepStats.explicit()

@@ -45,3 +45,20 @@ def median_seconds(f, reps: int = 3, min_seconds: float = 0.0, max_reps: int = 5
         jax.block_until_ready(f())
         ts.append(time.perf_counter() - t0)
     return float(np.median(ts))
+
+
+def median_seconds_interleaved(fs, reps: int = 3, min_seconds: float = 0.0, max_reps: int = 51) -> list[float]:
+    """:func:`median_seconds` of each of ``fs``, their calls taken in turn (after one untimed call of
+    each), so that a ratio of two of them sees the same moments of a shared machine's load; more
+    rounds (at most ``max_reps``) until each one's timed calls add up to ``min_seconds``."""
+    if reps < 1 or max_reps < reps:
+        raise ValueError("need 1 <= reps <= max_reps")
+    for f in fs:
+        jax.block_until_ready(f())
+    ts = [[] for _ in fs]
+    while len(ts[0]) < reps or (min(sum(t) for t in ts) < min_seconds and len(ts[0]) < max_reps):
+        for f, t in zip(fs, ts):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f())
+            t.append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in ts]
