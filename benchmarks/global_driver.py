@@ -9,7 +9,7 @@ aim (``--aim``, a fraction of the target).
 largest final attitude error (against the reference) of local-control runs at 100, 31.6, ..., 0.01
 times ``--eps``, and the exponent between runs a decade apart.
 
-    python benchmarks/global_driver.py [--bodies 64] [--aim 1] [--cases asym,satellite] [--pairs "buss4(3)"] [--out FILE.json]
+    python benchmarks/global_driver.py [--bodies 64] [--aim 1] [--fixed rkmk8] [--cases asym,satellite] [--pairs "buss4(3)"] [--out FILE.json]
 
 ``--out`` writes the rows and the summary (``error_control``) as JSON, with its provenance beside it
 (the record: ``figures/global_driver.json``).
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shlex
 import sys
 import time
 
@@ -31,16 +32,17 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from jaxrot.experiments import bench_precision as bp  # noqa: E402
-from jaxrot.experiments.precision_runs import pair_rows, perturbed_batch, reference_states  # noqa: E402
+from jaxrot.experiments.precision_runs import (fixed_step_row, pair_rows, perturbed_batch,  # noqa: E402
+                                               reference_states)
 import jaxrot  # noqa: E402
 from jaxrot import problems, so3  # noqa: E402
 from jaxrot.present import output, provenance  # noqa: E402
-from jaxrot.driver.adaptive import _calibration_set  # noqa: E402
+from jaxrot.driver.global_error import calibration_set  # noqa: E402
 
 
 def law(p, T, S, pair, eps, bodies):
     """Errors of local-control runs of ``pair`` on the calibration bodies, tolerances 100 ... 0.01 eps."""
-    idx = np.asarray(_calibration_set(S, p.body.J, bodies))
+    idx = np.asarray(calibration_set(S, p.body.J, bodies))
     Ss = jaxrot.State(S.R[idx], S.Pi[idx])
     ref = reference_states(p, Ss, T)
     factors = 10.0 ** np.arange(2.0, -2.01, -0.5)
@@ -61,6 +63,8 @@ def main():
     ap.add_argument("--batch", type=int, default=bp.SUITE_BODIES)
     ap.add_argument("--pairs", default=",".join(bp.SUITE_PAIRS), help="comma-separated pairs")
     ap.add_argument("--aim", type=float, default=1.0, help="the driver's aim, a fraction of the target")
+    ap.add_argument("--fixed", default="", help="comma-separated methods also run at the fewest fixed steps "
+                    "meeting the target (the automatic executor), for the cost of error control against them")
     ap.add_argument("--law", action="store_true", help="the error law on the calibration bodies instead")
     ap.add_argument("--eps", type=float, default=1e-6, help="--law: the tolerance unit")
     ap.add_argument("--out", default="")
@@ -84,6 +88,13 @@ def main():
             for pair in (q for q in pairs if p.torque.is_free or q not in bp.FREE_ONLY_PAIRS):
                 for r in pair_rows(pair, p, T, S, ref, eps, calibration_bodies=bodies, aim=a.aim):
                     rows.append(dict(r, case=label, target=eps, dtype="float64"))
+            for m in (m for m in a.fixed.split(",") if m):
+                r = fixed_step_row(m, p, T, S, ref, eps)
+                rows.append(dict(r, case=label, target=eps, dtype="float64"))
+                glob = [g for g in rows if g["case"] == label and g["target"] == eps
+                        and g["method"].startswith("to tolerance") and g["us"] is not None and r["us"]]
+                print(f"{label[:28]:28s} {eps:.0e} {r['method']} {r['setting']}: {r['us'] or float('nan'):.3g} us/body; "
+                      + ", ".join(f"{g['method']} {g['us'] / r['us']:.2f}x it" for g in glob), flush=True)
         for c in bp.error_control([r for r in rows if r["case"] == label]):
             print(f"{label[:28]:28s} {c['target']:.0e} {c['pair']:16s} error/target {c['err_ratio']:5.2f}  "
                   f"cost {'-' if c['cost_ratio'] is None else format(c['cost_ratio'], '.2f')}", flush=True)
@@ -101,7 +112,7 @@ def main():
         out.parent.mkdir(parents=True, exist_ok=True)
         with output.atomic(out) as tmp:  # never half a file
             tmp.write_text(json.dumps(dict(bodies=a.bodies, batch=a.batch, aim=a.aim, rows=rows, error_control=control), indent=1))
-        provenance.record(out.parent, [out], command="python " + " ".join(sys.argv), quick=False)
+        provenance.record(out.parent, [out], command="python " + shlex.join(sys.argv), quick=False)
 
 
 if __name__ == "__main__":

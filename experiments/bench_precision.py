@@ -4,9 +4,11 @@ A batch of perturbed bodies (momentum x (1 + 0.01 N(0,1)), attitude turned by 0.
 problem; targets 1e-6 and 1e-10 (max over the batch of the rotation angle to the reference, rad),
 and 1e-4 in float32 with ``--suite``. For every fixed-step method the smallest step count N reaching
 the target (from one step up, 5 % resolution), for the error-controlled pairs and the peers the
-loosest tolerance rtol = atol reaching it (from ten times the target down, resolution 10^(1/4)),
+loosest tolerance rtol = atol reaching it (from ten times the target down, resolution 10^(1/4);
+a pair that passes there is first tried a decade at a time above it),
 ``Adaptive(error="global", measure="attitude")`` (the global-error driver) at rtol = atol = the
-target itself with no search, and the wall time of that run per body (the median of at least 5
+target itself with no search, timed in turn with the pair's local-control run, and the wall time of
+that run per body (the median of at least 5
 calls, up to 51 until they add up to 0.5 s; the whole batch on the default device, compiled
 beforehand; fixed steps on XLA's loop, ``jaxrot.Sharded()``). Peers measured in the
 same run on the same device: diffrax's Tsit5, Dopri5 and Dopri8 with its PID controller (vmapped;

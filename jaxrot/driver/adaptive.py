@@ -33,7 +33,6 @@ two solutions come from one set of stages (their cost against fixed steps of the
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import equinox as eqx
@@ -41,11 +40,9 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 import warnings
 
-from ..geometry import so3
 from ..geometry.state import State
 from ..integrators import RKMK8Embedded5
 from ..integrators import get as get_method
@@ -203,7 +200,7 @@ def _prepare(pair, problem, t1, rtol, atol, times, state0, t0, dt0, max_steps):
     return hi, lo, cast(problem.system, dtype), state0, ts
 
 
-def _run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax"):
+def run_pair(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax"):
     """One error-controlled run; ``rtol``/``atol``: scalars, or one per body of a batch, whose bodies
     ``executor`` places (:meth:`~jaxrot.driver.executors.base.AbstractExecutor.map_bodies`; None: one
     ``vmap``). Returns ``(states, stats, AdaptiveStats, success)``."""
@@ -244,155 +241,6 @@ def _trajectory(state0, t0, ts, out, stats, ctrl: AdaptiveStats, ok, with_t0: bo
     return Trajectory(times, out, stats, failed, result, ctrl, system)
 
 
-@functools.partial(jax.jit, static_argnames=("measure",))  # one dispatch, not one per operation
-def _scaled_difference(a: State, b: State, rtol: float, atol: float, measure: str = "state") -> jax.Array:
-    """Per body, the largest difference over the save times in units of the tolerance: over the 12
-    numbers of the state, |a - b| / (atol + rtol |b|) (``measure="state"``), or the rotation angle
-    between the two attitudes over ``max(rtol, atol)`` (``"attitude"``)."""
-    if measure == "attitude":
-        angle = jnp.vectorize(so3.rotation_angle, signature="(3,3),(3,3)->()")(a.R, b.R)
-        return jnp.max(angle, axis=-1) / jnp.maximum(rtol, atol)
-    ya, yb = pack_body(a.R, a.Pi), pack_body(b.R, b.Pi)  # (..., save times, 12)
-    return jnp.max(jnp.abs(ya - yb) / (atol + rtol * jnp.abs(yb)), axis=(-2, -1))
-
-
-@functools.partial(jax.jit, static_argnames=("bodies",))
-def _calibration_set(state0: State, J: jax.Array, bodies: int) -> jax.Array:
-    """Indices of ``bodies`` bodies of a batch to calibrate on: half spread evenly over the batch, half
-    the fastest (largest initial angular speed, which usually take the most steps and carry the largest
-    global error). Traceable; an index may appear twice."""
-    B = state0.R.shape[0]
-    even = jnp.asarray(np.linspace(0, B - 1, bodies - bodies // 2).round().astype(np.int32))
-    speed = jnp.linalg.norm(state0.Pi / J, axis=-1)
-    fastest = lax.top_k(speed, bodies // 2)[1].astype(jnp.int32)
-    return jnp.concatenate([even, fastest])
-
-
-#: calibrated bodies whose predicted error is checked where the prediction reaches far below the finest
-#: calibration run (two runs of them, at the predicted tolerance and sqrt(ratio) times it)
-CHECK_BODIES = 8
-
-
-@eqx.filter_jit  # one dispatch for the calibration runs and the final one
-def _global_on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor, kind, measure, bodies,
-                      ratio=10.0, aim=1.0):
-    """:func:`_global` for a batch of at least ``4 bodies`` bodies: calibration on ``bodies`` of them
-    (:func:`_calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
-    of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 1-1.5
-    times the law's ``alpha``: some pairs' attitude error falls faster than the law, e.g. ``buss4(3)``'s
-    as ``tol^1.15`` to ``tol^1.4`` on the precision suite, ``benchmarks/global_driver.py --law``), its error at the tolerance ``e = d_2 / (ratio^a - 1)``, and the whole batch run
-    once at the tolerance the calibrated body needing the tightest one needs (no looser than the
-    coarsest calibration run). Where that tolerance lies more than a ``ratio`` below the finest
-    calibration run, the prediction is checked first: the ``CHECK_BODIES`` calibrated bodies
-    predicted worst run at it and at ``sqrt(ratio)`` times it, their difference and their error at
-    the finest calibration run give their error there and their exponent in between (within 1-2
-    times ``alpha``), and the tolerance moves to put the largest at ``aim``."""
-    alpha = float(hi.order) / (float(lo.order) + 1.0)
-    idx = _calibration_set(state0, system.body.J, bodies)
-    cal = State(state0.R[idx], state0.Pi[idx])
-    factors = (ratio * ratio, ratio, 1.0)
-    runs = [_run(hi, lo, system, cal, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind) for f in factors]
-    d1, d2 = (_scaled_difference(a[0], b[0], rtol, atol, measure) for a, b in zip(runs, runs[1:]))
-    tiny = jnp.finfo(d2.dtype).tiny
-    a = jnp.log(jnp.maximum(d1, tiny) / jnp.maximum(d2, tiny)) / np.log(ratio)
-    # not below the law's alpha: a smaller ratio means the coarsest run is not yet asymptotic (the
-    # error grows more slowly there), and extrapolating with it would give a needlessly tight run
-    a = jnp.where((d1 > 0) & (d2 > 0), jnp.clip(a, alpha, 1.5 * alpha), alpha)
-    est = d2 / (ratio ** a - 1.0)  # per calibrated body: the error at the asked tolerance
-    # a body whose calibration run failed (max_steps, non-finite) says nothing: left out (it fails
-    # again in the final run, and is reported there); none left: the asked tolerance itself
-    valid = runs[0][3] & runs[1][3] & runs[2][3] & jnp.isfinite(est)
-    wanted = jnp.minimum((aim / jnp.maximum(est, tiny)) ** (1.0 / a), factors[0])
-    scale = jnp.where(jnp.any(valid), jnp.min(jnp.where(valid, wanted, jnp.inf)), 1.0)
-    predicted = jnp.max(jnp.where(valid, est * scale ** a, 0.0))
-    spent = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in runs).astype(est.dtype)
-
-    def checked(scale):
-        # more than a ratio below the finest calibration run the law's exponent may have drifted
-        # (buss4(3) on the T-handle at 1e-10: tol^1.3 over the calibrated decades, steeper below, so
-        # the extrapolation asked for 3 times too small an error). The calibrated bodies predicted
-        # worst run at that tolerance s and at rho = sqrt(ratio) times it: the looser run's error
-        # dominates their difference d, so d is not lost in round-off where s is near float64's
-        # floor (as a run a ratio below s would be). Each body's error at s, e, and its exponent a
-        # between the finest calibration run and s then follow from est = e s^-a and
-        # d = e (rho^a - 1): log(est / d) = -a log(s) - log(rho^a - 1), increasing in a >= alpha
-        # for s < 1 / ratio, solved by bisection within alpha and 2 alpha
-        worst = lax.top_k(jnp.where(valid, est * scale ** a, -jnp.inf), min(CHECK_BODIES, bodies))[1]
-        sub = State(cal.R[worst], cal.Pi[worst])
-        rho = float(np.sqrt(ratio))
-        pair = [_run(hi, lo, system, sub, ts, t0, rtol * scale * f, atol * scale * f, dt0, max_steps, executor, kind)
-                for f in (rho, 1.0)]
-        d = _scaled_difference(pair[0][0], pair[1][0], rtol, atol, measure)
-        good = valid[worst] & pair[0][3] & pair[1][3] & jnp.isfinite(d) & (d > 0)
-        d = jnp.where(good, d, 1.0)
-        target = jnp.log(jnp.maximum(est[worst], tiny) / d)
-        a_lo, a_hi = jnp.full_like(d, alpha), jnp.full_like(d, 2.0 * alpha)
-        for _ in range(40):
-            mid = 0.5 * (a_lo + a_hi)
-            above = -mid * jnp.log(scale) - jnp.log(rho ** mid - 1.0) > target
-            a_lo, a_hi = jnp.where(above, a_lo, mid), jnp.where(above, mid, a_hi)
-        a_here = 0.5 * (a_lo + a_hi)
-        e = d / (rho ** a_here - 1.0)
-        moved = jnp.min(jnp.where(good, scale * (aim / e) ** (1.0 / a_here), jnp.inf))
-        new = jnp.where(jnp.isfinite(moved), jnp.minimum(moved, factors[0]), scale)
-        steps = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in pair).astype(est.dtype)
-        return new, jnp.max(jnp.where(good, e * (new / scale) ** a_here, 0.0)), steps
-
-    scale, predicted, more = lax.cond(scale * ratio < 1.0, checked,
-                                      lambda s: (s, predicted, jnp.zeros((), est.dtype)), scale)
-    # the tolerance is a choice, not a function of the problem to differentiate: a derivative is that
-    # of the final run at it (through the calibration, reverse mode gave NaN)
-    scale = lax.stop_gradient(scale)
-    out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
-                                executor, kind)
-    B = state0.R.shape[0]
-    spent = (spent + more) / B  # shared out
-    ctrl = dataclasses.replace(ctrl, global_error=jnp.full((B,), predicted), tolerance=jnp.full((B,), rtol * scale),
-                               n_calibration=jnp.full((B,), spent))
-    return out, stats, ctrl, ok
-
-
-def _global(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax", measure="state",
-            bodies=64, ratio=10.0, aim=1.0):
-    """The run whose *global* error is about ``aim`` times the tolerance, by tolerance calibration
-    (see :class:`~jaxrot.Adaptive` with ``error="global"``).
-
-    The pair's global error follows its tolerance as ``e(tau) = C tau^alpha`` with ``alpha = p / (q + 1)``
-    (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
-    kept). Two runs a factor ``ratio`` apart in tolerance give the finer one's error from their
-    difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned run is at the tolerance
-    where the law puts ``e = aim`` (1: the geometric middle of half and twice the tolerance, the
-    window the estimate's spread fits in).
-
-    A batch of at least ``4 bodies`` bodies: :func:`_global_on_subset`. A smaller batch (or
-    ``bodies=None``) is calibrated body by body at 100 and 10 times the tolerance (cheaper than the
-    final run) with the law's ``alpha``, each body's final run at its own tolerance; where every body
-    is already within ``aim`` the second run is returned."""
-    # on a subset only where its three runs cost well under one final run (about half at most)
-    if state0.R.ndim == 3 and bodies is not None and state0.R.shape[0] >= 4 * bodies:
-        dtype = state0.R.dtype  # tolerances traced: one compilation for every tolerance
-        return _global_on_subset(hi, lo, system, state0, ts, t0, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype),
-                                 dt0, max_steps, executor, kind, measure, bodies, ratio, aim)
-    alpha = float(hi.order) / (float(lo.order) + 1.0)
-    runs = [_run(hi, lo, system, state0, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind)
-            for f in (ratio * ratio, ratio)]
-    est = _scaled_difference(runs[0][0], runs[1][0], rtol, atol, measure) / (ratio ** alpha - 1.0)
-    first = runs[0][2].n_accepted + runs[0][2].n_rejected
-    if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= aim)):  # traced: the final run always
-        ctrl = dataclasses.replace(runs[1][2], global_error=est, tolerance=jnp.full_like(est, rtol * ratio),
-                                   n_calibration=first)
-        return runs[1][0], runs[1][1], ctrl, runs[1][3]
-    # per body: the tolerance whose predicted global error is `aim`; a body already within it reruns
-    # at the second run's tolerance (the same run again)
-    scale = ratio * jnp.where(est > aim, (aim / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
-    scale = lax.stop_gradient(scale)  # (as in _global_on_subset)
-    out, stats, ctrl, ok = _run(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
-                                executor, kind)
-    spent = first + runs[1][2].n_accepted + runs[1][2].n_rejected
-    ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, aim), tolerance=rtol * scale, n_calibration=spent)
-    return out, stats, ctrl, ok
-
-
 def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, executor=None,
                  adjoint: str = "forward") -> Trajectory:
     """The error-controlled run of :func:`jaxrot.simulate` with ``stepsize=Adaptive(...)``; a batch's
@@ -409,8 +257,12 @@ def run_adaptive(pair, problem: Problem, t0, t1, stepsize, saveat, state0, execu
                                           stepsize.dt0, stepsize.max_steps)
     args = (hi, lo, system, state0, ts, t0, stepsize.rtol, stepsize.atol, stepsize.dt0, stepsize.max_steps, executor,
             kind)
-    out, stats, ctrl, ok = (_global(*args, stepsize.measure, stepsize.calibration_bodies, aim=stepsize.aim)
-                            if stepsize.error == "global" else _run(*args))
+    if stepsize.error == "global":
+        from .global_error import global_run  # (which runs its calibration through run_pair)
+
+        out, stats, ctrl, ok = global_run(*args, stepsize.measure, stepsize.calibration_bodies, aim=stepsize.aim)
+    else:
+        out, stats, ctrl, ok = run_pair(*args)
     with_t0 = saveat is None or saveat.t0
     return _trajectory(state0, t0, ts, out, stats, ctrl, ok, with_t0, system)
 

@@ -32,7 +32,9 @@ class Adaptive(AbstractStepSize):
         ``aim`` times the asked one. A batch of at least 4 ``calibration_bodies`` bodies is calibrated
         on ``calibration_bodies`` of them (half spread over the batch, half the fastest) at 100, 10
         and 1 times the tolerance, which fix each one's law ``e = C tol^a`` (constant and exponent),
-        and runs whole at the tolerance the worst of them needs; a body unlike every calibrated one
+        and runs whole at the tolerance the worst of them needs (calibrated again a ratio and ratio^2
+        above the coarsest run where every body could go looser than it, checked below the finest
+        run where the law reaches more than a ratio below it); a body unlike every calibrated one
         can end above the aim. A smaller batch is calibrated body by body at 100 and 10 times the
         tolerance with the pair's exponent ``a = p/(q+1)``, each body then at its own tolerance. The
         final error against the tolerance, and the cost against the run at the right tolerance, as
