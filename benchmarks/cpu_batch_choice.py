@@ -5,8 +5,8 @@ plain function, float64, several batch sizes, step counts and frame spacings: on
 call with ``executor=jaxrot.Sharded()`` (XLA's loop over the one device), ``jaxrot.Fused()`` and
 ``None`` (the automatic choice, whose executor is recorded). Per executor: the first call with a step
 count not run before (a warm-up call with another count first, so loading the kernel and tracing
-the method are not counted; what is left is compiling for the new count), then the median of
-``--reps`` further calls. Run it on an otherwise idle machine; the ratios are within one run.
+the method are not counted; what is left is compiling for the new count), then, after one more
+untimed call, the median of ``--reps`` calls. Run it on an otherwise idle machine; the ratios are within one run.
 
     python benchmarks/cpu_batch_choice.py --out DIR [--reps 5]
 
@@ -21,7 +21,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_platforms", "cpu")
@@ -30,6 +29,7 @@ import jaxrot  # noqa: E402
 from jaxrot import problems  # noqa: E402
 from jaxrot.experiments._common import md_table  # noqa: E402
 from jaxrot.present import output, provenance  # noqa: E402
+from jaxrot.studies.timing import median_seconds  # noqa: E402
 
 from gpu_fused import gravity_as_function, random_states  # noqa: E402  (beside this script)
 
@@ -56,12 +56,7 @@ def measure(method, p, dt, B, n, every, reps):
         t0 = time.perf_counter()
         chosen = run(n)
         row[f"first call {label} (s)"] = time.perf_counter() - t0
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            run(n)
-            times.append(time.perf_counter() - t0)
-        row[f"{label} (ms)"] = 1e3 * float(np.median(times))
+        row[f"{label} (ms)"] = 1e3 * median_seconds(lambda: run(n), reps)  # after one more untimed call
         if ex is None:
             row["automatic choice"] = chosen
     row["fused / XLA"] = row["XLA (ms)"] / row["fused (ms)"]

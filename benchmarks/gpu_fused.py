@@ -20,7 +20,6 @@ import dataclasses
 import json
 import pathlib
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +30,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxrot  # noqa: E402
 from jaxrot import problems  # noqa: E402
 from jaxrot.present import output, provenance  # noqa: E402
+from jaxrot.studies.timing import median_seconds_interleaved  # noqa: E402
 
 
 def gravity_as_function(p):
@@ -77,14 +77,8 @@ def measure(method, p, dt, B, n, dtype, reps):
     chosen = []  # the executor that the automatic choice (executor=None) ran
     fs = {"XLA": _runner(method, p, s, dt, n, xla), "fused": _runner(method, p, s, dt, n, jaxrot.Fused()),
           "auto": _runner(method, p, s, dt, n, None, chosen)}
-    finals = {k: np.asarray(f()) for k, f in fs.items()}  # compile and warm up
-    times = {k: [] for k in fs}
-    for _ in range(reps):
-        for k, f in fs.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    med = {k: float(np.median(v)) for k, v in times.items()}
+    finals = {k: np.asarray(f()) for k, f in fs.items()}  # compile; the final states compared below
+    med = dict(zip(fs, median_seconds_interleaved(list(fs.values()), reps)))  # timed in turn
     return {"body-steps/s XLA": B * n / med["XLA"], "body-steps/s fused": B * n / med["fused"],
             "fused / XLA": med["XLA"] / med["fused"], "automatic choice": chosen[0], "auto / fused": med["fused"] / med["auto"],
             "max abs difference of R, fused - XLA": float(np.max(np.abs(finals["fused"] - finals["XLA"])))}

@@ -36,15 +36,7 @@ def median_seconds(f, reps: int = 3, min_seconds: float = 0.0, max_reps: int = 5
     that compiles and warms the caches; with ``min_seconds``, more calls (at most ``max_reps``) until
     the timed ones add up to it, so that a call of a millisecond is not judged on three samples of a
     shared machine's noise."""
-    if reps < 1 or max_reps < reps:
-        raise ValueError("need 1 <= reps <= max_reps")
-    jax.block_until_ready(f())
-    ts = []
-    while len(ts) < reps or (sum(ts) < min_seconds and len(ts) < max_reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f())
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return median_seconds_interleaved([f], reps, min_seconds, max_reps)[0]
 
 
 def median_seconds_interleaved(fs, reps: int = 3, min_seconds: float = 0.0, max_reps: int = 51) -> list[float]:
