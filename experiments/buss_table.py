@@ -20,9 +20,8 @@ import numpy as np
 from jaxrot import analysis, simulate
 from jaxrot.studies.buss_protocol import BUSS_COST, BUSS_TABLE, PrismProtocol, run_table
 from jaxrot.present.plotting import grouped_series_figure, grouped_work_precision_figure, published_comparison_figure
+from jaxrot.present.progress import ItemProgress
 from jaxrot.studies.timing import seconds_per_step
-
-from jaxrot.driver.progress import Progress
 
 from ._common import md_table, setup, write_json
 
@@ -35,6 +34,18 @@ SENSITIVITY = [
     ("our axis labels (1,2,3) = (x,y,z)", dict(axis_map="xyz")),
     ("body-rate error Pi_rel, 1e-6", dict(metric="Pi_rel", eps=1e-6)),
 ]
+
+
+# the protocol's error measure (PrismProtocol.metric): what it is, and its unit ("": a pure number)
+METRICS = {"angle": ("final attitude error", "rad"), "R2": ("final Frobenius error of R", ""),
+           "Pi2": ("final body-momentum error |Pi - Pi_ref|", "(momentum units)"),
+           "Pi_rel": ("final relative body-momentum error", "")}
+
+
+def threshold_text(protocol: PrismProtocol) -> str:
+    """The error measure and threshold with its unit, e.g. ``final attitude error ≤ 0.0001 rad``."""
+    what, unit = METRICS[protocol.metric]
+    return f"{what} ≤ {protocol.eps:g}" + (f" {unit}" if unit else "")
 
 
 def _fmt_n(n, cap):
@@ -53,14 +64,17 @@ def main(quick: bool = False, out_dir=None, protocol: PrismProtocol | None = Non
         protocol = dataclasses.replace(protocol, revolutions=4.5, n_max=2048)
     print(f"Buss's prism table, protocol: {protocol.describe()}", flush=True)
     readings = SENSITIVITY[:1] if quick else SENSITIVITY
-    with Progress(len(BUSS_TABLE) * (1 + len(readings)), "rows", "Buss table and sensitivity") as bar:
+    # four phases, each with its own time left: a row of the table compiles its method, a row of the
+    # sensitivity study reuses it, so one estimate over both would be off by several times
+    with ItemProgress(len(BUSS_TABLE), "rows", "1/4 Buss table") as bar:
         def row_done(line):
             print("  " + line, flush=True)
             bar.update(1)
 
         main_run = run_table(protocol, progress=row_done)
-        cap = protocol.n_max
-        sens = [("main (above)", main_run)]
+    cap = protocol.n_max
+    sens = [("main (above)", main_run)]
+    with ItemProgress(len(BUSS_TABLE) * len(readings), "rows", "2/4 sensitivity") as bar:
         for name, change in readings:
             proto = dataclasses.replace(protocol, **change)
             print(f"sensitivity: {name}: {proto.describe()}", flush=True)
@@ -70,7 +84,11 @@ def main(quick: bool = False, out_dir=None, protocol: PrismProtocol | None = Non
     p = protocol.problem()
     n_time = 2000 if quick else 20000
     methods = [r["method"] for r in main_run["rows"]]
-    cost = {m: seconds_per_step(m, p, p.t_end / 1000, n_time) for m in methods}
+    cost = {}
+    with ItemProgress(len(methods), "methods", "3/4 cost per step") as bar:
+        for m in methods:
+            cost[m] = seconds_per_step(m, p, p.t_end / 1000, n_time)
+            bar.update(1)
     rel_cost = {m: cost[m] / cost["buss3_ep"] for m in methods}
 
     rows = []
@@ -102,9 +120,9 @@ def main(quick: bool = False, out_dir=None, protocol: PrismProtocol | None = Non
     print(text)
     (out / "buss_table.md").write_text(text)
 
-    fig = published_comparison_figure(main_run["rows"], cap=cap,
-                                      title=f"Buss's prism table: steps to reach {protocol.eps:g} "
-                                            f"(grey band: Buss +-25%)")
+    fig = published_comparison_figure(main_run["rows"], cap=cap, ylabel="steps N (log scale)",
+                                      title=f"Buss's prism table: fewest steps N reaching a {threshold_text(protocol)} "
+                                            f"(grey band: Buss ±25%)")
     fig.savefig(out / "buss_table.png", dpi=110)
 
     # work-precision: every (N, error) the search evaluated, in panels by family
@@ -114,8 +132,10 @@ def main(quick: bool = False, out_dir=None, protocol: PrismProtocol | None = Non
               "splittings": [m for m in methods if m.startswith("split")]}
     wp = {g: {m: {"x": [n * cost[m] * 1e3 for n, _ in by[m]["evaluations"]],
                   "errors": [e for _, e in by[m]["evaluations"]]} for m in ms} for g, ms in groups.items()}
+    what, unit = METRICS[protocol.metric]
     fig = grouped_work_precision_figure(wp, eps=protocol.eps, xlabel="wall time, one body (ms, this machine)",
-                                        title="Buss prism: final attitude error against cost")
+                                        ylabel=what + (f" ({unit.strip('()')})" if unit else ""),
+                                        title=f"Buss prism: {what} against cost")
     fig.savefig(out / "buss_work_precision.png", dpi=110)
 
     # energy drift over a long run at a fixed step (~7 degrees per step)
@@ -124,11 +144,13 @@ def main(quick: bool = False, out_dir=None, protocol: PrismProtocol | None = Non
     n_long = int(2000 * reps * protocol.revolutions / 45.25)
     drift = {}
     ts = None
-    for m in methods:
-        tr = simulate(m, pl, pl.t_end / n_long, n_long, save_every=max(1, n_long // 400), throw=False)
-        E = np.asarray(analysis.energy(pl, tr.states))
-        drift[m] = np.abs(E - E[0]) / E[0] + 1e-17
-        ts = np.asarray(tr.ts)
+    with ItemProgress(len(methods), "methods", "4/4 energy drift") as bar:
+        for m in methods:
+            tr = simulate(m, pl, pl.t_end / n_long, n_long, save_every=max(1, n_long // 400), throw=False)
+            E = np.asarray(analysis.energy(pl, tr.states))
+            drift[m] = np.abs(E - E[0]) / E[0] + 1e-17
+            ts = np.asarray(tr.ts)
+            bar.update(1)
     fig = grouped_series_figure(ts, {g: {m: drift[m] for m in ms} for g, ms in groups.items()},
                                 ylabel="relative energy error |E - E0| / E0", xlabel="t (time units of the prism)",
                                 title=f"energy over {protocol.revolutions * reps:g} revolutions, {n_long} steps "

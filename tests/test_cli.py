@@ -1,6 +1,8 @@
 """The command line explains itself: each defect a new user met has a test (exit code, a one-line
 message, no traceback), and arguments are checked before anything is computed."""
 
+import pathlib
+
 import jax
 import numpy as np
 import pytest
@@ -46,6 +48,11 @@ def test_run_help_lists_problems(capsys):
     (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--plot", "/no/such/dir/a.png"], "does not exist"),
     (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--plot", "a.txt"], "--plot must end in"),
     (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--save", "a.csv"], "--save must end in .npz"),
+    # a folder no one may write in, root included: the user's path named, not a temporary file
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--save", "/proc/jaxrot-run.npz"],
+     "--save: cannot write '/proc/jaxrot-run.npz'"),
+    (["run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--plot", "/proc/jaxrot-run.png"],
+     "--plot: cannot write '/proc/jaxrot-run.png'"),
     (["bench", "buss", "--suite"], "--suite is an option of 'bench precision'"),
     (["bench", "precision", "--seed", "3"], "--seed is an option of 'bench unseen'"),
     (["bench", "precision", "--device", "cpu"], "--device is an option of 'bench throughput'"),
@@ -59,6 +66,31 @@ def test_bad_arguments_fail_before_computing(capsys, monkeypatch, argv, message)
     assert rc == 2
     assert err.startswith("jaxrot: error: ") and message in err and "Traceback" not in err
     assert err.count("\n") == 1 and "\"'" not in err and not err.startswith("jaxrot: error: '")
+
+
+def test_an_unwritable_save_path_fails_before_computing(capsys, monkeypatch, tmp_path):
+    """Paths whose folder exists and is writable, but which cannot be written: a folder of that name,
+    a name too long for the file system. The error names the path given, in one line."""
+    def no_simulation(*a, **k):
+        raise AssertionError("simulate was called before the output path was checked")
+
+    monkeypatch.setattr(jaxrot, "simulate", no_simulation)
+    (tmp_path / "run.npz").mkdir()
+    long = tmp_path / ("x" * 300 + ".npz")
+    for path, why in [(tmp_path / "run.npz", "it is a folder"), (long, "name too long")]:
+        rc, _, err = _run(capsys, "run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10", "--save", str(path))
+        assert rc == 2 and err.startswith(f"jaxrot: error: --save: cannot write {str(path)!r}: "), err
+        assert why in err.lower() and err.count("\n") == 1 and ".run-" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.npz"]  # no probe left behind
+
+
+def test_a_name_near_the_limit_is_written(capsys, tmp_path):
+    """A name of 250 characters is allowed; its temporary file (a longer name) must not fail."""
+    path = tmp_path / ("y" * 246 + ".npz")
+    rc, _, err = _run(capsys, "--quiet", "run", "buss2p", "t_handle", "--dt", "0.1", "--steps", "10",
+                      "--save", str(path))
+    assert rc == 0, err
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 def test_failed_simulation_is_one_line_with_an_actionable_hint(capsys):
@@ -83,10 +115,17 @@ def test_a_failed_experiment_does_not_point_at_options_it_lacks(capsys, monkeypa
 
 
 def test_no_throw_keeps_the_trajectory_and_saves_it(capsys, tmp_path):
+    import os
+
     path = tmp_path / "run.npz"
-    rc, out, _ = _run(capsys, "run", "midpoint_exp", "t_handle", "--dt", "20", "--steps", "10", "--no-throw",
-                      "--save", str(path), "--plot", str(tmp_path / "run.png"))
+    before = os.umask(0o022)  # the usual umask: files 0o644, as any program writes them
+    try:
+        rc, out, _ = _run(capsys, "run", "midpoint_exp", "t_handle", "--dt", "20", "--steps", "10", "--no-throw",
+                          "--save", str(path), "--plot", str(tmp_path / "run.png"))
+    finally:
+        os.umask(before)
     assert rc == 0 and "failed" in out and "statistics below cover" in out
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"run.npz": 0o644, "run.png": 0o644}
     traj = jaxrot.load(path)
     assert traj.info["method"] == "midpoint_exp" and traj.info["problem"] == "t_handle"
     assert int(traj.failed_step) > 0 and (tmp_path / "run.png").stat().st_size > 0
@@ -200,3 +239,51 @@ def test_run_auto_with_a_tolerance_uses_the_suggestion(capsys):
     assert rc == 2 and "run auto PROBLEM --tol" in err
     rc, _, err = _run(capsys, "run", "buss4", "t_handle")
     assert rc == 2 and "--dt and --steps" in err
+
+
+def test_compilation_cache_folder_choice(tmp_path):
+    from jaxrot.present import cache
+
+    home = pathlib.Path("~/.cache").expanduser()
+    assert cache.choose({}) == (home / "jaxrot" / "jax", "default")
+    assert cache.choose({"XDG_CACHE_HOME": str(tmp_path)})[0] == tmp_path / "jaxrot" / "jax"
+    assert cache.choose({"XDG_CACHE_HOME": "relative/dir"})[0] == home / "jaxrot" / "jax"  # XDG: ignored
+    assert cache.choose({cache.ENV: str(tmp_path / "c")})[0] == tmp_path / "c"
+    for off in ("off", "0", "OFF", "false"):
+        assert cache.choose({cache.ENV: off})[0] is None
+    assert cache.choose({}, no_cache=True)[0] is None
+    assert cache.choose({}, configured="/elsewhere")[0] is None  # JAX's own setting wins
+    assert cache.usable(tmp_path / "new" / "jax") is None and (tmp_path / "new" / "jax").is_dir()
+    (tmp_path / "file").write_text("")
+    assert cache.usable(tmp_path / "file" / "jax") is not None
+
+
+def _command(args, env, cwd, code=None):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAXROT_COMPILATION"))
+           } | env
+    argv = [sys.executable, "-c", code] if code else [sys.executable, "-m", "jaxrot", *args]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_command_caches_compiled_programs_and_the_library_does_not(tmp_path):
+    """The command keeps its compiled programs under $XDG_CACHE_HOME/jaxrot/jax (off with --no-cache);
+    a program importing jaxrot keeps JAX's settings (no cache); a cache folder that cannot be
+    written leaves the command working, with one note."""
+    run = ["--quiet", "run", "buss4", "t_handle", "--dt", "0.01", "--steps", "100"]
+    r = _command(run, {"XDG_CACHE_HOME": str(tmp_path / "a")}, tmp_path)
+    assert r.returncode == 0 and "note" not in r.stderr, r.stderr[-2000:]
+    assert len(list((tmp_path / "a" / "jaxrot" / "jax").iterdir())) > 0
+    r = _command(["--no-cache", *run], {"XDG_CACHE_HOME": str(tmp_path / "b")}, tmp_path)
+    assert r.returncode == 0 and not (tmp_path / "b").exists(), r.stderr[-2000:]
+    (tmp_path / "c").write_text("a file, not a folder")
+    r = _command(run, {"XDG_CACHE_HOME": str(tmp_path / "c")}, tmp_path)
+    assert r.returncode == 0 and "attitude error" in r.stdout, r.stderr[-2000:]
+    assert r.stderr.startswith("jaxrot: note: compilation cache off: cannot write") and r.stderr.count("\n") == 1
+    code = ("import jax, jaxrot; p = jaxrot.problems.get('t_handle'); jaxrot.simulate('buss4', p, 0.01, 100); "
+            "from jaxrot.present import cli; print(jax.config.jax_compilation_cache_dir)")
+    r = _command([], {"XDG_CACHE_HOME": str(tmp_path / "d")}, tmp_path, code=code)
+    assert r.stdout.strip() == "None" and not (tmp_path / "d").exists(), r.stderr[-2000:]

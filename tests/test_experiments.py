@@ -122,9 +122,20 @@ def test_krysl_quick(tmp_path):
     assert max(abs(x - s[0]) for x in s) < 1e-12 * abs(s[0])
 
 
-def test_buss_table_quick(tmp_path):
+def test_buss_table_quick(tmp_path, monkeypatch, capsys):
     from jaxrot.experiments import buss_table
+    from jaxrot.present import plotting
 
+    figures = {}
+
+    def keep(name, draw):
+        def wrapped(*a, **k):
+            figures[name] = draw(*a, **k)
+            return figures[name]
+        monkeypatch.setattr(buss_table, name, wrapped)
+
+    for name in ("published_comparison_figure", "grouped_series_figure"):
+        keep(name, getattr(buss_table, name))
     res = buss_table.main(quick=True, out_dir=tmp_path)
     for f in ["buss_table.md", "buss_table.json", "buss_table.png", "buss_work_precision.png",
               "buss_energy_drift.png"]:
@@ -151,6 +162,25 @@ def test_buss_table_quick(tmp_path):
             width = line.count("|")
         elif line.startswith("| ") and "protocol" not in line and "reading" not in line and "main" not in line:
             assert line.count("|") in (width, 5)
+    # the table figure names rows by method id, like every other figure, and gives the unit
+    ax = figures["published_comparison_figure"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [r["method"] for r in run["rows"]]
+    assert "final attitude error ≤ 0.0001 rad" in ax.get_title()
+    # the energy figure: no legend entry without a visible curve (none drawn solid under another)
+    axes = figures["grouped_series_figure"].axes
+    y = np.concatenate([ln.get_ydata() for ax in axes for ln in ax.get_lines()])
+    span = np.log10(y.max() / y.min())
+    for ax in axes:
+        solid = [ln for ln in ax.get_lines() if ln.get_linestyle() == "-"]
+        for i, a in enumerate(solid):
+            for b in solid[:i]:
+                assert not plotting.coinciding(a.get_ydata(), b.get_ydata(), span=span), (
+                    a.get_label(), b.get_label())
+    # four phases, each with its own time left
+    err = capsys.readouterr().err
+    for phase in ("1/4 Buss table: 17/17 rows", "2/4 sensitivity: 17/17 rows", "3/4 cost per step: 17/17 methods",
+                  "4/4 energy drift: 17/17 methods"):
+        assert phase in err
 
 
 def test_roblox_quick(tmp_path):

@@ -57,6 +57,86 @@ def test_unwritable_output_folder_fails_before_the_run(capsys, monkeypatch):
     assert err.count("\n") == 1 and "cannot write to the output folder '/proc/jaxrot-no-such-place'" in err
 
 
+@pytest.fixture
+def umask():
+    """Set the process's umask for one test (put back afterwards)."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield lambda mask: os.umask(mask)
+    os.umask(before)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_files_get_the_permissions_of_the_users_umask(tmp_path, umask, mask):
+    """A plot, a trajectory, a staged result and provenance.json: ``0o666 & ~umask`` like any file a
+    program creates, not the private 0o600 of their temporary files."""
+    from jaxrot.present import provenance
+
+    umask(mask)
+    assert output.umask() == mask
+    with output.atomic(tmp_path / "single.png") as tmp:
+        tmp.write_bytes(b"png")
+    with output.staged(tmp_path, lambda done: provenance.record(tmp_path, done, command="jaxrot x",
+                                                                 quick=False)) as stage:
+        (stage / "result.json").write_text("[1]")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(["single.png", "result.json", provenance.MANIFEST], 0o666 & ~mask)
+
+
+def _no_experiment(*a, **k):
+    raise AssertionError("the experiment ran before its arguments were checked")
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, ValueError])
+def test_a_failed_run_leaves_no_folder_it_created(tmp_path, capsys, monkeypatch, stop):
+    """Ctrl-C or an error before anything was written: the folders the command made for its results
+    go again (its parents too, where it made them); a folder that was there before stays."""
+    import importlib
+
+    def fails(**kw):
+        (kw["out_dir"] / "half.png").write_text("half-written")
+        raise stop("stopped")
+
+    monkeypatch.setattr(importlib.import_module(cli.EXPERIMENTS["dancing_pole"]), "main", fails)
+    new = tmp_path / "a" / "b"
+    assert cli.main(["reproduce", "dancing_pole", "--out", str(new)]) == (130 if stop is KeyboardInterrupt else 2)
+    assert list(tmp_path.iterdir()) == []
+    there = tmp_path / "there"
+    there.mkdir()
+    assert cli.main(["reproduce", "dancing_pole", "--out", str(there)]) != 0
+    assert there.is_dir() and list(there.iterdir()) == []
+    capsys.readouterr()
+
+
+def test_a_bad_protocol_fails_before_the_output_folder_is_made(tmp_path, capsys, monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module(cli.EXPERIMENTS["buss"]), "main", _no_experiment)
+    assert cli.main(["reproduce", "buss", "--tilt", "100", "--out", str(tmp_path / "k")]) == 2
+    assert "tilt_deg must be in [0, 90)" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_removes_the_empty_folders_it_made(tmp_path):
+    """What the main thread does on Ctrl-C (the computation's thread may still be running)."""
+    made = output.prepare(tmp_path / "x" / "y")
+    quick = output.temporary_folder(prefix="jaxrot-test-")
+    with pytest.raises(KeyboardInterrupt):
+        with output.staged(made):
+            assert made.is_dir() and quick.is_dir()
+            output.discard_pending()
+            assert not (tmp_path / "x").exists() and not quick.exists()
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == [] and output.CREATED == []
+
+
+def test_a_folder_with_results_is_kept(tmp_path):
+    made = output.prepare(tmp_path / "x")
+    with output.staged(made) as stage:
+        (stage / "r.json").write_text("[1]")
+    output.remove_empty_created()
+    assert [p.name for p in made.iterdir()] == ["r.json"] and output.CREATED == []
+
+
 def test_default_frames_are_bounded():
     assert cli._default_save_every(2000) == 10  # about 200 frames
     assert cli._default_save_every(1009) == 1  # prime, 1 010 frames: within the bound
@@ -97,7 +177,7 @@ def test_ctrl_c_during_reproduce_leaves_nothing(tmp_path, sig, code, word):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     assert err.strip() == f"jaxrot: {word}; nothing was written" and "Traceback" not in err
-    assert list(out.iterdir()) == []  # no file, no staging folder
+    assert not out.exists()  # no file, no staging folder, and not the (empty) folder it made
 
 
 def test_ctrl_c_inside_a_long_compiled_call_ends_at_once(tmp_path):
@@ -148,7 +228,8 @@ def test_an_ignored_sigint_stays_ignored(tmp_path):
 
 def test_discard_pending_removes_writes_under_way(tmp_path):
     (tmp_path / "a.txt").write_text("earlier")
-    with pytest.raises(FileNotFoundError):  # the computation's thread, had it gone on, finds its file gone
+    # the computation's thread, had it gone on, finds its file gone
+    with pytest.raises(output.OutputError, match="a.txt"):
         with output.staged(tmp_path) as stage, output.atomic(tmp_path / "a.txt") as tmp:
             (stage / "x.json").write_text("partial")
             tmp.write_text("partial")
@@ -219,6 +300,41 @@ def test_progress_is_a_bar_on_a_terminal_lines_otherwise_and_silent_when_quiet(m
     monkeypatch.setattr(progress, "QUIET", True)
     assert list(progress.items(range(3), "quiet")) == [0, 1, 2]
     assert capsys.readouterr().err == ""
+
+
+class _Clock:
+    """A fake clock, moved by hand."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_time_left_is_not_drawn_from_the_first_item(monkeypatch):
+    """The first row of a table compiles (here 100 s), the next ones take 2 s each: no estimate
+    until two rows after the first are timed, then 2 s a row (an estimate from the first row
+    said ~800 s left for a job of two minutes)."""
+    from jaxrot.present import progress
+
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)
+    monkeypatch.setattr(progress._driver_progress, "QUIET", False)
+    clock, term = _Clock(), _Terminal()
+    term.isatty = lambda: False
+    bar = progress.ItemProgress(20, "rows", "table", clock=clock, stream=term)
+    lefts = []
+    for dt in [100.0] + [2.0] * 19:
+        clock.t += dt
+        bar.update(1)
+        lefts.append(bar.left())
+    assert lefts[:2] == [None, None]
+    assert lefts[2:] == pytest.approx([2.0 * (20 - k) for k in range(3, 21)])
+    lines = term.text.splitlines()
+    assert lines[0] == "  table: 1/20 rows (5%), 100 s, time left: estimated from rows 2-3"
+    assert lines[2] == "  table: 3/20 rows (15%), 104 s, ~34 s left"
+    assert "~" not in "".join(lines[:2]) and lines[-1].endswith("20/20 rows (100%), 2.3 min, done")
+    assert progress.time_left(10, 4, first_done=2, t_first=50.0, now=54.0) == pytest.approx(12.0)  # batches
 
 
 def test_simulate_progress_reports_steps_and_keeps_the_result(capsys):
@@ -303,6 +419,26 @@ def test_run_plot_has_no_artificial_floor(tmp_path):
     finally:
         plt.Figure.savefig = orig
     assert saved and all(lo > 1e-30 for lo, _ in saved[0]), saved  # log axes start near the data, not at 1e-300
+
+
+def test_coinciding_curves_stay_visible():
+    """Two curves within a pixel of each other (buss2 and buss3_false in Buss's energy figure): the
+    later one is drawn dashed on top, and its legend entry says which curve it lies on."""
+    from jaxrot.present.plotting import grouped_series_figure
+
+    t = np.linspace(0, 1, 50)
+    a = 1e-3 * (t + 0.1)
+    b = 1.1 * a
+    b[:3] *= 10  # they part during the first steps only, as in the figure
+    fig = grouped_series_figure(t, {"p": {"a": a, "b": b, "c": 1e-10 * (t + 0.1), "d": 1e-17 + 0 * t}},
+                                ylabel="y")
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    assert set(lines) == {"a", "b (dashed: coincides with a)", "c", "d"}
+    b = lines["b (dashed: coincides with a)"]
+    assert b.get_linestyle() != "-" and b.get_zorder() > lines["a"].get_zorder()
+    assert all(lines[k].get_linestyle() == "-" for k in "acd")
+    legend = [x.get_text() for x in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["a", "b (dashed: coincides with a)", "c", "d"]
 
 
 def test_convergence_map_example_draws_rows_as_l_y(tmp_path, monkeypatch):

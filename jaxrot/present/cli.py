@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from . import interrupts, output
+from . import cache, interrupts, output
 
 EXPERIMENTS = {
     "buss": "jaxrot.experiments.buss_table",
@@ -54,17 +54,15 @@ def _list(args) -> int:
     return 0
 
 
-def _check_out_path(path: str | None, option: str, suffixes: tuple[str, ...]) -> None:
-    """Fail before any computation when an output path cannot be written."""
+def _check_out_path(path: str | None, option: str, suffixes: tuple[str, ...]) -> str | None:
+    """Fail before any computation when an output file cannot be written; returns the path with
+    ``~`` expanded (the one to write)."""
     if path is None:
-        return
+        return None
     if not path.lower().endswith(suffixes):
         raise ValueError(f"{option} must end in {' or '.join(suffixes)}, got {path!r}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ValueError(f"{option}: folder {folder!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"{option}: folder {folder!r} is not writable")
+    output.check_file(path, option)
+    return os.path.expanduser(path)
 
 
 def _check_run_args(args) -> int:
@@ -85,8 +83,8 @@ def _check_run_args(args) -> int:
     save = args.save_every if args.save_every is not None else _default_save_every(args.steps)
     if save < 1 or args.steps % save:
         raise ValueError(f"--save-every {save} does not divide --steps {args.steps} (it must be >= 1 and divide it)")
-    _check_out_path(args.plot, "--plot", (".png", ".pdf", ".svg"))
-    _check_out_path(args.save, "--save", (".npz",))
+    args.plot = _check_out_path(args.plot, "--plot", (".png", ".pdf", ".svg"))
+    args.save = _check_out_path(args.save, "--save", (".npz",))
     if args.save_every is None and args.steps // save < 200 and args.steps > 200:
         print(f"note: keeping {args.steps // save + 1} frames (every {save} steps): {args.steps} has no divisor "
               f"giving 200-{MAX_FRAMES} frames; pass --save-every to choose", flush=True)
@@ -188,13 +186,12 @@ def _run(args) -> int:
 def _results_folder(args):
     """The checked output folder of a ``reproduce``/``bench`` command (announced before the run):
     ``--out``, else :data:`~jaxrot.present.output.DEFAULT_OUT`, or a new temporary folder for a
-    ``--quick`` run (never over the results of a full one)."""
-    import tempfile
-
+    ``--quick`` run (never over the results of a full one). A folder it creates is removed again
+    if the command ends without writing anything into it."""
     if args.out is not None:
         folder = output.prepare(args.out)
     elif args.quick:
-        folder = output.prepare(tempfile.mkdtemp(prefix="jaxrot-quick-"))
+        folder = output.temporary_folder(prefix="jaxrot-quick-")
         print(f"quick run: writing to {folder}", flush=True)
         return folder
     else:
@@ -226,13 +223,13 @@ def _reproduce(args) -> int:
     if args.name != "buss" and given:
         raise ValueError(f"--{', --'.join(a.replace('_', '-') for a, f in _PROTOCOL_ARGS.items() if f in given)}"
                          f" only apply to 'reproduce buss'")
-    folder = _results_folder(args)
     if args.name != "buss":
-        return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), folder, args)
+        return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), _results_folder(args), args)
     from jaxrot.studies.buss_protocol import PrismProtocol
 
-    protocol = PrismProtocol(**given)
-    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, protocol=protocol), folder, args)
+    protocol = PrismProtocol(**given)  # a bad protocol fails before the output folder is made
+    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, protocol=protocol),
+                       _results_folder(args), args)
 
 
 def _animate(args) -> int:
@@ -245,8 +242,7 @@ def _animate(args) -> int:
     from jaxrot import problems
     from jaxrot.present.animation import animate_bodies, shape_for
 
-    out = args.out
-    _check_out_path(out, "--out", (".gif",))
+    out = _check_out_path(args.out, "--out", (".gif",))
     if args.frames < 2 or args.steps < 1 or args.dt <= 0:
         raise ValueError("need --frames >= 2, --steps >= 1 and --dt > 0")
     p = problems.get(args.problem)
@@ -300,6 +296,9 @@ def main(argv=None) -> int:
     """The ``jaxrot`` command; returns the exit code (130 after Ctrl-C, 143 after SIGTERM, 0 when the
     reader of its output went away, 2 for bad arguments, 1 for a failed simulation).
 
+    Called as the process's command (no ``argv``), it keeps compiled programs in an on-disk cache
+    (:mod:`jaxrot.present.cache`); called with ``argv``, JAX's settings are left as they are.
+
     The command runs in a worker thread (:func:`~jaxrot.present.interrupts.call_interruptibly`), so
     an interrupt is handled at once, also in the middle of a long compiled call. Called as the
     process's command (no ``argv``), an interrupted process ends there without waiting for that call.
@@ -309,7 +308,7 @@ def main(argv=None) -> int:
         # the handler of the loading time (jaxrot/__init__) ends here: Ctrl-C raises KeyboardInterrupt again
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        code = interrupts.call_interruptibly(_main, argv)
+        code = interrupts.call_interruptibly(_main, argv, argv is None)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
         return code
     except KeyboardInterrupt as e:
@@ -328,7 +327,7 @@ def main(argv=None) -> int:
         return 0
 
 
-def _main(argv=None) -> int:
+def _main(argv=None, as_command: bool = False) -> int:
     from jaxrot import __version__, use_cpu_cores
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -343,6 +342,9 @@ def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="jaxrot", description="Accurate rigid-body rotation integrators in JAX.")
     ap.add_argument("--version", action="version", version=f"jaxrot {__version__}")
     ap.add_argument("--quiet", action="store_true", help="no progress reports (they go to stderr)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help=f"compile everything afresh: no on-disk cache of compiled programs (default "
+                         f"~/.cache/jaxrot/jax, or $XDG_CACHE_HOME/jaxrot/jax; {cache.ENV}=off or a folder)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="the registered methods (default) or the named problems")
     p.add_argument("what", nargs="?", default="methods", choices=["methods", "problems"])
@@ -403,6 +405,8 @@ def _main(argv=None) -> int:
     p.set_defaults(fn=_bench)
     args = ap.parse_args(argv)
     args.argv = argv  # the command line, recorded with the files a run writes
+    if as_command:  # the process is the command: a library caller's JAX settings are its own
+        cache.enable(no_cache=args.no_cache)
     from jaxrot.driver import progress
     from jaxrot.driver.failures import SimulationError, codes_of, name_of
 
@@ -427,6 +431,7 @@ def _main(argv=None) -> int:
         return 2
     finally:
         progress.QUIET = quiet_before  # main() called in a longer-lived process (tests, notebooks)
+        output.remove_empty_created()  # a folder made for results that never came
 
 
 if __name__ == "__main__":

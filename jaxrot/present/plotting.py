@@ -221,9 +221,11 @@ def fit_figure(obs, trajectories: dict, loss_history):
     return fig
 
 
-def published_comparison_figure(rows: list[dict], *, cap: int, title: str = ""):
-    """Our N beside the published N per row (log axis). A row beyond the cap is drawn as a hatched
-    bar at the cap labelled "> cap"; the shaded band around each published value is +-25%."""
+def published_comparison_figure(rows: list[dict], *, cap: int, title: str = "",
+                                ylabel: str = "steps N to reach the threshold", tick: str = "method"):
+    """Our N beside the published N per row (log axis), each row named by its ``rows[i][tick]``
+    (the method id, as in every other figure). A row beyond the cap is drawn as a hatched bar at
+    the cap labelled "> cap"; the shaded band around each published value is +-25%."""
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(rows)), 4.8))
     x = np.arange(len(rows))
     for i, r in enumerate(rows):
@@ -237,8 +239,8 @@ def published_comparison_figure(rows: list[dict], *, cap: int, title: str = ""):
             ax.fill_between([i - 0.45, i + 0.45], 0.75 * r["N_buss"], 1.25 * r["N_buss"], color="0.85", zorder=0)
     ax.set_yscale("log")
     ax.set_ylim(top=cap * 4)
-    ax.set_xticks(x, [r["label"] for r in rows], rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("steps N to reach the threshold")
+    ax.set_xticks(x, [r[tick] for r in rows], rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)
     if title:
@@ -271,16 +273,50 @@ def grouped_work_precision_figure(groups: dict[str, dict[str, dict]], *, eps: fl
     return fig
 
 
+def coinciding(a, b, *, span: float, logy: bool = True, tol: float = 0.005, share: float = 0.9) -> bool:
+    """Whether curve ``b`` would hide under ``a`` (same abscissae): at ``share`` of the points or
+    more they differ by at most ``tol`` of the axis's ``span`` (in decades on a log axis), about a
+    pixel at the figures' size. (Two energy curves that part only during the first steps and then
+    run within 10% of each other over 16 decades look like one line.)"""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.size == 0:
+        return False
+    if logy:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a, b = np.log10(np.abs(a)), np.log10(np.abs(b))
+    with np.errstate(invalid="ignore"):
+        close = (np.abs(a - b) <= tol * span) | (np.isnan(a) & np.isnan(b))
+    return float(np.mean(close)) >= share
+
+
 def grouped_series_figure(ts, groups: dict[str, dict[str, np.ndarray]], *, ylabel: str, xlabel: str = "t",
                           title: str = "", logy: bool = True):
-    """Quantities over time, one panel per group (at most ~8 curves each)."""
+    """Quantities over time, one panel per group (at most ~8 curves each).
+
+    A curve that would hide under an earlier one of its panel (:func:`coinciding`: within a pixel or
+    two at the figure's size) is drawn dashed on top of it, and its legend entry names the curve it
+    coincides with: every entry stays visible."""
     n = len(groups)
     fig, axes = plt.subplots(1, n, figsize=(4.8 * n, 5.0), squeeze=False, sharey=True)
+    values = [np.abs(np.asarray(y, dtype=float)) if logy else np.asarray(y, dtype=float)
+              for series in groups.values() for y in series.values()]
+    finite = np.concatenate([v[np.isfinite(v) & ((v > 0) if logy else True)] for v in values] or [np.zeros(0)])
+    if finite.size:
+        lo, hi = float(finite.min()), float(finite.max())
+        span = max(np.log10(hi / lo) if logy else hi - lo, 1e-300)
+    else:
+        span = 1.0
     for ax, (gname, series) in zip(axes[0], groups.items()):
+        drawn = []  # (name, y) of the curves drawn solid
         for i, (name, y) in enumerate(series.items()):
-            y = np.asarray(y)
-            (ax.semilogy if logy else ax.plot)(np.asarray(ts), np.abs(y) if logy else y, lw=1,
-                                               ls="-" if i < 10 else "--", label=name)
+            y = np.abs(np.asarray(y)) if logy else np.asarray(y)
+            under = next((other for other, z in drawn if coinciding(y, z, span=span, logy=logy)), None)
+            if under is None:
+                style, label = dict(lw=1, ls="-" if i < 10 else "--", zorder=2), name
+                drawn.append((name, y))
+            else:  # dashed on top: the solid curve below shows between its dashes
+                style, label = dict(lw=1.6, ls=(0, (3, 3)), zorder=3), f"{name} (dashed: coincides with {under})"
+            (ax.semilogy if logy else ax.plot)(np.asarray(ts), y, label=label, **style)
         ax.set_title(gname, fontsize=10)
         ax.set_xlabel(xlabel)
         ax.grid(True, which="major", alpha=0.3)

@@ -1,0 +1,82 @@
+"""The ``jaxrot`` command's on-disk cache of compiled programs (JAX's persistent compilation cache).
+
+Each run of a command compiles the same XLA programs again, and on a small CPU compiling is a large
+part of a short command. The command therefore keeps them in ``$XDG_CACHE_HOME/jaxrot/jax``
+(``~/.cache/jaxrot/jax`` when ``XDG_CACHE_HOME`` is unset), and a later run loads them instead.
+
+Only the command does this: a program that imports jaxrot keeps JAX's own settings. The variable
+:data:`ENV` chooses: ``off`` (or ``0``, ``no``, ``false``) switches the cache off, as the command's
+``--no-cache`` does; a path puts it there. A cache folder already given to JAX
+(``JAX_COMPILATION_CACHE_DIR``) is left as it is. A folder that cannot be created or written
+switches the cache off for that run, with a one-line note; the command itself goes on.
+
+Like any JAX compilation cache, the folder is trusted: whoever can write to it can make the
+command run code of theirs, so it belongs to the user alone.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+
+#: the variable that switches the cache off (``off``) or names its folder
+ENV = "JAXROT_COMPILATION_CACHE"
+#: programs compiled faster than this are not kept: a file per program costs disk and a read, and
+#: these are many (a fifth of those ``reproduce buss --quick`` compiles) but ~1% of its compile time
+MIN_COMPILE_SECONDS = 0.1
+_OFF = ("off", "0", "no", "false")
+
+
+def choose(environ=None, *, configured: str | None = None, no_cache: bool = False) -> tuple[pathlib.Path | None, str]:
+    """Where the command's cache goes: ``(folder, why)``, ``folder`` None when it is not used.
+
+    ``configured`` is a folder JAX was already given (its setting wins); ``no_cache`` is the
+    command's ``--no-cache``."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(ENV, "").strip()
+    if no_cache:
+        return None, "--no-cache"
+    if value.lower() in _OFF:
+        return None, f"{ENV}={value}"
+    if configured:
+        return None, f"JAX's own cache folder {configured!r} is in use"
+    if value:
+        return pathlib.Path(value).expanduser(), ENV
+    base = environ.get("XDG_CACHE_HOME", "").strip()
+    # XDG: a relative XDG_CACHE_HOME is invalid and is ignored
+    root = pathlib.Path(base) if base and os.path.isabs(base) else pathlib.Path("~/.cache").expanduser()
+    return root / "jaxrot" / "jax", "default"
+
+
+def usable(folder: pathlib.Path) -> str | None:
+    """None when ``folder`` can be created and written, else the reason it cannot."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".jaxrot-probe-", dir=folder)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def enable(*, no_cache: bool = False, environ=None) -> pathlib.Path | None:
+    """Switch JAX's persistent compilation cache on for this process (the command only); returns
+    its folder, or None where it stays off (see the module's text)."""
+    import jax
+
+    folder, why = choose(environ, configured=jax.config.jax_compilation_cache_dir, no_cache=no_cache)
+    if folder is None:
+        return None
+    problem = usable(folder)
+    if problem is not None:  # said even under --quiet: every run is slower until it is fixed
+        import sys
+
+        print(f"jaxrot: note: compilation cache off: cannot write {str(folder)!r} ({problem}); "
+              f"set {ENV} to another folder, or to 'off'", file=sys.stderr, flush=True)
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder
