@@ -18,17 +18,35 @@ momentum, plus 10 roundings (``tests/test_kernels.py``).
 """
 
 import functools
+import types
 import typing
 
 from ..integrators.dop853_coefficients import A as _A
 from ..integrators.dop853_coefficients import B as _B
 from ..integrators.dop853_coefficients import C as _C
+from ..integrators.dop853_coefficients import E5 as _E5
 from ._common import SERIES_ANGLE2, so3_funcs, torque_funcs, warp
 
 
 @functools.lru_cache(maxsize=None)
 def make_rkmk8(S, name: str, torque: str, K: int):
     """``(init, step)`` Warp functions of RKMK8 for a torque kind."""
+    f = _rkmk8_funcs(S, torque, K)
+    return f.init, f.step
+
+
+@functools.lru_cache(maxsize=None)
+def make_rkmk8_embedded(S, name: str, torque: str, K: int):
+    """``(init, step_pair)``: ``step_pair(R, Pi, A, t, h, J, P) -> (R8, Pi8, A, R5, Pi5)``, the
+    eighth-order step and the fifth-order solution embedded in its stages (DOP853's weights
+    ``B - E5``, :meth:`jaxrot.integrators.RKMK8.step_embedded`), from one set of stages. ``init``
+    depends on the step (the gravity gradient's stage angles): an adaptive loop calls it per attempt."""
+    f = _rkmk8_funcs(S, torque, K)
+    return f.init, f.step_pair
+
+
+@functools.lru_cache(maxsize=None)
+def _rkmk8_funcs(S, torque: str, K: int):
     wp = warp()
     c = so3_funcs(S)
     tq = torque_funcs(S, torque, K)
@@ -39,12 +57,15 @@ def make_rkmk8(S, name: str, torque: str, K: int):
     VN = wp.types.vector(n, S)
     A = AM(*[S(float(x)) for x in _A.reshape(-1)])
     B = VN(*[S(float(x)) for x in _B])
+    # the embedded fifth-order weights, formed in float64 as the JAX method forms them
+    B5 = VN(*[S(float(x)) for x in (_B - _E5)])
     C = VN(*[S(float(x)) for x in _C])
     FREE = torque == "free"
     # which coefficients are nonzero (a sixth of DOP853's are zero): their terms are left out of the
     # generated code, as the compiler may not drop x * 0.0 itself (x could be inf or NaN)
     NZA = [[bool(_A[i, j] != 0.0) for j in range(n)] for i in range(n)]
     NZB = [bool(x != 0.0) for x in _B]
+    NZB5 = [bool(x != 0.0) for x in (_B - _E5)]
     series = SERIES_ANGLE2
 
     GG = torque == "gravity_gradient"
@@ -91,55 +112,83 @@ def make_rkmk8(S, name: str, torque: str, K: int):
     def row(X: KM, j: int):
         return V(X[j, 0], X[j, 1], X[j, 2])
 
+    def stage_sums(PAIR: bool):
+        """A Warp function of one step's stages giving their weighted sums ``(sum b_i K_i, sum b_i F_i)``
+        and, with ``PAIR``, the embedded solution's ``(sum bhat_i K_i, sum bhat_i F_i)`` (zeros without):
+        the stages stay in the function's local matrices (returning them costs the fixed-step kernel
+        5-10 % on a CPU)."""
+
+        @wp.func
+        def sums(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
+            Ks = KM()
+            Fs = KM()
+            ca = S(0.0)
+            sa = S(0.0)
+            if wp.static(GG):  # the step's nadir angle n t + phase
+                ca = wp.cos(P[0] * t + P[1])
+                sa = wp.sin(P[0] * t + P[1])
+            for i in range(n):
+                su = V(S(0.0), S(0.0), S(0.0))
+                sp = V(S(0.0), S(0.0), S(0.0))
+                for j in range(i):
+                    if wp.static(NZA[i][j]):
+                        su = su + wp.static(A)[i, j] * row(Ks, j)
+                        sp = sp + wp.static(A)[i, j] * row(Fs, j)
+                U = h * su
+                Pc = Pi + h * sp
+                Om = wp.cw_div(Pc, J)
+                Kv = V(S(0.0), S(0.0), S(0.0))
+                Fv = wp.cross(Pc, Om)
+                if wp.static(FREE):
+                    Kv = dexpinv_neg(U, Om)
+                else:  # R_i's exponential and dexp^{-1} share the angle (its series, or its square root and sine)
+                    a2 = wp.dot(U, U)
+                    s1 = S(0.0)
+                    s2 = S(0.0)
+                    cc = S(0.0)
+                    if a2 < S(series):
+                        s1, s2, cc = c.rodrigues12_dexpinv_series(a2)
+                    else:
+                        s1, s2, half, sh = c.rodrigues12_half(a2)
+                        cc = dexpinv_c(a2, half, sh)
+                    Kv = dexpinv_neg_with(U, Om, cc)
+                    E = c.exp_of(U, a2, s1, s2)
+                    if wp.static(GG):  # the stage's world nadir, turned from the step's by n c_i h
+                        w = V(ca * Amem[i, 0] - sa * Amem[i, 1], sa * Amem[i, 0] + ca * Amem[i, 1], S(0.0))
+                        Fv = Fv + tq.gravity_gradient_body(wp.transpose(E) @ (wp.transpose(R) @ w), P)
+                    else:
+                        Fv = Fv + tq.body_tau_at(t + wp.static(C)[i] * h, R, E, Pc, P)
+                for k in range(3):
+                    Ks[i, k] = Kv[k]
+                    Fs[i, k] = Fv[k]
+            sk = V(S(0.0), S(0.0), S(0.0))
+            sf = V(S(0.0), S(0.0), S(0.0))
+            for i in range(n):
+                if wp.static(NZB[i]):
+                    sk = sk + wp.static(B)[i] * row(Ks, i)
+                    sf = sf + wp.static(B)[i] * row(Fs, i)
+            sk5 = V(S(0.0), S(0.0), S(0.0))
+            sf5 = V(S(0.0), S(0.0), S(0.0))
+            if wp.static(PAIR):
+                for i in range(n):
+                    if wp.static(NZB5[i]):
+                        sk5 = sk5 + wp.static(B5)[i] * row(Ks, i)
+                        sf5 = sf5 + wp.static(B5)[i] * row(Fs, i)
+            return sk, sf, sk5, sf5
+
+        return sums
+
+    sums8 = stage_sums(False)
+    sums85 = stage_sums(True)
+
     @wp.func
     def step(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
-        Ks = KM()
-        Fs = KM()
-        ca = S(0.0)
-        sa = S(0.0)
-        if wp.static(GG):  # the step's nadir angle n t + phase
-            ca = wp.cos(P[0] * t + P[1])
-            sa = wp.sin(P[0] * t + P[1])
-        for i in range(n):
-            su = V(S(0.0), S(0.0), S(0.0))
-            sp = V(S(0.0), S(0.0), S(0.0))
-            for j in range(i):
-                if wp.static(NZA[i][j]):
-                    su = su + wp.static(A)[i, j] * row(Ks, j)
-                    sp = sp + wp.static(A)[i, j] * row(Fs, j)
-            U = h * su
-            Pc = Pi + h * sp
-            Om = wp.cw_div(Pc, J)
-            Kv = V(S(0.0), S(0.0), S(0.0))
-            Fv = wp.cross(Pc, Om)
-            if wp.static(FREE):
-                Kv = dexpinv_neg(U, Om)
-            else:  # R_i's exponential and dexp^{-1} share the angle (its series, or its square root and sine)
-                a2 = wp.dot(U, U)
-                s1 = S(0.0)
-                s2 = S(0.0)
-                cc = S(0.0)
-                if a2 < S(series):
-                    s1, s2, cc = c.rodrigues12_dexpinv_series(a2)
-                else:
-                    s1, s2, half, sh = c.rodrigues12_half(a2)
-                    cc = dexpinv_c(a2, half, sh)
-                Kv = dexpinv_neg_with(U, Om, cc)
-                E = c.exp_of(U, a2, s1, s2)
-                if wp.static(GG):  # the stage's world nadir, turned from the step's by n c_i h
-                    w = V(ca * Amem[i, 0] - sa * Amem[i, 1], sa * Amem[i, 0] + ca * Amem[i, 1], S(0.0))
-                    Fv = Fv + tq.gravity_gradient_body(wp.transpose(E) @ (wp.transpose(R) @ w), P)
-                else:
-                    Fv = Fv + tq.body_tau_at(t + wp.static(C)[i] * h, R, E, Pc, P)
-            for k in range(3):
-                Ks[i, k] = Kv[k]
-                Fs[i, k] = Fv[k]
-        sk = V(S(0.0), S(0.0), S(0.0))
-        sf = V(S(0.0), S(0.0), S(0.0))
-        for i in range(n):
-            if wp.static(NZB[i]):
-                sk = sk + wp.static(B)[i] * row(Ks, i)
-                sf = sf + wp.static(B)[i] * row(Fs, i)
+        sk, sf, sk5, sf5 = sums8(R, Pi, Amem, t, h, J, P)
         return R @ c.exp(h * sk), Pi + h * sf, Amem
 
-    return init, step
+    @wp.func
+    def step_pair(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
+        sk, sf, sk5, sf5 = sums85(R, Pi, Amem, t, h, J, P)
+        return R @ c.exp(h * sk), Pi + h * sf, Amem, R @ c.exp(h * sk5), Pi + h * sf5
+
+    return types.SimpleNamespace(init=init, step=step, step_pair=step_pair)
