@@ -1,0 +1,344 @@
+"""A heterogeneous batch of heavy tops under error control: each body at its own pace in the fused
+adaptive kernel, against XLA's vmapped adaptive loop (every body iterates until the slowest is done),
+the cheapest fixed-step run that is as accurate, and diffrax.
+
+The batch: ``--bodies`` heavy tops (the ``fast_top`` problem's body and gravity, J = (5, 5, 1),
+mgl = 20), spun about the symmetry axis at rates log-uniform over 5-100 rad/s, the axis tilted
+0.05-1.2 rad from the vertical at a random azimuth; span ``--T`` (10); float64. For each tolerance
+(rtol = atol, ``--tols``: 1e-8 and 1e-12):
+
+- fused adaptive: ``jaxrot.kernels.adaptive.fused_adaptive`` of ``--pair`` (rkmk8(5)), one thread per body;
+- XLA's adaptive loop: ``jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(tol, tol), executor=jaxrot.XLA())``,
+  the same steps (the same worst error);
+- fixed steps: the fewest steps of fused ``rkmk8`` (5 % resolution) whose worst final error is at most
+  the fused adaptive run's;
+- diffrax ``Dopri8`` and ``Tsit5`` vmapped over the batch, ``PIDController(rtol=tol, atol=tol)`` at its
+  default coefficients, on the body-frame equations (12 numbers), at the loosest tolerance whose worst
+  final error is at most the fused adaptive run's (searched as the precision suite searches, from ten
+  times that error down by sqrt(10), refined once to 10^(1/4), on the 64 bodies the fused run
+  finds hardest, then confirmed on the batch).
+
+The error is the largest final attitude error over the batch (the rotation angle to the reference:
+fused fixed-step ``rkmk8`` at doubling step counts until two agree within 1e-14 rad on every body,
+or until doubling stops shrinking their difference: round-off).
+Times: the median of ``--reps`` calls of each contender, the contenders' calls in turn (after one
+untimed call each: compiled), per body. On this repository's 2-core CPU the targets are the fused
+adaptive run at <= 0.2x XLA's loop and <= 0.1x the best diffrax entry per body; on a GPU
+(``--bodies 100000``), >= 10x XLA's loop.
+
+    python benchmarks/heterogeneous_batch.py [--bodies 1000] [--T 10] [--tols 1e-8,1e-12] [--reps 3] [--out figures]
+    python benchmarks/heterogeneous_batch.py --quick   # a smoke test: 16 bodies, T = 0.5, one tolerance, Tsit5 only
+
+Writes ``heterogeneous_batch[_<device>][_quick].json`` and ``.md`` to ``--out`` (each atomically) and records them
+in its ``provenance.json``.
+"""
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxrot  # noqa: E402
+from jaxrot import kernels, problems  # noqa: E402
+from jaxrot.kernels import adaptive as ka  # noqa: E402
+from jaxrot.studies import analysis  # noqa: E402
+from jaxrot.studies.timing import median_seconds_interleaved  # noqa: E402
+
+SEARCH_BODIES = 64
+MAX_STEPS = 1 << 21
+
+
+def heavy_tops(B: int, seed: int = 0):
+    """``(problem, states)``: ``B`` heavy tops, spins log-uniform over 5-100 rad/s about the symmetry
+    axis, tilts uniform over 0.05-1.2 rad at a uniform azimuth."""
+    p = problems.get("fast_top")
+    rng = np.random.default_rng(seed)
+    spin = np.exp(rng.uniform(np.log(5.0), np.log(100.0), B))
+    tilt = rng.uniform(0.05, 1.2, B)
+    azim = rng.uniform(0.0, 2 * np.pi, B)
+    ex, ez = np.eye(3)[0], np.eye(3)[2]
+    R = jax.vmap(lambda a, t: jaxrot.so3.exp(a * jnp.asarray(ez)) @ jaxrot.so3.exp(t * jnp.asarray(ex)))(
+        jnp.asarray(azim), jnp.asarray(tilt))
+    J = np.asarray(p.body.J, np.float64)
+    Pi = jnp.asarray(np.stack([np.zeros(B), np.zeros(B), J[2] * spin], axis=1))
+    return p, jaxrot.State(R, Pi), spin, tilt
+
+
+def _system(p):
+    return jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.float64) if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating) else x,
+        p.system)
+
+
+def fixed_final(system, S, T, N):
+    """Final states of ``N`` fused ``rkmk8`` steps over ``[0, T]``."""
+    m = jaxrot.integrators.get("rkmk8")
+    R, Pi, _, _ = kernels.fused_frames(m, system, S, jnp.asarray(T / N), jnp.asarray(0.0), 1, int(N))
+    return jaxrot.State(R[:, 0], Pi[:, 0])
+
+
+def reference(system, S, T, n0, log=print):
+    """Final states from fused rkmk8 at doubling step counts until two agree within 1e-14 rad, or
+    until doubling no longer shrinks their difference fourfold (round-off reached): the finer one."""
+    prev = fixed_final(system, S, T, n0)
+    n, d_prev = n0, math.inf
+    while True:
+        n *= 2
+        cur = fixed_final(system, S, T, n)
+        d = float(jnp.max(analysis.attitude_error(cur.R, prev.R)))
+        log(f"  reference: {n} steps, change from {n // 2}: {d:.2e} rad")
+        if d <= 1e-14 or d > 0.25 * d_prev or n >= 1 << 22:
+            return cur, n, d
+        prev, d_prev = cur, d
+
+
+def worst(S, ref):
+    """The largest final attitude error over the batch (inf where a body is not finite)."""
+    e = analysis.attitude_error(jnp.asarray(S.R, jnp.float64), ref.R)
+    return float(jnp.max(jnp.where(jnp.isfinite(e), e, jnp.inf)))
+
+
+def per_body_errors(S, ref):
+    return np.asarray(analysis.attitude_error(jnp.asarray(S.R, jnp.float64), ref.R))
+
+
+def take(S, idx):
+    return jax.tree_util.tree_map(lambda x: x[idx], S)
+
+
+def diffrax_runner(p, T, solver_name):
+    """A jitted ``run(S, tol) -> (final states, steps per body)`` of diffrax's solver with its PID
+    controller (rtol = atol = tol), vmapped over the batch."""
+    import diffrax
+
+    from jaxrot.physics.flow import body_vector_field, pack_body, unpack_body
+
+    f = body_vector_field(p)
+    term = diffrax.ODETerm(lambda t, y, args: f(t, y))
+    solver = getattr(diffrax, solver_name)()
+
+    @jax.jit
+    def run(S, tol):
+        def one(R, Pi):
+            sol = diffrax.diffeqsolve(term, solver, 0.0, T, None, pack_body(R, Pi),
+                                      stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
+                                      saveat=diffrax.SaveAt(t1=True), max_steps=MAX_STEPS, throw=False)
+            return sol.ys[-1], sol.stats["num_steps"]
+
+        y, n = jax.vmap(one)(S.R, S.Pi)
+        return jaxrot.State(*unpack_body(y)), n
+
+    return lambda S, tol: run(S, jnp.asarray(tol, jnp.float64))
+
+
+def loosest_tolerance(run, S, ref, idx, target, log, tries=12):
+    """The loosest tolerance (from 10 target down by sqrt(10), refined once) whose worst error on the
+    bodies ``idx`` is at most ``target``, then tightened by 10^(1/4) until the whole batch meets it."""
+    Ss, rs = take(S, idx), take(ref, idx)
+
+    def passes_sub(tol):
+        e = worst(run(Ss, tol)[0], rs)
+        log(f"    tol {tol:.2e}: worst error on the search bodies {e:.2e}")
+        return e <= target
+
+    tol, _ = analysis.loosest_passing_tolerance(passes_sub, 10 * target, tries=tries, refine=1)
+    while tol is not None:
+        e = worst(run(S, tol)[0], ref)
+        log(f"    tol {tol:.2e}: worst error on the batch {e:.2e}")
+        if e <= target:
+            return tol
+        tol = tol * 10 ** -0.25 if tol > 1e-16 else None
+    return None
+
+
+def fewest_steps(system, S, ref, T, idx, target, n_start, log):
+    Ss, rs = take(S, idx), take(ref, idx)
+
+    def passes_sub(n):
+        e = worst(fixed_final(system, Ss, T, n), rs)
+        log(f"    N {n}: worst error on the search bodies {e:.2e}")
+        return e <= target
+
+    N, _ = analysis.smallest_passing_count(passes_sub, n_start=n_start, n_max=1 << 23)
+    while N is not None:
+        e = worst(fixed_final(system, S, T, N), ref)
+        log(f"    N {N}: worst error on the batch {e:.2e}")
+        if e <= target:
+            return N
+        N = math.ceil(N * 1.05)
+    return None
+
+
+def run_tolerance(p, system, S, ref, T, tol, pair, reps, diffrax_solvers, diffrax_bodies, log):
+    """The rows of one tolerance."""
+    B = S.R.shape[0]
+    ts = np.array([T])
+    fused = jax.jit(lambda S: ka.fused_adaptive(pair, system, S, 0.0, ts, tol, tol, max_steps=MAX_STEPS))
+
+    def xla(S):
+        return jaxrot.simulate(pair, p, t1=T, state0=S, stepsize=jaxrot.Adaptive(rtol=tol, atol=tol, max_steps=MAX_STEPS),
+                               saveat=jaxrot.SaveAt(ts=ts, t0=False), executor=jaxrot.XLA(), throw=False)
+
+    t0 = time.perf_counter()
+    out = fused(S)
+    attempts = np.asarray(out.n_accepted) + np.asarray(out.n_rejected)
+    final = jaxrot.State(out.R[:, -1], out.Pi[:, -1])
+    errs = per_body_errors(final, ref)
+    target = float(np.max(errs))
+    log(f"  fused adaptive {pair} at {tol:g}: worst error {target:.2e} rad, attempts per body "
+        f"{attempts.min()}-{attempts.max()} (mean {attempts.mean():.0f}), first call {time.perf_counter() - t0:.1f} s")
+    assert np.all(np.asarray(out.result) == 0), "a body did not finish"
+    xo = xla(S)
+    x_att = np.asarray(xo.controller.n_accepted) + np.asarray(xo.controller.n_rejected)
+    x_err = worst(jaxrot.State(xo.states.R[:, -1], xo.states.Pi[:, -1]), ref)
+    log(f"  XLA's loop: worst error {x_err:.2e} rad, attempts equal on {np.mean(x_att == attempts):.1%} of the bodies")
+    hardest = np.argsort(errs)[::-1][:min(SEARCH_BODIES, B)]
+    # the fixed-step search starts from the most attempts any body took
+    log("  fixed steps (fused rkmk8):")
+    N = fewest_steps(system, S, ref, T, hardest, target, int(attempts.max()) // 2, log)
+    contenders = [("fused adaptive " + pair, lambda: fused(S).R, f"tol = {tol:.0e}", float(attempts.mean()),
+                   target, B),
+                  ("XLA adaptive loop " + pair, lambda: xla(S).states.R, f"tol = {tol:.0e}", float(x_att.mean()),
+                   x_err, B)]
+    if N is not None:
+        fx = jax.jit(lambda S: fixed_final(system, S, T, N).R)
+        contenders.append(("fixed steps rkmk8 (fused)", lambda: fx(S), f"N = {N}", float(N),
+                           worst(fixed_final(system, S, T, N), ref), B))
+    dsub = np.sort(hardest[:diffrax_bodies]) if diffrax_bodies else np.arange(B)
+    Sd = take(S, dsub)
+    for name in diffrax_solvers:
+        log(f"  diffrax {name}:")
+        run = diffrax_runner(p, T, name)
+        dref = take(ref, dsub)
+        sub = np.arange(len(dsub)) if diffrax_bodies else hardest
+        dt = loosest_tolerance(run, Sd, dref, sub, target, log)
+        if dt is None:
+            log(f"    no tolerance down to 1e-16 meets {target:.2e}")
+            continue
+        y, n = run(Sd, dt)
+        contenders.append((f"diffrax {name}", (lambda run=run, dt=dt: run(Sd, dt)[0].R), f"tol = {dt:.1e}",
+                           float(np.mean(np.asarray(n))), worst(y, dref), len(dsub)))
+    log(f"  timing {len(contenders)} contenders, {reps} calls each in turn ...")
+    secs = median_seconds_interleaved([c[1] for c in contenders], reps=reps)
+    rows = []
+    for (name, _, setting, steps, err, nb), s in zip(contenders, secs):
+        rows.append(dict(tol=tol, contender=name, setting=setting, bodies=nb, steps_per_body=steps, worst_error=err,
+                         seconds=s, us_per_body=1e6 * s / nb))
+    f_us = rows[0]["us_per_body"]
+    for r in rows:
+        r["vs_fused"] = r["us_per_body"] / f_us
+        log(f"    {r['contender']:32s} {r['setting']:14s} {r['us_per_body']:12.1f} us/body  {r['vs_fused']:7.2f}x  "
+            f"worst error {r['worst_error']:.2e}")
+    return rows
+
+
+def summary(rows):
+    out = []
+    for tol in sorted({r["tol"] for r in rows}, reverse=True):
+        rs = [r for r in rows if r["tol"] == tol]
+        f = rs[0]
+        x = next(r for r in rs if r["contender"].startswith("XLA"))
+        d = [r for r in rs if r["contender"].startswith("diffrax")]
+        fx = [r for r in rs if r["contender"].startswith("fixed")]
+        s = dict(tol=tol, fused_over_xla=f["us_per_body"] / x["us_per_body"],
+                 fused_over_best_diffrax=(f["us_per_body"] / min(r["us_per_body"] for r in d)) if d else None,
+                 fused_over_fixed=(f["us_per_body"] / fx[0]["us_per_body"]) if fx else None)
+        out.append(s)
+    return out
+
+
+def markdown(res) -> str:
+    lines = [f"# Heterogeneous batch: {res['bodies']} heavy tops, T = {res['T']}, float64",
+             "",
+             f"device: {res['device']}; jax {res['jax']}, warp {res['warp']}; medians of {res['reps']} calls "
+             f"(contenders in turn); spins {res['spins']}, tilts {res['tilts']}; reference: fused rkmk8, "
+             f"{res['reference_steps']} steps (change from half as many: {res['reference_change']:.1e} rad)"
+             + (f"; diffrax timed on the {res['diffrax_bodies']} hardest bodies" if res["diffrax_bodies"] else ""),
+             "",
+             "| tol | contender | setting | bodies | steps/body | worst final error (rad) | us/body | x fused |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['tol']:.0e} | {r['contender']} | {r['setting']} | {r['bodies']} | {r['steps_per_body']:.0f} | "
+                     f"{r['worst_error']:.2e} | {r['us_per_body']:.1f} | {r['vs_fused']:.2f} |")
+    lines += ["", "| tol | fused / XLA loop | fused / best diffrax | fused / fixed steps |", "|---|---|---|---|"]
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for s in res["summary"]:
+        lines.append(f"| {s['tol']:.0e} | {fmt(s['fused_over_xla'])} | {fmt(s['fused_over_best_diffrax'])} | "
+                     f"{fmt(s['fused_over_fixed'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bodies", type=int, default=1000)
+    ap.add_argument("--T", type=float, default=10.0)
+    ap.add_argument("--tols", default="1e-8,1e-12")
+    ap.add_argument("--pair", default="rkmk8(5)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--diffrax", default="Dopri8,Tsit5", help="diffrax solvers ('' for none)")
+    ap.add_argument("--diffrax-bodies", type=int, default=0,
+                    help="time diffrax on this many of the hardest bodies only (0: the whole batch)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke test: 16 bodies, T = 0.5, tol 1e-8, diffrax Tsit5 only, one call each")
+    ap.add_argument("--out", default="figures")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.bodies, a.T, a.tols, a.reps, a.diffrax = 16, 0.5, "1e-8", 1, "Tsit5"
+    tols = [float(x) for x in a.tols.split(",") if x]
+    solvers = [x for x in a.diffrax.split(",") if x]
+
+    start = time.perf_counter()
+
+    def log(msg):
+        print(f"[{time.perf_counter() - start:7.1f} s] {msg}", flush=True)
+
+    import warp
+
+    dev = jax.devices()[0]
+    kind = "gpu" if dev.platform == "gpu" else "cpu"
+    log(f"{a.bodies} heavy tops, T = {a.T}, tolerances {tols}, {dev} ({kind})")
+    p, S, spin, tilt = heavy_tops(a.bodies, a.seed)
+    system = _system(p)
+    t0 = time.perf_counter()
+    n0 = int(2 ** math.ceil(math.log2(max(64.0, a.T * float(spin.max()) / 0.05))))
+    ref, n_ref, d_ref = reference(system, S, a.T, n0, log)
+    log(f"  reference in {time.perf_counter() - t0:.1f} s")
+    rows = []
+    for tol in tols:
+        rows += run_tolerance(p, system, S, ref, a.T, tol, a.pair, a.reps, solvers, a.diffrax_bodies, log)
+    res = dict(bodies=a.bodies, T=a.T, pair=a.pair, reps=a.reps, device=f"{dev} ({kind}, {len(jax.devices())} device)",
+               jax=jax.__version__, warp=warp.__version__, cores=kernels.host_threads.cores(),
+               spins="log-uniform 5-100 rad/s", tilts="uniform 0.05-1.2 rad", reference_steps=n_ref,
+               reference_change=d_ref, diffrax_bodies=a.diffrax_bodies, quick=a.quick, rows=rows,
+               summary=summary(rows), command="python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]))
+    text_md = markdown(res)
+    log(text_md)
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "heterogeneous_batch" + ("" if kind == "cpu" else f"_{kind}") + ("_quick" if a.quick else "")
+    files = [out / f"{stem}.json", out / f"{stem}.md"]
+    from jaxrot.present import output
+
+    for path, text in zip(files, (json.dumps(res, indent=1) + "\n", text_md)):
+        with output.atomic(path) as tmp:  # never half a file
+            tmp.write_text(text)
+    try:
+        from jaxrot.present import provenance
+
+        provenance.record(out, files, command=res["command"], quick=a.quick)
+    except Exception as err:  # noqa: BLE001 - the records stand without their manifest entry
+        log(f"(provenance not recorded: {type(err).__name__}: {err})")
+    return res
+
+
+if __name__ == "__main__":
+    main()
