@@ -1,6 +1,8 @@
 """suggest() decides from the facts of a problem, and its choice meets the tolerance, on problems
 it was not written for as well."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -107,3 +109,74 @@ def test_a_satellite_whose_coarse_trial_runs_are_far_off():
 
     err = max_error(final(n.n_steps), final(4 * n.n_steps))  # the reference: 4x the steps, 4^8 x smaller error
     assert 0.1 * tol <= err <= 2 * tol, (n, err)
+
+
+# float32: tests run with x64 enabled (conftest), so a float32 run is built by casting the problem's data
+def _float32(name, t_end=None):
+    p = problems.get(name)
+    p = jaxrot.Problem(p.body, p.torque, p.state0, p.t_end if t_end is None else t_end, p.name)
+    return jaxrot.cast(p, jnp.float32)
+
+
+def _truth(p32):
+    """The reference of the float32 data (the attitude made orthogonal to float64 precision)."""
+    p = jaxrot.cast(p32, jnp.float64)
+    s = jaxrot.State(jaxrot.so3.nearest_rotation(p.state0.R), p.state0.Pi)
+    if p.torque.is_free:
+        return jaxrot.exact.free_flow(p.body.J, s, p.t_end).R
+    return reference.reference_solution(p, state0=s).final.R
+
+
+@pytest.mark.parametrize("name, t_end, tol", [("gravity_gradient", None, 1e-4), ("buss_torqued", None, 1e-6),
+                                              ("slow_top", None, 1e-4), ("free_body_hlw", None, 1e-5)])
+def test_a_float32_suggestion_meets_the_error_it_announces(name, t_end, tol):
+    """In float32 the suggestion meets the tolerance, or warns before anything runs and announces the
+    error it will meet instead (the slow top amplifies round-off well above the floor of
+    well-conditioned problems: the announcement there rests on the runs that measure it)."""
+    from jaxrot.driver.tolerance import PrecisionWarning
+
+    p32 = _float32(name, t_end)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = suggest(p32, tol)
+    warned = [str(w.message) for w in caught if issubclass(w.category, PrecisionWarning)]
+    assert s.dtype == jnp.float32 and s.expected_error >= tol and "expected final error" in s.reason, s
+    assert len(warned) == (1 if s.expected_error > tol else 0), (s, warned)
+    if warned:
+        assert f"{s.expected_error:.2g}" in warned[0] and "float32" in warned[0], warned
+    traj = s.run(p32, saveat=jaxrot.SaveAt(t0=False))
+    assert traj.final.R.dtype == jnp.float32 and traj.info["dtype"] == "float32"
+    err = float(analysis.attitude_error(jnp.asarray(traj.final.R, jnp.float64), _truth(p32)))
+    assert err <= s.expected_error, (s, err)
+
+
+def test_a_tolerance_float32_cannot_reach_is_raised_and_announced():
+    """1e-8 on the asymmetric top (500 rad turned in 10 s): float32 round-off alone is ~1e-4 rad. The
+    suggestion for a float32 run (dtype=) says so with one warning and announces what it reaches;
+    the same tolerance in float64 is reachable and announced as such."""
+    from jaxrot.driver.tolerance import PrecisionWarning, global_floor
+
+    p = problems.get("asymmetric_top")
+    with pytest.warns(PrecisionWarning, match=r"suggest\(tol=1e-08\): a float32 run of rkmk8 .*jax_enable_x64") as rec:
+        s = suggest(p, 1e-8, dtype=jnp.float32)
+    assert len([w for w in rec if issubclass(w.category, PrecisionWarning)]) == 1
+    n = round(p.t_end / s.stepsize.dt)
+    assert s.dtype == jnp.float32 and s.expected_error >= global_floor(jnp.float32, n, angle=500.0) > 1e-4, s
+    assert f"expected final error {s.expected_error:.2g} rad in float32" in s.reason
+    traj = s.run(p, saveat=jaxrot.SaveAt(t0=False))  # run in float32 (the suggestion's dtype)
+    assert traj.final.R.dtype == jnp.float32
+    err = float(analysis.attitude_error(jnp.asarray(traj.final.R, jnp.float64), _truth(jaxrot.cast(p, jnp.float32))))
+    assert err <= s.expected_error, (s, err)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        s64 = suggest(p, 1e-8)
+    assert s64.dtype == jnp.float64 and s64.expected_error == 1e-8
+
+
+def test_float32_trial_runs_stop_at_round_off():
+    """Trial runs in float32 asked for 1e-8: their differences bottom out at round-off (~1e-4), where
+    doubling the steps only adds round-off; the search stops there instead of running to max_steps."""
+    p32 = _float32("asymmetric_top")
+    n = steps_for_tolerance("rkmk8", p32, 1e-8, max_steps=1 << 13)
+    assert n.roundoff_limited and n.n_steps <= 1024 and n.steps_for(1e-12) == n.n_steps, n

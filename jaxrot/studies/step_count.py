@@ -10,6 +10,11 @@ replaces ``p`` if it is lower (``e = d / (2^q - 1)``, ``N = n (e / tol)^(1/q)``)
 be falling more slowly than ``h^p`` there. The short
 runs cost about twice the largest of them, usually a fraction of the final run.
 
+In a type with little precision (float32) the differences stop shrinking where the runs' round-off
+takes over (:func:`jaxrot.driver.tolerance.global_floor`): a difference below that floor, or one that
+no longer halves within 100 times it, ends the search at the coarser run, marked
+``roundoff_limited``; no rate is taken from round-off, and no count can do better there.
+
 Reference: Hairer, Nørsett, Wanner, *Solving ODEs I*, II.4 (global error estimation by
 Richardson extrapolation).
 """
@@ -28,15 +33,43 @@ from .analysis import attitude_error
 SMALL_DIFFERENCE = 0.1
 
 
+#: differences within this factor of the round-off floor that no longer halve are round-off
+ROUNDOFF_FACTOR = 100.0
+
+
 @dataclasses.dataclass(frozen=True)
 class StepCount:
     """``n_steps`` for the asked accuracy, the estimated error of the last trial run and how many
-    steps the trial runs took in all (per body)."""
+    steps the trial runs took in all (per body).
+
+    ``rate`` and ``reference_steps``: the convergence rate the count was extrapolated with and the
+    run whose error is ``estimated_error`` (None where the count was not extrapolated);
+    ``roundoff_limited``: the trial runs' differences reached round-off before the tolerance, and
+    ``n_steps`` is the coarsest run at that level."""
 
     n_steps: int
     estimated_error: float
     trial_steps: int
     observed_order: float | None
+    rate: float | None = None
+    reference_steps: int | None = None
+    roundoff_limited: bool = False
+
+    def steps_for(self, tol: float) -> int:
+        """The count for another tolerance from the same estimate (``n_steps`` where there is no rate)."""
+        if self.rate is None or self.reference_steps is None or not self.estimated_error > 0:
+            return self.n_steps
+        return max(1, math.ceil(self.reference_steps * (self.estimated_error / float(tol)) ** (1.0 / self.rate)))
+
+
+def rotation_angle(problem, state0=None, t1: float | None = None) -> float:
+    """The angle (rad) a body turns through over ``[0, t1]`` at its initial angular speed,
+    ``|Pi0 / J| t1`` (the largest of a batch): the scale of a run's phase round-off
+    (:func:`jaxrot.driver.tolerance.global_floor`), without a run."""
+    s = problem.state0 if state0 is None else state0
+    J = np.asarray(problem.body.J, np.float64)
+    w = np.linalg.norm(np.asarray(s.Pi, np.float64) / J, axis=-1)
+    return float(np.max(w)) * float(problem.t_end if t1 is None else t1)
 
 
 def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = None, state0=None,
@@ -62,6 +95,7 @@ def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = 
     """
     from ..driver.saveat import SaveAt
     from ..driver.simulate import simulate
+    from ..driver.tolerance import global_floor
     from ..integrators import info
 
     tol = float(tol)
@@ -69,6 +103,8 @@ def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = 
         raise ValueError(f"tol must be finite and > 0, got {tol}")
     p = info(method).order
     T = float(problem.t_end if t1 is None else t1)
+    dtype = (problem.state0 if state0 is None else state0).R.dtype
+    turned = rotation_angle(problem, state0, T)
 
     def final_R(n):
         return simulate(method, problem, T / n, n, state0=state0, saveat=SaveAt(t0=False), throw=False).final.R
@@ -83,6 +119,10 @@ def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = 
         R2 = final_R(2 * n)
         trial += 2 * n
         d = angle(R, R2)
+        # a difference within the round-off floor says nothing of the truncation error, and a rate
+        # taken from it extrapolates round-off: the coarser run is as good as the trial runs can tell
+        if d_prev is not None and d <= global_floor(dtype, 2 * n, angle=turned):
+            return StepCount(n, d, trial, None, roundoff_limited=True)
         # a rate needs both differences small: near a difference of 1 rad the attitude error saturates
         # (it cannot exceed pi), and a ratio of two such differences says nothing of the order
         observed = (math.log2(d_prev / d) if d_prev is not None and 0 < d and 0 < d_prev < SMALL_DIFFERENCE
@@ -94,7 +134,11 @@ def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = 
         est = d / (2.0 ** q - 1.0)
         if (np.isfinite(d) and est <= tol and observed is not None) or asymptotic:
             N = max(1, math.ceil(2 * n * (est / tol) ** (1.0 / q))) if est > 0 else 1
-            return StepCount(N, est, trial, observed)
+            return StepCount(N, est, trial, observed, q, 2 * n)
+        # differences that stop halving near the round-off floor are round-off: more steps add to it
+        if (d_prev is not None and np.isfinite(d) and d > 0.5 * d_prev
+                and d <= ROUNDOFF_FACTOR * global_floor(dtype, 2 * n, angle=turned)):
+            return StepCount(n, d, trial, observed, roundoff_limited=True)
         n, R, d_prev = 2 * n, R2, d
     raise ValueError(f"{method}: the trial runs up to {n} steps did not reach the asymptotic regime "
                      f"(order {p}); the problem may need another method")

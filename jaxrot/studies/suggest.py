@@ -14,6 +14,13 @@ The rules follow the precision suite (``jaxrot bench precision --suite``; docs/c
 The step comes from :func:`jaxrot.studies.step_count.steps_for_tolerance`: short runs with 4, 8,
 16, ... steps until their differences shrink at the method's order, then the count that meets the
 tolerance (the estimate's trial runs are part of the suggestion's cost).
+
+The run's floating-point type bounds what any count reaches: round-off grows with the steps and the
+angle turned (:func:`jaxrot.driver.tolerance.global_floor`), and more on problems that amplify
+perturbations. Near that bound the suggestion measures the round-off of its own count and aims the
+truncation error at what is left of the tolerance; where round-off takes more than half of it, it
+says before the run, with a :class:`jaxrot.driver.tolerance.PrecisionWarning`, the error it will end
+with (``Suggestion.expected_error``; docs/choosing.md, *What float32 can reach*).
 """
 
 from __future__ import annotations
@@ -24,27 +31,50 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ..driver.stepsize import Fixed
 from ..physics.problems import Problem
 
 
 @dataclasses.dataclass(frozen=True)
 class Suggestion:
-    """A registered method, its fixed step, the executor to run it on (None: jaxrot's choice) and why."""
+    """A registered method, its fixed step, the executor to run it on (None: jaxrot's choice) and why;
+    ``expected_error``: the final attitude error (rad) the run is expected to end with in ``dtype``, the
+    floating-point type it was chosen for (the tolerance asked, or more where round-off in ``dtype``
+    does not allow it)."""
 
     method: str
     stepsize: Fixed
     reason: str
     executor: Any = None
+    expected_error: float | None = None
+    dtype: Any = None
 
     def run(self, problem: Problem, **kw):
-        """``jaxrot.simulate`` with this choice over ``[0, problem.t_end]`` (``kw`` passed on; an
-        ``executor`` there replaces the suggested one)."""
+        """``jaxrot.simulate`` with this choice over ``[0, problem.t_end]`` in ``dtype`` (``kw`` passed on;
+        an ``executor`` there replaces the suggested one)."""
         from ..driver.simulate import simulate
 
         if self.executor is not None:
             kw.setdefault("executor", self.executor)
+        if self.dtype is not None:
+            problem, kw["state0"] = _in_dtype(problem, kw.get("state0"), self.dtype)
         return simulate(self.method, problem, self.stepsize.dt, None, t1=problem.t_end, **kw)
+
+
+def _in_dtype(problem: Problem, state0, dtype):
+    """``(problem, state0)`` in ``dtype`` (state0 None: the problem's); an attitude cast up from a less
+    precise type is projected onto SO(3) again, as it is orthogonal only to the precision it had."""
+    from ..driver.checks import cast
+    from ..geometry.so3 import nearest_rotation
+    from ..geometry.state import State
+
+    s = problem.state0 if state0 is None else state0
+    up = jnp.finfo(s.R.dtype).eps > jnp.finfo(dtype).eps
+    problem, s = cast(problem, dtype), cast(s, dtype)
+    if up:
+        s = State(nearest_rotation(s.R), s.Pi)
+        if state0 is None:
+            problem = Problem(problem.body, problem.torque, s, problem.t_end, problem.name)
+    return problem, s
 
 
 def _fused_if_available(method: str, problem: Problem):
@@ -82,37 +112,106 @@ def _axisymmetric(J, rtol: float = 1e-12) -> bool:
     return bool(np.all(close(a, b) | close(b, c) | close(a, c)))
 
 
-def suggest(problem: Problem, tol: float, *, state0=None) -> Suggestion:
+#: below this many times the round-off floor, the round-off of the suggested run is measured too
+_MEASURE_BELOW = 100.0
+#: the measured round-off (the largest difference of runs from the initial state and from two
+#: perturbed by 4 eps) times this bounds the run's own: docs/choosing.md, 'What float32 can reach'
+_MEASURED_MARGIN = 3.0
+
+
+def _roundoff(method, problem, state, n: int, executor) -> float:
+    """The largest final attitude difference of three runs of ``n`` steps, from ``state`` and from it
+    turned by 4 eps about one axis with ``Pi`` scaled by 1 +- 4 eps: their truncation errors are the
+    same, their round-off independent (with the perturbation carried by the flow, as a rounding of the
+    data would be). The spread measures the round-off of the suggested run (its largest over a batch)."""
+    import jax
+
+    from ..driver.saveat import SaveAt
+    from ..driver.simulate import simulate
+    from ..geometry import so3
+    from ..geometry.state import State
+    from .analysis import attitude_error
+
+    T = float(problem.t_end)
+    dt = state.R.dtype
+    e = float(jnp.finfo(dt).eps)
+
+    def perturbed(k, axis):
+        v = jnp.zeros(3, dt).at[axis].set(k * e)
+        return State(state.R @ so3.exp(v), state.Pi * jnp.asarray(1 + k * e, dt))
+
+    kw = {} if executor is None else {"executor": executor}
+    wide = jax.dtypes.canonicalize_dtype(jnp.float64)  # compared in float64 where it is enabled
+    R = [jnp.asarray(simulate(method, problem, T / n, n, state0=s, saveat=SaveAt(t0=False), throw=False,
+                              **kw).final.R, wide) for s in (state, perturbed(4, 0), perturbed(-4, 1))]
+    d = [np.asarray(attitude_error(R[i], R[j]), np.float64) for i, j in ((0, 1), (0, 2), (1, 2))]
+    return float(np.max(np.where(np.isfinite(d), d, np.inf)))
+
+
+def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggestion:
     """The method and fixed step to reach a final attitude error of about ``tol`` on ``problem`` over
-    ``[0, problem.t_end]``, with the reason.
+    ``[0, problem.t_end]`` in ``dtype``, with the error expected and the reason.
 
     Args:
       problem: a :class:`jaxrot.Problem` (its torque and body decide the method).
       tol: the final attitude error asked (rad), > 0.
       state0: a batch of initial states the step must serve (its largest error counts); default the
         problem's.
+      dtype: the floating-point type of the run (default: the initial state's). Round-off bounds what
+        a run in it can reach: a ``tol`` below that is raised to it, with a
+        :class:`jaxrot.driver.tolerance.PrecisionWarning` that says so, before anything runs
+        (``expected_error`` and the reason then say what the run reaches).
 
     Returns:
-      a :class:`Suggestion`; ``suggestion.run(problem)`` runs it. With a torque, a few short trial
-      runs estimate the step (see :func:`jaxrot.studies.step_count.steps_for_tolerance`).
+      a :class:`Suggestion`; ``suggestion.run(problem)`` runs it (in ``dtype``). With a torque, a few
+      short trial runs estimate the step (see :func:`jaxrot.studies.step_count.steps_for_tolerance`);
+      where the tolerance is within 100 times the round-off floor
+      (:func:`jaxrot.driver.tolerance.global_floor`; float32 mostly), three runs of the suggested
+      count from slightly perturbed initial states measure the problem's own round-off too.
 
     Example::
 
         s = jaxrot.suggest(jaxrot.problems.get("asymmetric_top"), 1e-8)
-        print(s.method, s.stepsize, s.reason)
+        print(s.method, s.stepsize, s.expected_error, s.reason)
         traj = s.run(jaxrot.problems.get("asymmetric_top"))
     """
-    from .step_count import steps_for_tolerance
+    import jax
+
+    from .. import Fixed  # the public controller, wherever the driver defines it
+    from ..driver.tolerance import global_floor, warn_precision
+    from .step_count import rotation_angle, steps_for_tolerance
 
     if not isinstance(problem, Problem):
         raise TypeError(f"suggest needs a jaxrot.Problem, got {type(problem).__name__}")
     tol = float(tol)
     if not np.isfinite(tol) or tol <= 0:
         raise ValueError(f"tol must be finite and > 0, got {tol}")
+    given = (problem.state0 if state0 is None else state0).R.dtype
+    # float64 without jax_enable_x64 is float32: the suggestion is for the type the run will have
+    dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(given if dtype is None else dtype))
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"dtype must be a floating-point type, got {dtype}")
+    problem, state = _in_dtype(problem, state0, dtype)
+    state0 = None if state0 is None else state
     T = float(problem.t_end)
+    angle = rotation_angle(problem, state, T)
+    where = f"suggest(tol={tol:g})"
+
+    def expected_line(expected, roundoff, measured):
+        how = (f"the floor for the steps and the {angle:.3g} rad turned, or 3 times the spread of three runs from "
+               "perturbed initial states if larger" if measured else f"the floor for the steps and the {angle:.3g} "
+               "rad turned")
+        return f"; expected final error {expected:.2g} rad in {dtype.name} (round-off up to {roundoff:.2g}: {how})"
+
     if problem.torque.is_free:
+        roundoff = global_floor(dtype, 1, angle=angle)
+        expected = max(tol, roundoff)
+        if expected > tol:
+            warn_precision(where, f"the exact flow in {dtype.name} ends about {expected:.2g} rad from the truth "
+                           f"after turning {angle:.3g} rad (round-off), above the tolerance", stacklevel=2)
         return Suggestion("exact_free", Fixed(T),
-                          "no torque: the exact flow (elliptic functions) in one step, exact to round-off")
+                          "no torque: the exact flow (elliptic functions) in one step, exact to round-off"
+                          + expected_line(expected, roundoff, False), None, expected, dtype)
     if _lagrange_top(problem):
         method, why = ("exact_split_kl8", "a Lagrange top (axisymmetric body, centre of mass on its axis): the "
                        "exact free flow is two rotations, so the splitting kick - exact flow - kick composed to "
@@ -121,11 +220,39 @@ def suggest(problem: Problem, tol: float, *, state0=None) -> Suggestion:
         method, why = ("rkmk8", "a torque other than a Lagrange top's (an asymmetric body, a centre of mass off "
                        "the axis, a torque prescribed in time or written as a function): the eighth-order "
                        "Runge-Kutta-Munthe-Kaas method, the fewest steps per accuracy")
-    n = steps_for_tolerance(method, problem, tol, state0=state0)
     executor = _fused_if_available(method, problem)
-    where = "; run in its fused kernel (executor=jaxrot.Fused())" if executor is not None else ""
-    return Suggestion(method, Fixed(T / n.n_steps),
-                      f"{why}; {n.n_steps} steps for {tol:g} (estimated from trial runs of {n.trial_steps} steps "
-                      f"in all, observed order {n.observed_order:.1f}){where}" if n.observed_order is not None else
-                      f"{why}; {n.n_steps} steps for {tol:g} (from trial runs of {n.trial_steps} steps in all){where}",
-                      executor)
+    # no run turns through the angle with less round-off than this: trial runs aimed below it would
+    # only measure round-off
+    aim = max(tol, global_floor(dtype, 1, angle=angle))
+    n = steps_for_tolerance(method, problem, aim, state0=state0)
+    N = n.n_steps
+    roundoff = global_floor(dtype, N, angle=angle)
+    measured = tol < _MEASURE_BELOW * roundoff
+    if measured:
+        roundoff = max(roundoff, _MEASURED_MARGIN * _roundoff(method, problem, state, N, executor))
+    if n.roundoff_limited:
+        # the trial runs reached round-off before the tolerance: the count's truncation error is at most
+        # their last difference, and more steps do not lower it
+        expected = roundoff + n.estimated_error
+    elif roundoff <= tol / 2:
+        # the truncation error aimed at what round-off leaves of the tolerance
+        N, expected = max(N, n.steps_for(tol - roundoff)), tol
+    else:
+        # round-off alone takes most of the tolerance or more: the truncation error aimed at a tenth of
+        # it (for an eighth-order method 1.33 times the steps of aiming at the round-off itself)
+        target = max(tol, roundoff / 10)
+        N = n.steps_for(target)
+        roundoff = max(roundoff, global_floor(dtype, N, angle=angle))
+        expected = roundoff + target
+    if expected > tol:
+        warn_precision(where, f"a {dtype.name} run of {method} on this problem is expected to end about "
+                       f"{expected:.2g} rad from the truth (round-off up to {roundoff:.2g} after turning "
+                       f"{angle:.3g} rad), above the tolerance; suggested for that", stacklevel=2)
+    else:
+        expected = tol
+    how = (f"estimated from trial runs of {n.trial_steps} steps in all, observed order {n.observed_order:.1f}"
+           if n.observed_order is not None else f"from trial runs of {n.trial_steps} steps in all")
+    on = "; run in its fused kernel (executor=jaxrot.Fused())" if executor is not None else ""
+    return Suggestion(method, Fixed(T / N),
+                      f"{why}; {N} steps for {tol:g} ({how}){on}" + expected_line(expected, roundoff, measured),
+                      executor, expected, dtype)

@@ -1,0 +1,154 @@
+"""What a floating-point type can reach: the smallest tolerances an error-controlled run can meet, the
+smallest final error a run can count on, and the check that raises a tolerance below them.
+
+Both limits are multiples of the type's machine epsilon ``eps`` (``jnp.finfo(dtype).eps``: 1.2e-7 for
+float32, 2.2e-16 for float64), measured on the registered problems in both types; the measurements
+and the commands that made them are in docs/choosing.md (*What float32 can reach*).
+
+- **Per step** (:func:`local_floor`): an embedded pair's error estimate is the difference of two
+  results that each carry round-off of a few ``eps`` (relative to the state's scale). Near that level
+  the estimate no longer falls with the step: the controller shrinks the step without end and the run
+  ends at ``max_steps``. The floor is where the step counts of every pair still follow their
+  tolerance law.
+- **Over a run** (:func:`global_floor`): round-off accumulates. A part grows with the steps taken and
+  a part with the angle the body turns through (each step's rotation is rounded relative to its
+  size, which shows as an error in phase). The floor is an upper envelope of the round-off measured
+  on well-conditioned problems; a problem that amplifies perturbations (a top falling from near its
+  vertical, a body near its intermediate axis) can end several times above it, which is why
+  :func:`jaxrot.suggest` also measures the round-off of the runs it proposes.
+
+:func:`reachable` applies the floors to a run's tolerances before it starts, with one
+:class:`PrecisionWarning`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["PrecisionWarning", "local_floor", "global_floor", "reachable", "warn_precision"]
+
+#: the per-step floor in units of eps: the lowest tolerance at which every pair's step count still
+#: followed its tolerance law, with a margin to where pairs stalled (docs/choosing.md)
+LOCAL_FLOOR_EPS = 32.0
+#: the global floor's growth per step and per radian turned, in units of eps: an upper envelope, with
+#: margin, of the float32 round-off measured on well-conditioned problems (docs/choosing.md)
+GLOBAL_FLOOR_EPS_PER_STEP = 2.0
+GLOBAL_FLOOR_EPS_PER_RADIAN = 8.0
+
+_X64_ADVICE = ('for less, run in float64: jax.config.update("jax_enable_x64", True) before any array is '
+               'made, and a float64 initial state (jaxrot.cast(problem, jnp.float64))')
+
+
+class PrecisionWarning(UserWarning):
+    """A tolerance below what the run's floating-point type can reach was raised to the reachable floor
+    (or a run is expected to end above the tolerance asked)."""
+
+
+def _eps(dtype) -> float:
+    dt = jnp.dtype(dtype)
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise TypeError(f"a floating-point dtype is needed, got {dt}")
+    return float(jnp.finfo(dt).eps)
+
+
+def local_floor(dtype) -> float:
+    """The smallest ``rtol`` and ``atol`` an error-controlled run in ``dtype`` can meet per step:
+    ``32 eps`` (3.8e-6 in float32, 7.1e-15 in float64)."""
+    return LOCAL_FLOOR_EPS * _eps(dtype)
+
+
+def global_floor(dtype, n_steps, *, angle: float = 0.0) -> float:
+    """The smallest final error (rad, or relative) a run of about ``n_steps`` steps in ``dtype`` can
+    count on: ``eps (2 n_steps + 8 angle)``, with ``angle`` the total angle (rad) the body turns
+    through over the run (``integral |omega| dt``; 0 counts only the steps).
+
+    An upper envelope of the round-off measured on well-conditioned problems; problems that amplify
+    perturbations end above it (see the module's documentation).
+    """
+    n = float(n_steps)
+    a = float(angle)
+    if not (np.isfinite(n) and n >= 0):
+        raise ValueError(f"n_steps must be a finite number >= 0, got {n_steps!r}")
+    if not (np.isfinite(a) and a >= 0):
+        raise ValueError(f"angle must be a finite number >= 0, got {angle!r}")
+    return _eps(dtype) * (GLOBAL_FLOOR_EPS_PER_STEP * max(n, 1.0) + GLOBAL_FLOOR_EPS_PER_RADIAN * a)
+
+
+def _is_traced(x) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
+
+
+def _raised(x, floor: float):
+    """``x`` raised to ``floor`` where it is below it (0 stays 0: no term of that kind, not a tolerance),
+    and whether anything was raised."""
+    v = np.asarray(x, np.float64)
+    low = (v > 0) & (v < floor)
+    if not np.any(low):
+        return x, False
+    new = np.where(low, floor, v)
+    if isinstance(x, jax.Array):
+        return jnp.asarray(new, x.dtype), True
+    if isinstance(x, np.ndarray):
+        return new.astype(x.dtype), True
+    return float(new), True
+
+
+def warn_precision(where: str, message: str, *, stacklevel: int = 2) -> None:
+    """One :class:`PrecisionWarning`: ``"{where}: {message} (<where the floors are measured>); <how to
+    get more>"``; ``stacklevel`` as ``warnings.warn``'s, as if it were called in place of this."""
+    warnings.warn(f"{where}: {message} (docs/choosing.md, 'What float32 can reach'); {_X64_ADVICE}",
+                  PrecisionWarning, stacklevel=stacklevel + 1)
+
+
+def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0,
+              stacklevel: int = 2) -> tuple:
+    """``(rtol, atol)`` raised to what a run in ``dtype`` can reach, with one :class:`PrecisionWarning`
+    naming ``where`` where either was below it; unchanged, without a warning, otherwise.
+
+    Args:
+      rtol, atol: the run's tolerances: numbers or arrays (one per body). Values inside a trace (jax
+        tracers) are returned unchanged: they cannot be compared before the run. A 0 stays 0 (no
+        relative, or no absolute, term).
+      dtype: the run's floating-point type (its initial state's).
+      where: what the tolerances belong to, for the message (``"Adaptive(rtol=1e-08, atol=1e-08)"``).
+      n_steps: for tolerances on the *global* error of a run of about ``n_steps`` steps, the floor is
+        also at least :func:`global_floor` (``angle`` as there); None: per-step tolerances, the floor
+        is :func:`local_floor`.
+      stacklevel: as ``warnings.warn``'s, counted from the caller of ``reachable``.
+
+    Returns:
+      ``(rtol, atol)``, each a number where a number was given, else an array of the same kind.
+
+    Example::
+
+        rtol, atol = reachable(1e-8, 1e-8, jnp.float32, where="Adaptive(rtol=1e-08, atol=1e-08)")
+        # PrecisionWarning; rtol == atol == 3.8e-06
+    """
+    type_name = jnp.dtype(dtype).name
+    floor = local_floor(dtype)
+    what = f"the smallest tolerance a {type_name} run can meet per step ({floor:.2g} = {LOCAL_FLOOR_EPS:g} eps)"
+    if n_steps is not None:
+        g = global_floor(dtype, n_steps, angle=angle)
+        if g > floor:
+            floor = g
+            what = (f"the smallest final error a {type_name} run of about {int(n_steps)} steps can count on "
+                    f"({g:.2g})")
+    out, low = [], []
+    for name, x in (("rtol", rtol), ("atol", atol)):
+        if x is None or _is_traced(x):
+            out.append(x)
+            continue
+        new, raised = _raised(x, floor)
+        out.append(new)
+        if raised:
+            v = np.asarray(x, np.float64)
+            low.append(f"{name}={float(v):g}" if v.ndim == 0 else f"{name} (down to {float(v[v > 0].min()):g})")
+    if low:
+        verb = "is" if len(low) == 1 else "are"
+        warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}",
+                       stacklevel=stacklevel)
+    return out[0], out[1]

@@ -1,0 +1,125 @@
+"""The precision floors of a floating-point type (jaxrot.driver.tolerance): what they are, how a
+tolerance below them is raised with one warning, and that the floors hold on float32 runs."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import analysis, problems
+from jaxrot.driver.tolerance import PrecisionWarning, global_floor, local_floor, reachable
+from jaxrot.studies.step_count import rotation_angle
+
+EPS32 = float(jnp.finfo(jnp.float32).eps)
+
+
+def _float32(name, t_end):
+    """The registered problem over [0, t_end] as float32 data (the suite runs with x64 enabled)."""
+    p = problems.get(name)
+    return jaxrot.cast(jaxrot.Problem(p.body, p.torque, p.state0, t_end, p.name), jnp.float32)
+
+
+def test_the_floors_are_multiples_of_the_types_epsilon():
+    assert local_floor(jnp.float32) == pytest.approx(32 * EPS32) and local_floor("float32") < 4e-6
+    assert local_floor(np.float64) == pytest.approx(32 * np.finfo(np.float64).eps)
+    assert global_floor(jnp.float32, 100) == pytest.approx(200 * EPS32)
+    assert global_floor(jnp.float32, 100, angle=10.0) == pytest.approx(280 * EPS32)
+    assert global_floor(jnp.float32, 1000) > global_floor(jnp.float32, 100)
+    assert global_floor(jnp.float32, 0) == global_floor(jnp.float32, 1)
+    with pytest.raises(TypeError, match="floating"):
+        local_floor(jnp.int32)
+    for bad in (-1, float("nan")):
+        with pytest.raises(ValueError, match="n_steps"):
+            global_floor(jnp.float32, bad)
+    with pytest.raises(ValueError, match="angle"):
+        global_floor(jnp.float32, 10, angle=-1.0)
+
+
+def test_a_tolerance_below_the_floor_is_raised_with_one_warning():
+    where = "Adaptive(rtol=1e-08, atol=1e-08)"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rtol, atol = reachable(1e-8, 1e-8, jnp.float32, where=where)
+    assert rtol == atol == local_floor(jnp.float32)
+    assert [w.category for w in caught] == [PrecisionWarning]
+    msg = str(caught[0].message)
+    for part in (where, "rtol=1e-08 and atol=1e-08", "float32", "3.8e-06", 'jax.config.update("jax_enable_x64", True)'):
+        assert part in msg, msg
+    assert caught[0].filename == __file__  # attributed to the caller
+    # one of the two only
+    with pytest.warns(PrecisionWarning, match=r"Adaptive\(rtol=1e-08, atol=1e-05\): rtol=1e-08 is below"):
+        assert reachable(1e-8, 1e-5, jnp.float32, where="Adaptive(rtol=1e-08, atol=1e-05)") == (
+            local_floor(jnp.float32), 1e-5)
+    # tolerances on the global error of a run of n steps: the global floor where it is higher
+    with pytest.warns(PrecisionWarning, match="about 2000 steps"):
+        rtol, atol = reachable(1e-5, 1e-5, jnp.float32, where="GlobalError", n_steps=2000, angle=100.0)
+    assert rtol == atol == global_floor(jnp.float32, 2000, angle=100.0)
+
+
+def test_reachable_tolerances_are_left_alone():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reachable(1e-6, 1e-9, jnp.float64, where="Adaptive()") == (1e-6, 1e-9)
+        assert reachable(1e-4, 1e-5, jnp.float32, where="Adaptive()") == (1e-4, 1e-5)
+        assert reachable(0.0, 1e-4, jnp.float32, where="Adaptive()") == (0.0, 1e-4)  # no relative term
+        assert reachable(1e-4, None, jnp.float32, where="x") == (1e-4, None)
+
+
+def test_per_body_and_traced_tolerances():
+    floor = local_floor(jnp.float32)
+    with pytest.warns(PrecisionWarning, match=r"rtol \(down to 1e-09\)"):
+        rtol, atol = reachable(np.array([1e-3, 1e-9]), jnp.array([1e-4, 1e-4]), jnp.float32, where="batch")
+    assert isinstance(rtol, np.ndarray) and np.allclose(rtol, [1e-3, floor])
+    assert isinstance(atol, jax.Array) and np.allclose(atol, [1e-4, 1e-4])
+    with pytest.warns(PrecisionWarning):
+        _, atol = reachable(1e-3, jnp.array([1e-9, 1e-3], jnp.float32), jnp.float32, where="batch")
+    assert isinstance(atol, jax.Array) and atol.dtype == jnp.float32 and np.allclose(atol, [floor, 1e-3])
+
+    # inside a trace the values are unknown: passed through, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = jax.jit(lambda r, a: reachable(r, a, jnp.float32, where="traced"))(1e-9, 1e-9)
+    assert np.allclose(np.asarray(out), 1e-9)
+
+
+@pytest.mark.parametrize("pair", ["lie_taylor5(4)", "buss4(3)"])
+def test_a_float32_run_meets_the_local_floor(pair):
+    """At the floor a float32 pair keeps to its tolerance law on the fast-spinning asymmetric top (the
+    hardest problem measured): its steps at 1/8 of 8 times the floor are within 1.3 times the law's
+    8^(1/(q+1)). At 1/4 of the floor both pairs stalled there (docs/choosing.md)."""
+    p = _float32("asymmetric_top", 2.0)
+    floor = local_floor(jnp.float32)
+    q = {"lie_taylor5(4)": 4, "buss4(3)": 3}[pair]
+
+    def run(tol):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrecisionWarning)  # the floor itself is reachable
+            tr = jaxrot.simulate(pair, p, t1=2.0, stepsize=jaxrot.Adaptive(rtol=tol, atol=tol, max_steps=20_000),
+                                 saveat=jaxrot.SaveAt(t0=False), throw=False)
+        assert tr.final.R.dtype == jnp.float32
+        return int(np.asarray(tr.controller.n_accepted)), int(np.asarray(tr.controller.n_rejected)), tr.result
+
+    loose, at_floor = run(8 * floor), run(floor)
+    assert at_floor[2] == jaxrot.RESULTS.successful, at_floor
+    assert at_floor[0] <= 1.3 * 8 ** (1 / (q + 1)) * loose[0] and at_floor[1] <= 0.1 * at_floor[0], (loose, at_floor)
+
+
+@pytest.mark.parametrize("name, method", [("asymmetric_top", "rkmk8"), ("gravity_gradient", "buss4")])
+def test_the_global_floor_bounds_float32_round_off(name, method):
+    """A float32 run ends within global_floor of the same run in float64 (same data, same steps: the
+    difference is the float32 round-off), for a fast spin (500 rad turned; rkmk8 ended at 0.3-0.5 of
+    the floor there) and a slow libration."""
+    p32 = _float32(name, problems.get(name).t_end)
+    T = float(p32.t_end)
+    p64 = jaxrot.cast(p32, jnp.float64)
+    s64 = jaxrot.State(jaxrot.so3.nearest_rotation(p64.state0.R), p64.state0.Pi)  # orthogonal to float64 precision
+    angle = rotation_angle(p32)
+    for n in (128, 512):
+        fin = [jaxrot.simulate(method, q, T / n, n, state0=s, saveat=jaxrot.SaveAt(t0=False)).final
+               for q, s in ((p32, None), (p64, s64))]
+        assert fin[0].R.dtype == jnp.float32 and fin[1].R.dtype == jnp.float64
+        roundoff = float(analysis.attitude_error(jnp.asarray(fin[0].R, jnp.float64), fin[1].R))
+        assert roundoff <= global_floor(jnp.float32, n, angle=angle), (n, roundoff)
