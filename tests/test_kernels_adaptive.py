@@ -265,20 +265,26 @@ def test_nonfinite_initial_state_and_per_body_tolerances():
     assert len(set(np.asarray(mixed.n_accepted).tolist())) == B
 
 
-def test_cpu_slices_give_the_same_bits(monkeypatch):
-    """A CPU batch cut into slices over the cores: the same kernel on each body, the same bits."""
+def test_cpu_slices_and_order_give_the_same_bits(monkeypatch):
+    """A CPU batch cut into slices over the cores, and launched fastest body first: the same kernel on
+    each body, the same bits, in the caller's order."""
     pair = "rkmk8(5)"
     p, T = _problem("gravity")
-    S = _batch(p, jnp.float64, n=40)
+    S = _batch(p, jnp.float64, n=80)
     system = _cast(p.system, jnp.float64)
     ts = np.array([T / 4, T / 2])
     monkeypatch.setattr(ka, "slices_for", lambda bodies: 1)
+    monkeypatch.setattr(ka, "SORT_MIN_BODIES", 10 ** 9)
     one = ka.fused_adaptive(pair, system, S, 0.0, ts, 1e-8, 1e-8)
+    monkeypatch.setattr(ka, "SORT_MIN_BODIES", 64)
     monkeypatch.setattr(ka, "slices_for", lambda bodies: 5)
     many = ka.fused_adaptive(pair, system, S, 0.0, ts, 1e-8, 1e-8)
     for a, b in zip(one, many):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert len(set(np.asarray(one.n_accepted).tolist())) > 5  # the bodies took their own steps
+    b = 7  # and a body run alone is the same
+    alone = ka.fused_adaptive(pair, system, jax.tree_util.tree_map(lambda x: x[b:b + 1], S), 0.0, ts, 1e-8, 1e-8)
+    np.testing.assert_array_equal(np.asarray(alone.R[0]), np.asarray(many.R[b]))
 
 
 def test_support_and_refusals():
