@@ -31,6 +31,7 @@ adaptive run at <= 0.2x XLA's loop and <= 0.1x the best diffrax entry per body; 
 (``--bodies 100000``), >= 10x XLA's loop.
 
     python benchmarks/heterogeneous_batch.py [--bodies 1000] [--T 10] [--tols 1e-8,1e-12] [--reps 3] [--out figures]
+    python benchmarks/heterogeneous_batch.py --bodies 100000 --vs-xla-only   # the GPU target's pair alone
     python benchmarks/heterogeneous_batch.py --quick   # a smoke test: 16 bodies, T = 0.5, one tolerance, Tsit5 only
 
 Writes ``heterogeneous_batch[_<device>][_quick].json`` and ``.md`` to ``--out`` (each atomically) and records them
@@ -202,7 +203,7 @@ def fewest_steps(system, S, ref, T, idx, target, n_start, log):
 
 
 def run_tolerance(p, system, S, ref, T, tol, pair, reps, diffrax_solvers, diffrax_bodies, log):
-    """The rows of one tolerance."""
+    """The rows of one tolerance (``ref`` None: the fused run and XLA's loop only, errors unknown)."""
     B = S.R.shape[0]
     ts = np.array([T])
     fused = jax.jit(lambda S: ka.fused_adaptive(pair, system, S, 0.0, ts, tol, tol, max_steps=MAX_STEPS))
@@ -215,15 +216,21 @@ def run_tolerance(p, system, S, ref, T, tol, pair, reps, diffrax_solvers, diffra
     out = fused(S)
     attempts = np.asarray(out.n_accepted) + np.asarray(out.n_rejected)
     final = jaxrot.State(out.R[:, -1], out.Pi[:, -1])
-    errs = per_body_errors(final, ref)
+    errs = per_body_errors(final, ref) if ref is not None else np.full(B, np.nan)
     target = float(np.max(errs))
     log(f"  fused adaptive {pair} at {tol:g}: worst error {target:.2e} rad, attempts per body "
         f"{attempts.min()}-{attempts.max()} (mean {attempts.mean():.0f}), first call {time.perf_counter() - t0:.1f} s")
     assert np.all(np.asarray(out.result) == 0), "a body did not finish"
     xo = xla(S)
     x_att = np.asarray(xo.controller.n_accepted) + np.asarray(xo.controller.n_rejected)
-    x_err = worst(jaxrot.State(xo.states.R[:, -1], xo.states.Pi[:, -1]), ref)
+    x_err = worst(jaxrot.State(xo.states.R[:, -1], xo.states.Pi[:, -1]), ref) if ref is not None else math.nan
     log(f"  XLA's loop: worst error {x_err:.2e} rad, attempts equal on {np.mean(x_att == attempts):.1%} of the bodies")
+    contenders = [("fused adaptive " + pair, lambda: fused(S).R, f"tol = {tol:.0e}", float(attempts.mean()),
+                   target, B),
+                  ("XLA adaptive loop " + pair, lambda: xla(S).states.R, f"tol = {tol:.0e}", float(x_att.mean()),
+                   x_err, B)]
+    if ref is None:
+        return _timed(contenders, tol, reps, log)
     # the search bodies: those the fused run finds hardest and the fastest spins (hardest for a fixed step)
     speed = np.linalg.norm(np.asarray(S.Pi) / np.asarray(system.body.J), axis=-1)
     k = min(SEARCH_BODIES, B) // 2
@@ -231,10 +238,6 @@ def run_tolerance(p, system, S, ref, T, tol, pair, reps, diffrax_solvers, diffra
     # the fixed-step search doubles from an eighth of the most attempts any body took
     log("  fixed steps (fused rkmk8):")
     N = fewest_steps(system, S, ref, T, hardest, target, max(16, int(attempts.max()) // 8), log)
-    contenders = [("fused adaptive " + pair, lambda: fused(S).R, f"tol = {tol:.0e}", float(attempts.mean()),
-                   target, B),
-                  ("XLA adaptive loop " + pair, lambda: xla(S).states.R, f"tol = {tol:.0e}", float(x_att.mean()),
-                   x_err, B)]
     if N is not None:
         fx = jax.jit(lambda S: fixed_final(system, S, T, N).R)
         contenders.append(("fixed steps rkmk8 (fused)", lambda: fx(S), f"N = {N}", float(N),
@@ -253,6 +256,10 @@ def run_tolerance(p, system, S, ref, T, tol, pair, reps, diffrax_solvers, diffra
         y, n = run(Sd, dt)
         contenders.append((f"diffrax {name}", (lambda run=run, dt=dt: run(Sd, dt)[0].R), f"tol = {dt:.1e}",
                            float(np.mean(np.asarray(n))), worst(y, dref), len(dsub)))
+    return _timed(contenders, tol, reps, log)
+
+
+def _timed(contenders, tol, reps, log):
     log(f"  timing {len(contenders)} contenders, {reps} calls each in turn ...")
     secs = median_seconds_interleaved([c[1] for c in contenders], reps=reps)
     rows = []
@@ -314,6 +321,8 @@ def main(argv=None):
     ap.add_argument("--diffrax-bodies", type=int, default=0,
                     help="run diffrax on this many of the fastest spins only (0: the whole batch)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vs-xla-only", action="store_true",
+                    help="only the fused run and XLA's loop (the same steps: no reference, no error, no search)")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke test: 16 bodies, T = 0.5, tol 1e-8, diffrax Tsit5 only, one call each")
     ap.add_argument("--out", default="figures")
@@ -337,8 +346,11 @@ def main(argv=None):
     system = _system(p)
     t0 = time.perf_counter()
     n0 = int(2 ** math.ceil(math.log2(max(64.0, a.T * float(spin.max()) / 0.05))))
-    ref, n_ref, d_ref = reference(system, S, a.T, n0, log)
-    log(f"  reference in {time.perf_counter() - t0:.1f} s")
+    if a.vs_xla_only:
+        ref, n_ref, d_ref, solvers = None, 0, math.nan, []
+    else:
+        ref, n_ref, d_ref = reference(system, S, a.T, n0, log)
+        log(f"  reference in {time.perf_counter() - t0:.1f} s")
     rows = []
     for tol in tols:
         rows += run_tolerance(p, system, S, ref, a.T, tol, a.pair, a.reps, solvers, a.diffrax_bodies, log)
