@@ -125,6 +125,10 @@ def reference(system, S, T, n0, log=print):
         prev, d_prev = cur, d
 
 
+def _e(x):
+    return "-" if x is None else f"{x:.2e}"
+
+
 def worst(S, ref):
     """The largest final attitude error over the batch (inf where a body is not finite)."""
     e = analysis.attitude_error(jnp.asarray(S.R, jnp.float64), ref.R)
@@ -216,15 +220,15 @@ def run_tolerance(p, system, S, ref, T, tol, pair, reps, diffrax_solvers, diffra
     out = fused(S)
     attempts = np.asarray(out.n_accepted) + np.asarray(out.n_rejected)
     final = jaxrot.State(out.R[:, -1], out.Pi[:, -1])
-    errs = per_body_errors(final, ref) if ref is not None else np.full(B, np.nan)
-    target = float(np.max(errs))
-    log(f"  fused adaptive {pair} at {tol:g}: worst error {target:.2e} rad, attempts per body "
+    errs = per_body_errors(final, ref) if ref is not None else None
+    target = float(np.max(errs)) if ref is not None else None
+    log(f"  fused adaptive {pair} at {tol:g}: worst error {_e(target)} rad, attempts per body "
         f"{attempts.min()}-{attempts.max()} (mean {attempts.mean():.0f}), first call {time.perf_counter() - t0:.1f} s")
     assert np.all(np.asarray(out.result) == 0), "a body did not finish"
     xo = xla(S)
     x_att = np.asarray(xo.controller.n_accepted) + np.asarray(xo.controller.n_rejected)
-    x_err = worst(jaxrot.State(xo.states.R[:, -1], xo.states.Pi[:, -1]), ref) if ref is not None else math.nan
-    log(f"  XLA's loop: worst error {x_err:.2e} rad, attempts equal on {np.mean(x_att == attempts):.1%} of the bodies")
+    x_err = worst(jaxrot.State(xo.states.R[:, -1], xo.states.Pi[:, -1]), ref) if ref is not None else None
+    log(f"  XLA's loop: worst error {_e(x_err)} rad, attempts equal on {np.mean(x_att == attempts):.1%} of the bodies")
     contenders = [("fused adaptive " + pair, lambda: fused(S).R, f"tol = {tol:.0e}", float(attempts.mean()),
                    target, B),
                   ("XLA adaptive loop " + pair, lambda: xla(S).states.R, f"tol = {tol:.0e}", float(x_att.mean()),
@@ -270,7 +274,7 @@ def _timed(contenders, tol, reps, log):
     for r in rows:
         r["vs_fused"] = r["us_per_body"] / f_us
         log(f"    {r['contender']:32s} {r['setting']:14s} {r['us_per_body']:12.1f} us/body  {r['vs_fused']:7.2f}x  "
-            f"worst error {r['worst_error']:.2e}")
+            f"worst error {_e(r['worst_error'])}")
     return rows
 
 
@@ -290,24 +294,39 @@ def summary(rows):
 
 
 def markdown(res) -> str:
+    ref = (f"reference: fused rkmk8, {res['reference_steps']} steps (change from half as many: "
+           f"{res['reference_change']:.1e} rad)") if res["reference_steps"] else \
+        "no reference (--vs-xla-only: the two take the same steps; errors not measured)"
     lines = [f"# Heterogeneous batch: {res['bodies']} heavy tops, T = {res['T']}, float64",
              "",
              f"device: {res['device']}; jax {res['jax']}, warp {res['warp']}; medians of {res['reps']} calls "
-             f"(contenders in turn); spins {res['spins']}, tilts {res['tilts']}; reference: fused rkmk8, "
-             f"{res['reference_steps']} steps (change from half as many: {res['reference_change']:.1e} rad)"
-             + (f"; diffrax run on the {res['diffrax_bodies']} fastest spins" if res["diffrax_bodies"] else ""),
+             f"(contenders in turn); spins {res['spins']}, tilts {res['tilts']}; {ref}"
+             + (f"; diffrax run on the {res['diffrax_bodies']} fastest spins" if res["diffrax_bodies"] else "")
+             + (f"; code: {res['code']}" if res.get("code") else ""),
              "",
              "| tol | contender | setting | bodies | steps/body | worst final error (rad) | us/body | x fused |",
              "|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['tol']:.0e} | {r['contender']} | {r['setting']} | {r['bodies']} | {r['steps_per_body']:.0f} | "
-                     f"{r['worst_error']:.2e} | {r['us_per_body']:.1f} | {r['vs_fused']:.2f} |")
+                     f"{_e(r['worst_error'])} | {r['us_per_body']:.1f} | {r['vs_fused']:.2f} |")
     lines += ["", "| tol | fused / XLA loop | fused / best diffrax | fused / fixed steps |", "|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for s in res["summary"]:
         lines.append(f"| {s['tol']:.0e} | {fmt(s['fused_over_xla'])} | {fmt(s['fused_over_best_diffrax'])} | "
                      f"{fmt(s['fused_over_fixed'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _code():
+    """``git describe --always --dirty`` of the checkout this script is in (None outside one)."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "-C", str(pathlib.Path(__file__).resolve().parent), "describe", "--always",
+                            "--dirty"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (r.stdout.strip() or None) if r.returncode == 0 else None
 
 
 def main(argv=None):
@@ -347,14 +366,14 @@ def main(argv=None):
     t0 = time.perf_counter()
     n0 = int(2 ** math.ceil(math.log2(max(64.0, a.T * float(spin.max()) / 0.05))))
     if a.vs_xla_only:
-        ref, n_ref, d_ref, solvers = None, 0, math.nan, []
+        ref, n_ref, d_ref, solvers = None, 0, None, []
     else:
         ref, n_ref, d_ref = reference(system, S, a.T, n0, log)
         log(f"  reference in {time.perf_counter() - t0:.1f} s")
     rows = []
     for tol in tols:
         rows += run_tolerance(p, system, S, ref, a.T, tol, a.pair, a.reps, solvers, a.diffrax_bodies, log)
-    res = dict(bodies=a.bodies, T=a.T, pair=a.pair, reps=a.reps, device=f"{dev} ({kind}, {len(jax.devices())} device)",
+    res = dict(bodies=a.bodies, T=a.T, pair=a.pair, code=_code(), reps=a.reps, device=f"{dev} ({kind}, {len(jax.devices())} device)",
                jax=jax.__version__, warp=warp.__version__, cores=kernels.host_threads.cores(),
                spins="log-uniform 5-100 rad/s", tilts="uniform 0.05-1.2 rad", reference_steps=n_ref,
                reference_change=d_ref, diffrax_bodies=a.diffrax_bodies, quick=a.quick, rows=rows,

@@ -6,8 +6,9 @@ iterates until the slowest is done (the others masked), and each iteration is a 
 kernels. Here one Warp kernel runs the whole loop of every body, one thread per body with its state
 in registers; a body that needs 50 steps stops after 50 while another takes 5 000.
 
-The loop restates :func:`jaxrot.driver.adaptive` (``_solve``) in the same order of operations, so
-that the same tolerances give the same accepted steps as XLA's loop to round-off: per attempt the
+The loop restates XLA's error-controlled loop (``jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(rtol,
+atol))``) in the same order of operations, so that the same tolerances give the same accepted steps
+to round-off (where round-off does not decide them: ``tests/test_kernels_adaptive.py``): per attempt the
 step ``h``, shortened to land on the next output time (``hit = t + h >= target - 1e-12 max(1,
 |target|)``); both solutions of the pair from the same state (an embedded pair's from one set of
 stages); the error
@@ -32,8 +33,8 @@ body's loop: later outputs hold the event state. The condition is a plain functi
 jaxpr (:mod:`jaxrot.kernels.event_restate`).
 
 ``ADAPTIVE_KERNELS`` enrols a pair with one line; :func:`supports_adaptive` says whether a run can
-be fused; :func:`fused_adaptive` runs it. ``tests/test_kernels_adaptive.py`` compares it with the
-XLA loop (and says where round-off, in either, decides a step count).
+be fused; :func:`fused_adaptive` runs it. On a CPU a batch is cut into slices that a pool of one
+thread per core takes in turn (:mod:`jaxrot.kernels.host_threads`' pool), the fastest bodies first.
 """
 
 import concurrent.futures
@@ -50,7 +51,7 @@ import numpy as np
 from . import KERNELS, method_name, torque_kind, torque_params
 from . import event_restate
 from . import host_threads
-from ._common import so3_funcs, torque_funcs, warp
+from ._common import FUSE_FP, so3_funcs, torque_funcs, warp
 
 __all__ = ["ADAPTIVE_KERNELS", "AdaptiveEntry", "AdaptiveRun", "fused_adaptive", "supports_adaptive",
            "why_not_adaptive", "pair_name"]
@@ -502,7 +503,8 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
         Piev_out[b] = Piev
 
     run.__name__ = run.__qualname__ = f"adaptive_{key}"
-    return wp.kernel(run, module="unique", enable_backward=False)
+    # per-operation rounding, as the fixed-step kernels (no contraction into fused multiply-adds)
+    return wp.kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
 
 
 @functools.lru_cache(maxsize=None)
