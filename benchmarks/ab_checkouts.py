@@ -52,12 +52,12 @@ def measure(repo: str) -> dict:
     out = {"small_call_us": 1e6 * median_time(lambda: jaxrot.simulate("buss2p", p, 1e-3, 10).states.R, 1000)}
     n = 100_000
     out["one_body_steps_per_s"] = n / median_time(
-        lambda: jaxrot.simulate("buss2p", p, 1e-4, n, save_every=n).states.R, 3)
+        lambda: jaxrot.simulate("buss2p", p, 1e-4, n, saveat=jaxrot.SaveAt(steps=n)).states.R, 3)
     for B, n in ((1000, 2000), (100_000, 40)):
         R = jax.vmap(jaxrot.so3.exp)(jax.random.normal(jax.random.PRNGKey(0), (B, 3)))
         S = jaxrot.State(R, jnp.broadcast_to(p.state0.Pi, (B, 3)))
         if hasattr(jaxrot, "SaveAt"):
-            f = lambda: jaxrot.simulate("buss2p", p, 1e-3, n, state0=S, save_every=n).states.R  # noqa: E731
+            f = lambda: jaxrot.simulate("buss2p", p, 1e-3, n, state0=S, saveat=jaxrot.SaveAt(steps=n)).states.R  # noqa: E731
         else:  # the earlier API
             f = lambda: jaxrot.simulate_batch("buss2p", p, 1e-3, n, states0=S, save_every=n).states.R  # noqa: E731
         out[f"batch{B}_body_steps_per_s"] = B * n / median_time(f, 3)

@@ -48,7 +48,7 @@ def measure(method, p, dt, B, n, every, reps):
     row = {}
     for label, ex in (("XLA", jaxrot.Sharded()), ("fused", jaxrot.Fused()), ("auto", None)):
         def run(k, ex=ex):
-            traj = jaxrot.simulate(method, p, jnp.asarray(dt), k, save_every=every, state0=s, executor=ex)
+            traj = jaxrot.simulate(method, p, jnp.asarray(dt), k, saveat=jaxrot.SaveAt(steps=every), state0=s, executor=ex)
             traj.states.R.block_until_ready()
             return dict(traj.provenance)["executor"]
 

@@ -52,12 +52,12 @@ def main():
     for m, pname, dt, n in (("buss2p", "t_handle", 1e-3, 1000), ("rkmk8", "asymmetric_top", 1e-2, 300),
                             ("rk4", "asymmetric_top", 1e-3, 1000)):
         prob, B = problems.get(pname), 2000
-        ref = np.asarray(jaxrot.simulate(m, prob, dt, n, save_every=n, state0=_states(B, jnp.float64)).states.R[:, -1])
+        ref = np.asarray(jaxrot.simulate(m, prob, dt, n, saveat=jaxrot.SaveAt(steps=n), state0=_states(B, jnp.float64)).states.R[:, -1])
         for p in (None, "highest"):
             s = _states(B, jnp.float32)
             with _precision(p):
                 def run():
-                    return jaxrot.simulate(m, prob, jnp.float32(dt), n, save_every=n, state0=s,
+                    return jaxrot.simulate(m, prob, jnp.float32(dt), n, saveat=jaxrot.SaveAt(steps=n), state0=s,
                                            executor=jaxrot.Sharded()).states.R.block_until_ready()
                 R = np.asarray(run()[:, -1])
                 times = []

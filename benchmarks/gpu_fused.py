@@ -63,7 +63,7 @@ def _runner(method, p, s, dt, n, executor, chosen=None):
     s = jaxrot.State(s.R[0], s.Pi[0]) if one else s
 
     def run():
-        traj = jaxrot.simulate(method, p, jnp.asarray(dt, s.R.dtype), n, save_every=n, state0=s, executor=executor)
+        traj = jaxrot.simulate(method, p, jnp.asarray(dt, s.R.dtype), n, saveat=jaxrot.SaveAt(steps=n), state0=s, executor=executor)
         if chosen is not None and not chosen:  # the first call's: the same on every call
             chosen.append(dict(traj.provenance)["executor"])
         return traj.states.R.block_until_ready()

@@ -20,7 +20,7 @@ def main(n_bodies: int = 1000, n_steps: int = 400) -> dict:
     states0 = jaxrot.State(R0, Pi0)
     out = {}
     for method in ["buss2p", "buss3_ep", "liemid_ea", "euler_svd"]:
-        traj = jaxrot.simulate(method, p, 0.01, n_steps, state0=states0, save_every=n_steps)
+        traj = jaxrot.simulate(method, p, 0.01, n_steps, state0=states0, saveat=jaxrot.SaveAt(steps=n_steps))
         E = analysis.energy(p, traj.states)  # (bodies, frames)
         L = traj.states.L
         out[method] = {

@@ -30,7 +30,7 @@ def body_rates(c, n_obs: int):
     """Body angular velocities at ``t = 0.1, 0.2, ..., 0.1 n_obs`` for the damping coefficient ``c``."""
     state0 = jaxrot.State(jnp.eye(3), J * jnp.array([0.3, 2.0, 0.2]))
     problem = jaxrot.Problem(jaxrot.RigidBody(J), jaxrot.Torque(damping, args=c), state0, t_end=DT * SAVE_EVERY * n_obs)
-    traj = jaxrot.simulate("rk4", problem, DT, SAVE_EVERY * n_obs, save_every=SAVE_EVERY)
+    traj = jaxrot.simulate("rk4", problem, DT, SAVE_EVERY * n_obs, saveat=jaxrot.SaveAt(steps=SAVE_EVERY))
     return traj.states.Pi[1:] / J  # Omega = Pi / J, body frame
 
 

@@ -106,7 +106,7 @@ def suggestion_row(p: Problem, S, ref, tol):
     s = jaxrot.suggest(p, tol, state0=S)
     trial = time.perf_counter() - t0
     T = float(p.t_end)
-    n = max(1, int(round(T / float(s.stepsize.dt))))
+    n = max(1, int(round(T / float(s.dt))))
     row = timed_fixed_steps(s.method, p, T, S, ref, n, s.executor)  # Fused where the method has a kernel
     return dict(row, method=f"suggest: {row['method']}", suggest_s=trial), s.executor
 

@@ -1,5 +1,6 @@
 """Error-controlled stepping: jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(...))."""
 
+import contextlib
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,10 +11,15 @@ from jaxrot import RESULTS, Adaptive, SaveAt, exact, problems, reference, so3
 
 
 def adaptive(pair, p, t1, rtol=1e-6, atol=1e-9, ts=None, error="local", **kw):
-    """The states at ``ts`` (default: t1 only), as the deprecated simulate_adaptive returned them."""
+    """The states at ``ts`` (default: t1 only) of the local controller, or of the global-error driver
+    (``error="global"``, with ``measure``, ``aim``, ``calibration_bodies`` in ``kw``)."""
     saveat = SaveAt(t0=False, t1=ts is None, ts=ts)
-    step = Adaptive(rtol, atol, error, kw.pop("dt0", None), kw.pop("max_steps", 100_000), kw.pop("measure", "state"))
-    return jaxrot.simulate(pair, p, t1=t1 if ts is None else None, stepsize=step, saveat=saveat, throw=False, **kw)
+    step = Adaptive(rtol, atol, max_steps=kw.pop("max_steps", 100_000))
+    if error == "global":
+        glob = {k: kw.pop(k) for k in ("measure", "aim", "calibration_bodies") if k in kw}
+        step = jaxrot.GlobalError(step, **glob)
+    return jaxrot.simulate(pair, p, kw.pop("dt0", None), t1=t1 if ts is None else None, stepsize=step, saveat=saveat,
+                           throw=False, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +38,15 @@ def test_fast_top_reaches_the_tolerance_within_a_factor_3(pair, tol, top_ref):
     assert err <= 3 * tol, err
 
 
+@pytest.mark.default_xla  # "the same steps" is a claim about the programs users compile
 def test_an_embedded_pair_takes_both_solutions_from_one_set_of_stages():
     """``rkmk8(5)``: an attempt evaluates the torque 12 times (RKMK8's stages), not 24 as the same two
     methods run apart would; both ways take the same steps to the same end (two programs, which XLA
     compiles apart: their round-off differs, measured 2e-12 after 1e-9 steps)."""
     from jaxrot.integrators import RKMK8Embedded5
 
-    class Apart(RKMK8Embedded5):  # the same lower method, not marked as sharing the stages
-        embedded_in = ()
+    class Apart(RKMK8Embedded5):  # the same lower method, taking the step apart
+        pass
 
     base = problems.get("asymmetric_top")
     # a torque that calls sinh (nothing else in the loop does), counted in the compiled program's jaxpr
@@ -92,7 +99,7 @@ def test_forward_mode_derivative_matches_the_exact_flow():
 
     def final_pi(J):
         q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, 5.0)
-        return adaptive("buss4(3)", q, 5.0, rtol=1e-11, atol=1e-11).final.Pi
+        return adaptive("buss4(3)", q, 5.0, rtol=1e-11, atol=1e-11, adjoint=jaxrot.ForwardMode()).final.Pi
 
     jac = jax.jacfwd(final_pi)(p.body.J)
     ex = jax.jacfwd(lambda J: exact.free_flow(J, p.state0, 5.0).Pi)(p.body.J)
@@ -106,8 +113,10 @@ def test_step_budget_and_bad_input():
     assert int(sol.controller.n_accepted + sol.controller.n_rejected) == 20 == int(sol.failed_step)
     with pytest.raises(jaxrot.SimulationError, match="max_steps"):
         jaxrot.simulate("buss4(3)", p, t1=1.0, stepsize=Adaptive(1e-10, 1e-10, max_steps=20))
-    with pytest.raises(KeyError, match="unknown adaptive pair"):
+    with pytest.raises(KeyError, match="unknown method"):
         adaptive("nope", p, 1.0)
+    with pytest.raises(ValueError, match="needs an embedded pair.*'buss4\\(3\\)'"):
+        adaptive("buss4", p, 1.0)
     with pytest.raises(ValueError, match="higher-order first"):
         adaptive(("buss3", "buss4"), p, 1.0)
     with pytest.raises(ValueError, match="rtol"):
@@ -116,8 +125,10 @@ def test_step_budget_and_bad_input():
         adaptive("buss4(3)", p, None, ts=[0.5, 0.2])
     with pytest.raises(ValueError, match="free"):
         adaptive(("dmv4", "dmv"), p, 1.0)
-    with pytest.raises(ValueError, match="not dt"):
-        jaxrot.simulate("buss4(3)", p, 0.1, t1=1.0, stepsize=Adaptive())
+    with pytest.raises(ValueError, match="not n_steps"):
+        jaxrot.simulate("buss4(3)", p, 0.1, 10, stepsize=Adaptive())
+    with pytest.raises(ValueError, match="first trial step"):
+        jaxrot.simulate("buss4(3)", p, -0.1, t1=1.0, stepsize=Adaptive())
 
 
 def _scaled_global_error(sol, ref, tol):
@@ -162,7 +173,7 @@ def test_to_tolerance_calibrated_on_a_subset_of_a_batch():
     S = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)),
                      jnp.asarray(p.state0.Pi * (1 + 0.3 * rng.uniform(-1, 1, size=(B, 1)))))
     ref = jax.vmap(lambda s: exact.free_flow(p.body.J, s, T))(S)
-    step = Adaptive(tol, tol, "global", measure="attitude", calibration_bodies=k)
+    step = jaxrot.GlobalError(Adaptive(tol, tol), measure="attitude", calibration_bodies=k)
 
     def run(s):
         return jaxrot.simulate("lie_taylor5(4)", p, t1=T, state0=s, stepsize=step, saveat=SaveAt(t0=False), throw=False)
@@ -196,8 +207,8 @@ def test_a_prediction_far_below_the_calibration_runs_is_checked():
     sols, errs = {}, {}
     for aim in (0.7, 1.0):
         sols[aim] = jaxrot.simulate("lie_taylor5(4)", p, t1=T, state0=S, saveat=SaveAt(t0=False), throw=False,
-                                    stepsize=Adaptive(tol, tol, "global", measure="attitude", calibration_bodies=k,
-                                                      aim=aim))
+                                    stepsize=jaxrot.GlobalError(Adaptive(tol, tol), measure="attitude",
+                                                                                calibration_bodies=k, aim=aim))
         errs[aim] = float(jnp.max(jax.vmap(so3.rotation_angle)(sols[aim].final.R, ref.R))) / tol
     assert float(sols[0.7].controller.tolerance[0]) < tol / 10  # far below the finest calibration run
     assert 0.5 <= errs[0.7] <= 1, errs
@@ -219,7 +230,7 @@ def test_a_pair_far_below_its_tolerance_is_calibrated_above_the_coarsest_run():
     h = reference.default_step(p) / 4  # DOP853 as the precision benchmark's reference
     ref = jax.vmap(lambda s: reference.reference_solution(p, T, state0=s, max_step=h).final)(S)
     sol = jaxrot.simulate("rkmk8(5)", p, t1=T, state0=S, saveat=SaveAt(t0=False), throw=False,
-                          stepsize=Adaptive(tol, tol, "global", measure="attitude", calibration_bodies=k))
+                          stepsize=jaxrot.GlobalError(Adaptive(tol, tol), measure="attitude", calibration_bodies=k))
     err = float(jnp.max(jax.vmap(so3.rotation_angle)(sol.final.R, ref.R))) / tol
     assert float(sol.controller.tolerance[0]) > 100 * tol
     assert 0.5 <= err <= 2, err
@@ -231,7 +242,7 @@ def test_one_body_of_a_pair_far_below_its_tolerance_keeps_the_run_at_ten_times_i
     documented limit of the per-body calibration, which does not go above 100 times the tolerance)."""
     tol = 1e-6
     sol = jaxrot.simulate("rkmk8(5)", problems.get("fast_top"), t1=1.0, saveat=SaveAt(t0=False),
-                          stepsize=Adaptive(tol, tol, "global", measure="attitude"))
+                          stepsize=jaxrot.GlobalError(Adaptive(tol, tol), measure="attitude"))
     err = float(so3.rotation_angle(sol.final.R, top_ref.R)) / tol
     assert float(sol.controller.tolerance) == pytest.approx(10 * tol) and err < 0.1, err  # measured 0.028
 
@@ -246,7 +257,7 @@ def test_a_failed_calibration_body_is_left_out():
     Pi[5] *= 20
     S = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)), jnp.asarray(Pi))
     sol = jaxrot.simulate("buss4(3)", p, t1=1.0, state0=S, saveat=SaveAt(t0=False), throw=False,
-                          stepsize=Adaptive(tol, tol, "global", max_steps=800, measure="attitude", calibration_bodies=8))
+                          stepsize=jaxrot.GlobalError(Adaptive(tol, tol, max_steps=800), measure="attitude", calibration_bodies=8))
     ok = np.asarray(sol.result == RESULTS.successful)
     assert not ok[5] and ok[np.arange(B) != 5].all()
     assert 1e-8 < float(sol.controller.tolerance[0]) < 1e-5
@@ -291,5 +302,15 @@ def test_deprecated_aliases_equal_the_new_call():
                                 dict(measure="energy"), dict(calibration_bodies=1), dict(calibration_bodies=True),
                                 dict(calibration_bodies=8.0), dict(aim=0.0), dict(aim=np.nan)])
 def test_adaptive_rejects_bad_settings(kw):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError), pytest.warns(DeprecationWarning) if set(kw) - {"rtol", "max_steps"} else \
+            contextlib.nullcontext():
         Adaptive(**kw)
+
+
+@pytest.mark.parametrize("kw", [dict(measure="energy"), dict(calibration_bodies=1), dict(calibration_bodies=True),
+                                dict(calibration_bodies=8.0), dict(aim=0.0), dict(aim=np.nan)])
+def test_global_error_rejects_bad_settings(kw):
+    with pytest.raises(ValueError):
+        jaxrot.GlobalError(Adaptive(), **kw)
+    with pytest.raises(TypeError, match="wraps a jaxrot.Adaptive"):
+        jaxrot.GlobalError(jaxrot.Fixed())

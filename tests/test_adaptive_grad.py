@@ -1,4 +1,4 @@
-"""Reverse-mode gradients of adaptive runs (``adjoint="checkpointed"``) against the exact flow's."""
+"""Gradients of adaptive runs (the default adjoint, RecursiveCheckpointAdjoint) against the exact flow's."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,7 @@ P = problems.get("free_body_mz")
 W = jnp.array([1.0, -2.0, 0.5])
 
 
-def _loss(J, adjoint="checkpointed", t1=3.0, state0=None, max_steps=4000, pair="lie_taylor5(4)"):
+def _loss(J, adjoint=None, t1=3.0, state0=None, max_steps=4000, pair="lie_taylor5(4)"):
     # max_steps = 4000: fewer checkpoints (89) than steps, so the backward pass recomputes
     q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, t1)
     tr = jaxrot.simulate(pair, q, t1=t1, state0=state0, adjoint=adjoint,
@@ -38,7 +38,7 @@ def test_grad_of_the_attitude_matches_differences_of_the_exact_flow():
     def final_r(J):
         q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 3.0)
         tr = jaxrot.simulate("lie_taylor5(4)", q, t1=3.0, stepsize=jaxrot.Adaptive(1e-10, 1e-10, max_steps=4000),
-                             saveat=jaxrot.SaveAt(t0=False), adjoint="checkpointed")
+                             saveat=jaxrot.SaveAt(t0=False), )
         return jnp.sum(tr.final.R * jnp.arange(1.0, 10.0).reshape(3, 3))
 
     g = jax.grad(final_r)(P.body.J)
@@ -54,10 +54,10 @@ def test_grad_of_the_attitude_matches_differences_of_the_exact_flow():
 @pytest.mark.slow  # four more compilations of the checked gradient
 def test_grad_agrees_with_forward_mode_and_jit():
     g = jax.jit(jax.grad(_loss))(P.body.J)
-    gf = jax.jacfwd(lambda J: _loss(J, "forward"))(P.body.J)
+    gf = jax.jacfwd(lambda J: _loss(J, jaxrot.ForwardMode()))(P.body.J)
     np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9, atol=1e-12)
     # the two loops take the same steps: the same values
-    assert float(_loss(P.body.J, "forward")) == float(_loss(P.body.J, "checkpointed"))
+    assert float(_loss(P.body.J, jaxrot.ForwardMode())) == float(_loss(P.body.J))
 
 
 @pytest.mark.slow  # the batched path of the exact-flow check above
@@ -91,7 +91,7 @@ def test_checkpointed_memory_grows_slowly_with_max_steps():
                    "(they agree to 1e-9 with XLA_FLAGS=--xla_backend_optimization_level=0)")
 def test_buss_pair_grad_with_recomputation_matches_forward_mode():
     g = jax.grad(lambda J: _loss(J, pair="buss4(3)"))(P.body.J)
-    gf = jax.jacfwd(lambda J: _loss(J, "forward", pair="buss4(3)"))(P.body.J)
+    gf = jax.jacfwd(lambda J: _loss(J, jaxrot.ForwardMode(), pair="buss4(3)"))(P.body.J)
     np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9)
 
 
@@ -99,7 +99,7 @@ def test_buss_pair_grad_with_recomputation_matches_forward_mode():
 def test_buss_pair_grad_without_recomputation_matches_forward_mode():
     # max_steps large enough that every step has its checkpoint: exact agreement
     g = jax.grad(lambda J: _loss(J, pair="buss4(3)", max_steps=100_000))(P.body.J)
-    gf = jax.jacfwd(lambda J: _loss(J, "forward", pair="buss4(3)", max_steps=100_000))(P.body.J)
+    gf = jax.jacfwd(lambda J: _loss(J, jaxrot.ForwardMode(), pair="buss4(3)", max_steps=100_000))(P.body.J)
     np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9, atol=1e-13)
 
 
@@ -114,7 +114,7 @@ def test_grad_of_a_batch_whose_bodies_finish_apart_is_finite():
 
     def f(J):
         q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 100.0)
-        tr = jaxrot.simulate("lie_taylor5(4)", q, t1=100.0, state0=S, adjoint="checkpointed", throw=False,
+        tr = jaxrot.simulate("lie_taylor5(4)", q, t1=100.0, state0=S, throw=False,
                              stepsize=jaxrot.Adaptive(1e-6, 1e-6, max_steps=4000), saveat=jaxrot.SaveAt(t0=False))
         return jnp.sum(tr.final.Pi[:, 0])
 
@@ -129,5 +129,18 @@ def test_grad_of_a_batch_whose_bodies_finish_apart_is_finite():
 def test_bad_adjoint_and_forward_mode_refused():
     with pytest.raises(ValueError, match="adjoint"):
         _loss(P.body.J, adjoint="backsolve")
-    with pytest.raises(TypeError):
-        jax.jacfwd(_loss)(P.body.J)
+    with pytest.raises(TypeError, match="adjoint"):
+        _loss(P.body.J, adjoint=3)
+    # asked for explicitly, an adjoint that cannot differentiate the way the run is differentiated
+    # is refused with the one that can
+    with pytest.raises(ValueError, match="ForwardMode"):
+        jax.jacfwd(lambda J: _loss(J, jaxrot.RecursiveCheckpointAdjoint()))(P.body.J)
+    with pytest.raises(ValueError, match="RecursiveCheckpointAdjoint"):
+        jax.grad(lambda J: _loss(J, jaxrot.ForwardMode()))(P.body.J)
+
+
+def test_forward_mode_is_taken_by_itself_without_an_adjoint():
+    """Without an adjoint, jax.jacfwd runs the forward-mode loop: the same derivative as asked for."""
+    a = jax.jacfwd(_loss)(P.body.J)
+    b = jax.jacfwd(lambda J: _loss(J, jaxrot.ForwardMode()))(P.body.J)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

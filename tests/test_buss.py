@@ -86,7 +86,7 @@ def test_false_third_is_not_third_order():
 def test_world_momentum_exact_torque_free():
     p = problems.get("t_handle")
     for m in ORDERS:
-        tr = jaxrot.simulate(m, p, 0.05, 400, save_every=8)
+        tr = jaxrot.simulate(m, p, 0.05, 400, saveat=jaxrot.SaveAt(steps=8))
         L = tr.states.L
         assert float(jnp.abs(L - L[0]).max() / jnp.linalg.norm(L[0])) < 1e-12, m
 
@@ -102,7 +102,7 @@ def test_prescribed_momentum_is_followed_exactly():
 def test_first_order_gains_energy():
     # Buss: "a wobbling, spinning object quickly gains energy" with the 1st-order method
     p = problems.get("t_handle")
-    tr = jaxrot.simulate("buss1", p, 0.02, 500, save_every=500)
+    tr = jaxrot.simulate("buss1", p, 0.02, 500, saveat=jaxrot.SaveAt(steps=500))
     E = analysis.energy(p, tr.states)
     assert float(E[-1]) > float(E[0]) * (1 + 1e-3)
 

@@ -142,7 +142,7 @@ def test_save_load_round_trip_is_exact(tmp_path):
     p = jaxrot.problems.get("fast_top")
     for dtype in (np.float64, np.float32):
         q = jax.tree_util.tree_map(lambda x: x.astype(dtype) if hasattr(x, "astype") else x, p)
-        traj = jaxrot.simulate("liemid_ea", q, 1e-2, 20, save_every=5)
+        traj = jaxrot.simulate("liemid_ea", q, 1e-2, 20, saveat=jaxrot.SaveAt(steps=5))
         traj.save(tmp_path / "t.npz")
         back = jaxrot.load(tmp_path / "t.npz")
         for a, b in zip(jax.tree_util.tree_leaves(traj), jax.tree_util.tree_leaves(back)):

@@ -33,7 +33,7 @@ def test_evaluate_converges_at_order_four(method):
 
 def test_ts_interior_error_within_twice_the_step_error():
     dt, n = 0.02, 150
-    steps = jaxrot.simulate("buss4", P, dt, n)
+    steps = jaxrot.simulate("buss4", P, dt, n, saveat=jaxrot.SaveAt(steps=True))
     step_err = _err(steps.states, _exact(steps.ts))
     ts = np.array([0.0133, 0.5, 0.777, 1.2345, 2.99])
     tr = jaxrot.simulate("buss4", P, dt, n, saveat=jaxrot.SaveAt(ts=ts, t0=False, t1=False))

@@ -73,7 +73,7 @@ def test_unknown_rule_is_refused():
 @pytest.mark.parametrize("name", EP_NAMES)
 def test_energy_and_momentum_exact_after_every_step(name):
     p = problems.get("t_handle")
-    tr = jaxrot.simulate(name, p, 0.05, 300, save_every=1)
+    tr = jaxrot.simulate(name, p, 0.05, 300, saveat=jaxrot.SaveAt(steps=1))
     E = analysis.energy(p, tr.states)
     assert int(tr.stats.clamped.sum()) == 0
     assert float(jnp.abs(E - E[0]).max() / E[0]) <= 1e-13
@@ -93,7 +93,7 @@ def test_ep_gradient_matches_finite_differences():
 
     def run(J, save_every=30):
         q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, p.t_end)
-        return jaxrot.simulate("buss3_ep", q, 0.05, 30, save_every=save_every)
+        return jaxrot.simulate("buss3_ep", q, 0.05, 30, saveat=jaxrot.SaveAt(steps=save_every))
 
     J = p.body.J
     Pis = np.asarray(run(J, 1).states.Pi)
@@ -109,7 +109,7 @@ def _ep_run(J, Pi0, R0=None, n=10):
     body = jaxrot.RigidBody(J, physical=False)
     R0 = jnp.eye(3) if R0 is None else R0
     q = jaxrot.Problem(body, jaxrot.torques.FreeTorque(), jaxrot.State(R0, Pi0), 1.0)
-    return jaxrot.simulate("buss3_ep", q, 0.05, n, save_every=n).final
+    return jaxrot.simulate("buss3_ep", q, 0.05, n, saveat=jaxrot.SaveAt(steps=n)).final
 
 
 @pytest.mark.parametrize("case", ["zero momentum", "sphere", "principal axis", "symmetric body"])
@@ -161,11 +161,11 @@ def test_hyperboloid_rule_stalls_first_order_where_a_rate_component_crosses_zero
     """
     p = problems.get("free_body_mz")
     m = EnergyProjection(Buss1(), rule="hyperboloid")
-    pis = [np.asarray(jaxrot.simulate(m, p, 10.0 / n, n, save_every=n).final.Pi) for n in (1000, 4000)]
+    pis = [np.asarray(jaxrot.simulate(m, p, 10.0 / n, n, saveat=jaxrot.SaveAt(steps=n)).final.Pi) for n in (1000, 4000)]
     assert abs(pis[0][2]) < 2e-3 and abs(pis[1][2]) < abs(pis[0][2]) / 3  # stuck at O(h)
     assert abs(pis[0][0] - pis[1][0]) < 1e-5  # and stays there, independent of h
     ref = np.asarray(jaxrot.reference.reference_solution(p, 10.0).final.Pi)
-    near = [np.asarray(jaxrot.simulate("buss1_ep", p, 10.0 / n, n, save_every=n).final.Pi) for n in (1000, 4000)]
+    near = [np.asarray(jaxrot.simulate("buss1_ep", p, 10.0 / n, n, saveat=jaxrot.SaveAt(steps=n)).final.Pi) for n in (1000, 4000)]
     e_near = [np.abs(x - ref).max() for x in near]
     assert e_near[1] < e_near[0] / 3 and e_near[1] < np.abs(pis[1] - ref).max() / 10  # converges
 
@@ -174,8 +174,8 @@ def test_hyperboloid_rule_stalls_first_order_where_a_rate_component_crosses_zero
 def test_ep_float32(name):
     p64 = problems.get("free_body_mz")
     p32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32) if isinstance(x, jax.Array) else x, p64)
-    tr = jaxrot.simulate(name, p32, 0.01, 400, save_every=8)
-    b = jaxrot.simulate(name, p64, 0.01, 400, save_every=400).final
+    tr = jaxrot.simulate(name, p32, 0.01, 400, saveat=jaxrot.SaveAt(steps=8))
+    b = jaxrot.simulate(name, p64, 0.01, 400, saveat=jaxrot.SaveAt(steps=400)).final
     assert tr.states.R.dtype == jnp.float32
     E = analysis.energy(p32, tr.states)
     assert float(jnp.abs(E - E[0]).max() / E[0]) < 1e-6

@@ -23,7 +23,7 @@ def _flip_time(J):
 
 
 def test_flip_time_matches_the_exact_solution():
-    tr = jaxrot.simulate("buss4", P, DT, N, event=FLIP, save_every=1000)
+    tr = jaxrot.simulate("buss4", P, DT, N, event=FLIP, saveat=jaxrot.SaveAt(steps=1000))
     t = float(tr.event_time)
     te = so.brentq(lambda s: float(exact.free_flow(P.body.J, P.state0, s).R[1, 1]), t - 0.01, t + 0.01,
                    xtol=1e-15, rtol=1e-15)
@@ -32,7 +32,7 @@ def test_flip_time_matches_the_exact_solution():
     # terminal: the frames after the event repeat the event state; those before are untouched
     after = np.asarray(tr.ts) > t
     np.testing.assert_array_equal(np.asarray(tr.states.R[after]), np.broadcast_to(tr.event_state.R, (after.sum(), 3, 3)))
-    free = jaxrot.simulate("buss4", P, DT, N, save_every=1000)
+    free = jaxrot.simulate("buss4", P, DT, N, saveat=jaxrot.SaveAt(steps=1000))
     np.testing.assert_array_equal(np.asarray(tr.states.R[~after]), np.asarray(free.states.R[~after]))
 
 
@@ -48,23 +48,23 @@ def test_batch_each_body_stops_at_its_own_event():
     B = 6
     Pi = P.state0.Pi * (1.0 + 0.2 * jnp.linspace(0.0, 1.0, B))[:, None]
     S = jaxrot.State(jnp.broadcast_to(P.state0.R, (B, 3, 3)), Pi)
-    tr = jaxrot.simulate("buss4", P, 1e-2, 800, state0=S, event=FLIP, save_every=10)
+    tr = jaxrot.simulate("buss4", P, 1e-2, 800, state0=S, event=FLIP, saveat=jaxrot.SaveAt(steps=10))
     assert tr.event_time.shape == (B,) and np.all(np.isfinite(np.asarray(tr.event_time)))
     assert len(set(np.round(np.asarray(tr.event_time), 6))) == B
     for b in (0, B - 1):
-        one = jaxrot.simulate("buss4", P, 1e-2, 800, state0=jaxrot.State(S.R[b], S.Pi[b]), event=FLIP, save_every=10)
+        one = jaxrot.simulate("buss4", P, 1e-2, 800, state0=jaxrot.State(S.R[b], S.Pi[b]), event=FLIP, saveat=jaxrot.SaveAt(steps=10))
         assert float(one.event_time) == pytest.approx(float(tr.event_time[b]), abs=1e-12)
         np.testing.assert_allclose(np.asarray(tr.states.R[b]), np.asarray(one.states.R), atol=1e-12)
 
 
 def test_direction_none_found_and_not_terminal():
     up = jaxrot.Event(lambda t, s, args: s.R[1, 1], direction=+1)
-    tr = jaxrot.simulate("buss4", P, 1e-2, 500, event=up, save_every=50)
+    tr = jaxrot.simulate("buss4", P, 1e-2, 500, event=up, saveat=jaxrot.SaveAt(steps=50))
     assert np.isnan(float(tr.event_time)) and np.all(np.isnan(np.asarray(tr.event_state.R)))
     both = jaxrot.Event(lambda t, s, args: t - 1.2345, terminal=False)
-    tr = jaxrot.simulate("rk4", P, 1e-2, 500, event=both, save_every=50)
+    tr = jaxrot.simulate("rk4", P, 1e-2, 500, event=both, saveat=jaxrot.SaveAt(steps=50))
     assert float(tr.event_time) == pytest.approx(1.2345, abs=1e-13)
-    free = jaxrot.simulate("rk4", P, 1e-2, 500, save_every=50)
+    free = jaxrot.simulate("rk4", P, 1e-2, 500, saveat=jaxrot.SaveAt(steps=50))
     np.testing.assert_array_equal(np.asarray(tr.states.R), np.asarray(free.states.R))
 
 
@@ -75,5 +75,11 @@ def test_bad_events():
         jaxrot.Event(3.0)
     with pytest.raises(TypeError, match="event"):
         jaxrot.simulate("buss4", P, 1e-2, 10, event=lambda t, s, a: t)
-    with pytest.raises(ValueError, match="fixed steps"):
-        jaxrot.simulate("buss4(3)", P, t1=1.0, stepsize=jaxrot.Adaptive(), event=FLIP)
+    # a condition that is not one number, or that takes other arguments: refused before anything runs
+    for stepsize, kw in ((jaxrot.Fixed(), dict(dt=1e-2, n_steps=10)), (jaxrot.Adaptive(), dict(t1=0.1))):
+        with pytest.raises(ValueError, match="one real number"):
+            jaxrot.simulate("buss4(3)", P, stepsize=stepsize, event=jaxrot.Event(lambda t, s, a: s.Pi), **kw)
+        with pytest.raises(TypeError, match=r"take \(t, state, args\)"):
+            jaxrot.simulate("buss4(3)", P, stepsize=stepsize, event=jaxrot.Event(lambda t, s: s.R[1, 1]), **kw)
+        with pytest.raises(ValueError, match="failed on one body's state.*KeyError"):
+            jaxrot.simulate("buss4(3)", P, stepsize=stepsize, event=jaxrot.Event(lambda t, s, a: {}["x"]), **kw)

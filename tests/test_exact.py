@@ -40,12 +40,12 @@ def test_dzhanibekov_flip_interval_of_a_good_method_within_one_percent():
     p = problems.get("t_handle")
     T, _ = exact.free_body_period(p.body.J, p.state0.Pi)
     n = int(2.2 * float(T) / 0.01)
-    tr = jaxrot.simulate("buss4", p, 0.01, n, save_every=1)
+    tr = jaxrot.simulate("buss4", p, 0.01, n, saveat=jaxrot.SaveAt(steps=1))
     flips = analysis.sign_change_times(tr.ts, tr.states.Pi[:, 1])
     assert len(flips) >= 4
     assert abs(float(np.diff(flips).mean()) / (float(T) / 2) - 1) <= 0.01
     # an energy-gaining method leaves the polhode and its "flips" do not keep the period
-    tr1 = jaxrot.simulate("euler_svd", p, 0.01, n, save_every=1)
+    tr1 = jaxrot.simulate("euler_svd", p, 0.01, n, saveat=jaxrot.SaveAt(steps=1))
     f1 = analysis.sign_change_times(tr1.ts, tr1.states.Pi[:, 1])
     assert abs(float(np.diff(f1).mean()) / (float(T) / 2) - 1) > 0.1
 
@@ -54,7 +54,7 @@ def test_dancing_pole_precession_kept_by_midpoint_lost_by_euler():
     p = problems.get("dancing_pole")
     a = {}
     for m in ("euler_svd", "midpoint_exp"):
-        tr = jaxrot.simulate(m, p, 1 / 60, 600, save_every=600)
+        tr = jaxrot.simulate(m, p, 1 / 60, 600, saveat=jaxrot.SaveAt(steps=600))
         a[m] = np.degrees(np.asarray(analysis.body_axis_momentum_angle(tr.states, 2)))
     assert a["midpoint_exp"][0] > 80  # L nearly perpendicular to the rod: a wide precession cone
     assert abs(a["midpoint_exp"][-1] - a["midpoint_exp"][0]) < 1e-6  # kept (pi_z and |Pi| exact)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxrot
-from jaxrot import problems
+from jaxrot import kernels, problems
 
 # buss2p and buss4 have fused kernels, liemid_ea and dmv10 (implicit) do not; lie_taylor5 repeats
 # liemid_ea's path through the executors (no kernel, explicit) and runs in the slow tier.
@@ -40,11 +40,11 @@ def _runs(ex, method, p) -> bool:
 def test_executors_agree(method):
     p = _problem(method)
     s = _batch(p)
-    ref = jaxrot.simulate(method, p, 1e-2, 40, state0=s, save_every=10, executor=jaxrot.XLA())
-    one = jaxrot.simulate(method, p, 1e-2, 40, state0=jaxrot.State(s.R[2], s.Pi[2]), save_every=10)
+    ref = jaxrot.simulate(method, p, 1e-2, 40, state0=s, saveat=jaxrot.SaveAt(steps=10), executor=jaxrot.XLA())
+    one = jaxrot.simulate(method, p, 1e-2, 40, state0=jaxrot.State(s.R[2], s.Pi[2]), saveat=jaxrot.SaveAt(steps=10))
     np.testing.assert_allclose(np.asarray(one.states.R), np.asarray(ref.states.R[2]), rtol=0, atol=1e-13)
     for ex in EXECUTORS[1:]:
-        got = jaxrot.simulate(method, p, 1e-2, 40, state0=s, save_every=10, executor=ex)
+        got = jaxrot.simulate(method, p, 1e-2, 40, state0=s, saveat=jaxrot.SaveAt(steps=10), executor=ex)
         assert got.info["executor"] == (type(ex).__name__ if _runs(ex, method, p) else "Sharded")
         for a, b in ((got.states.R, ref.states.R), (got.states.Pi, ref.states.Pi), (got.ts, ref.ts)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13, atol=1e-13)
@@ -83,24 +83,51 @@ def test_bad_executor_options_are_named():
         jaxrot.simulate("buss4", problems.get("fast_top"), 1e-3, 10, executor="xla")
 
 
+@pytest.mark.skipif(not kernels.have_warp(), reason="needs the fast extra")
+def test_an_explicit_executor_that_cannot_run_the_job_says_why():
+    """Asked for explicitly, Fused never hands the job to another executor: it runs it or says why."""
+    p = problems.get("fast_top")
+    loop = jaxrot.Torque(lambda t, R, Pi: jax.lax.fori_loop(0, 3, lambda i, x: 0.5 * x, Pi), frame="body")
+    q = jaxrot.Problem(p.body, loop, p.state0, 1.0)
+    with pytest.raises(ValueError, match="Fused\\(\\) cannot run this job: the torque function cannot be restated"):
+        jaxrot.simulate("rk4", q, 1e-3, 10, executor=jaxrot.Fused())
+    with pytest.raises(ValueError, match="no fused kernel for the method liemid_ea"):
+        jaxrot.simulate("liemid_ea", p, 1e-3, 10, executor=jaxrot.Fused())
+    with pytest.raises(ValueError, match="monitor"):
+        jaxrot.simulate("rk4", p, 1e-3, 10, executor=jaxrot.Fused(), monitor=jaxrot.InvariantMonitor(energy_rtol=1))
+    # the automatic choice falls back, and says which executor ran
+    assert jaxrot.simulate("rk4", q, 1e-3, 10).info["executor"] == "XLA"
+
+
 def test_saveat_and_span_options():
     p = problems.get("fast_top")
-    every = jaxrot.simulate("buss4", p, 1e-3, 100, saveat=jaxrot.SaveAt(every=25))
-    legacy = jaxrot.simulate("buss4", p, 1e-3, 100, save_every=25)
+    every = jaxrot.simulate("buss4", p, 1e-3, 100, saveat=jaxrot.SaveAt(steps=25))
+    with pytest.warns(DeprecationWarning, match="SaveAt\\(steps=k\\)"):  # the older spellings, still working
+        legacy = jaxrot.simulate("buss4", p, 1e-3, 100, saveat=jaxrot.SaveAt(every=25))
     np.testing.assert_array_equal(np.asarray(every.states.R), np.asarray(legacy.states.R))
-    by_t1 = jaxrot.simulate("buss4", p, 1e-3, t1=0.1, saveat=jaxrot.SaveAt(every=25))
+    with pytest.warns(DeprecationWarning, match="SaveAt\\(steps=k\\)"):
+        legacy = jaxrot.simulate("buss4", p, 1e-3, 100, save_every=25)
+    np.testing.assert_array_equal(np.asarray(every.states.R), np.asarray(legacy.states.R))
+    by_t1 = jaxrot.simulate("buss4", p, 1e-3, t1=0.1, saveat=jaxrot.SaveAt(steps=25))
     np.testing.assert_array_equal(np.asarray(by_t1.states.R), np.asarray(every.states.R))
-    fixed = jaxrot.simulate("buss4", p, n_steps=100, stepsize=jaxrot.Fixed(1e-3), save_every=25)
+    with pytest.warns(DeprecationWarning, match="pass the step as simulate's dt"):
+        fixed = jaxrot.simulate("buss4", p, n_steps=100, stepsize=jaxrot.Fixed(1e-3), saveat=jaxrot.SaveAt(steps=25))
     np.testing.assert_array_equal(np.asarray(fixed.states.R), np.asarray(every.states.R))
+    # saveat=None is SaveAt(): the initial and the final state
+    default = jaxrot.simulate("buss4", p, 1e-3, 100)
+    assert default.ts.shape == (2,)
+    np.testing.assert_array_equal(np.asarray(default.states.R), np.asarray(every.states.R[::4]))
     last = jaxrot.simulate("buss4", p, 1e-3, 100, saveat=jaxrot.SaveAt(t0=False))
     assert last.ts.shape == (1,) and last.states.R.shape == (1, 3, 3)
     np.testing.assert_allclose(np.asarray(last.final.R), np.asarray(every.final.R), rtol=0, atol=1e-15)
     with pytest.raises(ValueError, match="whole number of steps"):
         jaxrot.simulate("buss4", p, 3e-3, t1=0.1)
     with pytest.raises(ValueError, match="not both"):
-        jaxrot.simulate("buss4", p, 1e-3, 100, save_every=10, saveat=jaxrot.SaveAt(every=10))
-    with pytest.raises(ValueError, match="every"):
-        jaxrot.SaveAt(every=0)
+        jaxrot.simulate("buss4", p, 1e-3, 100, save_every=10, saveat=jaxrot.SaveAt(steps=10))
+    with pytest.raises(ValueError, match="steps"):
+        jaxrot.SaveAt(steps=0)
+    with pytest.raises(ValueError, match="ts or steps"):
+        jaxrot.SaveAt(ts=[0.1], steps=2)
 
 
 def test_deprecated_aliases_equal_the_new_call():
@@ -108,7 +135,7 @@ def test_deprecated_aliases_equal_the_new_call():
     s = _batch(p)
     with pytest.warns(DeprecationWarning):
         old = jaxrot.simulate_batch("buss4", p, 1e-3, 40, states0=s, save_every=10)
-    new = jaxrot.simulate("buss4", p, 1e-3, 40, state0=s, save_every=10)
+    new = jaxrot.simulate("buss4", p, 1e-3, 40, state0=s, saveat=jaxrot.SaveAt(steps=10))
     np.testing.assert_array_equal(np.asarray(old.states.R), np.asarray(new.states.R))
     with pytest.warns(DeprecationWarning):
         old = jaxrot.final_state("buss4", p, 1e-3, 40)

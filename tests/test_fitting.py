@@ -55,7 +55,7 @@ def test_fit_recovers_the_moments(obs, method):
 @pytest.mark.slow  # a second fit with other unknowns
 def test_fit_with_known_momentum_and_axes():
     Q = jaxrot.so3.exp(jnp.array([0.05, -0.03, 0.02]))  # principal axes tilted in the body frame
-    tr = jaxrot.simulate("buss4", P, 0.0125, 480, save_every=8)
+    tr = jaxrot.simulate("buss4", P, 0.0125, 480, saveat=jaxrot.SaveAt(steps=8))
     R = jax.vmap(lambda A: A @ Q.T)(tr.states.R[1:])
     obs = fitting.Observations(ts=0.1 * np.arange(1, 61), R=np.asarray(R), sigma=1e-3)
     res = fitting.fit_inertia(obs, J_TRUE * np.array([0.9, 1.1, 0.95]), np.asarray(P.state0.R @ Q.T),
@@ -83,13 +83,13 @@ def test_sensitivity_matches_finite_differences():
     p = problems.t_handle(omega0=(0.1, 4.0, 0.1), t_end=8.0)
     obs_fn = lambda tr: fitting.first_flip_time(tr)  # noqa: E731
     s = fitting.sensitivity("buss4", p, 0.01, 800, observable=obs_fn, save_every=1)
-    t0 = float(obs_fn(jaxrot.simulate("buss4", p, 0.01, 800, save_every=1))[()])
+    t0 = float(obs_fn(jaxrot.simulate("buss4", p, 0.01, 800, saveat=jaxrot.SaveAt(steps=1)))[()])
     assert 0 < t0 < 8
     e = 1e-6
 
     def flip(J):
         q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, p.t_end)
-        return float(obs_fn(jaxrot.simulate("buss4", q, 0.01, 800, save_every=1)))
+        return float(obs_fn(jaxrot.simulate("buss4", q, 0.01, 800, saveat=jaxrot.SaveAt(steps=1))))
 
     fd = [(flip(p.body.J.at[i].add(e)) - flip(p.body.J.at[i].add(-e))) / (2 * e) for i in range(3)]
     np.testing.assert_allclose(s["J"][0], fd, rtol=1e-4)

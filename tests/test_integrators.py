@@ -57,7 +57,7 @@ _EVERY = 20
 @pytest.mark.parametrize("name", params(NAMES, "invariants"))
 def test_invariants_torque_free(name):
     p = problems.get("t_handle")
-    tr = jaxrot.simulate(name, p, 0.05, 400, save_every=_EVERY)
+    tr = jaxrot.simulate(name, p, 0.05, 400, saveat=jaxrot.SaveAt(steps=_EVERY))
     c = case(name)
     if c.on_so3:
         assert float(analysis.orthogonality_error(tr.states.R).max()) < 1e-12
@@ -85,9 +85,9 @@ def test_jit_vmap_agree(name):
     Om = jnp.asarray(rng.normal(size=(B, 3)) * 2)
     R0 = jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3))))
     states = jaxrot.State(R0, Om * p.body.J)
-    batch = jaxrot.simulate(name, p, 0.02, 2 * _EVERY, state0=states, save_every=_EVERY)
+    batch = jaxrot.simulate(name, p, 0.02, 2 * _EVERY, state0=states, saveat=jaxrot.SaveAt(steps=_EVERY))
     for i in [0, 17, 63]:
-        one = jaxrot.simulate(name, p, 0.02, 2 * _EVERY, save_every=_EVERY, state0=jaxrot.State(R0[i], states.Pi[i]))
+        one = jaxrot.simulate(name, p, 0.02, 2 * _EVERY, saveat=jaxrot.SaveAt(steps=_EVERY), state0=jaxrot.State(R0[i], states.Pi[i]))
         np.testing.assert_allclose(batch.states.R[i], one.states.R, atol=1e-13)
         np.testing.assert_allclose(batch.states.Pi[i], one.states.Pi, atol=1e-13)
 
@@ -100,7 +100,7 @@ def test_gradients_finite(name):
 
     def loss(J, Pi0):
         q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, jaxrot.State(p.state0.R, Pi0), p.t_end)
-        fin = jaxrot.simulate(name, q, 0.005, 20, save_every=20).final
+        fin = jaxrot.simulate(name, q, 0.005, 20, saveat=jaxrot.SaveAt(steps=20)).final
         return jnp.sum(fin.R[:, 0]) + jnp.sum(fin.Pi)
 
     g = jax.jit(jax.grad(loss, argnums=(0, 1)))(p.body.J, p.state0.Pi)  # one program: eager grad compiles each piece
@@ -114,7 +114,7 @@ def test_float32(name):
     p64 = problems.get("t_handle")
     to32 = lambda x: x.astype(jnp.float32) if isinstance(x, jax.Array) and x.dtype == jnp.float64 else x  # noqa: E731
     p32 = jax.tree_util.tree_map(to32, p64)
-    a = jaxrot.simulate(name, p32, 0.01, 100, save_every=_EVERY).final
-    b = jaxrot.simulate(name, p64, 0.01, 100, save_every=_EVERY).final
+    a = jaxrot.simulate(name, p32, 0.01, 100, saveat=jaxrot.SaveAt(steps=_EVERY)).final
+    b = jaxrot.simulate(name, p64, 0.01, 100, saveat=jaxrot.SaveAt(steps=_EVERY)).final
     assert a.R.dtype == jnp.float32
     np.testing.assert_allclose(a.R, b.R, atol=2e-4)

@@ -222,8 +222,8 @@ def test_the_fused_executor_equals_xla():
     p = problems.get("fast_top")
     _, states = _setup("gravity", n=4)
     for state0 in (states, jaxrot.State(states.R[1], states.Pi[1])):
-        a = jaxrot.simulate("buss4", p, 1e-3, 300, state0=state0, save_every=100, executor=jaxrot.Fused())
-        b = jaxrot.simulate("buss4", p, 1e-3, 300, state0=state0, save_every=100, executor=jaxrot.XLA())
+        a = jaxrot.simulate("buss4", p, 1e-3, 300, state0=state0, saveat=jaxrot.SaveAt(steps=100), executor=jaxrot.Fused())
+        b = jaxrot.simulate("buss4", p, 1e-3, 300, state0=state0, saveat=jaxrot.SaveAt(steps=100), executor=jaxrot.XLA())
         assert a.info["executor"] == "Fused"
         for x, y in ((a.states.R, b.states.R), (a.states.Pi, b.states.Pi), (a.ts, b.ts)):
             assert x.shape == y.shape
@@ -281,34 +281,34 @@ def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
     p = problems.get("fast_top")
     _, states = _setup("gravity", n=4)
     n = executors.FUSED_MIN_STEPS_GPU
-    a = jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n)
-    b = jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n, executor=jaxrot.XLA())
+    a = jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n))
+    b = jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n), executor=jaxrot.XLA())
     assert a.info["executor"] == "Fused" and b.info["executor"] == "XLA"
     np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=1e-13, atol=1e-13)
     one = jaxrot.simulate("buss4", p, 1e-3, n, state0=jaxrot.State(states.R[0], states.Pi[0]))
     assert one.info["executor"] == "Fused"
     # fewer steps, a method whose kernel drops its statistics, a traced run: the XLA loop
-    assert jaxrot.simulate("buss4", p, 1e-3, n - 1, state0=states, save_every=n - 1).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss4", p, 1e-3, n - 1, state0=states, saveat=jaxrot.SaveAt(steps=n - 1)).info["executor"] == "Sharded"
     free = problems.get("t_handle")
-    assert jaxrot.simulate("buss2p_ep", free, 1e-3, n, state0=states, save_every=n).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss2p_ep", free, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n)).info["executor"] == "Sharded"
     seen = {}
 
     def traced(s):
-        traj = jaxrot.simulate("buss4", p, 1e-3, n, state0=s, save_every=n)
+        traj = jaxrot.simulate("buss4", p, 1e-3, n, state0=s, saveat=jaxrot.SaveAt(steps=n))
         seen["executor"] = traj.info["executor"]
         return traj.states.R
 
     jax.jit(traced)(states)
     assert seen["executor"] == "Sharded"
     # unroll asks for XLA's loop; events are located on XLA's loop and so are their frames
-    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n, unroll=2).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n), unroll=2).info["executor"] == "Sharded"
     ev = jaxrot.Event(lambda t, s, args: s.Pi[0])
-    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n, event=ev).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n), event=ev).info["executor"] == "Sharded"
     # several GPUs or processes, or a GPU Warp cannot launch on: as before
     monkeypatch.setattr(executors, "_one_cuda_gpu", lambda: False)
-    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n)).info["executor"] == "Sharded"
     monkeypatch.setattr(executors, "_platform", lambda: "cpu")
-    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, save_every=n).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n)).info["executor"] == "Sharded"
 
 
 def test_on_one_cpu_device_a_large_batch_runs_fused(monkeypatch):
@@ -322,16 +322,16 @@ def test_on_one_cpu_device_a_large_batch_runs_fused(monkeypatch):
     monkeypatch.setattr(executors, "FUSED_MIN_BODY_STEPS_CPU", 400)
     p = problems.get("fast_top")
     _, states = _setup("gravity", n=4)
-    a = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=100)
-    b = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=100, executor=jaxrot.Sharded())
+    a = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=100))
+    b = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=100), executor=jaxrot.Sharded())
     assert a.info["executor"] == "Fused" and b.info["executor"] == "Sharded"
     np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=1e-13)
-    assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=10).info["executor"] == "Fused"
-    assert jaxrot.simulate("buss4", p, 1e-3, 99, state0=states, save_every=99).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=10)).info["executor"] == "Fused"
+    assert jaxrot.simulate("buss4", p, 1e-3, 99, state0=states, saveat=jaxrot.SaveAt(steps=99)).info["executor"] == "Sharded"
     one = jaxrot.State(states.R[0], states.Pi[0])  # one body: its own rule (FUSED_MIN_STEPS, frames)
-    assert jaxrot.simulate("buss4", p, 1e-3, 400, state0=one, save_every=400).info["executor"] == "XLA"
+    assert jaxrot.simulate("buss4", p, 1e-3, 400, state0=one, saveat=jaxrot.SaveAt(steps=400)).info["executor"] == "XLA"
     monkeypatch.setattr(executors, "_one_device", lambda: False)
-    assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, save_every=100).info["executor"] == "Sharded"
+    assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=100)).info["executor"] == "Sharded"
 
 
 def _python(code, **env):
@@ -351,15 +351,15 @@ def test_two_cpu_devices_one_launch_each():
         p = jaxrot.problems.get("fast_top")
         R = jax.vmap(jaxrot.so3.exp)(jax.numpy.asarray(0.3 * np.random.default_rng(0).normal(size=(5, 3))))
         s = jaxrot.State(R, jax.numpy.broadcast_to(p.state0.Pi, (5, 3)))
-        a = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, save_every=50, executor=jaxrot.Fused(jax.devices()))
-        b = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, save_every=50, executor=jaxrot.XLA())
+        a = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, saveat=jaxrot.SaveAt(steps=50), executor=jaxrot.Fused(jax.devices()))
+        b = jaxrot.simulate("buss2p", p, 1e-3, 200, state0=s, saveat=jaxrot.SaveAt(steps=50), executor=jaxrot.XLA())
         assert a.info["executor"] == "Fused" and a.states.R.shape == (5, 5, 3, 3)
         print(float(np.max(np.abs(np.asarray(a.states.R) - np.asarray(b.states.R)))))
         # 131 bodies, 400 steps: each device's part split again over the cores (a foreign function call in shard_map)
         R = jax.vmap(jaxrot.so3.exp)(jax.numpy.asarray(0.3 * np.random.default_rng(1).normal(size=(131, 3))))
         s = jaxrot.State(R, jax.numpy.broadcast_to(p.state0.Pi, (131, 3)))
-        a = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, save_every=100, executor=jaxrot.Fused(jax.devices()))
-        b = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, save_every=100, executor=jaxrot.XLA())
+        a = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, saveat=jaxrot.SaveAt(steps=100), executor=jaxrot.Fused(jax.devices()))
+        b = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, saveat=jaxrot.SaveAt(steps=100), executor=jaxrot.XLA())
         assert a.states.R.shape == (131, 5, 3, 3)
         print(float(np.max(np.abs(np.asarray(a.states.R) - np.asarray(b.states.R)))))
         """, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")

@@ -93,7 +93,7 @@ def test_kantorovich_forward_mode_gradient():
 
     def f(J):
         q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, p.t_end)
-        return jaxrot.simulate("midpoint_exp_adaptive", q, 0.5, 4, save_every=4).final.R[0, 1]
+        return jaxrot.simulate("midpoint_exp_adaptive", q, 0.5, 4, saveat=jaxrot.SaveAt(steps=4)).final.R[0, 1]
 
     import jax
 

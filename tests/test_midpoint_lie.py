@@ -67,34 +67,34 @@ def _rel_drift(x):
 def test_pi_z_exact_on_tops(method):
     # Krysl (2005): spatial momentum changes only by torque impulses, which are horizontal on the tops
     for name in ["fast_top", "slow_top"]:
-        tr = jaxrot.simulate(method, problems.get(name), 0.01, 300, save_every=10)
+        tr = jaxrot.simulate(method, problems.get(name), 0.01, 300, saveat=jaxrot.SaveAt(steps=10))
         assert _rel_drift(_pi_z(tr.states)) < 1e-12, name
 
 
 @pytest.mark.parametrize("method", ["liemid_e1", "liemid_e2", "liemid_ea"])
 def test_pi_chi_exact(method):
-    tr = jaxrot.simulate(method, problems.get("fast_top"), 0.01, 300, save_every=10)
+    tr = jaxrot.simulate(method, problems.get("fast_top"), 0.01, 300, saveat=jaxrot.SaveAt(steps=10))
     assert _rel_drift(_pi_chi(tr.states)) < 1e-12
 
 
 def test_pi_chi_not_exact_for_liemid_i_and_nmb_pi_z_drifts():
     # the negative half of the table: these are *not* conserved (so the tests above can fail)
-    tr = jaxrot.simulate("liemid_i", problems.get("fast_top"), 0.01, 300, save_every=10)
+    tr = jaxrot.simulate("liemid_i", problems.get("fast_top"), 0.01, 300, saveat=jaxrot.SaveAt(steps=10))
     assert _rel_drift(_pi_chi(tr.states)) > 1e-8
-    tr = jaxrot.simulate("nmb", problems.get("fast_top"), 0.01, 300, save_every=10)
+    tr = jaxrot.simulate("nmb", problems.get("fast_top"), 0.01, 300, saveat=jaxrot.SaveAt(steps=10))
     assert _rel_drift(_pi_z(tr.states)) > 1e-6
 
 
 @pytest.mark.parametrize("method", ["akw", "simo_wong", "dmv", "trapezoid_object"])
 def test_energy_exact_free_body(method):
     p = problems.get("free_body_mz")
-    tr = jaxrot.simulate(method, p, 0.5, 200, save_every=10)
+    tr = jaxrot.simulate(method, p, 0.5, 200, saveat=jaxrot.SaveAt(steps=10))
     assert _rel_drift(analysis.energy(p, tr.states)) < 1e-12
 
 
 def test_liemid_energy_bounded_not_exact():
     p = problems.get("free_body_mz")
-    tr = jaxrot.simulate("liemid", p, 0.5, 400, save_every=4)
+    tr = jaxrot.simulate("liemid", p, 0.5, 400, saveat=jaxrot.SaveAt(steps=4))
     d = _rel_drift(analysis.energy(p, tr.states))
     assert 1e-8 < d < 1e-2
 

@@ -52,7 +52,7 @@ def _liemid_i_loss(J, Pi0):
     p = problems.get("fast_top")
     q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, jaxrot.State(p.state0.R, Pi0), 1.0)
     method = LieMidI(newton=Newton(max_iters=12))
-    fin = jaxrot.simulate(method, q, 0.01, 30, save_every=30).final
+    fin = jaxrot.simulate(method, q, 0.01, 30, saveat=jaxrot.SaveAt(steps=30)).final
     return jnp.sum(fin.R * jnp.arange(9.0).reshape(3, 3)) + jnp.dot(fin.Pi, jnp.array([0.3, -0.2, 0.1]))
 
 
@@ -76,8 +76,8 @@ def test_failed_solve_raises_and_flags():
     p = problems.get("t_handle")
     m = jaxrot.integrators.MidpointExp(newton=Newton(max_iters=1))
     with pytest.raises(jaxrot.SimulationError, match="step 1 "):
-        jaxrot.simulate(m, p, 0.1, 10, save_every=5)
-    tr = jaxrot.simulate(m, p, 0.1, 10, save_every=5, throw=False)
+        jaxrot.simulate(m, p, 0.1, 10, saveat=jaxrot.SaveAt(steps=5))
+    tr = jaxrot.simulate(m, p, 0.1, 10, saveat=jaxrot.SaveAt(steps=5), throw=False)
     assert int(tr.failed_step) == 1 and not bool(tr.stats.converged[0])
 
 
@@ -94,7 +94,7 @@ def test_failed_solve_inside_jit_raises():
 
 
 def test_newton_stats_in_trajectory():
-    tr = jaxrot.simulate("liemid_ea", problems.get("fast_top"), 0.01, 20, save_every=10)
+    tr = jaxrot.simulate("liemid_ea", problems.get("fast_top"), 0.01, 20, saveat=jaxrot.SaveAt(steps=10))
     assert np.all(np.asarray(tr.stats.newton_iters) >= 2)  # two solves per step
     assert bool(tr.stats.converged.all())
 

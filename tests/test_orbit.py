@@ -28,7 +28,7 @@ def test_orbit_frame_equilibrium_is_kept(method):
     J, n = jnp.array([3.0, 4.0, 5.0]), 0.7
     p = jaxrot.Problem(jaxrot.RigidBody(J), GravityGradientTorque(J, n), jaxrot.State(jnp.eye(3), J * jnp.array([0, 0, n])),
                        t_end=10.0)
-    tr = jaxrot.simulate(method, p, 0.05, 200, save_every=200)
+    tr = jaxrot.simulate(method, p, 0.05, 200, saveat=jaxrot.SaveAt(steps=200))
     a = n * 10.0
     Rz = jnp.array([[jnp.cos(a), -jnp.sin(a), 0.0], [jnp.sin(a), jnp.cos(a), 0.0], [0.0, 0.0, 1.0]])
     assert float(jnp.abs(tr.final.R - Rz).max()) < 1e-12
@@ -40,5 +40,5 @@ def test_order_on_the_librating_satellite():
     ref = reference.reference_solution(p, T).final
     r = analysis.convergence_study("buss4", p, T, [20, 40, 80, 160], ref)
     assert abs(r["order"] - 4) <= 0.15, r
-    tr = jaxrot.simulate("buss4", p, T / 160, 160, save_every=160)
+    tr = jaxrot.simulate("buss4", p, T / 160, 160, saveat=jaxrot.SaveAt(steps=160))
     assert float(analysis.orthogonality_error(tr.states.R).max()) < 1e-13

@@ -345,10 +345,10 @@ def test_simulate_progress_reports_steps_and_keeps_the_result(capsys):
     p = jaxrot.problems.get("t_handle")
     # XLA's loop both times: a run with progress reports is XLA's (one fused launch has no chunks to
     # report), and on a GPU the automatic choice without it is the fused kernel, equal to round-off
-    a = jaxrot.simulate("buss2p", p, 1e-3, 2000, save_every=10, progress=True, executor=jaxrot.XLA())
+    a = jaxrot.simulate("buss2p", p, 1e-3, 2000, saveat=jaxrot.SaveAt(steps=10), progress=True, executor=jaxrot.XLA())
     err = capsys.readouterr().err
     assert "compiled in" in err and "2000/2000 steps (100%)" in err
-    b = jaxrot.simulate("buss2p", p, 1e-3, 2000, save_every=10, executor=jaxrot.XLA())
+    b = jaxrot.simulate("buss2p", p, 1e-3, 2000, saveat=jaxrot.SaveAt(steps=10), executor=jaxrot.XLA())
     assert jax.numpy.array_equal(a.states.R, b.states.R) and a.ts.shape == b.ts.shape == (201,)
 
 

@@ -86,7 +86,7 @@ def test_intermediate_axis_flip_matches_the_rigid_body(book):
     t_part = analysis.first_sign_change(np.asarray(tr.ts), np.asarray(particles.axis_momentum_cosine(book, tr.states.X, tr.states.V, 1)))
     body = book.rigid_body()
     p = jaxrot.Problem(body, jaxrot.torques.FreeTorque(), jaxrot.State(jnp.eye(3), body.J * jnp.asarray(w)), 5.0)
-    trr = jaxrot.simulate("buss4", p, 1e-3, 5000, save_every=5)
+    trr = jaxrot.simulate("buss4", p, 1e-3, 5000, saveat=jaxrot.SaveAt(steps=5))
     t_rigid = analysis.first_sign_change(np.asarray(trr.ts), np.asarray(analysis.body_axis_momentum_cosine(trr.states, 1)))
     assert t_part is not None and t_rigid is not None
     assert abs(t_part / t_rigid - 1) <= 0.10

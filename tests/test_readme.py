@@ -18,6 +18,20 @@ def test_readme_block_runs(i):
     exec(compile(BLOCKS[i], f"README.md python block {i}", "exec"), {"__name__": "__readme__"})
 
 
+def test_readme_first_block_runs_in_float32_and_says_what_it_raised():
+    """Without the x64 line the first example runs in float32: its tolerance of 1e-8 is raised to
+    float32's floor with a PrecisionWarning before the run, and the run ends without a failure."""
+    import subprocess
+    import sys
+
+    code = BLOCKS[0].replace('jax.config.update("jax_enable_x64", True)', "")
+    code = "import warnings\nwarnings.simplefilter('always')\n" + code + "\nassert sol.final.R.dtype == 'float32'\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
+                       env={**__import__("os").environ, "JAX_ENABLE_X64": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "PrecisionWarning" in r.stderr and "float32" in r.stderr, r.stderr[-3000:]
+
+
 ROOT = README.parent
 MARKDOWN = [README, *sorted((ROOT / "figures").glob("*.md")), *sorted((ROOT / "docs").rglob("*.md"))]
 

@@ -253,7 +253,7 @@ def _with_system(traj, problem):
 
 def test_trajectory_views():
     p = problems.get("fast_top")
-    traj = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 400, save_every=10), p)
+    traj = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 400, saveat=jaxrot.SaveAt(steps=10)), p)
     R, Pi = np.asarray(traj.states.R), np.asarray(traj.states.Pi)
     n = R.shape[0]
     for order in ("wxyz", "xyzw"):
@@ -288,20 +288,20 @@ def test_trajectory_views_of_a_batch():
                            p.t_end, p.name, p.description)  # stacked problems share the static fields
     ps = [p, other]
     batch = jaxrot.stack_problems(ps)
-    traj = _with_system(jaxrot.simulate("liemid_ea", batch, 1e-3, 100, save_every=10), batch)
+    traj = _with_system(jaxrot.simulate("liemid_ea", batch, 1e-3, 100, saveat=jaxrot.SaveAt(steps=10)), batch)
     assert traj.quaternion().shape == (2, 11, 4) and traj.euler("XYZ").shape == (2, 11, 3)
     assert traj.to_scipy().as_matrix().reshape(-1, 3, 3).shape == (22, 3, 3)
     for k, p in enumerate(ps):
-        one = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, save_every=10), p)
+        one = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, saveat=jaxrot.SaveAt(steps=10)), p)
         np.testing.assert_allclose(np.asarray(traj.energy[k]), np.asarray(one.energy), rtol=1e-13)
         np.testing.assert_allclose(np.asarray(traj.omega_body[k]), np.asarray(one.omega_body), rtol=1e-13)
         np.testing.assert_allclose(np.asarray(traj.quaternion()[k]), np.asarray(one.quaternion()), atol=1e-14)
     # one problem, a batch of initial states: the system has no batch axis
     states = jaxrot.State(jnp.stack([p.state0.R, other.state0.R]), jnp.stack([p.state0.Pi, other.state0.Pi]))
-    shared = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, save_every=10, state0=states), p)
+    shared = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, saveat=jaxrot.SaveAt(steps=10), state0=states), p)
     assert shared.energy.shape == (2, 11) and shared.omega_world.shape == (2, 11, 3)
     for k in range(2):
-        one = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, save_every=10,
+        one = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 100, saveat=jaxrot.SaveAt(steps=10),
                                            state0=jaxrot.State(states.R[k], states.Pi[k])), p)
         np.testing.assert_allclose(np.asarray(shared.energy[k]), np.asarray(one.energy), rtol=1e-13)
         np.testing.assert_allclose(np.asarray(shared.omega_world[k]), np.asarray(one.omega_world), atol=1e-12)
@@ -310,7 +310,7 @@ def test_trajectory_views_of_a_batch():
 def test_trajectory_energy_without_potential_is_kinetic_and_system_required():
     p = problems.get("fast_top")
     damp = jaxrot.Problem(p.body, lambda t, R, Pi: -0.5 * R @ (Pi / p.body.J), p.state0, 1.0)
-    traj = _with_system(jaxrot.simulate("liemid_ea", damp, 1e-3, 100, save_every=10), damp)
+    traj = _with_system(jaxrot.simulate("liemid_ea", damp, 1e-3, 100, saveat=jaxrot.SaveAt(steps=10)), damp)
     Pi = np.asarray(traj.states.Pi)
     np.testing.assert_allclose(np.asarray(traj.energy), 0.5 * np.sum(Pi * Pi / np.asarray(p.body.J), -1), rtol=1e-15)
     assert np.all(np.diff(np.asarray(traj.energy)) < 0)  # damping dissipates
@@ -324,7 +324,7 @@ def test_trajectory_energy_without_potential_is_kinetic_and_system_required():
 
 def test_trajectory_save_load_round_trip_with_system(tmp_path):
     p = problems.get("slow_top")
-    traj = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 50, save_every=10), p)
+    traj = _with_system(jaxrot.simulate("liemid_ea", p, 1e-3, 50, saveat=jaxrot.SaveAt(steps=10)), p)
     path = str(tmp_path / "run.npz")
     traj.save(path)
     back = jaxrot.load(path)

@@ -14,21 +14,21 @@ from jaxrot.physics.torques import AbstractTorque
 
 def test_frames_and_times():
     p = problems.get("fast_top")
-    tr = jaxrot.simulate("buss2p", p, 1e-3, 100, save_every=10)
+    tr = jaxrot.simulate("buss2p", p, 1e-3, 100, saveat=jaxrot.SaveAt(steps=10))
     assert tr.states.R.shape == (11, 3, 3) and tr.ts.shape == (11,)
     np.testing.assert_allclose(tr.ts, np.linspace(0, 0.1, 11), atol=1e-15)
     np.testing.assert_array_equal(tr.states.R[0], p.state0.R)
     assert int(tr.failed_step) == -1
     assert tr.stats.converged.shape == (10,) and bool(tr.stats.converged.all())
     # saving less often does not change the trajectory
-    tr1 = jaxrot.simulate("buss2p", p, 1e-3, 100)
+    tr1 = jaxrot.simulate("buss2p", p, 1e-3, 100, saveat=jaxrot.SaveAt(steps=True))
     np.testing.assert_allclose(tr1.states.R[::10], tr.states.R, atol=1e-15)
 
 
 def test_progress_same_result(capsys):
     p = problems.get("fast_top")
-    a = jaxrot.simulate("buss2", p, 1e-3, 200, save_every=5, progress=True)
-    b = jaxrot.simulate("buss2", p, 1e-3, 200, save_every=5)
+    a = jaxrot.simulate("buss2", p, 1e-3, 200, saveat=jaxrot.SaveAt(steps=5), progress=True)
+    b = jaxrot.simulate("buss2", p, 1e-3, 200, saveat=jaxrot.SaveAt(steps=5))
     np.testing.assert_allclose(a.states.R, b.states.R, atol=1e-15)
     err = capsys.readouterr().err
     assert "compiled in" in err and "200/200 steps" in err
@@ -39,7 +39,7 @@ def test_gradient_matches_finite_differences():
 
     def loss(J, Pi0):
         q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, jaxrot.State(p.state0.R, Pi0), p.t_end)
-        fin = jaxrot.simulate("buss3", q, 2e-3, 50, save_every=50).final
+        fin = jaxrot.simulate("buss3", q, 2e-3, 50, saveat=jaxrot.SaveAt(steps=50)).final
         return jnp.sum(fin.R * jnp.arange(9.0).reshape(3, 3)) + jnp.dot(fin.Pi, jnp.array([0.3, -0.2, 0.1]))
 
     J, Pi0 = p.body.J, p.state0.Pi
@@ -57,7 +57,7 @@ def test_gradient_matches_finite_differences():
 
 def test_grad_wrt_dt():
     p = problems.get("fast_top")
-    f = lambda dt: jaxrot.simulate("buss2p", p, dt, 20, save_every=20).final.Pi[0]  # noqa: E731
+    f = lambda dt: jaxrot.simulate("buss2p", p, dt, 20, saveat=jaxrot.SaveAt(steps=20)).final.Pi[0]  # noqa: E731
     g = jax.grad(f)(1e-3)
     fd = (f(1e-3 + 1e-8) - f(1e-3 - 1e-8)) / 2e-8
     assert abs(float(g - fd)) < 1e-5 * max(1.0, abs(float(fd)))
@@ -71,7 +71,7 @@ def test_grad_wrt_dt():
         (dict(dt=float("nan")), "dt must be finite"),
         (dict(n_steps=0), "n_steps must be >= 1"),
         (dict(n_steps=10, save_every=3), "multiple of save_every"),
-        (dict(save_every=0), "save_every must be >= 1"),
+        (dict(save_every=0), "steps must be True, False or a positive int"),
         (dict(dt=np.array([1e-3])), "dt must be a scalar"),
         (dict(t0=float("nan")), "t0 must be a finite scalar"),
     ],
@@ -79,12 +79,12 @@ def test_grad_wrt_dt():
 def test_bad_counts_and_dt(kwargs, match):
     args = dict(dt=1e-3, n_steps=10, save_every=1, t0=0.0) | kwargs
     with pytest.raises(ValueError, match=match):
-        jaxrot.simulate("buss2p", problems.get("fast_top"), args["dt"], args["n_steps"], save_every=args["save_every"],
+        jaxrot.simulate("buss2p", problems.get("fast_top"), args["dt"], args["n_steps"], saveat=jaxrot.SaveAt(steps=args["save_every"]),
                         t0=args["t0"])
 
 
 def test_numpy_integer_steps_work():
-    tr = jaxrot.simulate("buss2p", problems.get("fast_top"), 1e-3, np.int64(20), save_every=np.int64(10))
+    tr = jaxrot.simulate("buss2p", problems.get("fast_top"), 1e-3, np.int64(20), saveat=jaxrot.SaveAt(steps=np.int64(10)))
     assert tr.states.R.shape[0] == 3
 
 
@@ -147,8 +147,8 @@ def test_nonfinite_state_raises_naming_step():
     p = problems.get("t_handle")
     q = jaxrot.Problem(p.body, _BlowUp(), p.state0, 1.0)
     with pytest.raises(jaxrot.SimulationError, match="step 7 "):
-        jaxrot.simulate("buss1", q, 0.01, 20, save_every=5)
-    tr = jaxrot.simulate("buss1", q, 0.01, 20, save_every=5, throw=False)
+        jaxrot.simulate("buss1", q, 0.01, 20, saveat=jaxrot.SaveAt(steps=5))
+    tr = jaxrot.simulate("buss1", q, 0.01, 20, saveat=jaxrot.SaveAt(steps=5), throw=False)
     assert int(tr.failed_step) == 7
 
 
@@ -157,7 +157,7 @@ def test_simulate_batch_stacked_problems():
     tr = jaxrot.simulate_batch("buss2p", jaxrot.stack_problems(ps), 0.01, 40, save_every=10)
     assert tr.states.R.shape == (3, 5, 3, 3)
     for i, p in enumerate(ps):
-        one = jaxrot.simulate("buss2p", p, 0.01, 40, save_every=10)
+        one = jaxrot.simulate("buss2p", p, 0.01, 40, saveat=jaxrot.SaveAt(steps=10))
         np.testing.assert_allclose(tr.states.R[i], one.states.R, atol=1e-14)
 
 
@@ -226,14 +226,14 @@ def test_new_step_count_or_span_does_not_recompile_the_run():
         else None)
     p = problems.get("slow_top")
     xla = jaxrot.XLA()  # XLA's chunked loop (on a GPU the automatic choice is the fused kernel)
-    jaxrot.simulate("buss3", p, 1e-3, 100, save_every=10, executor=xla)  # one chunk: init and frames in one program
-    jaxrot.simulate("buss3", p, 1e-3, 10_250, save_every=10, executor=xla)  # two chunks: the repeated chunk
+    jaxrot.simulate("buss3", p, 1e-3, 100, saveat=jaxrot.SaveAt(steps=10), executor=xla)  # one chunk: init and frames in one program
+    jaxrot.simulate("buss3", p, 1e-3, 10_250, saveat=jaxrot.SaveAt(steps=10), executor=xla)  # two chunks: the repeated chunk
     assert any("_one_short" in f for f in compiled)  # the listener sees the runs' compilation
     assert "jit(_one_chunk)" in compiled
     compiled.clear()
-    a = jaxrot.simulate("buss3", p, 1e-3, 2370, save_every=10, executor=xla)  # 237 frames: another count
+    a = jaxrot.simulate("buss3", p, 1e-3, 2370, saveat=jaxrot.SaveAt(steps=10), executor=xla)  # 237 frames: another count
     q = jaxrot.Problem(p.body, p.torque, p.state0, 123.0, "other", "another span")
-    b = jaxrot.simulate("buss3", q, 1e-3, 20_480 + 30, save_every=10, executor=xla)  # two chunks, another span
+    b = jaxrot.simulate("buss3", q, 1e-3, 20_480 + 30, saveat=jaxrot.SaveAt(steps=10), executor=xla)  # two chunks, another span
     heavy = [f for f in compiled if "_one_" in f]
     assert not heavy, heavy
     np.testing.assert_allclose(np.asarray(b.states.R[:238]), np.asarray(a.states.R), atol=0, rtol=0)
@@ -268,12 +268,12 @@ def test_traced_call_runs_exactly_its_frames_and_equals_the_plain_call():
     """Inside jit (and vmap) simulate scans exactly n_steps/save_every frames instead of masked
     1 024-frame chunks; the trajectory is the plain call's."""
     p = problems.get("slow_top")
-    plain = jaxrot.simulate("buss3", p, 1e-2, 36, save_every=4)
-    traced = jax.jit(lambda s: jaxrot.simulate("buss3", p, 1e-2, 36, save_every=4, state0=s))(p.state0)
+    plain = jaxrot.simulate("buss3", p, 1e-2, 36, saveat=jaxrot.SaveAt(steps=4))
+    traced = jax.jit(lambda s: jaxrot.simulate("buss3", p, 1e-2, 36, saveat=jaxrot.SaveAt(steps=4), state0=s))(p.state0)
     assert traced.states.R.shape == plain.states.R.shape == (10, 3, 3)
     np.testing.assert_allclose(np.asarray(traced.states.R), np.asarray(plain.states.R), rtol=0, atol=1e-15)
     np.testing.assert_allclose(np.asarray(traced.ts), np.asarray(plain.ts), rtol=0, atol=0)
-    both = jax.vmap(lambda s: jaxrot.simulate("buss3", p, 1e-2, 36, save_every=4, state0=s).final.Pi)(
+    both = jax.vmap(lambda s: jaxrot.simulate("buss3", p, 1e-2, 36, saveat=jaxrot.SaveAt(steps=4), state0=s).final.Pi)(
         jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), p.state0))
     np.testing.assert_allclose(np.asarray(both[1]), np.asarray(plain.final.Pi), rtol=0, atol=1e-15)
 
@@ -325,8 +325,8 @@ def test_chunk_frames_and_statistics_equal_the_traced_scan():
     Newton statistics included, for frames of several steps and of one step."""
     p = problems.get("fast_top")
     for save_every in (3, 1):
-        plain = jaxrot.simulate("liemid_ea", p, 0.01, 12, save_every=save_every)
-        traced = jax.jit(lambda s: jaxrot.simulate("liemid_ea", p, 0.01, 12, save_every=save_every, state0=s))(
+        plain = jaxrot.simulate("liemid_ea", p, 0.01, 12, saveat=jaxrot.SaveAt(steps=save_every))
+        traced = jax.jit(lambda s: jaxrot.simulate("liemid_ea", p, 0.01, 12, saveat=jaxrot.SaveAt(steps=save_every), state0=s))(
             p.state0)
         assert int(jnp.sum(plain.stats.newton_iters)) > 0
         for a, b in zip(jax.tree_util.tree_leaves(plain.stats), jax.tree_util.tree_leaves(traced.stats)):
@@ -344,8 +344,8 @@ def test_short_and_chunked_runs_give_the_same_frames():
 
     p = problems.get("fast_top")
     n = SHORT_RUN_FRAMES
-    short = jaxrot.simulate("liemid_ea", p, 0.01, n)
-    long = jaxrot.simulate("liemid_ea", p, 0.01, n + 1)
+    short = jaxrot.simulate("liemid_ea", p, 0.01, n, saveat=jaxrot.SaveAt(steps=True))
+    long = jaxrot.simulate("liemid_ea", p, 0.01, n + 1, saveat=jaxrot.SaveAt(steps=True))
     for a, b in zip(jax.tree_util.tree_leaves((short.states, short.ts, short.stats)),
                     jax.tree_util.tree_leaves((long.states, long.ts, long.stats))):
         assert a.dtype == b.dtype and a.shape[0] + 1 == b.shape[0]
@@ -361,7 +361,7 @@ def test_final_state_runs_in_blocks_and_matches_the_last_frame():
     rng = np.random.default_rng(3)
     s = jaxrot.State(jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(10, 3)))), jnp.asarray(rng.normal(size=(10, 3))))
     a = jaxrot.simulate("buss4", p, 1e-2, 30, state0=s, saveat=jaxrot.SaveAt(t0=False), executor=jaxrot.CPUBlocked(4))
-    b = jaxrot.simulate("buss4", p, 1e-2, 30, state0=s, save_every=30, executor=jaxrot.XLA()).final
+    b = jaxrot.simulate("buss4", p, 1e-2, 30, state0=s, saveat=jaxrot.SaveAt(steps=30), executor=jaxrot.XLA()).final
     assert a.info["executor"] == "CPUBlocked" and a.ts.shape == (10, 1)
     assert auto_block("auto", 10_000, jax.devices()[:1]) == (CPU_BLOCK if jax.default_backend() == "cpu" else None)
     np.testing.assert_array_equal(np.asarray(a.final.R), np.asarray(b.R))

@@ -46,7 +46,7 @@ def test_ordering_matters_on_the_prism():
     ref = reference.reference_solution(p, p.t_end).final
     errs = {}
     for perm in ("123", "132", "213", "231", "312", "321"):
-        fin = jaxrot.simulate(f"split2_{perm}", p, p.t_end / 400, 400, save_every=400).final
+        fin = jaxrot.simulate(f"split2_{perm}", p, p.t_end / 400, 400, saveat=jaxrot.SaveAt(steps=400)).final
         errs[perm] = float(analysis.attitude_error(fin.R, ref.R))
     assert max(errs.values()) / min(errs.values()) > 10, errs
     worst_two = sorted(errs, key=errs.get)[-2:]
@@ -60,8 +60,8 @@ def test_bad_ordering_rejected():
 
 def test_plain_rk4_leaves_so3_and_svd_variant_does_not():
     p = problems.get("t_handle")
-    a = jaxrot.simulate("rk4", p, 0.05, 400, save_every=400).final
-    b = jaxrot.simulate("rk4_svd", p, 0.05, 400, save_every=400).final
+    a = jaxrot.simulate("rk4", p, 0.05, 400, saveat=jaxrot.SaveAt(steps=400)).final
+    b = jaxrot.simulate("rk4_svd", p, 0.05, 400, saveat=jaxrot.SaveAt(steps=400)).final
     assert float(analysis.orthogonality_error(a.R)) > 1e-9
     assert float(analysis.orthogonality_error(b.R)) < 1e-13
 
@@ -72,7 +72,7 @@ def test_euler_svd_and_quaternion_agree_to_first_order():
     ref = reference.reference_solution(p, 2.0).final
     e = {}
     for n in ("euler_svd", "euler_quat"):
-        e[n] = float(analysis.attitude_error(jaxrot.simulate(n, p, 2.0 / 800, 800, save_every=800).final.R, ref.R))
+        e[n] = float(analysis.attitude_error(jaxrot.simulate(n, p, 2.0 / 800, 800, saveat=jaxrot.SaveAt(steps=800)).final.R, ref.R))
     assert abs(e["euler_svd"] / e["euler_quat"] - 1) < 0.05, e
 
 
@@ -114,7 +114,7 @@ def test_every_ordering_has_its_order_and_exact_momentum(perm):
     for order, ns in ((2, [40, 80, 160]), (4, [10, 20, 40])):
         r = analysis.convergence_study(f"split{order}_{perm}", p, 2.0, ns, ref)
         assert abs(r["order"] - order) <= 0.15, (perm, r)
-        tr = jaxrot.simulate(f"split{order}_{perm}_ep", p, 0.05, 40, save_every=40)
+        tr = jaxrot.simulate(f"split{order}_{perm}_ep", p, 0.05, 40, saveat=jaxrot.SaveAt(steps=40))
         L = tr.states.L
         assert float(jnp.abs(L[-1] - L[0]).max()) < 1e-13
         E = analysis.energy(p, tr.states)

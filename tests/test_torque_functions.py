@@ -38,13 +38,13 @@ def test_plain_function_gravity_matches_gravity_torque(method):
     p = problems.get("fast_top")
     q = jaxrot.Problem(p.body, gravity_world, p.state0, p.t_end)  # the callable is wrapped
     assert isinstance(q.torque, Torque) and q.torque.frame == "world" and q.torque.potential(0.0, jnp.eye(3)) is None
-    a = jaxrot.simulate(method, p, 2e-3, 200, save_every=20)
-    b = jaxrot.simulate(method, q, 2e-3, 200, save_every=20)
+    a = jaxrot.simulate(method, p, 2e-3, 200, saveat=jaxrot.SaveAt(steps=20))
+    b = jaxrot.simulate(method, q, 2e-3, 200, saveat=jaxrot.SaveAt(steps=20))
     assert float(jnp.max(jnp.abs(a.states.R - b.states.R))) <= 1e-13
     assert float(jnp.max(jnp.abs(a.states.Pi - b.states.Pi))) <= 1e-13 * float(jnp.max(jnp.abs(a.states.Pi)))
     # and in the body frame, with the parameter in args and the potential given
     tb = Torque(gravity_body, frame="body", args={"mgl": jnp.asarray(20.0)}, potential=gravity_potential)
-    c = jaxrot.simulate(method, jaxrot.Problem(p.body, tb, p.state0, p.t_end), 2e-3, 200, save_every=20)
+    c = jaxrot.simulate(method, jaxrot.Problem(p.body, tb, p.state0, p.t_end), 2e-3, 200, saveat=jaxrot.SaveAt(steps=20))
     assert float(jnp.max(jnp.abs(a.states.R - c.states.R))) <= 1e-13
     assert float(jnp.max(jnp.abs(a.states.Pi - c.states.Pi))) <= 1e-13 * float(jnp.max(jnp.abs(a.states.Pi)))
 
@@ -62,7 +62,7 @@ def test_body_frame_and_potential_values():
     # energies include it: the analysis energy of a run equals GravityTorque's
     p = problems.get("slow_top")
     q = jaxrot.Problem(p.body, tb, p.state0, p.t_end)
-    tr = jaxrot.simulate("liemid_ea", q, 1e-2, 50, save_every=10)
+    tr = jaxrot.simulate("liemid_ea", q, 1e-2, 50, saveat=jaxrot.SaveAt(steps=10))
     np.testing.assert_allclose(np.asarray(jaxrot.analysis.energy(q, tr.states, tr.ts)),
                                np.asarray(jaxrot.analysis.energy(p, tr.states, tr.ts)), rtol=1e-14)
 
@@ -71,7 +71,7 @@ def test_potential_optional_means_kinetic_energy_only():
     p = problems.get("fast_top")
     q = jaxrot.Problem(p.body, Torque(gravity_world), p.state0, p.t_end)
     assert q.torque.potential(0.0, p.state0.R) is None
-    tr = jaxrot.simulate("liemid_ea", q, 1e-3, 10, save_every=5)
+    tr = jaxrot.simulate("liemid_ea", q, 1e-3, 10, saveat=jaxrot.SaveAt(steps=5))
     ke = 0.5 * jnp.sum(tr.states.Pi ** 2 / p.body.J, axis=-1)
     np.testing.assert_array_equal(np.asarray(jaxrot.analysis.energy(q, tr.states, tr.ts)), np.asarray(ke))
 
@@ -130,7 +130,7 @@ def test_damping_fit_recovers_c():
     def rates(c):
         torque = Torque(lambda t, R, Pi, c: -c * R @ (Pi / J), args=c)
         tr = jaxrot.simulate("rk4", jaxrot.Problem(jaxrot.RigidBody(J), torque, state0, 2.0), 0.02, 5 * n_obs,
-                             save_every=5)
+                             saveat=jaxrot.SaveAt(steps=5))
         return tr.states.Pi[1:] / J
 
     observed = rates(jnp.asarray(c_true)) + sigma * jax.random.normal(jax.random.PRNGKey(1), (n_obs, 3))

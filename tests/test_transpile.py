@@ -191,8 +191,8 @@ def test_fused_run_of_a_plain_function_equals_xla():
 
     body = RigidBody(J)
     p = Problem(body, jaxrot.Torque(damped_forced), jaxrot.State(jnp.eye(3), jnp.array([0.3, -4.0, 2.0])), t_end=2.0)
-    a = jaxrot.simulate("rkmk8", p, 0.05, 40, save_every=10, executor=jaxrot.Fused())
-    b = jaxrot.simulate("rkmk8", p, 0.05, 40, save_every=10, executor=jaxrot.XLA())
+    a = jaxrot.simulate("rkmk8", p, 0.05, 40, saveat=jaxrot.SaveAt(steps=10), executor=jaxrot.Fused())
+    b = jaxrot.simulate("rkmk8", p, 0.05, 40, saveat=jaxrot.SaveAt(steps=10), executor=jaxrot.XLA())
     assert a.info["executor"] == "Fused" and b.info["executor"] == "XLA"
     np.testing.assert_allclose(np.asarray(a.states.Pi), np.asarray(b.states.Pi), rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=1e-13, atol=1e-13)

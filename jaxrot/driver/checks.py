@@ -1,6 +1,15 @@
-"""Input checks, one set for every entry point: concrete values raise a ``ValueError``/``TypeError``
-naming the argument before anything runs; traced values (under ``jit``, ``grad``, ``vmap``) are checked
-with ``eqx.error_if`` carrying the same messages.
+"""Input checks, one set for every entry point, with one message per defect.
+
+* Everything known while tracing — shapes, dtypes, static fields, Python numbers, concrete arrays
+  (also when closed over inside someone's ``jit``) — is checked at once: a ``ValueError``/``TypeError``
+  naming the argument before anything runs.
+* Traced values (:func:`traced_checks`, :func:`run_time_check`) get the same checks and messages.
+  Under ``vmap`` or ``grad`` without ``jit`` their values are known underneath, so a bad one raises
+  the same ``ValueError`` at once (under ``vmap`` naming the body by its index along the vmapped
+  axes). Under ``jit`` the check runs with the program: a host callback raises the ``ValueError``,
+  which JAX reports as its own error with the message inside (a ``jax.errors.JaxRuntimeError``, or
+  a ``ValueError`` when a compiled function is called again through JAX's fast path); inside
+  ``with jaxrot.simulation_errors():`` it is re-raised as the plain ``ValueError``.
 
 The checks of a concrete initial state or inertia are remembered by identity (JAX arrays are immutable),
 so a loop of calls on the same arrays pays each check once.
@@ -9,18 +18,23 @@ so a loop of calls on the same arrays pays each check once.
 from __future__ import annotations
 
 import functools
+import os
 import weakref
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from equinox.internal import unvmap_any
+from jax import lax
 
-from ..geometry.body import validate_inertia, violates_triangle
+from ..geometry.body import inertia_message, validate_inertia, violates_triangle
 from ..geometry.state import State
 from ..integrators import AbstractIntegrator
 from ..integrators import get as get_method
 from ..physics.problems import Problem
+from .failures import from_host, host_error_in
 
 
 def is_concrete(x) -> bool:
@@ -81,6 +95,10 @@ def check_state(state: State):
     if len(lead) > 1:
         raise ValueError(f"state0 takes one body (R of shape (3, 3)) or one leading batch axis; got R of shape "
                          f"{R.shape} (flatten the batch axes)")
+    for name, x in (("R", R), ("Pi", Pi)):  # dtypes are static: checked for traced values too
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"state0.{name} must be a floating-point array, got {x.dtype} (pass floats, e.g. "
+                            f"jnp.asarray({name}, float))")
     if R.size == 0:
         raise ValueError("empty batch: state0 has no bodies")
     if is_concrete(R) and is_concrete(Pi):
@@ -89,16 +107,17 @@ def check_state(state: State):
         with jax.ensure_compile_time_eval():  # concrete values inside someone's trace: evaluate now
             finite, err, det_min = np.asarray(_state_defects(R, Pi)).tolist()  # one compiled pass, one transfer
             tol = _orthogonality_tol(R.dtype)
-            if not finite or err > tol or det_min <= 0:
-                codes = np.asarray(_state_codes(R, Pi, tol))  # only on failure: which body, which defect
-                idx = tuple(int(i) for i in np.argwhere(codes > 0)[0])
-                _raise_bad_state(int(codes[idx]), idx if lead else None, tol, None if lead else err)
+            if not finite or err > tol or det_min <= 0:  # only on failure: which body, which defect
+                code = 1 if not finite else 2 if err > tol else 3  # the device's, should the host round otherwise
+                raise ValueError(state_message(np.asarray(R), np.asarray(Pi), tol)
+                                 or _BAD_STATE[code].format(where="", err=err, tol=tol))
         _remember_checked((R, Pi))
 
 
 _BAD_STATE = {
     1: "initial state{where} contains NaN or inf",
-    2: "initial attitude R{where} is not orthogonal (max|R^T R - 1| {err}); project it with jaxrot.so3.nearest_rotation",
+    2: "initial attitude R{where} is not orthogonal (max|R^T R - 1| = {err:.3g} > {tol:g}); project it with "
+       "jaxrot.so3.nearest_rotation",
     3: "initial attitude R{where} has det <= 0: it is a reflection, not a rotation",
 }
 
@@ -107,27 +126,19 @@ def _orthogonality_tol(dtype):
     return 1e-5 if dtype == jnp.float32 else 1e-8
 
 
-def _raise_bad_state(code: int, body, tol, err=None):
-    """The one message for a bad initial state (host check and traced batch check alike); ``body``:
-    the index of the first bad body in a batch, else None."""
-    where = "" if body is None else f" of body {body[0] if len(body) == 1 else body}"
-    err = f"> {tol:g}" if err is None else f"= {err:.3g} > {tol:g}"
-    raise ValueError(_BAD_STATE[code].format(where=where, err=err))
-
-
-@functools.partial(jax.jit, static_argnums=2)
-def _state_codes(R, Pi, tol):
-    """Per body: 0 good, 1 non-finite, 2 not orthogonal, 3 a reflection (the first that applies)."""
-    finite, err, det = _body_defects(R, Pi)
-    return jnp.where(~finite, 1, jnp.where(err > tol, 2, jnp.where(det <= 0, 3, 0)))
-
-
-def _raise_bad_body(codes, tol):
-    """Host callback of a traced batch check: the same ValueError, naming the first bad body."""
-    codes = np.asarray(codes)
-    if np.any(codes > 0):
-        idx = tuple(int(i) for i in np.argwhere(codes > 0)[0])
-        _raise_bad_state(int(codes[idx]), idx, tol)
+def state_message(R: np.ndarray, Pi: np.ndarray, tol: float) -> str | None:
+    """What is wrong with an initial state (NumPy arrays, any leading batch axes), or None: the one
+    message of the host check and of the traced check's callback; a batch names the first bad body."""
+    lead = np.broadcast_shapes(R.shape[:-2], Pi.shape[:-1])
+    R, Pi = np.broadcast_to(R, lead + (3, 3)), np.broadcast_to(Pi, lead + (3,))
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite, err, det = _body_defects(R, Pi, np)
+    codes = np.where(~finite, 1, np.where(err > tol, 2, np.where(det <= 0, 3, 0)))
+    if not np.any(codes > 0):
+        return None
+    idx = tuple(int(i) for i in np.argwhere(codes > 0)[0])
+    where = "" if not idx else f" of body {idx[0] if len(idx) == 1 else idx}"
+    return _BAD_STATE[int(codes[idx])].format(where=where, err=float(err[idx]), tol=tol)
 
 
 #: the last inputs that passed the value checks, as ((weakrefs to arrays), static extra): JAX arrays
@@ -154,11 +165,12 @@ def _state_defects(R, Pi):
     return jnp.stack([jnp.all(finite).astype(R.dtype), jnp.max(err), jnp.min(det)])
 
 
-def _body_defects(R, Pi):
-    """Per body: finite, max |R^T R - 1|, det R (3x3 closed form); the one formula of both checks."""
-    finite = jnp.all(jnp.isfinite(R), axis=(-1, -2)) & jnp.all(jnp.isfinite(Pi), axis=-1)
-    err = jnp.max(jnp.abs(jnp.swapaxes(R, -1, -2) @ R - jnp.eye(3, dtype=R.dtype)), axis=(-1, -2))
-    det = jnp.sum(R[..., 0, :] * jnp.cross(R[..., 1, :], R[..., 2, :]), axis=-1)
+def _body_defects(R, Pi, xp=jnp):
+    """Per body: finite, max |R^T R - 1|, det R (3x3 closed form); the one formula of every check
+    (``xp``: ``numpy`` on the host, in a callback that must not run JAX)."""
+    finite = xp.all(xp.isfinite(R), axis=(-1, -2)) & xp.all(xp.isfinite(Pi), axis=-1)
+    err = xp.max(xp.abs(xp.swapaxes(R, -1, -2) @ R - xp.eye(3, dtype=R.dtype)), axis=(-1, -2))
+    det = xp.sum(R[..., 0, :] * xp.cross(R[..., 1, :], R[..., 2, :]), axis=-1)
     return finite, err, det
 
 
@@ -175,41 +187,164 @@ def check_problem(problem: Problem):
         raise TypeError(f"problem must be a jaxrot Problem, got {type(problem).__name__}")
     J = problem.body.J
     physical = bool(problem.body.physical)
+    if jnp.shape(J)[-1:] != (3,):  # shapes are static: checked for traced values too
+        raise ValueError(f"principal moments J must have shape (..., 3), got {jnp.shape(J)}")
     if is_concrete(J) and not _checked_before((J,), physical):
         validate_inertia(J, physical)
         _remember_checked((J,), physical)
 
 
 def traced_checks(problem: Problem, state0: State, dt, t0):
-    """``eqx.error_if`` versions of the host checks, for values that are traced (under ``jit``,
-    ``grad`` or ``vmap``), with the same messages; works for one body or a leading batch axis."""
-    J = problem.body.J
-    if not is_concrete(J):
-        bad = jnp.any(J <= 0) | ~jnp.all(jnp.isfinite(J))
-        if problem.body.physical:
-            bad = bad | jnp.any(violates_triangle(J))
-        J = eqx.error_if(J, bad, "principal moments J must be finite, positive and satisfy J_i <= J_j + J_k")
-        problem = eqx.tree_at(lambda p: p.body.J, problem, J)
-    if not is_concrete(dt):
-        dt = eqx.error_if(dt, ~(jnp.isfinite(dt) & (dt > 0)), "dt must be finite and > 0")
-    R, Pi = state0.R, state0.Pi
-    if not is_concrete(t0):  # on Pi, which every output depends on (a free body's states do not on t0)
-        Pi = eqx.error_if(Pi, ~jnp.isfinite(t0), "t0 must be a finite scalar")
-        state0 = State(R, Pi)
-    if (not is_concrete(Pi) or not is_concrete(R)) and R.ndim == 3:
-        # a batch: a host callback names the first bad body (eqx.error_if's message is fixed)
-        tol = _orthogonality_tol(R.dtype)
-        jax.debug.callback(functools.partial(_raise_bad_body, tol=tol), _state_codes(R, Pi, tol))
-    elif not is_concrete(Pi) or not is_concrete(R):
-        finite, orth, det_min = _state_defects(R, Pi)  # the host check's computation, staged
-        finite = finite > 0
-        tol = _orthogonality_tol(R.dtype)
-        msg = {c: m.format(where="", err=f"> {tol:g}") for c, m in _BAD_STATE.items()}
-        Pi = eqx.error_if(Pi, ~finite, msg[1])
-        R = eqx.error_if(R, finite & (orth > tol), msg[2])
-        R = eqx.error_if(R, finite & (det_min <= 0), msg[3])
-        state0 = State(R, Pi)
-    return problem, state0, dt, t0
+    """The host checks of the values that are traced (under ``jit``, ``grad`` or ``vmap``), with the
+    plain call's messages (:func:`run_time_check`); works for one body or a leading batch axis.
+
+    Under ``vmap`` or ``grad`` without ``jit`` the values are known: a bad one raises the plain
+    ``ValueError`` at once, naming the body by its index along the vmapped axes. Under ``jit`` the
+    check runs with the program and JAX reports its ``ValueError`` as a ``JaxRuntimeError`` (the
+    message inside); ``jaxrot.simulation_errors()`` re-raises it as the ``ValueError``."""
+    J, R, Pi = problem.body.J, state0.R, state0.Pi
+    traced_J, traced_dt, traced_t0 = not is_concrete(J), not is_concrete(dt), not is_concrete(t0)
+    traced_state = not (is_concrete(R) and is_concrete(Pi))
+    if not (traced_J or traced_dt or traced_t0 or traced_state):
+        return problem, state0, dt, t0
+    physical, tol = bool(problem.body.physical), _orthogonality_tol(R.dtype)
+    bad = []
+    if traced_J:
+        bad.append(~jnp.isfinite(J) | (J <= 0))
+        if physical:
+            bad.append(violates_triangle(J))
+    if traced_dt:
+        bad.append(~(jnp.isfinite(dt) & (dt > 0)))
+    if traced_state:
+        finite, err, det = _body_defects(R, Pi)
+        bad.append(~finite | (err > tol) | (det <= 0))
+    if traced_t0:
+        bad.append(~jnp.isfinite(t0))
+    bad = functools.reduce(jnp.logical_or, [jnp.any(b) for b in bad])
+    # checked values travel through the check (a later use waits for it); only traced ones, so that
+    # concrete values stay concrete for the trace-time decisions downstream. A traced t0 alone is
+    # attached to Pi, which every output depends on (a free body's states do not depend on t0).
+    x = (J if traced_J else None, R if traced_state else None,
+         Pi if traced_state or not (traced_J or traced_dt) else None, dt if traced_dt else None)
+    values = (J if traced_J else None, dt if traced_dt else None, (R, Pi) if traced_state else None,
+              t0 if traced_t0 else None)
+    J2, R2, Pi2, dt2 = run_time_check(x, bad, functools.partial(_inputs_message, physical, tol), values)
+    if J2 is not None:
+        problem = eqx.tree_at(lambda p: p.body.J, problem, J2)
+    state0 = State(R if R2 is None else R2, Pi if Pi2 is None else Pi2)
+    return problem, state0, dt if dt2 is None else dt2, t0
+
+
+def _inputs_message(physical, tol, J, dt, state, t0) -> str | None:
+    """The plain call's message for the first bad one of the traced inputs (NumPy arrays; None: not
+    traced), in the order of the host checks."""
+    message = None
+    if J is not None:
+        message = inertia_message(J, physical)
+    if message is None and dt is not None:
+        message = _number_message("dt", dt, "must be finite and > 0", lambda d: np.isfinite(d) & (d > 0))
+    if message is None and state is not None:
+        message = state_message(*state, tol)
+    if message is None and t0 is not None:
+        message = _number_message("t0", t0, "must be a finite scalar", np.isfinite)
+    return message
+
+
+def _number_message(name, x, must, ok) -> str | None:
+    """``"dt must be finite and > 0, got 0.0"``; with leading (vmapped) axes, naming the first bad body."""
+    good = ok(x)
+    if np.all(good):
+        return None
+    idx = tuple(int(i) for i in np.argwhere(~good)[0]) if x.ndim else ()
+    where = "" if not idx else f" of body {idx[0] if len(idx) == 1 else idx}"
+    return f"{name}{where} {must}, got {x[idx]}"
+
+
+def run_time_check(x, bad, message, values):
+    """``x`` (a pytree of arrays or None) unchanged, after a check of traced values: where ``bad``
+    (any element, any vmapped member) holds, ``message(*values)`` is computed on the host from the
+    values as NumPy arrays and raised as a ``ValueError`` — the plain call's check and message, for
+    values known only at run time. Under ``vmap`` each entry of ``values`` comes with the vmapped
+    axes along which it is batched in front, so that the message can name the bad body.
+
+    What JAX allows (JAX 0.10): an exception cannot leave compiled code as itself. Under
+    ``vmap``/``grad`` without ``jit`` the values are concrete underneath, so the check runs now and
+    the ``ValueError`` is raised here, as in a plain call. Under ``jit`` a host callback raises it
+    while the program runs and JAX reports it as its own error whose text ends with
+    ``ValueError: <message>`` (see the module docstring); :func:`jaxrot.simulation_errors`
+    re-raises the ``ValueError``. The callback sees a vmapped batch whole (``pure_callback`` with
+    ``vmap_method="expand_dims"``; equinox's ``error_if`` reduces the batch away first), and the
+    good path runs no callback (a ``lax.cond``). ``EQX_ON_ERROR=off`` switches the check off, as it
+    does equinox's. Use the returned value: an unused one is dead code and its check is dropped."""
+    if os.environ.get("EQX_ON_ERROR") == "off":  # equinox's switch for every run-time check
+        return x
+    with jax.ensure_compile_time_eval():
+        any_bad = unvmap_any(bad)
+        try:
+            known = bool(any_bad)
+        except jax.errors.ConcretizationTypeError:  # under jit: decided when the program runs
+            known = None
+    if known is False:
+        return x
+    check = _Check(message, jnp.ndim(jax.tree_util.tree_leaves(x)[0]))
+    if known is None:
+        return _guarded(check, x, bad, values)
+    try:  # a bad value under vmap/grad without jit: raise it now, as a plain call does
+        out = jax.tree_util.tree_leaves(_guarded(check, x, bad, values))[0]
+        with jax.ensure_compile_time_eval():  # wait for the check (a vmapped result cannot be blocked on)
+            bool(unvmap_any(jnp.any(out != out)))
+    except (jax.errors.JaxRuntimeError, ValueError) as e:  # JAX's report of the callback's error
+        original = host_error_in(e)
+        if original is None:
+            raise
+        raise original from None
+    return x  # pragma: no cover - the device flagged a value the host check accepts
+
+
+class _Check(NamedTuple):
+    message: object  # (*NumPy values) -> str | None
+    ndim: int  # the unbatched rank of the first array of x (the callback's count of vmapped axes)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _guarded(check: _Check, x, bad, values):
+    struct = jax.eval_shape(lambda: x)
+
+    def error():
+        return jax.pure_callback(functools.partial(_on_host, check), struct, x, values, vmap_method="expand_dims")
+
+    return lax.cond(unvmap_any(bad), error, lambda: x)
+
+
+@_guarded.defjvp
+def _guarded_jvp(check, primals, tangents):
+    # the check is not differentiated: the tangents of x pass through (and no callback needs a JVP rule)
+    x, bad, values = primals
+    return _guarded(check, x, bad, values), tangents[0]
+
+
+def _on_host(check: _Check, x, values):
+    """The callback: the message from the NumPy values, raised; else ``x`` (broadcast to the vmapped
+    shape). Under ``vmap`` every argument has the vmapped axes in front, of size 1 where it is not
+    batched; each value (a top-level entry of ``values``) keeps the axes along which it is batched,
+    so that its message names a body only where the value differs from body to body."""
+    x, values = jax.tree_util.tree_map(np.asarray, (x, values))
+    first = jax.tree_util.tree_leaves(x)[0]
+    n = first.ndim - check.ndim  # the number of vmapped axes in front
+    vshape = np.broadcast_shapes(*(v.shape[:n] for v in jax.tree_util.tree_leaves((x, values))))
+
+    def batched_axes(value):
+        parts = jax.tree_util.tree_leaves(value)
+        if not parts:
+            return value
+        own = np.broadcast_shapes(*(v.shape[:n] for v in parts))
+        drop = tuple(i for i, size in enumerate(own) if size == 1)
+        return jax.tree_util.tree_map(lambda v: np.squeeze(np.broadcast_to(v, own + v.shape[n:]), axis=drop), value)
+
+    message = check.message(*(batched_axes(v) for v in values))
+    if message is not None:
+        raise from_host(ValueError(message))
+    return jax.tree_util.tree_map(lambda v: np.broadcast_to(v, vshape + v.shape[n:]), x)
 
 
 def cast(tree, dtype):

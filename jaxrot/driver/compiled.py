@@ -16,11 +16,12 @@ import jax.numpy as jnp
 
 from ..physics.problems import Problem
 from .checks import prepare
+from ..geometry.state import State
+from .failures import result_of
 from .layout import assemble
 from .loop import init_carry, scan_frames
-from ..geometry.state import State
-from .results import Trajectory
 from .precision import full_precision
+from .results import AdaptiveStats, Trajectory
 
 
 class CompiledRun:
@@ -65,7 +66,8 @@ def compile(method, problem: Problem, dt, n_steps: int, *, save_every: int | Non
     def run(s0, h):
         carry = init_carry(method, system, s0, h, t0)
         carry, (states, ts, stats) = scan_frames(method, system, carry, h, t0, n_frames, save_every, 1)
-        return assemble(s0, t0, states, ts, stats, carry[3], carry[4])
+        fr = assemble(s0, t0, states, ts, stats, carry[3], carry[4], None, carry[2])
+        return Trajectory(fr.ts, fr.states, fr.stats, fr.failed, result_of(fr.reason), AdaptiveStats(*fr.counts))
 
     f = run if batch is None else jax.vmap(run, in_axes=(0, None))
     exe = jax.jit(f).lower(state0, dt).compile()

@@ -13,12 +13,13 @@ Both interpolate the exact flow to O(h^4) locally, so the dense output of a meth
 ``exp``, one inverse Jacobian (matrix-free) and two torque evaluations per query. Finite values and
 gradients at zero angle (``log``, ``exp`` and the inverse Jacobian switch to their Taylor series).
 
-Bounded memory: a run with dense output (``SaveAt(ts=...)`` or ``SaveAt(dense=True)`` with fixed
-steps) keeps checkpoint frames every ``c`` steps (``c`` the divisor of the step count nearest to its
-square root); a query re-runs, from the checkpoint before it, the steps up to the step that brackets
-it (a ``lax.scan`` of fixed length ``c`` with masking, so reverse-differentiable), takes one more
-step and interpolates. A method's auxiliary state is rebuilt from the checkpoint (``method.init``):
-exact for one-step methods; multistep methods restart there.
+What the loop collects for it: with constant steps, checkpoint frames every ``c`` steps (``c`` the
+divisor of the step count nearest to its square root; memory bounded) — a query re-runs, from the
+checkpoint before it, the steps up to the step that brackets it (a ``lax.scan`` of fixed length ``c``
+with masking, so reverse-differentiable), takes one more step and interpolates
+(:class:`DenseOutput`; a method's auxiliary state is rebuilt from the checkpoint with
+``method.init``: exact for one-step methods, multistep methods restart there); with error-controlled
+steps, every accepted step's endpoint (:class:`StepDenseOutput`; memory ``max_steps`` states).
 
 Reference: Hermite interpolation on Lie groups as in Hairer, Lubich & Wanner, Geometric Numerical
 Integration (2006), IV.8 (Lie group methods) with the right-trivialised derivative of ``exp``.
@@ -39,7 +40,7 @@ from ..geometry.state import State
 from ..physics.torques import body_torque
 from .precision import full_precision
 
-__all__ = ["interpolate", "DenseOutput", "checkpoint_interval"]
+__all__ = ["interpolate", "DenseOutput", "StepDenseOutput", "checkpoint_interval"]
 
 
 def _hermite(u):
@@ -139,6 +140,9 @@ class DenseOutput(eqx.Module):
             if np.any(~np.isfinite(tn)) or np.any(tn < lo - 1e-12 * max(1.0, abs(lo))) or \
                     np.any(tn > hi + 1e-9 * max(1.0, abs(hi))):
                 raise ValueError(f"t must lie within the run's span [{lo}, {hi}], got {tn}")
+        return _evaluate(self, t)
+
+    def _at(self, t) -> State:
         flat = t.reshape(-1)
         batched = self.checkpoints.R.ndim == 4
         stacked = batched and jnp.ndim(self.system.body.J) == 2
@@ -153,58 +157,51 @@ class DenseOutput(eqx.Module):
         return State(out.R.reshape(lead + t.shape + (3, 3)), out.Pi.reshape(lead + t.shape + (3,)))
 
 
-def _times(saveat, t0: float, t_end: float):
-    """The output times of ``SaveAt(t0, t1, ts)``: ``[t0] + ts + [t_end]`` (as flagged), checked."""
-    out = []
-    if saveat.ts is not None:
-        if isinstance(saveat.ts, jax.core.Tracer):
-            raise ValueError("SaveAt(ts=...) with fixed steps needs concrete times")
-        ts = np.asarray(saveat.ts, np.float64).reshape(-1)
-        if ts.size == 0 or not np.all(np.isfinite(ts)) or np.any(np.diff(ts) <= 0):
-            raise ValueError("SaveAt.ts must be finite and increasing")
-        tol = 1e-9 * max(1.0, abs(t0), abs(t_end))
-        if ts[0] < t0 - tol or ts[-1] > t_end + tol:
-            raise ValueError(f"SaveAt.ts must lie within the span [{t0}, {t_end}], got [{ts[0]}, {ts[-1]}]")
-        out = list(np.clip(ts, t0, t_end))
-    if saveat.t0 and not (out and np.isclose(out[0], t0, rtol=0, atol=1e-12 * max(1.0, abs(t0)))):
-        out = [t0] + out
-    if saveat.t1 and not (out and np.isclose(out[-1], t_end, rtol=1e-12, atol=0)):
-        out = out + [t_end]
-    return np.asarray(out, np.float64)
+class StepDenseOutput(eqx.Module):
+    """The dense output of an error-controlled run: every accepted step's end time ``times``
+    (``(n,)``, unused entries +inf after the last) and state, after the initial one, per body.
+
+    Calling it with times ``t`` within the run's span interpolates within the step that brackets each
+    (:func:`interpolate`); differentiable in ``t`` and in the run's inputs."""
+
+    system: Any
+    times: jax.Array
+    states: State
+
+    @full_precision
+    def __call__(self, t) -> State:
+        t = jnp.asarray(t, self.times.dtype)
+        batched = self.states.R.ndim == 4
+        stacked = batched and jnp.ndim(self.system.body.J) == 2
+        if not isinstance(t, jax.core.Tracer) and not isinstance(self.times, jax.core.Tracer):
+            times = np.asarray(self.times)
+            lo, hi = times[..., 0].max(), np.where(np.isfinite(times), times, -np.inf).max(axis=-1).min()
+            tn = np.asarray(t)
+            if np.any(~np.isfinite(tn)) or np.any(tn < lo - 1e-12 * max(1.0, abs(lo))) or \
+                    np.any(tn > hi + 1e-9 * max(1.0, abs(hi))):
+                raise ValueError(f"t must lie within the run's span [{lo}, {hi}], got {tn}")
+        return _evaluate(self, t)
+
+    def _at(self, t) -> State:
+        batched = self.states.R.ndim == 4
+        stacked = batched and jnp.ndim(self.system.body.J) == 2
+        flat = t.reshape(-1)
+
+        def one(system, times, states):
+            def at(s):
+                k = jnp.clip(jnp.searchsorted(times, s, side="left") - 1, 0, times.shape[0] - 2)
+                a, b = (jax.tree_util.tree_map(lambda x: x[i], states) for i in (k, k + 1))
+                h = times[k + 1] - times[k]
+                h = jnp.where(jnp.isfinite(h) & (h > 0), h, 1.0)
+                return interpolate(system, times[k], h, a, b, s - times[k])
+            return jax.vmap(at)(flat)
+
+        out = jax.vmap(one, in_axes=(0 if stacked else None, 0, 0))(self.system, self.times, self.states) if batched \
+            else one(self.system, self.times, self.states)
+        lead = out.R.shape[:1] if batched else ()
+        return State(out.R.reshape(lead + t.shape + (3, 3)), out.Pi.reshape(lead + t.shape + (3,)))
 
 
-def dense_run(simulate, method, problem, dt, n_steps, saveat, *, t0, state0, executor, throw, **kw):
-    """A fixed-step run with ``SaveAt(ts=...)`` and/or ``SaveAt(dense=True)``: checkpoint frames every
-    :func:`checkpoint_interval` steps through ``simulate`` (the chosen executor), then the states at
-    ``ts`` from :class:`DenseOutput`. The trajectory's ``stats`` are the checkpoint intervals'; with
-    ``dense=True`` it carries the :class:`DenseOutput` (``traj.evaluate``), and without ``ts`` its frames
-    are the checkpoint frames (``t0`` first if ``SaveAt.t0``)."""
-    from ..integrators import get as get_method
-    from .results import Trajectory
-    from .saveat import SaveAt
-
-    if not (isinstance(t0, (int, float, np.floating)) or (hasattr(t0, "shape") and jnp.ndim(t0) == 0)):
-        raise ValueError(f"t0 must be a scalar with SaveAt(ts=...) or SaveAt(dense=True), got {t0!r}")
-    c = checkpoint_interval(n_steps)
-    run = simulate(method, problem, dt, n_steps, t0=t0, state0=state0, saveat=SaveAt(every=c), executor=executor,
-                   throw=throw, **kw)
-    dtype = run.states.R.dtype
-    dense = DenseOutput(get_method(method) if isinstance(method, str) else method, run.system, run.states,
-                        jnp.asarray(t0, dtype), jnp.asarray(dt, dtype), c, int(n_steps))
-    if saveat.ts is None:
-        out = run if saveat.t0 else Trajectory(
-            run.ts[..., 1:], jax.tree_util.tree_map(lambda x: x[..., 1:, :] if x.ndim == run.states.Pi.ndim
-                                                    else x[..., 1:, :, :], run.states),
-            run.stats, run.failed_step, run.result, run.controller, run.system)
-    else:
-        if isinstance(dt, jax.core.Tracer) or isinstance(t0, jax.core.Tracer):
-            raise ValueError("SaveAt(ts=...) with fixed steps needs a concrete dt and t0")
-        times = _times(saveat, float(t0), float(t0) + int(n_steps) * float(dt))
-        ts = jnp.asarray(times, dtype)
-        states = dense(ts)
-        out = Trajectory(jnp.broadcast_to(ts, run.ts.shape[:-1] + ts.shape), states, run.stats, run.failed_step,
-                         run.result, run.controller, run.system)
-    object.__setattr__(out, "provenance", run.provenance)
-    if saveat.dense:
-        object.__setattr__(out, "dense", dense)
-    return out
+@eqx.filter_jit  # one compiled program per output shape (eager, the interpolation is dozens of dispatches)
+def _evaluate(dense, t) -> State:
+    return dense._at(t)

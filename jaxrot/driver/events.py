@@ -1,32 +1,20 @@
-"""Events: the first time a scalar function of the state changes sign, located on the dense output.
+"""Events: the first time a scalar function of the state changes sign, checked inside the loop after
+every accepted step and located on that step's dense output after the loop.
 
 ``Event(cond_fn, direction=None, terminal=True)``; ``cond_fn(t, state, args)`` returns a scalar
-(``args`` is None: the function closes over whatever it needs). A fixed-step run with ``event=``
-evaluates ``cond_fn`` after every step; at the first step across which it changes sign (from < 0 to
->= 0 for ``direction=+1``, from > 0 to <= 0 for ``-1``, either for None) the time is located within
-the step on the dense output (:func:`jaxrot.driver.dense.interpolate`, order 4) by bisection to the
-last bit of the step followed by a Newton step,
-
-    s* = s_b - g(s_b) / g'(s_b),   g(s) = cond_fn(t_k + s, interpolate(s)),
-
-where ``s_b`` carries no derivative: the derivative of ``s*`` is then that of the implicit function
-theorem, ``ds*/dtheta = -(dg/dtheta) / (dg/ds)`` at the root, in forward and reverse mode alike.
-
-The run's :class:`~jaxrot.Trajectory` carries ``event_time`` (NaN where no sign change was found)
-and ``event_state`` (NaN likewise), one per body. A terminal event stops each body at its own
-time: its saved frames after the event repeat the event state (the times ``ts`` are unchanged),
-while the other bodies of a batch go on. Cost: one more pass over the steps (a ``lax.scan``,
-vmapped over bodies) plus 64 interpolations per body.
-
-Example::
-
-    flip = jaxrot.Event(lambda t, s, args: s.R[1, 1], direction=-1)
-    traj = jaxrot.simulate("buss4", problem, 1e-3, 5000, event=flip)
-    traj.event_time
+(``args`` is None: close over what you need). The loop carries the last value of ``cond_fn`` and, at
+the first accepted step across which it changes sign (from < 0 to >= 0 for ``direction=+1``, from
+> 0 to <= 0 for ``-1``, either for None), the step's endpoints. A terminal event ends that body's
+loop. After the loop the time is located within that step on the dense output
+(:func:`jaxrot.driver.dense.interpolate`) by bisection to the last bit of the step and one Newton
+step, ``s* = s_b - g(s_b) / g'(s_b)`` with ``s_b`` carrying no derivative, so that the derivative
+of ``s*`` is the implicit function theorem's, ``-(dg/dtheta) / (dg/ds)``, in forward and reverse
+mode alike. See docs/user_guide/saveat_events.md.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import equinox as eqx
@@ -37,7 +25,7 @@ from jax import lax
 from ..geometry.state import State
 from .dense import interpolate
 
-__all__ = ["Event", "locate_events"]
+__all__ = ["Event", "EventCarry", "check_event", "event_start", "event_update", "locate"]
 
 _BISECTIONS = 64
 
@@ -46,13 +34,15 @@ class Event(eqx.Module):
     """A sign change of ``cond_fn(t, state, args)`` (a scalar; ``args`` is None).
 
     Args:
-      cond_fn: the event function.
+      cond_fn: the event function of the time and one body's :class:`~jaxrot.State`.
       direction: +1 (upward crossings only), -1 (downward) or None (both).
-      terminal: stop each body at its event (later frames repeat the event state).
+      terminal: end each body's run at its event (its later frames repeat the event state).
 
     Example::
 
-        jaxrot.Event(lambda t, s, args: s.R[1, 1], direction=-1)
+        flip = jaxrot.Event(lambda t, s, args: s.R[1, 1], direction=-1)
+        traj = jaxrot.simulate("buss4", problem, 1e-3, 8000, event=flip)
+        traj.event_time, traj.event_state
     """
 
     cond_fn: Callable
@@ -68,41 +58,87 @@ class Event(eqx.Module):
             raise TypeError(f"Event.terminal must be a bool, got {self.terminal!r}")
 
 
+def check_event(event, state0: State, dtype) -> None:
+    """Refuse, before anything is traced, an event that is not an :class:`Event`, whose ``cond_fn``
+    does not take ``(t, state, args)`` or does not return one real number."""
+    if not isinstance(event, Event):
+        raise TypeError(f"event must be a jaxrot.Event, got {event!r}")
+    try:
+        sig = inspect.signature(event.cond_fn)
+        sig.bind(0.0, state0, None)
+    except TypeError:
+        raise TypeError(f"Event.cond_fn must take (t, state, args); {getattr(event.cond_fn, '__name__', 'it')} has "
+                        f"the signature {sig}") from None
+    except ValueError:  # no signature (a builtin): the evaluation below says what is wrong
+        pass
+    one = State(state0.R[0], state0.Pi[0]) if state0.R.ndim == 3 else state0
+    try:
+        out = jax.eval_shape(lambda t, s: event.cond_fn(t, s, None), jax.ShapeDtypeStruct((), dtype), one)
+    except Exception as err:  # noqa: BLE001 - any failure of the user's function, said once, with its cause
+        raise ValueError(f"Event.cond_fn(t, state, None) failed on one body's state: {type(err).__name__}: {err}") \
+            from err
+    if not hasattr(out, "shape") or out.shape != () or not jnp.issubdtype(out.dtype, jnp.floating):
+        what = f"shape {out.shape} of {out.dtype}" if hasattr(out, "shape") else type(out).__name__
+        raise ValueError(f"Event.cond_fn must return one real number (a scalar) for one body's state, got {what}; "
+                         "for a batch, simulate maps it over the bodies")
+
+
+class EventCarry(eqx.Module):
+    """What the loop carries for an event: the last value ``g``, whether the crossing was ``found``,
+    and the crossing step's start time, length and endpoints."""
+
+    g: jax.Array
+    found: jax.Array
+    t_a: jax.Array
+    h_a: jax.Array
+    s_a: State
+    s_b: State
+
+
+def _g(event, t, state, dtype):
+    return jnp.asarray(event.cond_fn(t, state, None), dtype)
+
+
+def event_start(event: Event, t0, state0: State) -> EventCarry:
+    dtype = state0.Pi.dtype
+    z = jnp.zeros((), dtype)
+    return EventCarry(_g(event, t0, state0, dtype), jnp.asarray(False), t0 + z, z, state0, state0)
+
+
 def _crossed(event, ga, gb):
     up = (ga < 0) & (gb >= 0)
     down = (ga > 0) & (gb <= 0)
     return up if event.direction == 1 else down if event.direction == -1 else up | down
 
 
-def _scan_one(event, method, system, state0, t0, dt, n_steps: int):
-    """First crossing of one body: ``(found, k, state at step k, state at step k + 1)``."""
-    g0 = event.cond_fn(t0, state0, None)
+def event_update(event: Event, ec: EventCarry, t, h, s0: State, s1: State, accepted=True) -> EventCarry:
+    """After an attempted step ``[t, t + h]`` from ``s0`` to ``s1``: the crossing recorded if it is the
+    first, the last value moved on if the step was ``accepted``."""
+    g1 = _g(event, t + h, s1, ec.g.dtype)
+    new = accepted & (~ec.found) & _crossed(event, ec.g, g1)
 
-    def body(c, i):
-        s, aux, g, found, k, sa, sb = c
-        t = t0 + i.astype(dt.dtype) * dt
-        s2, aux2, _ = method.step(system, t, s, aux, dt)
-        g2 = event.cond_fn(t + dt, s2, None)
-        new = (~found) & _crossed(event, g, g2)
-        pick = lambda a, b: jnp.where(new, a, b)  # noqa: E731
-        sa = jax.tree_util.tree_map(pick, s, sa)
-        sb = jax.tree_util.tree_map(pick, s2, sb)
-        return (s2, aux2, g2, found | new, jnp.where(new, i, k), sa, sb), None
+    def pick(a, b):
+        return jax.tree_util.tree_map(lambda x, y: jnp.where(new, x, y), a, b)
 
-    c0 = (state0, method.init(system, t0, state0, dt), g0, jnp.asarray(False), jnp.asarray(0, jnp.int32),
-          state0, state0)
-    (_, _, _, found, k, sa, sb), _ = lax.scan(body, c0, jnp.arange(n_steps, dtype=jnp.int32))
-    return found, k, sa, sb
+    return EventCarry(jnp.where(accepted, g1, ec.g), ec.found | new, jnp.where(new, t, ec.t_a),
+                      jnp.where(new, h, ec.h_a), pick(s0, ec.s_a), pick(s1, ec.s_b))
 
 
-def _root_one(event, system, t0, dt, found, k, sa: State, sb: State):
-    """Event time and state within the bracketing step ``[t_k, t_k + dt]`` (IFT derivatives)."""
-    tk = t0 + k.astype(dt.dtype) * dt
+def stopped(event: Event | None, ec) -> jax.Array:
+    """Whether a terminal event has ended this body's run."""
+    return jnp.asarray(False) if event is None or not event.terminal else ec.found
+
+
+def locate(event: Event, system, ec: EventCarry) -> tuple[Any, State]:
+    """``(event time, event state)`` of one body (NaN where none was found), by bisection on the
+    crossing step's dense output and one Newton step (implicit-function derivatives)."""
+    tk, h, sa, sb, found = ec.t_a, ec.h_a, ec.s_a, ec.s_b, ec.found
+    h_safe = jnp.where(found & (h > 0), h, jnp.ones_like(h))
 
     def g(s):
-        return event.cond_fn(tk + s, interpolate(system, tk, dt, sa, sb, s), None)
+        return event.cond_fn(tk + s, interpolate(system, tk, h_safe, sa, sb, s), None)
 
-    ga = lax.stop_gradient(g(jnp.zeros_like(dt)))
+    ga = lax.stop_gradient(g(jnp.zeros_like(h)))
 
     def bisect(c, _):
         lo, hi = c
@@ -110,38 +146,19 @@ def _root_one(event, system, t0, dt, found, k, sa: State, sb: State):
         same = jnp.sign(lax.stop_gradient(g(mid))) == jnp.sign(ga)
         return (jnp.where(same, mid, lo), jnp.where(same, hi, mid)), None
 
-    h = lax.stop_gradient(dt)
-    (lo, hi), _ = lax.scan(bisect, (jnp.zeros_like(h), h), None, length=_BISECTIONS)
+    hs = lax.stop_gradient(h_safe)
+    (lo, hi), _ = lax.scan(bisect, (jnp.zeros_like(hs), hs), None, length=_BISECTIONS)
     sb_ = lax.stop_gradient(0.5 * (lo + hi))
     gv, gs = jax.value_and_grad(g)(sb_)
     ok = found & (gs != 0) & jnp.isfinite(gs)
     s = sb_ - jnp.where(ok, gv, 0.0) / jnp.where(ok, gs, 1.0)
     t_ev = jnp.where(found, tk + s, jnp.nan)
-    st = interpolate(system, tk, dt, sa, sb, s)
-    st = jax.tree_util.tree_map(lambda x: jnp.where(found, x, jnp.nan), st)
-    return t_ev, st
-
-
-def locate_events(event: Event, method, system, state0: State, t0, dt, n_steps: int) -> tuple[Any, State]:
-    """``(event_time, event_state)`` per body of a fixed-step run (NaN where none was found)."""
-    dtype = state0.R.dtype
-    t0, dt = jnp.asarray(t0, dtype), jnp.asarray(dt, dtype)
-
-    def one(system, s0):
-        found, k, sa, sb = _scan_one(event, method, system, s0, t0, dt, int(n_steps))
-        return _root_one(event, system, t0, dt, found, k, sa, sb)
-
-    if state0.R.ndim == 3:
-        stacked = jnp.ndim(system.body.J) == 2
-        return jax.vmap(one, in_axes=(0 if stacked else None, 0))(system, state0)
-    return one(system, state0)
+    st = interpolate(system, tk, h_safe, sa, sb, s)
+    return t_ev, jax.tree_util.tree_map(lambda x: jnp.where(found, x, jnp.nan), st)
 
 
 def freeze_after(ts, states: State, event_time, event_state: State) -> State:
-    """Frames after each body's event time replaced by its event state (terminal events)."""
-    batched = states.R.ndim == 4
-    et = event_time[..., None] if batched else event_time
-    after = (ts > et) & jnp.isfinite(et)  # (B, n) or (n,)
-    R = jnp.where(after[..., None, None], (event_state.R[:, None] if batched else event_state.R), states.R)
-    Pi = jnp.where(after[..., None], (event_state.Pi[:, None] if batched else event_state.Pi), states.Pi)
-    return State(R, Pi)
+    """One body's frames after its event time replaced by its event state (a terminal event)."""
+    after = (ts > event_time) & jnp.isfinite(event_time)
+    return State(jnp.where(after[:, None, None], event_state.R, states.R),
+                 jnp.where(after[:, None], event_state.Pi, states.Pi))

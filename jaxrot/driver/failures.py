@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 
 import equinox as eqx
@@ -26,7 +27,8 @@ class RESULTS(eqx.Enumeration):
     """Why a trajectory stopped being trustworthy: the reason of its first failed step, per body.
 
     Compare items with ``==`` (``traj.result == jaxrot.RESULTS.successful``); ``RESULTS[item]`` is
-    the message.
+    the message. An item prints as its name (``RESULTS.solve_failed``), a batch's as its counts per
+    member (``RESULTS per body (3 bodies): 2 successful, 1 solve_failed``).
     """
 
     successful = ""
@@ -35,6 +37,34 @@ class RESULTS(eqx.Enumeration):
     invariant_drift = "an invariant drifted beyond the monitor's tolerance"
     max_steps_reached = "the adaptive controller used up max_steps before the end of the span"
 
+
+class _Item(type(RESULTS.successful)):  # equinox's item class (not exported by name)
+    """A :class:`RESULTS` item that prints as its member's name (``RESULTS.successful``; equinox
+    prints the message, empty for success), and a per-body item as its counts per member."""
+
+    def __repr__(self) -> str:
+        value = self._value
+        if isinstance(value, jax.core.Tracer):
+            return f"RESULTS<traced, shape {value.shape}>"
+        try:
+            codes = np.asarray(value)
+            valid = np.issubdtype(codes.dtype, np.integer) and np.all((codes >= 0) & (codes < len(MEMBERS)))
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:  # a placeholder leaf (tree utilities, eval_shape) or not a code
+            return f"RESULTS<{value!r}>"
+        if codes.ndim == 0:
+            return f"RESULTS.{name_of(codes)}"
+        counts = np.bincount(codes.reshape(-1), minlength=len(MEMBERS))
+        listed = ", ".join(f"{n} {name}" for n, (name, _) in zip(counts, MEMBERS) if n)
+        bodies = codes.size if codes.ndim == 1 else "x".join(map(str, codes.shape))
+        return f"RESULTS per body ({bodies} bodies): {listed}"
+
+    __str__ = __repr__
+
+
+for _name, _item in list(RESULTS._name_to_item.items()):
+    RESULTS._name_to_item[_name] = _Item(_item._value, RESULTS)
 
 #: the members in code order (the loop carries the integer code of an item)
 MEMBERS = tuple(sorted(RESULTS._name_to_item.items(), key=lambda kv: int(kv[1]._value)))
@@ -77,12 +107,38 @@ class SimulationError(RuntimeError):
         self.step, self.body, self.reason = step, body, reason
 
 
-_ADVICE = ("Reduce dt, use a safeguarded method (e.g. AdaptiveKantorovich), or pass throw=False to get the "
-           "flags.")
+_MAX_STEPS = ("Raise jaxrot.Adaptive(max_steps=...) or loosen rtol/atol; float32 resolves relative errors of "
+              "about 1e-6 at best, so a tighter tolerance cannot be met in float32 (enable float64: "
+              "jax.config.update(\"jax_enable_x64\", True))")
+#: what to do about a failure, by reason, for fixed steps and for an error-controlled (adaptive) run;
+#: one line each (simulation_errors() reads the message back line by line)
+_ADVICE = {
+    "solve_failed": (
+        "The implicit method's solve needs a smaller step: reduce dt, or wrap the method in "
+        "jaxrot.integrators.AdaptiveKantorovich(method), which sub-steps where the solve would not converge",
+        "The implicit method's solve needs a smaller step: tighten rtol/atol, or wrap the methods in "
+        "jaxrot.integrators.AdaptiveKantorovich(method)"),
+    "nonfinite_state": (
+        "The step is too large for the motion: reduce dt",
+        "The steps are too large for the motion: tighten rtol/atol"),
+    "invariant_drift": (
+        "Loosen the InvariantMonitor's tolerance if this drift is acceptable, or reduce dt",
+        "Loosen the InvariantMonitor's tolerance if this drift is acceptable, or tighten rtol/atol"),
+    "max_steps_reached": (_MAX_STEPS, _MAX_STEPS),  # adaptive runs only
+}
+_QUIET = "; or pass throw=False to get the per-body flags."
 
 
-def failure_error(failed: np.ndarray, result, where: str = "") -> SimulationError | None:
-    """The :class:`SimulationError` for per-body first-failed steps ``failed`` (-1: none), or None."""
+def advice(name: str, adaptive: bool) -> str:
+    """What to do about a failure of reason ``name`` (a :class:`RESULTS` member name)."""
+    fixed, controlled = _ADVICE.get(name, ("Reduce dt", "Tighten rtol/atol"))
+    return (controlled if adaptive else fixed) + _QUIET
+
+
+def failure_error(failed: np.ndarray, result, where: str = "", adaptive: bool | None = None) -> SimulationError | None:
+    """The :class:`SimulationError` for per-body first-failed steps ``failed`` (-1: none), or None.
+    ``adaptive``: the run was error-controlled (None: an adaptive run's ``where`` says so), which
+    changes the advice (tolerances, not dt)."""
     f = np.asarray(failed)
     if not np.any(f >= 0):
         return None
@@ -93,7 +149,10 @@ def failure_error(failed: np.ndarray, result, where: str = "") -> SimulationErro
     name = name_of(code)
     n_bad = int(np.sum(f >= 0))
     at = "" if body is None else f" (body {body}" + (f", and {n_bad - 1} more" if n_bad > 1 else "") + ")"
-    return SimulationError(f"{where}step {step}{at} failed: {RESULTS[item_of(code)]} ({name}). {_ADVICE}",
+    if adaptive is None:
+        adaptive = where.startswith("adaptive")
+    return SimulationError(f"{where}step {step}{at} failed: {RESULTS[item_of(code)]} ({name}). "
+                           f"{advice(name, adaptive)}",
                            step=step, body=body, reason=item_of(code))
 
 
@@ -101,11 +160,47 @@ def failure_error(failed: np.ndarray, result, where: str = "") -> SimulationErro
 _MESSAGE = re.compile(r"step (?P<step>\d+)(?: \(body \((?P<body>[\d, ]+)\)[^)]*\))? failed: .*? \((?P<name>\w+)\)\. ")
 
 
+#: copies of the exceptions raised by jaxrot's host callbacks, most recent last (copies: the raised
+#: ones hold the callback's frames, and with them its arrays). JAX reports an exception raised in a
+#: callback as its own error with the text inside (it cannot re-raise the exception itself out of
+#: compiled code); simulation_errors() finds the original here.
+_HOST_ERRORS: list = []
+
+
+def _copy(err: Exception) -> Exception:
+    if isinstance(err, SimulationError):
+        return SimulationError(str(err), step=err.step, body=err.body, reason=err.reason)
+    return type(err)(*err.args)
+
+
+def from_host(err: Exception) -> Exception:
+    """``err``, to be raised by a host callback, remembered: :func:`simulation_errors` re-raises it
+    as itself, and JAX's log of callback failures skips it (the caller gets the message already)."""
+    _HOST_ERRORS.append(_copy(err))
+    del _HOST_ERRORS[:-16]
+    err.jaxrot_host_error = True
+    return err
+
+
+class _SkipOwnErrors(logging.Filter):
+    """JAX logs every exception raised in a host callback, traceback included, before reporting it
+    as its own error; for jaxrot's check and failure errors, whose message the caller gets in that
+    error, the log would print it a second time."""
+
+    def filter(self, record) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        return not getattr(err, "jaxrot_host_error", False)
+
+
+for _logger in ("jax._src.callback", "jax._src.debugging"):  # pure_callback/io_callback, debug.callback
+    logging.getLogger(_logger).addFilter(_SkipOwnErrors())
+
+
 def _raise_traced(failed, result, where):
     """Host callback of a traced run: raise the same :class:`SimulationError` as a plain call."""
     err = failure_error(np.asarray(failed), None if result is None else np.asarray(result), where)
     if err is not None:
-        raise err
+        raise from_host(err)
 
 
 def raise_failures(failed, result, where: str = "") -> None:
@@ -121,20 +216,43 @@ def raise_failures(failed, result, where: str = "") -> None:
         jax.debug.callback(functools.partial(_raise_traced, where=where), failed, codes)
 
 
+def host_error_in(err: BaseException) -> Exception | None:
+    """A fresh copy of the exception a jaxrot host callback raised, if ``err`` is JAX's report of it
+    (its text holds the original's message and more), else None."""
+    text = str(err)
+    for e in reversed(_HOST_ERRORS):
+        if str(e) and str(e) in text and text != str(e):
+            return _copy(e)
+    return None
+
+
 @contextlib.contextmanager
 def simulation_errors():
-    """Re-raise a failed step detected inside ``jax.jit`` (which JAX reports as its own runtime
-    error, with the message inside) as a :class:`SimulationError` with ``.step``, ``.body`` and
-    ``.reason``, read back from the message.
+    """Re-raise an error that JAX reports from inside ``jax.jit`` (as its own error, with the
+    message inside) as the plain call's error: a failed step as a :class:`SimulationError` with
+    ``.step``, ``.body`` and ``.reason``; a bad input found at run time (a traced ``dt``, inertia or
+    initial state) as the plain call's ``ValueError``.
+
+    JAX reports an exception raised by a host callback as a ``jax.errors.JaxRuntimeError`` when a
+    call is dispatched from Python (a first call, a new signature) and as a ``ValueError`` carrying
+    the same text when a compiled function is called again through its fast path; both are
+    translated here. JAX runs a program asynchronously: block on its result inside the ``with`` (an
+    error is raised where the result is first needed).
 
     Example::
 
         with jaxrot.simulation_errors():
-            jax.jit(lambda s: jaxrot.simulate("liemid_ea", p, 0.5, 10, state0=s).final)(s0)
+            jax.jit(lambda s: jaxrot.simulate("liemid_ea", p, 0.5, 10, state0=s).final)(s)
     """
     try:
         yield
-    except jax.errors.JaxRuntimeError as e:
+    except (jax.errors.JaxRuntimeError, ValueError) as e:
+        original = host_error_in(e)
+        if isinstance(original, SimulationError):
+            raise original from e
+        if original is not None:
+            raise original from None  # the input's message is all there is to say
+        # raised where this process did not see it (a callback of another process): read it back
         m = _MESSAGE.search(str(e))
         if m is None or m["name"] not in RESULTS._name_to_item:
             raise

@@ -1,9 +1,10 @@
-"""The global-error driver (``Adaptive(error="global")``): the tolerance of an error-controlled run
-chosen by calibration runs so that its *global* error lands at ``aim`` times the tolerance.
+"""The global-error driver (:class:`GlobalError`): the tolerance of an error-controlled run chosen by
+calibration runs of the same loop, so that its *global* error lands at ``aim`` times the tolerance.
 
 The pair's global error follows its tolerance as a power law ``e(tau) = C tau^a``; runs a factor
 ``ratio`` apart in tolerance give, from their differences, each calibrated body's constant and
-exponent, and the run is made at the tolerance the law puts at the aim (see :func:`global_run`).
+exponent, and the run is made at the tolerance the law puts at the aim (see :func:`calibrate`).
+The algorithm and its measured behaviour: docs/architecture.md ("The global-error driver").
 Reference: Hairer, Norsett & Wanner, *Solving ODEs I*, II.4 (tolerance proportionality).
 """
 
@@ -21,7 +22,76 @@ from jax import lax
 from ..geometry import so3
 from ..geometry.state import State
 from ..physics.flow import pack_body
-from .adaptive import run_pair
+from .attempts import attempts_frames_on
+from .controllers import AbstractController, Adaptive
+from .failures import SUCCESSFUL
+from .results import AdaptiveStats
+
+
+class GlobalError(AbstractController):
+    """Error-controlled steps whose *global* error, at every output time, is aimed at ``aim`` times the
+    tolerance of the wrapped controller, by calibration runs at looser tolerances.
+
+    Args:
+      controller: the :class:`~jaxrot.Adaptive` controller (its rtol, atol, max_steps).
+      aim: the global error aimed at, as a fraction of the tolerance (1: the middle, on a log scale,
+        of half and twice it; smaller buys a margin at the cost of about ``aim^(-1/p)`` times the
+        steps of a pair of order ``p``).
+      measure: ``"state"``, the 12 numbers of ``(R, Pi)`` in the mixed norm ``|dy| / (atol + rtol |y|)``,
+        or ``"attitude"``, the rotation angle against ``max(rtol, atol)`` radians.
+      calibration_bodies: a batch of at least four times this many bodies is calibrated on this many
+        of them; None calibrates every body.
+
+    The trajectory's ``controller`` reports the estimated global error, the tolerance used and the
+    attempts spent calibrating. How it works and how well: docs/architecture.md.
+
+    Example::
+
+        jaxrot.simulate("buss4(3)", p, t1=10.0, stepsize=jaxrot.GlobalError(jaxrot.Adaptive(1e-8, 1e-8)))
+    """
+
+    adaptive = True
+
+    controller: Adaptive
+    aim: float = 1.0
+    measure: str = eqx.field(static=True, default="state")
+    calibration_bodies: int | None = eqx.field(static=True, default=64)
+
+    def __check_init__(self):
+        if not isinstance(self.controller, Adaptive):
+            raise TypeError(f"GlobalError wraps a jaxrot.Adaptive controller, got {self.controller!r}")
+        if self.measure not in ("state", "attitude"):
+            raise ValueError(f"GlobalError.measure must be 'state' or 'attitude', got {self.measure!r}")
+        if isinstance(self.aim, (int, float, np.floating)) and not (np.isfinite(self.aim) and self.aim > 0):
+            raise ValueError(f"GlobalError.aim must be a finite number > 0, got {self.aim!r}")
+        b = self.calibration_bodies
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 2):
+            raise ValueError(f"GlobalError.calibration_bodies must be an integer >= 2 or None, got {b!r}")
+
+    @property
+    def rtol(self):
+        return self.controller.rtol
+
+    @property
+    def atol(self):
+        return self.controller.atol
+
+    @property
+    def max_steps(self):
+        return self.controller.max_steps
+
+
+def run_pair(spec, state0, rtol, atol, executor):
+    """One calibration run of ``spec`` (an AttemptSpec) from ``state0`` at ``rtol``, ``atol`` (scalars or
+    per body), its bodies placed by ``executor``, nothing but the output times kept: ``(states at the
+    output times, stats, AdaptiveStats, success)``."""
+    sub = dataclasses.replace(spec, state0=state0, rtol=rtol, atol=atol, event=None, every=None, dense=False,
+                              monitor=None)
+    fr = attempts_frames_on(sub, executor)
+    states = jax.tree_util.tree_map(lambda x: x[..., 1:, :] if x.ndim == fr.states.Pi.ndim else x[..., 1:, :, :],
+                                    fr.states)
+    acc, rej, err = fr.counts
+    return states, fr.stats, AdaptiveStats(acc, rej, err), fr.reason == SUCCESSFUL
 
 
 @functools.partial(jax.jit, static_argnames=("measure",))  # one dispatch, not one per operation
@@ -53,10 +123,9 @@ def calibration_set(state0: State, J: jax.Array, bodies: int) -> jax.Array:
 CHECK_BODIES = 8
 
 
-@eqx.filter_jit  # one dispatch for the calibration runs and the final one
-def _on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor, kind, measure, bodies,
-               ratio=10.0, aim=1.0):
-    """:func:`global_run` for a batch of at least ``4 bodies`` bodies: calibration on ``bodies`` of them
+@eqx.filter_jit  # one dispatch for the calibration runs
+def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
+    """:func:`calibrate` for a batch of at least ``4 bodies`` bodies: calibration on ``bodies`` of them
     (:func:`calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
     of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 1-1.5
     times the law's ``alpha``: some pairs' attitude error falls faster than the law, e.g. ``buss4(3)``'s
@@ -68,13 +137,15 @@ def _on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, execu
     calibration run, the prediction is checked first: the ``CHECK_BODIES`` calibrated bodies
     predicted worst run at it and at ``sqrt(ratio)`` times it, their difference and their error at
     the finest calibration run give their error there and their exponent in between (within 1-2
-    times ``alpha``), and the tolerance moves to put the largest at ``aim``."""
-    alpha = float(hi.order) / (float(lo.order) + 1.0)
+    times ``alpha``), and the tolerance moves to put the largest at ``aim``. Returns ``(the tolerances'
+    factor, the predicted global error, attempts spent per body)``."""
+    method, system, state0, rtol, atol = spec.method, spec.system, spec.state0, spec.rtol, spec.atol
+    alpha = float(method.order) / (float(method.error_order()) + 1.0)
     idx = calibration_set(state0, system.body.J, bodies)
     cal = State(state0.R[idx], state0.Pi[idx])
     factors = (ratio * ratio, ratio, 1.0)
 
-    def calibrate(runs):
+    def law(runs):
         # runs at base * ratio^2, base * ratio and base: per calibrated body, the law's exponent, the
         # error at base, and whether the three runs say anything (a run that failed, max_steps or
         # non-finite, does not: that body is left out; it fails again in the final run, and is
@@ -94,8 +165,8 @@ def _on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, execu
         return a, est, ok, least, steps
 
     tiny = jnp.finfo(state0.R.dtype).tiny
-    runs = [run_pair(hi, lo, system, cal, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind) for f in factors]
-    a, est, valid, least, spent = calibrate(runs)
+    runs = [run_pair(spec, cal, rtol * f, atol * f, executor) for f in factors]
+    a, est, valid, least, spent = law(runs)
     # no looser than the coarsest calibration run (unless calibrated again above it, below)
     scale = jnp.minimum(least, factors[0])
     predicted = jnp.max(jnp.where(valid, est * scale ** a, 0.0))
@@ -108,9 +179,8 @@ def _on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, execu
         # (the coarsest becoming the finest), and the run goes where that law puts the aim, no looser
         # than ratio^2 above the first coarsest
         top = factors[0]
-        more = [run_pair(hi, lo, system, cal, ts, t0, rtol * top * f, atol * top * f, dt0, max_steps, executor, kind)
-                for f in (ratio * ratio, ratio)]
-        a2, est2, ok2, least2, steps = calibrate(more + [runs[0]])
+        more = [run_pair(spec, cal, rtol * top * f, atol * top * f, executor) for f in (ratio * ratio, ratio)]
+        a2, est2, ok2, least2, steps = law(more + [runs[0]])
         ok2 = ok2 & valid
         new = top * jnp.minimum(jnp.where(jnp.any(ok2), least2, 1.0), top)
         return new, jnp.max(jnp.where(ok2, est2 * (new / top) ** a2, 0.0)), steps.astype(est.dtype)
@@ -128,8 +198,7 @@ def _on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, execu
         worst = lax.top_k(jnp.where(valid, est * scale ** a, -jnp.inf), min(CHECK_BODIES, bodies))[1]
         sub = State(cal.R[worst], cal.Pi[worst])
         rho = float(np.sqrt(ratio))
-        pair = [run_pair(hi, lo, system, sub, ts, t0, rtol * scale * f, atol * scale * f, dt0, max_steps, executor, kind)
-                for f in (rho, 1.0)]
+        pair = [run_pair(spec, sub, rtol * scale * f, atol * scale * f, executor) for f in (rho, 1.0)]
         d = scaled_difference(pair[0][0], pair[1][0], rtol, atol, measure)
         good = valid[worst] & pair[0][3] & pair[1][3] & jnp.isfinite(d) & (d > 0)
         d = jnp.where(good, d, 1.0)
@@ -151,52 +220,40 @@ def _on_subset(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, execu
                                         scale)
     # the tolerance is a choice, not a function of the problem to differentiate: a derivative is that
     # of the final run at it (through the calibration, reverse mode gave NaN)
-    scale = lax.stop_gradient(scale)
-    out, stats, ctrl, ok = run_pair(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
-                                executor, kind)
     B = state0.R.shape[0]
-    spent = (spent + more) / B  # shared out
-    ctrl = dataclasses.replace(ctrl, global_error=jnp.full((B,), predicted), tolerance=jnp.full((B,), rtol * scale),
-                               n_calibration=jnp.full((B,), spent))
-    return out, stats, ctrl, ok
+    return lax.stop_gradient(scale), predicted, (spent + more) / B  # the calibration's cost shared out
 
 
-def global_run(hi, lo, system, state0, ts, t0, rtol, atol, dt0, max_steps, executor=None, kind="lax", measure="state",
-            bodies=64, ratio=10.0, aim=1.0):
-    """The run whose *global* error is about ``aim`` times the tolerance, by tolerance calibration
-    (see :class:`~jaxrot.Adaptive` with ``error="global"``).
+def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
+    """The tolerances of the run whose *global* error is about ``aim`` times the tolerance, by tolerance
+    calibration: ``(rtol, atol, AdaptiveStats fields (global_error, tolerance, n_calibration))``.
 
     The pair's global error follows its tolerance as ``e(tau) = C tau^alpha`` with ``alpha = p / (q + 1)``
     (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
     kept). Two runs a factor ``ratio`` apart in tolerance give the finer one's error from their
-    difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned run is at the tolerance
-    where the law puts ``e = aim`` (1: the geometric middle of half and twice the tolerance, the
-    window the estimate's spread fits in).
-
-    A batch of at least ``4 bodies`` bodies: :func:`_on_subset`. A smaller batch (or
-    ``bodies=None``) is calibrated body by body at 100 and 10 times the tolerance (cheaper than the
-    final run) with the law's ``alpha``, each body's final run at its own tolerance; where every body
-    is already within ``aim`` the second run is returned."""
-    # on a subset only where its three runs cost well under one final run (about half at most)
+    difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned tolerance is where the law
+    puts ``e = aim``. A batch of at least ``4 calibration_bodies`` bodies: :func:`_on_subset`. A
+    smaller batch (or ``calibration_bodies=None``) is calibrated body by body at 100 and 10 times the
+    tolerance with the law's ``alpha``, each body then at its own tolerance."""
+    if spec.stacked:
+        raise ValueError("GlobalError calibrates bodies that share one system: stacked problems are not supported; "
+                         "pass a batch of initial states (state0=) instead")
+    rtol, atol, aim, measure, bodies = spec.rtol, spec.atol, controller.aim, controller.measure, \
+        controller.calibration_bodies
+    state0 = spec.state0
+    dtype = state0.R.dtype
     if state0.R.ndim == 3 and bodies is not None and state0.R.shape[0] >= 4 * bodies:
-        dtype = state0.R.dtype  # tolerances traced: one compilation for every tolerance
-        return _on_subset(hi, lo, system, state0, ts, t0, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype),
-                                 dt0, max_steps, executor, kind, measure, bodies, ratio, aim)
-    alpha = float(hi.order) / (float(lo.order) + 1.0)
-    runs = [run_pair(hi, lo, system, state0, ts, t0, rtol * f, atol * f, dt0, max_steps, executor, kind)
-            for f in (ratio * ratio, ratio)]
+        scale, predicted, spent = _on_subset(spec, executor, measure, bodies, ratio, aim)
+        B = state0.R.shape[0]
+        return rtol * scale, atol * scale, dict(global_error=jnp.full((B,), predicted),
+                                                tolerance=jnp.full((B,), rtol * scale), n_calibration=jnp.full((B,), spent))
+    alpha = float(spec.method.order) / (float(spec.method.error_order()) + 1.0)
+    runs = [run_pair(spec, state0, rtol * f, atol * f, executor) for f in (ratio * ratio, ratio)]
     est = scaled_difference(runs[0][0], runs[1][0], rtol, atol, measure) / (ratio ** alpha - 1.0)
-    first = runs[0][2].n_accepted + runs[0][2].n_rejected
-    if not isinstance(est, jax.core.Tracer) and bool(jnp.all(est <= aim)):  # traced: the final run always
-        ctrl = dataclasses.replace(runs[1][2], global_error=est, tolerance=jnp.full_like(est, rtol * ratio),
-                                   n_calibration=first)
-        return runs[1][0], runs[1][1], ctrl, runs[1][3]
-    # per body: the tolerance whose predicted global error is `aim`; a body already within it reruns
-    # at the second run's tolerance (the same run again)
-    scale = ratio * jnp.where(est > aim, (aim / jnp.maximum(est, 1e-300)) ** (1.0 / alpha), 1.0)
+    spent = sum(r[2].n_accepted + r[2].n_rejected for r in runs)
+    # per body: the tolerance whose predicted global error is `aim`; a body already within it runs at
+    # the second calibration run's tolerance
+    scale = ratio * jnp.where(est > aim, (aim / jnp.maximum(est, jnp.finfo(dtype).tiny)) ** (1.0 / alpha), 1.0)
     scale = lax.stop_gradient(scale)  # (as in _on_subset)
-    out, stats, ctrl, ok = run_pair(hi, lo, system, state0, ts, t0, rtol * scale, atol * scale, dt0, max_steps,
-                                executor, kind)
-    spent = first + runs[1][2].n_accepted + runs[1][2].n_rejected
-    ctrl = dataclasses.replace(ctrl, global_error=jnp.minimum(est, aim), tolerance=rtol * scale, n_calibration=spent)
-    return out, stats, ctrl, ok
+    return rtol * scale, atol * scale, dict(global_error=jnp.minimum(est, aim), tolerance=rtol * scale,
+                                            n_calibration=spent)

@@ -21,8 +21,6 @@ import numpy as np
 from jax import lax
 
 from ..geometry.state import State
-from .failures import result_of
-from .results import Trajectory
 
 #: frames skipped as a group by one conditional in a partly used chunk
 SKIP_GROUP = 32
@@ -121,25 +119,42 @@ def run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
     return carry, tuple(parts), tuple(nvs)
 
 
+class Frames(eqx.Module):
+    """What a loop returns for one body or a batch (a leading axis on every leaf): the saved frames,
+    initial state first (``ts``, ``states``, ``stats`` per saved interval), the first failed step and
+    its RESULTS code, the event's carry (or None), the step counts (``(n_accepted, n_rejected,
+    err_estimate)`` of an error-controlled run, else None) and what the dense output needs (or None).
+    :func:`jaxrot.driver.integrate.trajectory` makes the :class:`~jaxrot.Trajectory` of it."""
+
+    ts: jax.Array
+    states: State
+    stats: object
+    failed: jax.Array
+    reason: jax.Array
+    event: object = None
+    counts: tuple | None = None
+    dense: tuple | None = None
+
+
 @functools.partial(jax.jit, static_argnames=("nvs", "batched"))
-def join(state0, t0, parts, nvs, failed, reason, batched=False):
-    """The trajectory from the chunks' outputs: valid frames cut, joined, the initial frame
-    prepended — one dispatch (a tiny program per distinct ``nvs``) instead of dozens of eager ops;
-    ``batched``: every leaf has a leading body axis."""
+def join(state0, t0, parts, nvs, tail, batched=False):
+    """The frames from the chunks' outputs: valid frames cut, joined, the initial frame prepended —
+    one dispatch (a tiny program per distinct ``nvs``) instead of dozens of eager ops; ``tail``: the
+    final carry's ``(failed, reason, event, steps taken)``; ``batched``: every leaf has a leading body axis."""
     parts = tuple(p.unpack() if isinstance(p, Columns) else p for p in parts)
 
-    def one(state0, parts, failed, reason):
+    def one(state0, parts, tail):
         states, ts, stats = jax.tree_util.tree_map(
             lambda *xs: jnp.concatenate([x[:nv] for x, nv in zip(xs, nvs)], axis=0), *parts)
-        return assemble(state0, t0, states, ts, stats, failed, reason)
+        return assemble(state0, t0, states, ts, stats, *tail)
 
-    return jax.vmap(one)(state0, parts, failed, reason) if batched else one(state0, parts, failed, reason)
+    return jax.vmap(one)(state0, parts, tail) if batched else one(state0, parts, tail)
 
 
-def assemble(state0, t0, states, ts, stats, failed, reason):
+def assemble(state0, t0, states, ts, stats, failed, reason, event=None, steps=None) -> Frames:
+    """One body's frames, the initial state first; ``steps``: the steps taken (constant steps)."""
     R = jnp.concatenate([state0.R[None], states.R], axis=0)
     Pi = jnp.concatenate([state0.Pi[None], states.Pi], axis=0)
     ts = jnp.concatenate([jnp.reshape(t0, (1,)), ts])
-    return Trajectory(ts=ts, states=State(R, Pi), stats=stats, failed_step=failed, result=result_of(reason))
-
-
+    counts = None if steps is None else (steps, jnp.zeros_like(steps), None)
+    return Frames(ts, State(R, Pi), stats, failed, reason, event, counts)

@@ -1,8 +1,16 @@
-"""The time loop: frames of ``save_every`` steps scanned by ``lax.scan`` (memory O(saved frames),
-compile time independent of the number of steps), failure detection per step, statistics per frame.
+"""The loop of every XLA run: one step body (:func:`fixed_step`, :func:`attempt`) with failure
+detection, event checks and statistics, driven by what is known before the run.
 
-``scan_frames`` is the one loop of fixed-step runs (one body; batches ``vmap`` it); ``run_steps`` the
-unsaved loop with a traced step count (forward-mode only, compiled once for every count).
+- Constant steps, count known, no terminal event: frames of ``save_every`` steps scanned by
+  ``lax.scan`` (:func:`scan_frames`; memory O(saved frames), compile time independent of the count,
+  reverse mode at no extra cost); with only the final state wanted, a ``fori_loop`` to a traced count
+  (:func:`run_steps`, one program for every count).
+- Constant steps with a terminal event: the same frames in a bounded while loop that ends when the
+  event fires (:func:`while_frames`), run through the adjoint object.
+- Error-controlled steps: attempts in a bounded while loop (:func:`while_attempts`, in
+  :mod:`jaxrot.driver.attempts`), run through the adjoint object.
+
+One body each; batches ``vmap`` them (or an executor places them).
 """
 
 from __future__ import annotations
@@ -14,8 +22,9 @@ from jax import lax
 
 from ..geometry.state import State
 from ..integrators.stats import StepStats
+from .events import event_start, event_update, stopped
 from .failures import INVARIANT_DRIFT, NONFINITE_STATE, SOLVE_FAILED, SUCCESSFUL
-from .layout import SKIP_GROUP, Columns, row_packing
+from .layout import SKIP_GROUP, Columns, Frames, assemble, row_packing
 
 
 class InvariantMonitor(eqx.Module):
@@ -73,28 +82,38 @@ def _finite(state: State):
     return jnp.isfinite(jnp.sum(state.Pi))
 
 
+def fixed_step(method, system, c, dt, t0, monitor=None, event=None):
+    """One constant step of one body: ``(carry, StepStats)`` from ``carry = (state, aux, k, failed,
+    reason, ref, ev)`` (``ref``: the monitor's initial invariants; ``ev``: the event's carry)."""
+    state, aux, k, failed, reason, ref, ev = c
+    t = t0 + k.astype(dt.dtype) * dt  # no accumulated round-off in time
+    new_state, aux, stats = method.step(system, t, state, aux, dt)
+    k = k + 1
+    r = step_reason(system, t + dt, new_state, stats, ref, monitor)
+    first = (failed < 0) & (r != SUCCESSFUL)
+    failed = jnp.where(first, k, failed)
+    reason = jnp.where(first, r, reason)
+    if event is not None:
+        ev = event_update(event, ev, t, dt, state, new_state)
+    return (new_state, aux, k, failed, reason, ref, ev), stats
+
+
 def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
-                n_valid=None, reverse_differentiable: bool = True, columns: bool = False):
-    """Scan ``n_frames`` frames of ``save_every`` steps from
-    ``carry = (state, aux, k, failed, reason, ref)`` (``ref``: initial invariants for the monitor).
+                n_valid=None, reverse_differentiable: bool = True, columns: bool = False, event=None):
+    """Scan ``n_frames`` frames of ``save_every`` steps from ``carry`` (:func:`init_carry`).
     With a (traced) ``n_valid``, frames from ``n_valid`` on are skipped by ``lax.cond`` (carry
     unchanged; their outputs are to be dropped), so one compiled length serves any count; with
     ``reverse_differentiable=False`` the frames run in a ``fori_loop`` to ``n_valid`` writing into
     ``n_frames``-long outputs instead (no per-frame conditional; forward-mode only, as any while
     loop), a frame's outputs packed in one row (:func:`~jaxrot.driver.layout.row_packing`: one write a
     frame). ``columns=True`` (with it): the outputs as :class:`~jaxrot.driver.layout.Columns`, one
-    ``n_frames`` buffer per number, unpacked by :func:`~jaxrot.driver.layout.join`."""
+    ``n_frames`` buffer per number, unpacked by :func:`~jaxrot.driver.layout.join`. A non-terminal
+    ``event`` is checked after every step (a terminal one needs :func:`while_frames`)."""
 
     def inner(c, _):
-        (state, aux, k, failed, reason, ref), acc = c
-        t = t0 + k.astype(dt.dtype) * dt  # no accumulated round-off in time
-        new_state, aux, stats = method.step(system, t, state, aux, dt)
-        k = k + 1
-        r = step_reason(system, t + dt, new_state, stats, ref, monitor)
-        first = (failed < 0) & (r != SUCCESSFUL)
-        failed = jnp.where(first, k, failed)
-        reason = jnp.where(first, r, reason)
-        return ((new_state, aux, k, failed, reason, ref), fold(acc, stats)), None
+        c, acc = c
+        c, stats = fixed_step(method, system, c, dt, t0, monitor, event)
+        return (c, fold(acc, stats)), None
 
     # rematerialised under reverse-mode AD: the backward pass keeps one carry per frame, not every
     # step's residuals for the whole chunk (skipped frames included), at the cost of one re-run
@@ -164,27 +183,88 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     return carry, jax.tree_util.tree_map(lambda x: x.reshape((n_frames,) + x.shape[2:]), ys)
 
 
-def init_carry(method, system, state0, dt, t0, monitor=None):
+def init_carry(method, system, state0, dt, t0, monitor=None, event=None):
     aux = method.init(system, t0, state0, dt)
     ref = invariants(system, t0, state0) if monitor is not None else None
+    ev = event_start(event, jnp.asarray(t0, dt.dtype), state0) if event is not None else None
     return (state0, aux, jnp.asarray(0, jnp.int32), jnp.asarray(-1, jnp.int32),
-            jnp.asarray(SUCCESSFUL, jnp.int32), ref)
+            jnp.asarray(SUCCESSFUL, jnp.int32), ref, ev)
 
 
-def run_steps(method, system, state0, dt, t0, n_steps):
-    """The unsaved step loop: ``(state after n_steps, first failed step or -1, its RESULTS code,
-    StepStats folded over the steps)``; ``n_steps`` may be traced (a ``fori_loop``: forward-mode
-    differentiable only). For use inside one's own ``jit``/``vmap`` (the maps do); callers validate
-    inputs."""
-    def body(k, c):
-        state, aux, failed, reason, acc = c
-        t = t0 + k.astype(dt.dtype) * dt
-        new, aux, stats = method.step(system, t, state, aux, dt)
-        r = step_reason(system, t + dt, new, stats, None, None)
-        first = (failed < 0) & (r != SUCCESSFUL)
-        return new, aux, jnp.where(first, k + 1, failed), jnp.where(first, r, reason), fold(acc, stats)
+def run_steps(method, system, state0, dt, t0, n_steps, monitor=None, event=None):
+    """The unsaved step loop: ``(final carry, StepStats folded over the steps)``; ``n_steps`` may be
+    traced (a ``fori_loop``: forward-mode differentiable only). Used inside one's own ``jit``/``vmap``
+    too (the maps do); callers validate inputs."""
+    def body(_, c):
+        c, acc = c
+        c, stats = fixed_step(method, system, c, dt, t0, monitor, event)
+        return c, fold(acc, stats)
 
-    aux = method.init(system, t0, state0, dt)
-    init = (state0, aux, jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), empty_stats())
-    state, _, failed, reason, stats = lax.fori_loop(0, n_steps, body, init)
-    return state, failed, reason, stats
+    return lax.fori_loop(0, n_steps, body, (init_carry(method, system, state0, dt, t0, monitor, event), empty_stats()))
+
+
+def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoint, max_frames: int, monitor=None,
+                 event=None, save: bool = True):
+    """Frames of ``save_every`` constant steps in a bounded while loop (``adjoint``'s) that ends
+    after ``n_frames`` frames (may be traced, at most ``max_frames``) or when a terminal ``event``
+    fires: ``(carry, (states, times, stats) of max_frames frames)``, frames not reached holding the
+    last state (``save=False``: ``(carry, StepStats folded over every step)``)."""
+    dtype = dt.dtype
+
+    def frame(c):
+        def inner(ca, _):
+            ca, acc = ca
+            ca, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
+            return (ca, fold(acc, stats)), None
+
+        (c, acc), _ = lax.scan(inner, (c, empty_stats()), None, length=save_every)
+        return c, acc
+
+    def cond(w):
+        c, i = w[0], w[1]
+        return (i < n_frames) & ~stopped(event, c[6])
+
+    def body(w):
+        c, i, out = w
+        c, acc = frame(c)
+        if save:
+            row = (c[0], t0 + c[2].astype(dtype) * dt, acc)
+            out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x), row, out)
+        else:
+            out = fold(out, acc)
+        return c, i + 1, out
+
+    if save:
+        shapes = jax.eval_shape(lambda c: (c[0], t0 + c[2].astype(dtype) * dt, empty_stats()), carry)
+        out0 = jax.tree_util.tree_map(lambda v: jnp.zeros((max_frames,) + v.shape, v.dtype), shapes)
+    else:
+        out0 = empty_stats()
+    c, i, out = adjoint.while_loop(cond, body, (carry, jnp.asarray(0, jnp.int32), out0), max_steps=max_frames,
+                                   buffers=(lambda w: w[2]) if save else None)
+    if save:  # frames never reached hold the last state (a terminal event's are set to it afterwards)
+        idx = jnp.arange(max_frames, dtype=jnp.int32)
+        states = jax.tree_util.tree_map(lambda o, x: jnp.where((idx < i).reshape((-1,) + (1,) * x.ndim), o, x),
+                                        out[0], c[0])
+        times = jnp.where(idx < i, out[1], t0 + (idx + 1).astype(dtype) * (save_every * dt))
+        out = (states, times, out[2])
+    return c, out
+
+
+def while_body_frames(method, system, state0, dt, t0, n_steps: int, save_every: int, final_only: bool, adjoint,
+                      monitor=None, event=None) -> Frames:
+    """One body's constant steps in the frames' while loop (a terminal event ends it): every saved
+    frame, or only the final state (frames of one step, none kept)."""
+    carry = init_carry(method, system, state0, dt, t0, monitor, event)
+    if final_only:
+        c, stats = while_frames(method, system, carry, dt, t0, n_steps, 1, adjoint, n_steps, monitor, event,
+                                save=False)
+        one = jax.tree_util.tree_map(lambda x: x[None], (c[0], t0 + c[2].astype(dt.dtype) * dt, stats))
+        return assemble(state0, t0, *one, c[3], c[4], c[6], c[2])
+    n_frames = n_steps // save_every
+    c, (states, ts, stats) = while_frames(method, system, carry, dt, t0, n_frames, save_every, adjoint, n_frames,
+                                          monitor, event)
+    return assemble(state0, t0, states, ts, stats, c[3], c[4], c[6], c[2])
+
+
+def while_args(spec) -> tuple:
+    return (spec.dt, spec.t0, spec.n_steps, spec.save_every, spec.final_only, spec.adjoint, spec.monitor, spec.event)

@@ -19,16 +19,45 @@ from ..integrators.stats import StepStats
 from .failures import codes_of, result_of
 
 
+class Provenance:
+    """How a trajectory was made, as ``(key, value)`` string pairs (``dict(p)`` gives them as a dict).
+
+    Metadata, not data: any two are equal and hash alike, so a trajectory's pytree structure does not
+    depend on them and a jitted function of trajectories made with different ``dt`` (or by different
+    methods) is traced once."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs=()):
+        self.pairs = tuple(sorted((str(k), str(v)) for k, v in dict(pairs).items()))
+
+    def __iter__(self):
+        return iter(self.pairs)
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __eq__(self, other):
+        return isinstance(other, Provenance)
+
+    def __hash__(self):
+        return hash(Provenance)
+
+    def __repr__(self):
+        return f"Provenance({dict(self.pairs)!r})"
+
+
 class AdaptiveStats(eqx.Module):
-    """What an error-controlled run reports, per body: attempts kept (``n_accepted``) and repeated
-    with a smaller step (``n_rejected``), the last accepted step's scaled error estimate
-    (``err_estimate``, <= 1); for a run controlling the *global* error also the estimated global
-    error in units of the tolerance (``global_error``), the local tolerance of the returned run
-    (``tolerance``) and the attempts spent in its calibration runs (``n_calibration``)."""
+    """The step counts of a run, per body: steps kept (``n_accepted``; with constant steps, the steps
+    taken) and attempts repeated with a smaller step (``n_rejected``), the last accepted step's scaled
+    error estimate (``err_estimate``, <= 1; None with constant steps, which estimate none); for a run aiming at the *global*
+    error (:class:`~jaxrot.GlobalError`) also the estimated global error in units of the tolerance
+    (``global_error``), the local tolerance of the returned run (``tolerance``) and the attempts spent
+    in its calibration runs (``n_calibration``)."""
 
     n_accepted: jax.Array
     n_rejected: jax.Array
-    err_estimate: jax.Array
+    err_estimate: jax.Array | None = None
     global_error: jax.Array | None = None
     tolerance: jax.Array | None = None
     n_calibration: jax.Array | None = None
@@ -42,13 +71,13 @@ class Trajectory(eqx.Module):
     each saved interval's steps (leading axis: the frames after the first). ``failed_step`` is the
     first step (1-based) whose solve failed, whose state became non-finite or whose invariants
     drifted, or -1; ``result`` the reason, a :class:`jaxrot.RESULTS` item, per body in a batch.
-    ``controller``: the adaptive controller's counts (:class:`AdaptiveStats`), None for fixed steps.
+    ``controller``: the step counts (:class:`AdaptiveStats`), per body.
     ``system``: the body and torque the run integrated (for energies and angular velocities).
     ``provenance`` records how it was made (method, problem, dt, steps, dtype, executor, versions) as
-    ``(key, value)`` string pairs; :attr:`info` gives it as a dict. ``dense``: what :meth:`evaluate`
-    needs (a :class:`~jaxrot.driver.dense.DenseOutput`) after a fixed-step run with
-    ``SaveAt(dense=True)``, else None. ``event_time``, ``event_state``: where a run with ``event=``
-    (:class:`~jaxrot.Event`) found its event, per body (NaN where none), else None.
+    ``(key, value)`` string pairs (:class:`Provenance`, outside the pytree's data); :attr:`info` gives
+    it as a dict. ``dense``: what :meth:`evaluate` needs after a run with ``SaveAt(dense=True)``, else
+    None. ``event_time``, ``event_state``: where a run with ``event=`` (:class:`~jaxrot.Event`) found
+    its event, per body (NaN where none), else None.
     """
 
     ts: jax.Array
@@ -61,12 +90,12 @@ class Trajectory(eqx.Module):
     dense: Any = None
     event_time: jax.Array | None = None
     event_state: State | None = None
-    provenance: tuple = eqx.field(static=True, default=())
+    provenance: Provenance = eqx.field(static=True, default=Provenance())
 
     def evaluate(self, t) -> State:
         """The state at time(s) ``t`` (a scalar or an array within the run's span) from the dense
-        output: shape ``t.shape`` after the batch axis, if any; differentiable. Needs a fixed-step run
-        with ``SaveAt(dense=True)``.
+        output: shape ``t.shape`` after the batch axis, if any; differentiable. Needs a run with
+        ``SaveAt(dense=True)``.
 
         Example::
 
@@ -74,7 +103,7 @@ class Trajectory(eqx.Module):
             mid = traj.evaluate(0.505)
         """
         if self.dense is None:
-            raise ValueError("evaluate needs a fixed-step run with saveat=jaxrot.SaveAt(dense=True)")
+            raise ValueError("evaluate needs a run with saveat=jaxrot.SaveAt(dense=True)")
         return self.dense(t)
 
     @property
@@ -85,7 +114,7 @@ class Trajectory(eqx.Module):
     def with_provenance(self, **info) -> "Trajectory":
         """A copy with ``info`` added to the provenance (values stored as strings)."""
         merged = {**self.info, **{k: str(v) for k, v in info.items()}}
-        return dataclasses.replace(self, provenance=tuple(sorted(merged.items())))
+        return dataclasses.replace(self, provenance=Provenance(merged))
 
     def save(self, path) -> None:
         """Write the trajectory and its provenance to ``path`` (``.npz``, uncompressed, exact). The
@@ -232,4 +261,4 @@ def load(path) -> Trajectory:
         controller = AdaptiveStats(**ctrl) if ctrl else None
         return Trajectory(ts=jnp.asarray(z["ts"]), states=State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])),
                           stats=stats, failed_step=jnp.asarray(z["failed_step"]), result=result, controller=controller,
-                          provenance=tuple(sorted(info.items())))
+                          provenance=Provenance(info))

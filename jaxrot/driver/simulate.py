@@ -1,38 +1,46 @@
-"""The one entry point: :func:`simulate` — one body or a batch, fixed or adaptive steps, any executor.
+"""The one entry point: :func:`simulate` — one body or a batch, any step-size controller, any executor.
 
 A run is checked (:mod:`~jaxrot.driver.checks`), described by a
-:class:`~jaxrot.driver.executors.base.RunSpec` and carried out by an executor
-(:mod:`~jaxrot.driver.executors`); error-controlled runs go to :mod:`~jaxrot.driver.adaptive`. Every
-run returns one :class:`~jaxrot.Trajectory`.
+:class:`~jaxrot.driver.executors.base.RunSpec` (constant steps) or
+:class:`~jaxrot.driver.executors.base.AttemptSpec` (error-controlled steps), carried out by an
+executor (:mod:`~jaxrot.driver.executors`) through the loop (:mod:`~jaxrot.driver.loop`,
+:mod:`~jaxrot.driver.attempts`), and made into one :class:`~jaxrot.Trajectory`
+(:func:`~jaxrot.driver.integrate.trajectory`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
-import time as _time
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..integrators import AbstractPair, EmbeddedPair
 from ..physics.problems import Problem
-from .checks import cast, is_concrete, prepare, traced_checks
+from .adjoint import adjoint_for, adjoint_of
+from .checks import (cast, check_capability, check_problem, check_state, check_t0, is_concrete, prepare,
+                     resolve_method, scalar, system_of, traced_checks)
+from .controllers import Adaptive, Fixed
+from .dense import checkpoint_interval
+from .events import check_event
 from .executors import choose_executor
-from .progress import Progress
-from .executors.base import AbstractExecutor, RunSpec
-from .executors.sharded import Sharded
-from .executors.xla import XLA
+from .executors.base import AttemptSpec, RunSpec
 from .failures import raise_failures
+from .global_error import GlobalError, calibrate
+from .integrate import Finish, trajectory
 from .loop import InvariantMonitor
 from .precision import full_precision
-from .results import Trajectory
+from .progress import progress_report
+from .results import Provenance, Trajectory
 from .saveat import SaveAt
-from .stepsize import Adaptive, Fixed
+from .tolerance import reachable
 
-__all__ = ["simulate", "simulate_batch", "final_state", "stack_problems", "cast", "InvariantMonitor"]
+__all__ = ["simulate", "stack_problems", "cast", "InvariantMonitor"]
+
+_DEFAULT_SAVEAT = SaveAt()
 
 
 def _counts(dt, n_steps, t0, t1):
@@ -42,7 +50,7 @@ def _counts(dt, n_steps, t0, t1):
             raise ValueError("give n_steps or t1, not both")
         return n_steps
     if t1 is None:
-        raise ValueError("a fixed-step run needs n_steps or t1")
+        raise ValueError("a run of constant steps needs n_steps or t1")
     if not (is_concrete(t1) and is_concrete(dt) and is_concrete(t0)):
         raise ValueError("with a traced dt, t0 or t1 give n_steps (the number of steps is static)")
     span, h = float(t1) - float(t0), float(dt)
@@ -53,223 +61,283 @@ def _counts(dt, n_steps, t0, t1):
     return n
 
 
-def _save_every(saveat: SaveAt | None, save_every, n_steps) -> tuple[int, bool]:
-    """``(steps between saved frames, final_only)``."""
+def _controller(stepsize, dt):
+    """The controller object and the step: ``Fixed(dt)`` and ``Adaptive(dt0=..., error="global", ...)``
+    are the older spellings (each warned about where it was made)."""
+    if stepsize is None:
+        return Fixed(), dt
+    if isinstance(stepsize, Fixed):
+        if stepsize.dt is not None:
+            if dt is not None:
+                raise ValueError("give dt or stepsize=Fixed(dt), not both (Fixed(dt) is deprecated: pass dt)")
+            dt = stepsize.dt
+        return stepsize, dt
+    if isinstance(stepsize, GlobalError):
+        return stepsize, dt
+    if isinstance(stepsize, Adaptive):
+        legacy = dict(stepsize.legacy)
+        if legacy.get("dt0") is not None:
+            if dt is not None:
+                raise ValueError("give dt or Adaptive(dt0=...), not both (dt0 is deprecated: pass dt)")
+            dt = legacy["dt0"]
+        if legacy.get("error") == "global":
+            plain = Adaptive(stepsize.rtol, stepsize.atol, max_steps=stepsize.max_steps)
+            kw = {k: legacy[k] for k in ("aim", "measure", "calibration_bodies") if k in legacy}
+            return GlobalError(plain, **kw), dt
+        return stepsize, dt
+    raise TypeError(f"stepsize must be jaxrot.Fixed(), jaxrot.Adaptive(rtol, atol) or jaxrot.GlobalError(...), "
+                    f"got {stepsize!r}")
+
+
+def _saveat(saveat, save_every):
     if save_every is not None:
+        warnings.warn("save_every=k is deprecated: use saveat=jaxrot.SaveAt(steps=k)", DeprecationWarning, stacklevel=4)
         if saveat is not None:
-            raise ValueError("give saveat or save_every, not both (save_every=k is SaveAt(every=k))")
-        return save_every, False
+            raise ValueError("give saveat or save_every, not both (save_every=k is SaveAt(steps=k))")
+        return SaveAt(steps=save_every)
     if saveat is None:
-        return 1, False
-    if not saveat.t1 and saveat.save_every is None:
-        raise ValueError("SaveAt(t1=False) with neither steps nor every saves nothing past t0")
-    every = saveat.save_every
-    return (n_steps, True) if every is None else (every, False)
+        return _DEFAULT_SAVEAT
+    if not isinstance(saveat, SaveAt):
+        raise TypeError(f"saveat must be a jaxrot.SaveAt, got {saveat!r}")
+    return saveat
 
 
-def _progress_report(n_frames: int, save_every: int, n_steps: int):
-    """The report of a run with ``progress=True``: ``report(None, seconds)`` after the compilation,
-    then ``report(frames_done)`` (a bar of steps on a terminal, a line every ~10 s otherwise)."""
-    bar = Progress(n_steps, "steps")
-    done = [0]
-
-    def report(frames, compile_seconds=None):
-        if frames is None:
-            bar.compiled(compile_seconds)
-            return
-        bar.update((frames - done[0]) * save_every)
-        done[0] = frames
-        if frames >= n_frames:
-            bar.close()
-
-    return report
-
-
-def _provenance(traj: Trajectory, method, problem, dt, n_steps, save_every, **extra) -> Trajectory:
-    """Record how ``traj`` was made (strings; a traced dt is recorded as such)."""
-    name = method if isinstance(method, str) else (
-        "(" + ", ".join(m if isinstance(m, str) else type(m).__name__ for m in method) + ")"
-        if isinstance(method, tuple) else type(method).__name__)
-    if isinstance(dt, (int, float)):
-        d = float(dt)
-    else:
-        d = np.asarray(dt).reshape(())[()] if is_concrete(dt) and np.size(dt) == 1 else "traced"
-    items = _provenance_items(name, getattr(problem, "name", None) or "(unnamed)", str(d), n_steps, save_every,
-                              str(traj.states.R.dtype), tuple(sorted(extra.items())))
-    # traj was just made by an unflatten and is seen by no one else: set the static field as that
-    # unflatten does (a dataclass replace would run __init__ again)
-    object.__setattr__(traj, "provenance", items)
-    return traj
+def _name(method) -> str:
+    if isinstance(method, str):
+        return method
+    if isinstance(method, tuple):
+        return "(" + ", ".join(m if isinstance(m, str) else type(m).__name__ for m in method) + ")"
+    return type(method).__name__
 
 
 @functools.lru_cache(maxsize=256)
-def _provenance_items(method, problem, dt, n_steps, save_every, dtype, extra) -> tuple:
+def _provenance(method, problem, dt, n_steps, every, dtype, extra) -> Provenance:
     import jaxlib
 
     from ..version import __version__
 
-    info = dict(method=method, problem=problem, dt=dt, n_steps=n_steps, save_every=save_every, dtype=dtype,
-                jaxrot=__version__, jax=jax.__version__, jaxlib=jaxlib.__version__, **dict(extra))
-    return tuple(sorted((k, str(v)) for k, v in info.items()))
+    return Provenance(dict(method=method, problem=problem, dt=dt, n_steps=n_steps, save_every=every, dtype=dtype,
+                           jaxrot=__version__, jax=jax.__version__, jaxlib=jaxlib.__version__, **dict(extra)))
 
 
-@jax.jit
-def _drop_first(traj: Trajectory) -> Trajectory:
-    def cut(x):
-        return x[..., 1:, :, :] if x.ndim >= 3 and x.shape[-2:] == (3, 3) else x[..., 1:, :]
-    return Trajectory(traj.ts[..., 1:], jax.tree_util.tree_map(cut, traj.states), traj.stats, traj.failed_step,
-                      traj.result, traj.controller, traj.system)
+def _dt_label(dt) -> str:
+    if dt is None:
+        return "None"
+    if isinstance(dt, (int, float)):
+        return str(float(dt))
+    return str(np.asarray(dt).reshape(())[()]) if is_concrete(dt) and np.size(dt) == 1 else "traced"
 
 
 @full_precision
-def simulate(
-    method,
-    problem: Problem,
-    dt=None,
-    n_steps: int | None = None,
-    *,
-    t0=0.0,
-    t1=None,
-    state0=None,
-    stepsize=None,
-    saveat: SaveAt | None = None,
-    save_every: int | None = None,
-    executor=None,
-    throw: bool = True,
-    progress: bool = False,
-    unroll: int = 1,
-    monitor: InvariantMonitor | None = None,
-    adjoint: str = "forward",
-    event=None,
-) -> Trajectory:
+def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t0=0.0, t1=None, state0=None,
+             stepsize=None, saveat: SaveAt | None = None, event=None, adjoint=None, executor=None, progress=None,
+             throw: bool = True, monitor: InvariantMonitor | None = None, unroll: int = 1,
+             save_every: int | None = None) -> Trajectory:
     """Integrate one body or a batch of bodies; returns a :class:`~jaxrot.Trajectory`.
 
     Args:
-      method: a registered name (``"buss2p"``) or an integrator instance; with adaptive steps, a pair
-        (a name of :data:`jaxrot.PAIRS` such as ``"buss4(3)"``, or ``(high, low)`` methods).
-      problem: a :class:`~jaxrot.Problem` (body, torque, initial state), or problems stacked along a
-        batch axis (:func:`stack_problems`; then ``state0`` is None).
-      dt: step size (> 0; may be traced, i.e. differentiable); or ``stepsize=Fixed(dt)``.
-      n_steps: number of steps; or ``t1`` (then ``t1 - t0`` must be a whole number of steps).
-      t0, t1: start time; end time.
-      state0: initial state (default ``problem.state0``); a leading axis on ``R``/``Pi`` is a batch.
-      stepsize: :class:`~jaxrot.Fixed` (default) or :class:`~jaxrot.Adaptive` (error control).
-      saveat: :class:`~jaxrot.SaveAt` — what to keep (default: every step);
-        ``save_every=k`` is shorthand for ``SaveAt(every=k)``. With fixed steps, ``SaveAt(ts=...)``
-        gives states at those times and ``SaveAt(dense=True)`` makes ``traj.evaluate(t)`` work, both
-        from the dense output (:mod:`jaxrot.driver.dense`; checkpoint frames, memory bounded).
-      executor: how the loop runs (:class:`~jaxrot.XLA`, :class:`~jaxrot.CPUBlocked`,
-        :class:`~jaxrot.Sharded`, :class:`~jaxrot.Fused`); None chooses (one body: XLA; a batch:
-        sharded over all devices, cache-blocked on CPUs). Every executor gives the same states.
+      method: a registered name (``"buss2p"``; ``jaxrot list``) or an integrator instance; with
+        error-controlled steps an embedded pair (``"buss4(3)"``, ``"rkmk8(5)"``, ...).
+      problem: a :class:`~jaxrot.Problem`, or problems stacked along a batch axis (:func:`stack_problems`).
+      dt: the step (constant steps; may be traced) or the first trial step (error-controlled; default
+        from the tolerance).
+      n_steps: the number of constant steps; or ``t1``.
+      t0, t1: start and end time.
+      state0: the initial state (default ``problem.state0``); a leading axis on ``R``/``Pi`` is a batch.
+      stepsize: the controller: :class:`~jaxrot.Fixed` (default), :class:`~jaxrot.Adaptive` or
+        :class:`~jaxrot.GlobalError`.
+      saveat: :class:`~jaxrot.SaveAt`, what to keep; None is ``SaveAt()`` (the initial and final states).
+      event: an :class:`~jaxrot.Event` checked after every step (``traj.event_time``, ``traj.event_state``).
+      adjoint: how a while loop is differentiated (:class:`~jaxrot.RecursiveCheckpointAdjoint`, the
+        default; :class:`~jaxrot.ForwardMode`; :class:`~jaxrot.DirectAdjoint`).
+      executor: where the loop runs (:class:`~jaxrot.XLA`, :class:`~jaxrot.CPUBlocked`,
+        :class:`~jaxrot.Sharded`, :class:`~jaxrot.Fused`); None chooses. One that cannot run the job
+        raises a ValueError saying why.
+      progress: a progress meter (:class:`~jaxrot.TextProgressMeter`, :class:`~jaxrot.TqdmProgressMeter`;
+        True: tqdm on a terminal, text otherwise).
       throw: raise :class:`~jaxrot.SimulationError` naming the first failed step and body; ``False``
         returns the per-body ``failed_step`` and ``result`` instead.
-      progress: report steps done and time left on stderr after each compiled chunk.
-      unroll: inner-scan unroll factor (a speed knob for tiny problems on CPU).
       monitor: an :class:`~jaxrot.InvariantMonitor` flagging energy/momentum drift as a failure.
-      adjoint: how an adaptive run is differentiated: ``"forward"`` (a ``lax.while_loop``; ``jax.jvp``,
-        ``jax.jacfwd``) or ``"checkpointed"`` (``jax.grad`` by recursive checkpointing, memory growing
-        like the log of ``max_steps``; diffrax's ``RecursiveCheckpointAdjoint``). Fixed-step runs are
-        differentiable in both modes whatever this is.
-      event: an :class:`~jaxrot.Event` (fixed steps): the trajectory's ``event_time`` and
-        ``event_state`` (per body, NaN where none); a terminal event's body repeats its event state
-        in the frames after it (:mod:`jaxrot.driver.events`).
+      unroll: inner-scan unroll factor of constant steps (a speed knob for tiny problems on CPU).
 
-    Matrix products are traced at full precision (``jax.default_matmul_precision("highest")``, the
-    torque's too), so a float32 run on a GPU computes in float32, not TF32.
-
-    Returns:
-      :class:`~jaxrot.Trajectory`: ``ts``, ``states`` (leading batch axis first, if any), ``stats``,
-      ``failed_step``, ``result``, ``controller`` (adaptive runs), ``system`` and ``provenance``.
+    Details (the loop, saving, events, adjoints, executors): docs/user_guide/running.md and
+    docs/user_guide/saveat_events.md.
 
     Example::
 
         p = jaxrot.problems.get("fast_top")
-        traj = jaxrot.simulate("buss2p", p, 1e-3, 1000, save_every=10)
-        batch = jaxrot.simulate("buss2p", p, 1e-3, 1000, state0=states)              # states: (B, ...)
-        sol = jaxrot.simulate("buss4(3)", p, t1=1.0, stepsize=jaxrot.Adaptive(rtol=1e-8))
+        traj = jaxrot.simulate("buss2p", p, 1e-3, 1000, saveat=jaxrot.SaveAt(steps=10))
+        sol = jaxrot.simulate("buss4(3)", p, t1=1.0, stepsize=jaxrot.Adaptive(rtol=1e-8, atol=1e-8))
     """
-    if stepsize is not None and not isinstance(stepsize, (Fixed, Adaptive)):
-        raise TypeError(f"stepsize must be jaxrot.Fixed(...) or jaxrot.Adaptive(...), got {stepsize!r}")
-    if saveat is not None and not isinstance(saveat, SaveAt):
-        raise TypeError(f"saveat must be a jaxrot.SaveAt, got {saveat!r}")
-    if event is not None:
-        return _with_event(event, method, problem, dt, n_steps, t0=t0, t1=t1, state0=state0, stepsize=stepsize,
-                           saveat=saveat, save_every=save_every, executor=executor, throw=throw, progress=progress,
-                           unroll=unroll, monitor=monitor)
-    if isinstance(stepsize, Adaptive):
-        if dt is not None or n_steps is not None or save_every is not None:
-            raise ValueError("adaptive steps take t1 (and saveat), not dt, n_steps or save_every")
-        from .adaptive import run_adaptive
-
-        if executor is not None and not isinstance(executor, AbstractExecutor):
-            raise TypeError(f"executor must be a jaxrot executor or None, got {executor!r}")
-        traj = run_adaptive(method, problem, t0, t1, stepsize, saveat, state0, executor, adjoint)
-        traj = _provenance(traj, method, problem, None, "adaptive", None, rtol=stepsize.rtol, atol=stepsize.atol,
-                           error=stepsize.error, executor=type(executor or XLA()).__name__)
-        if throw:
-            raise_failures(traj.failed_step, traj.result, "adaptive run: ")
-        return traj
-    if isinstance(stepsize, Fixed) and stepsize.dt is not None:
-        if dt is not None:
-            raise ValueError("give dt or stepsize=Fixed(dt), not both")
-        dt = stepsize.dt
+    controller, dt = _controller(stepsize, dt)
+    saveat = _saveat(saveat, save_every)
+    adjoint = adjoint_of(adjoint)
+    if controller.adaptive:
+        if n_steps is not None:
+            raise ValueError("error-controlled steps take t1 (and saveat), not n_steps")
+        return _adaptive(method, problem, controller, dt, t0, t1, state0, saveat, event, adjoint, executor, progress,
+                         throw, monitor)
     if dt is None:
-        raise ValueError("a fixed-step run needs dt (or stepsize=jaxrot.Fixed(dt))")
+        raise ValueError("a run of constant steps needs dt")
     n_steps = _counts(dt, n_steps, t0, t1)
-    if saveat is not None and (saveat.ts is not None or saveat.dense):
-        if save_every is not None:
-            raise ValueError("give saveat or save_every, not both (save_every=k is SaveAt(every=k))")
-        from .dense import dense_run
-
-        return dense_run(simulate, method, problem, dt, n_steps, saveat, t0=t0, state0=state0, executor=executor,
-                         throw=throw, progress=progress, unroll=unroll, monitor=monitor)
-    every, final_only = _save_every(saveat, save_every, n_steps)
     stacked = state0 is None and isinstance(problem, Problem) and jnp.ndim(problem.body.J) == 2
     given = (method, problem, dt)
+    dense_run = saveat.ts is not None or saveat.dense
+    every = saveat.every
+    if dense_run:  # checkpoint frames for the dense output (or the steps asked, if also asked)
+        if not is_concrete(dt) or not is_concrete(t0):
+            if saveat.ts is not None:
+                raise ValueError("SaveAt(ts=...) with constant steps needs a concrete dt and t0")
+        every = every or checkpoint_interval(int(n_steps))
+    final_only = every is None
+    every = int(n_steps) if final_only else every
     method, state0, dt, t0, system = prepare(method, problem, state0, dt, t0, n_steps, every)
+    if event is not None:
+        check_event(event, state0, state0.R.dtype)
     system, state0, dt, t0 = traced_checks(system, state0, dt, t0)
     n_steps, every = int(n_steps), int(every)  # NumPy integers would be traced
     batched = state0.R.ndim == 3
-    report = _progress_report(n_steps // every, every, n_steps) if progress else None
-    spec = RunSpec(method, system, state0, dt, t0, n_steps, every, monitor, unroll, stacked, final_only, report)
+    report = progress_report(progress, n_steps // every, every, n_steps)
+    if event is not None and event.terminal:
+        adjoint = adjoint_for(adjoint, jax.tree_util.tree_leaves((system, state0, dt, t0, event)))
+    spec = RunSpec(method, system, state0, dt, t0, n_steps, every, monitor, unroll, stacked, final_only, report, event,
+                   adjoint)
     runner = choose_executor(executor, spec)
-    traj = type(runner).run(runner, spec)  # a method looked up on an eqx.Module instance is rebuilt per access
-    if saveat is not None and not saveat.t0:
-        traj = _drop_first(traj)
-    object.__setattr__(traj, "system", system)  # a fresh unflattened module, as for the provenance
-    extra = {"executor": type(runner).__name__}
-    if batched:
-        extra["batch"] = state0.R.shape[0]
-    traj = _provenance(traj, given[0], given[1], given[2], n_steps, every, **extra)
+    frames = type(runner).run(runner, spec)  # a method looked up on an eqx.Module instance is rebuilt per access
+    ts_out = None
+    if saveat.ts is not None:
+        ts_out = jnp.asarray(_output_times(saveat, float(t0), float(t0) + n_steps * float(dt)), dt.dtype)
+    finish = Finish(keep_first=saveat.t0, keep_last=True, ts_out=ts_out, n_steps=n_steps, want_dense=saveat.dense,
+                    dense_fixed=(method, t0, dt, every, n_steps) if dense_run else None)
+    extra = (("executor", type(runner).__name__),) + ((("batch", state0.R.shape[0]),) if batched else ())
+    prov = _provenance(_name(given[0]), getattr(given[1], "name", None) or "(unnamed)", _dt_label(given[2]), n_steps,
+                       every, str(state0.R.dtype), extra)
+    traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
     if throw:
         raise_failures(traj.failed_step, traj.result, "batched simulation: " if batched else "")
     return traj
 
 
-def _with_event(event, method, problem, dt, n_steps, *, t0, t1, state0, stepsize, saveat, **kw) -> Trajectory:
-    """A fixed-step run and the first event of each body (:func:`jaxrot.driver.events.locate_events`)."""
-    from .events import Event, freeze_after, locate_events
+def _output_times(saveat, t0: float, t_end: float):
+    """The output times of ``SaveAt(t0, t1, ts)`` with constant steps: ``[t0] + ts + [t_end]`` (as
+    flagged), checked."""
+    out = []
+    if saveat.ts is not None:
+        if isinstance(saveat.ts, jax.core.Tracer):
+            raise ValueError("SaveAt(ts=...) with constant steps needs concrete times")
+        ts = np.asarray(saveat.ts, np.float64).reshape(-1)
+        if ts.size == 0 or not np.all(np.isfinite(ts)) or np.any(np.diff(ts) <= 0):
+            raise ValueError("SaveAt.ts must be finite and increasing")
+        tol = 1e-9 * max(1.0, abs(t0), abs(t_end))
+        if ts[0] < t0 - tol or ts[-1] > t_end + tol:
+            raise ValueError(f"SaveAt.ts must lie within the span [{t0}, {t_end}], got [{ts[0]}, {ts[-1]}]")
+        out = list(np.clip(ts, t0, t_end))
+    if saveat.t0 and not (out and np.isclose(out[0], t0, rtol=0, atol=1e-12 * max(1.0, abs(t0)))):
+        out = [t0] + out
+    if saveat.t1 and not (out and np.isclose(out[-1], t_end, rtol=1e-12, atol=0)):
+        out = out + [t_end]
+    return np.asarray(out, np.float64)
 
-    if not isinstance(event, Event):
-        raise TypeError(f"event must be a jaxrot.Event, got {event!r}")
-    if isinstance(stepsize, Adaptive):
-        raise ValueError("event= needs fixed steps (stepsize=jaxrot.Fixed or dt)")
-    if isinstance(stepsize, Fixed) and stepsize.dt is not None and dt is None:
-        dt = stepsize.dt
-    n = _counts(dt, n_steps, t0, t1)
-    meth, s0, dt_, t0_, system = prepare(method, problem, state0, dt, t0, n, 1)
-    if kw.get("executor") is None:
-        # the frames from XLA's loop, as the events are located: a fused run agrees to round-off, which
-        # a chaotic body amplifies, and an event's state should be one of the run's
-        kw["executor"] = Sharded() if s0.R.ndim == 3 else XLA()
-    traj = simulate(method, problem, dt, n_steps, t0=t0, t1=t1 if n_steps is None else None, state0=state0,
-                    saveat=saveat, **kw)
-    et, es = locate_events(event, meth, system, s0, t0_, dt_, n)
-    states = freeze_after(traj.ts, traj.states, et, es) if event.terminal else traj.states
-    out = dataclasses.replace(traj, states=states, event_time=et, event_state=es)
-    object.__setattr__(out, "provenance", traj.provenance)
-    object.__setattr__(out, "dense", traj.dense)
-    return out
+
+def _pair(method):
+    """The embedded pair of an error-controlled run: a registered pair's name, a pair instance, or a
+    ``(high, low)`` tuple of methods."""
+    if isinstance(method, tuple):
+        if len(method) != 2:
+            raise ValueError(f"a pair is given as (high, low), got {len(method)} methods")
+        hi, lo = (resolve_method(m) for m in method)
+        return EmbeddedPair(hi, lo)
+    m = resolve_method(method)
+    if not isinstance(m, AbstractPair):
+        from ..integrators import REGISTRY
+
+        pairs = ", ".join(repr(n) for n, i in REGISTRY.items() if i.error_order is not None)
+        raise ValueError(f"stepsize=jaxrot.Adaptive(...) needs an embedded pair, whose steps estimate their error: "
+                         f"{pairs} (or (high, low) methods); got {_name(method)!r}, for which use constant steps "
+                         "(dt=...)")
+    return m
+
+
+def _targets(saveat, t0, t1, dtype):
+    """The output times of an error-controlled run (the last ends it) and whether the last is kept."""
+    times = None if saveat.ts is None else np.asarray(saveat.ts, np.float64).reshape(-1) if not isinstance(
+        saveat.ts, jax.core.Tracer) else saveat.ts
+    if times is None:
+        if t1 is None:
+            raise ValueError("an error-controlled run needs t1 (or saveat=SaveAt(ts=...))")
+        times, keep_last = [t1], True
+    else:
+        keep_last = True
+        if t1 is not None and is_concrete(t1) and not isinstance(times, jax.core.Tracer) and \
+                not np.isclose(times[-1], float(t1)):
+            times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((times, t0))):
+        tsn = np.asarray(times, np.float64).reshape(-1)
+        if tsn.size == 0 or not np.all(np.isfinite(tsn)) or np.any(np.diff(tsn) <= 0) or tsn[0] <= float(t0):
+            raise ValueError("the save times (or t1) must be finite, increasing and after t0")
+        if t1 is not None and is_concrete(t1) and tsn[-1] > float(t1) * (1 + 1e-12) + 1e-300:
+            raise ValueError(f"save times run past t1 = {t1}")
+        with jax.ensure_compile_time_eval():  # concrete inside a caller's jit too
+            return jnp.asarray(tsn, dtype), keep_last
+    return jnp.asarray(times, dtype).reshape(-1), keep_last
+
+
+def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, adjoint, executor, progress, throw,
+              monitor) -> Trajectory:
+    given = method
+    pair = _pair(method)
+    check_problem(problem)
+    check_capability(pair, problem)
+    stacked = state0 is None and jnp.ndim(problem.body.J) == 2
+    state0 = problem.state0 if state0 is None else state0
+    from ..geometry.state import State
+
+    if not isinstance(state0, State):
+        raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
+    check_state(state0)
+    check_t0(t0)
+    dtype = state0.R.dtype
+    if dt0 is not None and is_concrete(dt0) and not (np.isfinite(dt0) and float(dt0) > 0):
+        raise ValueError(f"dt (the first trial step) must be finite and > 0, got {dt0!r}")
+    if event is not None:
+        check_event(event, state0, dtype)
+    targets, keep_last = _targets(saveat, t0, t1, dtype)
+    system = system_of(problem, dtype)
+    system, state0, _, t0 = traced_checks(system, state0, scalar(1.0, dtype), scalar(t0, dtype))
+    local = controller.controller if isinstance(controller, GlobalError) else controller
+    adjoint = adjoint_for(adjoint, jax.tree_util.tree_leaves((system, state0, t0, dt0, targets, event, local)))
+    every = saveat.every
+    # a tolerance below what the dtype resolves is raised to its floor, with a warning, before the run
+    rtol, atol = reachable(local.rtol, local.atol, dtype, where=f"Adaptive(rtol={local.rtol!r}, atol={local.atol!r})",
+                           stacklevel=4)
+    spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
+                       local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
+    runner = choose_executor(executor, spec)
+    report = progress_report(progress, 1, 1, 1)
+    if report is not None:
+        report(None, 0.0)
+    extra_counts = None
+    if isinstance(controller, GlobalError):
+        rtol, atol, extra_counts = calibrate(spec, runner, controller)
+        rtol, atol = reachable(rtol, atol, dtype, where="GlobalError: the local tolerance its calibration chose",
+                               stacklevel=4)
+        spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
+    frames = type(runner).run_attempts(runner, spec)
+    if report is not None:
+        jax.block_until_ready(frames.states.R)
+        report(1)
+    finish = Finish(keep_first=saveat.t0, keep_last=keep_last, frames_from="steps" if every is not None else "loop",
+                    want_dense=saveat.dense)
+    batched = state0.R.ndim == 3
+    extra = (("executor", type(runner).__name__), ("rtol", local.rtol), ("atol", local.atol),
+             ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())
+    prov = _provenance(_name(given), getattr(problem, "name", None) or "(unnamed)", _dt_label(dt0), "adaptive", every,
+                       str(dtype), extra)
+    traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov,
+                      extra_counts=extra_counts)
+    if throw:
+        raise_failures(traj.failed_step, traj.result, "adaptive run: ")
+    return traj
 
 
 def stack_problems(problems: list[Problem]) -> Problem:
@@ -288,36 +356,3 @@ def stack_problems(problems: list[Problem]) -> Problem:
     except ValueError as e:
         raise ValueError(f"stack_problems needs problems of the same structure (the same kind of torque): {e}") \
             from None
-
-
-def _deprecated(old: str, new: str):
-    warnings.warn(f"jaxrot.{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
-
-
-def simulate_batch(method, problems, dt, n_steps, *, states0=None, save_every=1, t0=0.0, throw=True, devices=None,
-                   unroll=1, block_size="auto", monitor=None) -> Trajectory:
-    """Deprecated: ``simulate(method, problems, dt, n_steps, state0=states0, ...,
-    executor=Sharded(devices, block_size))``."""
-    _deprecated("simulate_batch", "jaxrot.simulate(..., state0=batch, executor=jaxrot.Sharded(devices, block_size))")
-    return simulate(method, problems, dt, n_steps, state0=states0, save_every=save_every, t0=t0, throw=throw,
-                    unroll=unroll, monitor=monitor, executor=_sharded(devices, block_size, states0, problems))
-
-
-def _sharded(devices, block_size, states0, problems):
-    from .executors.sharded import Sharded
-
-    if states0 is None and isinstance(problems, Problem) and jnp.ndim(problems.body.J) != 2:
-        raise ValueError("without states0, problems must be stacked (leading batch axis): use stack_problems")
-    if states0 is not None and jnp.ndim(states0.R) != 3:
-        raise ValueError(f"states0 must have one leading batch axis, got R of shape {jnp.shape(states0.R)}")
-    return Sharded(devices, block_size)
-
-
-def final_state(method, problem, dt, n_steps, *, state0=None, t0=0.0, throw=True):
-    """Deprecated: ``simulate(method, problem, dt, n_steps, state0=state0, saveat=SaveAt(t0=False)).final``
-    (only the final state; the step count a traced loop bound, one compilation for every count)."""
-    _deprecated("final_state", "jaxrot.simulate(..., saveat=jaxrot.SaveAt(t0=False)).final")
-    return simulate(method, problem, dt, n_steps, state0=state0, t0=t0, throw=throw, saveat=_FINAL).final
-
-
-_FINAL = SaveAt(t0=False)

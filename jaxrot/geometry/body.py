@@ -98,22 +98,40 @@ def _is_placeholder(x) -> bool:
 
 
 def validate_inertia(J, physical: bool = True) -> None:
-    """Raise ``ValueError`` unless ``J`` holds 3 finite, positive (and, if ``physical``, realisable) moments."""
+    """Raise ``ValueError`` unless ``J`` holds 3 finite, positive (and, if ``physical``, realisable)
+    moments; for moments of several bodies (shape ``(..., 3)``) the message names the first bad body."""
     try:
         J = np.asarray(J, dtype=np.float64)
     except Exception:  # pragma: no cover - exotic leaf types
         return
+    message = inertia_message(J, physical)
+    if message is not None:
+        raise ValueError(message)
+
+
+def inertia_message(J, physical: bool = True) -> str | None:
+    """What is wrong with the moments ``J`` (a NumPy array of shape ``(..., 3)``), or None: the one
+    message of the check of concrete moments and of traced ones (from a host callback)."""
+    J = np.asarray(J, dtype=np.float64)
     if J.shape[-1:] != (3,):
-        raise ValueError(f"principal moments J must have shape (..., 3), got {J.shape}")
+        return f"principal moments J must have shape (..., 3), got {J.shape}"
+    bad = ~np.all(np.isfinite(J), axis=-1) | np.any(J <= 0, axis=-1)
+    if physical:
+        with np.errstate(invalid="ignore"):
+            bad = bad | violates_triangle(J, np)
+    if not np.any(bad):
+        return None
+    where = ""
+    if J.ndim > 1:
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f" of body {idx[0] if len(idx) == 1 else idx}"
+        J = J[idx]
     if not np.all(np.isfinite(J)):
-        raise ValueError(f"principal moments J must be finite, got {J}")
+        return f"principal moments J{where} must be finite, got {J}"
     if np.any(J <= 0):
-        raise ValueError(f"principal moments J must be positive, got {J}")
-    if physical and np.any(violates_triangle(J, np)):
-        raise ValueError(
-            f"principal moments J={J} violate the triangle inequality J_i <= J_j + J_k; "
-            "no mass distribution has these moments (RigidBody(J, physical=False) skips this check)"
-        )
+        return f"principal moments J{where} must be positive, got {J}"
+    return (f"principal moments J{where}{' = ' if where else '='}{J} violate the triangle inequality J_i <= J_j + J_k; "
+            "no mass distribution has these moments (RigidBody(J, physical=False) skips this check)")
 
 
 def point_inertia_tensor(points, masses=1.0) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import so3
 
@@ -30,13 +31,15 @@ class State(eqx.Module):
         """State with attitude the quaternion ``q`` (normalised; shape ``(..., 4)``) and body momentum ``Pi``.
 
         ``order`` is ``"wxyz"`` (scalar first) or ``"xyzw"`` (scalar last, SciPy's); required. ``Pi``
-        is cast to ``R``'s dtype.
+        is cast to ``R``'s dtype. A zero or non-finite ``q`` has no attitude: it raises a
+        ``ValueError`` naming ``q`` (under ``jit``, from the running program, reported inside JAX's
+        runtime error; ``jaxrot.simulation_errors()`` re-raises the ``ValueError``).
 
         Example::
 
             s0 = jaxrot.State.from_quaternion(jnp.array([1.0, 0.0, 0.0, 0.0]), J * omega0, order="wxyz")
         """
-        R = so3.from_quaternion(q, order)
+        R = _checked_attitude(q, so3.from_quaternion(q, order))
         return cls(R, _momentum(Pi, R))
 
     @classmethod
@@ -77,3 +80,32 @@ def _momentum(Pi, R) -> jax.Array:
     if Pi.shape[-1:] != (3,):
         raise ValueError(f"Pi must have shape (..., 3), got {Pi.shape}")
     return Pi
+
+
+def _checked_attitude(q, R) -> jax.Array:
+    """``R``, the matrix of the quaternion ``q``, once ``q`` is known to have one: a zero quaternion
+    (or one whose squared norm under- or overflows, or a NaN/inf entry) gives NaN in every entry."""
+    if not isinstance(R, jax.core.Tracer):
+        if not np.all(np.isfinite(np.asarray(R))):
+            raise ValueError(_quaternion_message(np.asarray(q), np.asarray(R).dtype) or
+                             "State.from_quaternion: q gives a non-finite attitude")
+        return R
+    from ..driver.checks import run_time_check  # the driver's check of traced values (imports this module)
+
+    bad = ~jnp.all(jnp.isfinite(R), axis=(-2, -1))
+    return run_time_check(R, bad, lambda q: _quaternion_message(q, R.dtype), (jnp.asarray(q),))
+
+
+def _quaternion_message(q: np.ndarray, dtype) -> str | None:
+    """What is wrong with the quaternions ``q`` (NumPy, shape ``(..., 4)``) as attitudes in ``dtype``,
+    or None; several name the first bad one."""
+    q = q.astype(dtype)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        n2 = np.sum(q * q, axis=-1)
+        bad = ~np.all(np.isfinite(q), axis=-1) | ~((n2 > 0) & np.isfinite(n2))
+    if not np.any(bad):
+        return None
+    idx = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+    where = "" if not idx else f" (entry {idx[0] if len(idx) == 1 else idx})"
+    return (f"State.from_quaternion: q{where} must be a finite, nonzero quaternion, got {q[idx]} "
+            f"(it has no attitude: the rotation matrix would be NaN)")

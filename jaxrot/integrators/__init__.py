@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Callable
 
 from ._base import AbstractIntegrator, AbstractWrapper
@@ -22,7 +23,8 @@ from .lie_taylor import LieTaylor, magnus_y, magnus_z
 from .reorthonormalize import Reorthonormalize
 from .rk4 import RK4
 from .rkmk import RKMK4
-from .rkmk8 import RKMK8, RKMK8Embedded5
+from .rkmk8 import RKMK8, RKMK8Embedded5, RKMK8Pair
+from .pairs import AbstractPair, EmbeddedPair
 from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
 from .midpoint_lie import LieMid, LieMidE, LieMidE1, LieMidE2, LieMidEA, LieMidI, solve_midpoint
@@ -48,6 +50,7 @@ class MethodInfo:
     on_so3: bool = True  # False: R drifts off SO(3) (plain RK4)
     description: str = ""
     free_order: int | None = None  # order without torque (None: the same as ``order``)
+    error_order: int | None = None  # an embedded pair's lower order (error-controlled steps), else None
 
 
 REGISTRY: dict[str, MethodInfo] = {}
@@ -60,24 +63,47 @@ def register(name: str, factory: Callable[[], AbstractIntegrator], description: 
     m = factory()
     info = MethodInfo(name=name, factory=factory, order=m.order, conserves=tuple(m.conserves), implicit=m.implicit,
                       torque_evals=m.torque_evals, reference=m.reference, family=m.family, torque=m.torque,
-                      on_so3=m.on_so3, description=description, free_order=m.free_order)
+                      on_so3=m.on_so3, description=description, free_order=m.free_order,
+                      error_order=m.error_order() if isinstance(m, AbstractPair) else None)
     REGISTRY[name] = info
     return info
+
+
+class UnknownNameError(KeyError):
+    """An unknown method or problem name. A ``KeyError`` (a lookup by name failed), whose text is the
+    message itself: ``KeyError`` would print it quoted, as the missing key."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def unknown_name(kind: str, name, known, listing: str) -> UnknownNameError:
+    """The error for an unknown ``name`` of a ``kind`` ("method", "problem") among ``known``: the
+    closest known names, if any, and where to see them all (``listing``), not the whole list."""
+    if isinstance(name, str):
+        folded = {k.lower(): k for k in known}  # "Buss4" and "BUSS4" find buss4
+        close = [folded[c] for c in difflib.get_close_matches(name.lower(), list(folded), n=3, cutoff=0.6)]
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    else:
+        hint = f" ({kind} names are strings, got {type(name).__name__})"
+    return UnknownNameError(f"unknown {kind} {name!r}; known: {len(known)} {kind}s, listed by {listing}.{hint}")
 
 
 def get(name: str) -> AbstractIntegrator:
     """A fresh integrator by registered name (see ``jaxrot list``)."""
     try:
         return REGISTRY[name].factory()
-    except KeyError:
-        raise KeyError(f"unknown method {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    except (KeyError, TypeError):  # TypeError: an unhashable name
+        raise unknown_name("method", name, REGISTRY, "`jaxrot list` (or sorted(jaxrot.REGISTRY))") from None
 
 
 def info(name: str) -> MethodInfo:
     """Metadata of a registered method."""
-    if name not in REGISTRY:
+    try:
+        return REGISTRY[name]
+    except (KeyError, TypeError):
         get(name)  # raises the helpful KeyError
-    return REGISTRY[name]
+        raise
 
 
 # name, factory, description: one line per method (the facts live on the classes)
@@ -137,6 +163,12 @@ for _name, (_s, _n, _m, *_) in BLANES_ABA.items():
     register(_name, lambda _name=_name: BlanesABA(_name),
              f"Blanes et al. ABA({_s},{_n},{_m}): exact free flows and kicks, order ({_s}, {_n}, {_m}) in the "
              f"torque's size")
+# embedded pairs (error-controlled steps with jaxrot.Adaptive; with fixed steps, the higher method)
+register("buss4(3)", lambda: EmbeddedPair(Buss4(), Buss3()), "buss4 with buss3's error estimate")
+register("lie_taylor5(4)", lambda: EmbeddedPair(LieTaylor(5), LieTaylor(4)), "lie_taylor5 with lie_taylor4's error estimate")
+register("exact_split_tj4(2)", lambda: EmbeddedPair(Compose(ExactSplit(), "triple4"), ExactSplit()),
+         "the triple-jump composition of exact_split with exact_split's error estimate")
+register("rkmk8(5)", RKMK8Pair, "rkmk8 with its embedded fifth-order solution's error estimate (shared stages)")
 for _base in ("liemid_ea", "exact_split"):
     for _s, _tag in (("triple4", "tj4"), ("kahan_li6", "kl6"), ("kahan_li8", "kl8")):
         register(f"{_base}_{_tag}", lambda _b=_base, _s=_s: Compose(REGISTRY[_b].factory(), _s),
@@ -149,6 +181,8 @@ __all__ = [
     "register",
     "get",
     "info",
+    "UnknownNameError",
+    "unknown_name",
     "Buss1",
     "Buss2",
     "Buss3False",
@@ -160,6 +194,6 @@ __all__ = [
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
     "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
-    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "RKMK8Embedded5", "LaskarRobutel",
+    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "RKMK8Embedded5", "RKMK8Pair", "AbstractPair", "EmbeddedPair", "LaskarRobutel",
     "BlanesABA", "BLANES_ABA",
 ]

@@ -15,8 +15,8 @@ with ``c(a) = (1 - (a/2) cot(a/2)) / a^2`` (its Taylor series for small ``a``; t
 1/12 + ..., truncated, would cap the order at 4).
 
 The same stages with DOP853's embedded fifth-order weights ``bhat`` give a fifth-order solution
-(:class:`RKMK8Embedded5`): the pair ``rkmk8(5)`` of :data:`jaxrot.PAIRS` estimates each step's
-error from it for adaptive steps at the cost of the eighth-order step alone (the lifted equation
+(:class:`RKMK8Embedded5`): the pair ``rkmk8(5)`` (:class:`RKMK8Pair`) estimates each step's error from
+it for adaptive steps at the cost of the eighth-order step alone (the lifted equation
 for ``U`` lives in a vector space, where the embedded Runge-Kutta solution keeps its order).
 
 Order 8 with any torque, R on SO(3) to round-off, explicit, twelve torque evaluations per step;
@@ -45,6 +45,8 @@ from .dop853_coefficients import A as _A
 from .dop853_coefficients import B as _B
 from .dop853_coefficients import C as _C
 from .dop853_coefficients import E5 as _E5
+from ..physics.flow import pack_body
+from .pairs import AbstractPair
 from .stats import StepStats
 
 _dot = functools.partial(jnp.matmul, precision=lax.Precision.HIGHEST)
@@ -96,9 +98,9 @@ class RKMK8(AbstractIntegrator):
 
 class RKMK8Embedded5(AbstractIntegrator):
     """The fifth-order solution embedded in :class:`RKMK8`'s stages (DOP853's ``bhat``), as a method
-    of its own: the lower member of the pair ``rkmk8(5)``, whose error-controlled loop takes both
-    solutions from one set of stages (:meth:`RKMK8.step_embedded`). Order 5 with any torque, R on
-    SO(3) to round-off, twelve torque evaluations per step.
+    of its own. Order 5 with any torque, R on SO(3) to round-off, twelve torque evaluations per step.
+    The error-controlled pair ``rkmk8(5)`` is :class:`RKMK8Pair`, which takes both solutions from
+    one set of stages.
 
     Reference: Hairer, Norsett & Wanner, *Solving ODEs I*, II.10 (DOP853's error estimator).
     """
@@ -108,9 +110,25 @@ class RKMK8Embedded5(AbstractIntegrator):
     reference: ClassVar[str] = "Munthe-Kaas 1999; Dormand-Prince 8(5,3) (DOP853)"
     family: ClassVar[str] = "high-order"
 
-    #: the method whose stages it shares: an error-controlled loop whose higher method is one takes
-    #: both solutions from its ``step_embedded``
-    embedded_in: ClassVar[type] = RKMK8
-
     def step(self, system, t, state, aux, dt):
         return RKMK8().step_embedded(system, t, state, aux, dt)[3], aux, StepStats.explicit()
+
+
+class RKMK8Pair(AbstractPair):
+    """``rkmk8(5)``: RKMK8 with the error estimate of its embedded fifth-order solution, both from one
+    set of twelve stages (an attempted step costs one RKMK8 step). Order 8; the estimate is of order 5.
+
+    Reference: Hairer, Norsett & Wanner, *Solving ODEs I*, II.10 (DOP853).
+    """
+
+    order: ClassVar[int] = 8
+    torque_evals: ClassVar[str] = "12"
+    reference: ClassVar[str] = "Munthe-Kaas 1999; Dormand-Prince 8(5,3) (DOP853)"
+    family: ClassVar[str] = "high-order"
+
+    def error_order(self) -> int:
+        return 5
+
+    def step_with_error(self, system, t, state, aux, dt):
+        yp, aux, stats, yq = RKMK8().step_embedded(system, t, state, aux, dt)
+        return yp, aux, stats, pack_body(yp.R, yp.Pi) - pack_body(yq.R, yq.Pi)

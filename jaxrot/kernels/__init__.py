@@ -31,7 +31,7 @@ from . import splitting as _splitting
 from . import host_threads
 from . import transpile as _transpile
 
-__all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "keeps_stats", "have_warp", "torque_kind",
+__all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "why_not", "keeps_stats", "have_warp", "torque_kind",
            "method_name"]
 
 _TORQUED = ("free", "gravity", "poly")
@@ -156,6 +156,31 @@ def supports(method, system) -> bool:
     dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else None
     kind = _family(torque_kind(system.torque, dtype))
     return kind is not None and kind in KERNELS[name].torques
+
+
+def why_not(method, system) -> str | None:
+    """Why :func:`supports` is False for this method and torque (a sentence), or None."""
+    name = method if isinstance(method, str) and method in KERNELS else method_name(method)
+    if name is None:
+        label = method if isinstance(method, str) else type(method).__name__
+        return (f"no fused kernel for the method {label} (kernels: {', '.join(sorted(KERNELS))}; "
+                "see docs/kernels.md)")
+    J = system.body.J
+    if getattr(J, "shape", None) != (3,):
+        return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
+    dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else None
+    kind = torque_kind(system.torque, dtype)
+    if kind is None:
+        from ..physics.torques import Torque
+
+        if type(system.torque) is Torque:
+            why = _transpile.reason(system.torque, dtype or jnp.zeros(()).dtype)
+            return f"the torque function cannot be restated in a kernel: {why}"
+        return f"no fused kernel restates the torque {type(system.torque).__name__}"
+    if _family(kind) not in KERNELS[name].torques:
+        return (f"the kernel of {name} restates the torques {', '.join(KERNELS[name].torques)}, not "
+                f"{type(system.torque).__name__}")
+    return None
 
 
 def keeps_stats(method) -> bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..geometry import so3
@@ -286,6 +287,11 @@ def free_flow(J, state0: State, t) -> State:
     ``Pi' = Pi x Omega``, ``Omega = Pi / J``. Jit-able, vmap-able and differentiable in J, the state
     and t away from the separatrix (on it, derivatives in the initial data are unbounded).
 
+    Leading axes broadcast like NumPy's: ``J`` of shape ``(..., 3)``, ``state0`` with ``R`` of shape
+    ``(..., 3, 3)`` and ``Pi`` ``(..., 3)`` (a batch of bodies), ``t`` of any shape (several times);
+    the result has the broadcast leading shape (a ``jax.vmap`` over the flattened batch, the
+    arguments without leading axes shared).
+
     Axisymmetric bodies (two moments equal to 1e-12 relative, spheres included) take the closed form
     of two rotations (:func:`_axisymmetric_flow`, about ten times cheaper than the elliptic flow) through
     a ``lax.cond`` on J, a real branch whenever J is not batched. There, derivatives in J are exact
@@ -299,8 +305,36 @@ def free_flow(J, state0: State, t) -> State:
 
     Reference: Celledoni, Fasso, Safstrom & Zanna, SIAM J. Sci. Comput. 30 (2008) 2084.
     """
-    J = jnp.asarray(J, state0.Pi.dtype)
-    t = jnp.asarray(t, state0.Pi.dtype)
+    if not isinstance(state0, State):
+        raise TypeError(f"free_flow: state0 must be a jaxrot.State, got {type(state0).__name__}")
+    R, Pi = state0.R, state0.Pi
+    J = jnp.asarray(J, Pi.dtype)
+    t = jnp.asarray(t, Pi.dtype)
+    if J.shape[-1:] != (3,) or R.shape[-2:] != (3, 3) or Pi.shape[-1:] != (3,):
+        raise ValueError(f"free_flow: J must have shape (..., 3), state0.R (..., 3, 3) and state0.Pi (..., 3); got "
+                         f"{J.shape}, {R.shape}, {Pi.shape}")
+    leads = (J.shape[:-1], R.shape[:-2], Pi.shape[:-1], t.shape)
+    try:
+        batch = jnp.broadcast_shapes(*leads)
+    except ValueError:
+        raise ValueError(f"free_flow: the leading (batch) axes of J {leads[0]}, state0.R {leads[1]}, state0.Pi "
+                         f"{leads[2]} and t {leads[3]} do not broadcast") from None
+    if not batch:
+        return _free_flow(J, State(R, Pi), t)
+    n = int(np.prod(batch))
+
+    def flat(x, core):  # (n, *core), or None where x has no leading axes (shared: in_axes None)
+        return None if x.ndim == len(core) else jnp.broadcast_to(x, batch + core).reshape((n,) + core)
+
+    args = (flat(J, (3,)), flat(R, (3, 3)), flat(Pi, (3,)), flat(t, ()))
+    axes = tuple(None if a is None else 0 for a in args)
+    args = tuple(x if a is None else a for x, a in zip((J, R, Pi, t), args))
+    out = jax.vmap(lambda J, R, Pi, t: _free_flow(J, State(R, Pi), t), in_axes=axes)(*args)
+    return State(out.R.reshape(batch + (3, 3)), out.Pi.reshape(batch + (3,)))
+
+
+def _free_flow(J, state0: State, t) -> State:
+    """One body at one time."""
     return lax.cond(_is_axisymmetric(J), _axisymmetric_flow, _elliptic_flow, J, state0, t)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -50,6 +51,9 @@ class Problem(eqx.Module):
     name: str = eqx.field(static=True, default="custom")
     description: str = eqx.field(static=True, default="")
 
+    def __check_init__(self):
+        _check_fields(self.body, self.state0, self.t_end, self.name, self.description)
+
     @property
     def system(self) -> System:
         """The physics alone (what integrators see)."""
@@ -58,6 +62,29 @@ class Problem(eqx.Module):
     def with_state(self, state0: State) -> "Problem":
         """The same problem from another initial state."""
         return eqx.tree_at(lambda p: p.state0, self, state0)
+
+
+def _check_fields(body, state0, t_end, name, description):
+    """Each field of a :class:`Problem` of the right kind, named in the message (the torque is
+    checked by its converter); runs on construction, not on the copies JAX's tree utilities make."""
+    if not isinstance(body, RigidBody):
+        hint = " (the moments go in a body: jaxrot.RigidBody(J))" if hasattr(body, "shape") else ""
+        raise TypeError(f"Problem: body must be a jaxrot.RigidBody, got {type(body).__name__}{hint}")
+    if not isinstance(state0, State):
+        hint = " (jaxrot.State(R, Pi))" if isinstance(state0, (tuple, list)) else ""
+        raise TypeError(f"Problem: state0 must be a jaxrot.State, got {type(state0).__name__}{hint}")
+    R, Pi = state0.R, state0.Pi
+    if hasattr(R, "shape") and hasattr(Pi, "shape") and (tuple(R.shape[-2:]) != (3, 3) or tuple(Pi.shape[-1:]) != (3,)):
+        raise ValueError(f"Problem: state0 must have R of shape (..., 3, 3) and Pi (..., 3); got {tuple(R.shape)}, "
+                         f"{tuple(Pi.shape)}")
+    if isinstance(t_end, (bool, str, bytes)) or t_end is None or (
+            not isinstance(t_end, jax.core.Tracer) and not np.issubdtype(np.asarray(t_end).dtype, np.number)):
+        raise TypeError(f"Problem: t_end must be a number (the span's end time), got {t_end!r}")
+    if not isinstance(t_end, jax.core.Tracer) and (np.ndim(t_end) != 0 or not np.isfinite(t_end) or t_end <= 0):
+        raise ValueError(f"Problem: t_end must be a finite number > 0, got {t_end!r}")
+    for field, value in (("name", name), ("description", description)):
+        if not isinstance(value, str):
+            raise TypeError(f"Problem: {field} must be a string, got {type(value).__name__} {value!r}")
 
 
 def from_body_rate(body: RigidBody, R0, Omega0) -> State:
@@ -233,6 +260,10 @@ def get(name: str) -> Problem:
     """A problem by name (float64 arrays when x64 is on; ``jaxrot.cast(problem, jnp.float32)`` gives
     float32, and ``simulate`` runs in the dtype of the initial state)."""
     try:
-        return PROBLEMS[name]()
-    except KeyError:
-        raise KeyError(f"unknown problem {name!r}; known: {', '.join(PROBLEMS)}") from None
+        make = PROBLEMS[name]
+    except (KeyError, TypeError):  # TypeError: an unhashable name
+        from ..integrators import unknown_name
+
+        raise unknown_name("problem", name, PROBLEMS, "`jaxrot list problems` (or list(jaxrot.problems.PROBLEMS))") \
+            from None
+    return make()

@@ -325,6 +325,8 @@ def as_torque(torque) -> AbstractTorque:
     signature or output shape is wrong)."""
     if isinstance(torque, AbstractTorque):
         return torque
+    if torque is None:
+        raise TypeError("torque is None: for a torque-free body pass jaxrot.torques.FreeTorque()")
     if not callable(torque):
         raise TypeError(f"torque must be a jaxrot torque (an AbstractTorque such as jaxrot.Torque) or a "
                         f"function fn(t, R, Pi) -> world torque of shape (3,), got {type(torque).__name__}")

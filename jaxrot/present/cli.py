@@ -112,7 +112,7 @@ def _choose(args, problem) -> None:
     if s.method == "exact_free":  # exact at any step: 200 of them give the report its frames
         args.steps, args.dt = 200, T / 200
     else:
-        args.steps = max(1, round(T / s.stepsize.dt))
+        args.steps = max(1, round(T / s.dt))
         args.dt = T / args.steps
 
 

@@ -34,6 +34,7 @@ import optax
 from ..geometry import so3
 from ..geometry.body import RigidBody
 from ..physics.problems import Problem
+from ..driver.saveat import SaveAt
 from ..driver.simulate import simulate
 from ..geometry.state import State
 from ..physics.torques import FreeTorque
@@ -121,7 +122,7 @@ class _Model(eqx.Module):
         Q = so3.exp(p["q"]) if self.fit_axes else jnp.eye(3, dtype=J.dtype)
         Pi0 = J * (Q.T @ self.omega0) if self.Pi0 is None else Q.T @ self.Pi0
         prob = Problem(RigidBody(J), FreeTorque(), State(self.R0 @ Q, Pi0), self.dt * self.n_steps)
-        tr = simulate(self.method, prob, self.dt, self.n_steps, save_every=self.save_every)
+        tr = simulate(self.method, prob, self.dt, self.n_steps, saveat=SaveAt(steps=self.save_every))
         R = tr.states.R[1:] @ Q.T
         return R, tr.states.Pi[1:] / J
 
@@ -237,7 +238,7 @@ def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=
 def observe(problem: Problem, n_obs: int, dt_obs: float, sigma: float, key, *, method="buss4", substeps: int = 8):
     """Synthetic noisy attitude observations of ``problem``: ``R exp(sigma * N(0, 1))`` at
     ``dt_obs * (1..n_obs)`` (a convenience for experiments and tests)."""
-    tr = simulate(method, problem, dt_obs / substeps, n_obs * substeps, save_every=substeps)
+    tr = simulate(method, problem, dt_obs / substeps, n_obs * substeps, saveat=SaveAt(steps=substeps))
     noise = sigma * jax.random.normal(key, (n_obs, 3), dtype=problem.state0.Pi.dtype)
     R = jax.vmap(lambda R, e: R @ so3.exp(e))(tr.states.R[1:], noise)
     return Observations(ts=np.asarray(dt_obs * np.arange(1, n_obs + 1)), R=np.asarray(R), sigma=sigma)
@@ -258,7 +259,7 @@ def sensitivity(method, problem: Problem, dt: float, n_steps: int, observable=No
     def f(J, Pi0, h):
         p = Problem(RigidBody(J, physical=problem.body.physical), problem.torque,
                     State(problem.state0.R, Pi0), problem.t_end)
-        return jnp.atleast_1d(observable(simulate(method, p, h, n_steps, save_every=save_every)))
+        return jnp.atleast_1d(observable(simulate(method, p, h, n_steps, saveat=SaveAt(steps=save_every))))
 
     dt = jnp.asarray(dt, problem.state0.Pi.dtype)
     jJ, jP, jh = jax.jacfwd(f, argnums=(0, 1, 2))(problem.body.J, problem.state0.Pi, dt)

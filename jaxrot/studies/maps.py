@@ -142,7 +142,8 @@ def energy_change_map(method, body, Ls, *, t_total: float = 1.0, n_steps: int = 
         s0 = State(jnp.eye(3, dtype=L.dtype), L)
         p = Problem(body, FreeTorque(), s0, t_total)
         dt = jnp.asarray(t_total / n_steps, L.dtype)
-        s, failed, _, _ = run_steps(method, p, s0, dt, jnp.zeros((), L.dtype), jnp.asarray(n_steps, jnp.int32))
+        c, _ = run_steps(method, p, s0, dt, jnp.zeros((), L.dtype), jnp.asarray(n_steps, jnp.int32))
+        s, failed = c[0], c[3]
         E0 = body.kinetic_energy(L)
         rel = (body.kinetic_energy(s.Pi) - E0) / jnp.where(E0 > 0, E0, 1.0)  # L = 0: no energy, 0 change
         return jnp.where(failed < 0, rel, jnp.nan)  # NaN: a solve failed

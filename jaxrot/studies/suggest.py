@@ -36,13 +36,13 @@ from ..physics.problems import Problem
 
 @dataclasses.dataclass(frozen=True)
 class Suggestion:
-    """A registered method, its fixed step, the executor to run it on (None: jaxrot's choice) and why;
+    """A registered method, its constant step ``dt``, the executor to run it on (None: jaxrot's choice) and why;
     ``expected_error``: the final attitude error (rad) the run is expected to end with in ``dtype``, the
     floating-point type it was chosen for (the tolerance asked, or more where round-off in ``dtype``
     does not allow it)."""
 
     method: str
-    stepsize: Fixed
+    dt: float
     reason: str
     executor: Any = None
     expected_error: float | None = None
@@ -57,7 +57,7 @@ class Suggestion:
             kw.setdefault("executor", self.executor)
         if self.dtype is not None:
             problem, kw["state0"] = _in_dtype(problem, kw.get("state0"), self.dtype)
-        return simulate(self.method, problem, self.stepsize.dt, None, t1=problem.t_end, **kw)
+        return simulate(self.method, problem, self.dt, None, t1=problem.t_end, **kw)
 
 
 def _in_dtype(problem: Problem, state0, dtype):
@@ -172,12 +172,11 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
     Example::
 
         s = jaxrot.suggest(jaxrot.problems.get("asymmetric_top"), 1e-8)
-        print(s.method, s.stepsize, s.expected_error, s.reason)
+        print(s.method, s.dt, s.expected_error, s.reason)
         traj = s.run(jaxrot.problems.get("asymmetric_top"))
     """
     import jax
 
-    from .. import Fixed  # the public controller, wherever the driver defines it
     from ..driver.tolerance import global_floor, warn_precision
     from .step_count import rotation_angle, steps_for_tolerance
 
@@ -209,7 +208,7 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
         if expected > tol:
             warn_precision(where, f"the exact flow in {dtype.name} ends about {expected:.2g} rad from the truth "
                            f"after turning {angle:.3g} rad (round-off), above the tolerance", stacklevel=2)
-        return Suggestion("exact_free", Fixed(T),
+        return Suggestion("exact_free", float(T),
                           "no torque: the exact flow (elliptic functions) in one step, exact to round-off"
                           + expected_line(expected, roundoff, False), None, expected, dtype)
     if _lagrange_top(problem):
@@ -253,6 +252,6 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
     how = (f"estimated from trial runs of {n.trial_steps} steps in all, observed order {n.observed_order:.1f}"
            if n.observed_order is not None else f"from trial runs of {n.trial_steps} steps in all")
     on = "; run in its fused kernel (executor=jaxrot.Fused())" if executor is not None else ""
-    return Suggestion(method, Fixed(T / N),
+    return Suggestion(method, float(T / N),
                       f"{why}; {N} steps for {tol:g} ({how}){on}" + expected_line(expected, roundoff, measured),
                       executor, expected, dtype)

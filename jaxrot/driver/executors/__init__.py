@@ -10,44 +10,43 @@
 device, except where :class:`Fused` was measured faster (Warp installed, a kernel for the method and
 torque, a plain call): on one CUDA GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch;
 on a CPU one body saving frames from :data:`FUSED_MIN_STEPS` steps, and a batch on one CPU device from
-:data:`FUSED_MIN_BODY_STEPS_CPU` body-steps. An executor that cannot run a method
-(:meth:`~AbstractExecutor.supports`) hands it to that default; the trajectory's provenance names the
-executor that ran it.
+:data:`FUSED_MIN_BODY_STEPS_CPU` body-steps. An executor asked for explicitly that cannot run the job
+raises a ValueError saying why (:meth:`~AbstractExecutor.refusal`); the trajectory's provenance names
+the executor that ran it.
 """
 
 from __future__ import annotations
 
 import jax
 
-from ... import kernels
-from .base import AbstractExecutor, RunSpec
+from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .fused import Fused
 from .sharded import CPUBlocked, Sharded
 from .xla import XLA, traced
 
-__all__ = ["AbstractExecutor", "RunSpec", "XLA", "CPUBlocked", "Sharded", "Fused", "choose_executor"]
+__all__ = ["AbstractExecutor", "RunSpec", "AttemptSpec", "XLA", "CPUBlocked", "Sharded", "Fused", "choose_executor"]
+
+
+def _kernels():
+    from ... import kernels  # Warp's code generators load only where a fused run is considered
+
+    return kernels
 
 
 _ONE, _MANY, _FUSED = XLA(), Sharded(), Fused()  # immutable: built once, not per call
 
-#: the fewest steps for which one body runs fused by default. Measured on a CPU (docs/benchmarks.md,
-#: "Fused kernels"): a 10-step call 1.15x slower than XLA, 1 000 steps 2.2x faster, 100 000 steps 5.9x
-#: faster. Below this count the XLA loop is kept: its chunked programs are reused for any step count
-#: (the fused program is compiled per frame count, ~80 ms, as XLA's output joining is)
+#: the fewest steps for which one body runs fused by default on a CPU (below it XLA's chunked loop,
+#: compiled once for any count, was faster; docs/benchmarks.md, "Fused kernels")
 FUSED_MIN_STEPS = 100_000
 
 
-#: the fewest body-steps (bodies x steps) for which a batch on one CPU device runs fused by default.
-#: The fused run was measured faster on every batch tried (docs/benchmarks.md, "Fused kernels",
-#: figures/cpu_batch_choice.md), but its program is compiled for each step count, where XLA's loop
-#: reuses its chunks, so a first call with a new count can be slower fused: from this count the
-#: faster calls repaid that within a few calls of the same count, below it after up to hundreds
+#: the fewest body-steps (bodies x steps) for which a batch on one CPU device runs fused by default:
+#: where a new step count's compilation was repaid within a few calls (docs/benchmarks.md, "Fused kernels")
 FUSED_MIN_BODY_STEPS_CPU = 100_000
 
 
-#: the fewest steps for which a run on a GPU runs fused by default: the fewest measured there (one
-#: H200, docs/benchmarks.md, "Fused kernels on a GPU": 4.5-35x XLA's speed at 100 steps of 10^6 bodies,
-#: 1 000 of 10^4 and 2 000 of one body, final state saved; fewer steps were not measured)
+#: the fewest steps for which a run on a GPU runs fused by default: the fewest measured there
+#: (docs/benchmarks.md, "Fused kernels on a GPU")
 FUSED_MIN_STEPS_GPU = 100
 
 
@@ -64,6 +63,9 @@ def _fused_wins(spec: RunSpec) -> bool:
     fused run one kernel). Both: a plain call (traced runs keep XLA's
     forward-mode AD), no progress report (one launch has no chunks to report), no ``unroll``, Warp
     installed and a kernel for the method and torque that loses none of its step statistics."""
+    if not isinstance(spec, RunSpec) or spec.event is not None or spec.monitor is not None:
+        return False
+    kernels = _kernels()
     platform = _platform()
     if platform == "cpu":
         if spec.batched:
@@ -83,6 +85,7 @@ def _one_device() -> bool:
 def _one_cuda_gpu() -> bool:
     """One process with one GPU that Warp can launch on (an NVIDIA GPU with its driver): where the fused
     GPU runs were measured. Several GPUs or processes keep :class:`Sharded` until measured."""
+    kernels = _kernels()
     return _one_device() and kernels.have_warp() and kernels.warp().is_cuda_available()
 
 
@@ -92,11 +95,16 @@ def _default(spec: RunSpec) -> AbstractExecutor:
     return _MANY if spec.batched else _ONE
 
 
-def choose_executor(executor, spec: RunSpec) -> AbstractExecutor:
-    """The executor that runs ``spec``: ``executor`` if it supports it, else the default."""
+def choose_executor(executor, spec) -> AbstractExecutor:
+    """The executor that runs ``spec``: the automatic choice for None; ``executor`` itself if it can run
+    it, else a ValueError saying why (an explicit choice is never replaced silently)."""
     if executor is None:
         return _default(spec)
     if not isinstance(executor, AbstractExecutor):
         raise TypeError(f"executor must be a jaxrot executor (XLA(), CPUBlocked(), Sharded(), Fused()) or None, "
                         f"got {executor!r}")
-    return executor if type(executor).supports(executor, spec) else _default(spec)
+    why = type(executor).refusal(executor, spec)
+    if why is not None:
+        raise ValueError(f"executor={type(executor).__name__}() cannot run this job: {why}. Pass executor=None to let "
+                         "jaxrot choose.")
+    return executor

@@ -12,10 +12,9 @@ import numpy as np
 from jax import lax
 
 from ..checks import is_concrete
-from ..layout import batch_frames_per_chunk, join, run_chunks
+from ..layout import Frames, assemble, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import init_carry, run_steps, scan_frames
-from ..results import Trajectory
+from ..loop import init_carry, run_steps, scan_frames, while_args, while_body_frames
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
 from .base import RunSpec
 
@@ -58,18 +57,19 @@ def blocked_per_device(fn, block, mesh, *trees):
 
 
 @lean_jit
-def _batch_init(method, system, state0, dt, t0, system_axis, monitor=None):
-    return jax.vmap(lambda p, s: init_carry(method, p, s, dt, t0, monitor), in_axes=(system_axis, 0))(system, state0)
+def _batch_init(method, system, state0, dt, t0, system_axis, monitor=None, event=None):
+    return jax.vmap(lambda p, s: init_carry(method, p, s, dt, t0, monitor, event), in_axes=(system_axis, 0))(
+        system, state0)
 
 
 @lean_jit
 def _batch_chunk(method, system, carry, dt, t0, n_valid, n_frames, save_every, system_axis, unroll, block=None,
-           monitor=None, mesh=None):
+                 monitor=None, mesh=None, event=None):
     """``n_frames`` frames of every body (frames from ``n_valid`` on skipped); the compiled program
     depends on ``n_frames`` (fixed per batch size), not on the run's length."""
 
     def one(p, c):
-        return scan_frames(method, p, c, dt, t0, n_frames, save_every, unroll, monitor, n_valid)
+        return scan_frames(method, p, c, dt, t0, n_frames, save_every, unroll, monitor, n_valid, event=event)
 
     if system_axis is None:
         return blocked_per_device(lambda c: jax.vmap(lambda c1: one(system, c1))(c), block, mesh, carry)
@@ -77,9 +77,11 @@ def _batch_chunk(method, system, carry, dt, t0, n_valid, n_frames, save_every, s
 
 
 @lean_jit
-def _batch_final(method, system, states0, dt, t0, n_steps, system_axis, block=None):
+def _batch_final(method, system, states0, dt, t0, n_steps, system_axis, block=None, monitor=None, event=None):
     def one(p, s):
-        return run_steps(method, p, s, dt, t0, n_steps)
+        c, stats = run_steps(method, p, s, dt, t0, n_steps, monitor, event)
+        t1 = t0 + n_steps.astype(dt.dtype) * dt
+        return assemble(s, t0, *jax.tree_util.tree_map(lambda x: x[None], (c[0], t1, stats)), c[3], c[4], c[6], c[2])
 
     if system_axis is None:
         return in_blocks(jax.vmap(lambda s: one(system, s)), block, states0)
@@ -117,7 +119,7 @@ def map_batch(fn, block, devices, *trees):
     return jax.tree_util.tree_map(lambda x: x[:batch], out) if pad else out
 
 
-def batch_frames(spec: RunSpec, block, devices) -> Trajectory:
+def batch_frames(spec: RunSpec, block, devices) -> Frames:
     """Every saved frame of every body: chunks of a length fixed by the batch size (a new number of
     steps reuses the compiled chunk), blocked by ``block`` (``"auto"``, an int or None) on each of
     ``devices`` (None: the default device only)."""
@@ -126,28 +128,37 @@ def batch_frames(spec: RunSpec, block, devices) -> Trajectory:
     system, states0, pad, mesh = place_batch(spec, devices)
     block = auto_block(block, (batch + pad) // len(devices), devices)
     axis = 0 if spec.stacked else None
-    m, dt, t0 = spec.method, spec.dt, spec.t0
-    carry = _batch_init(m, system, states0, dt, t0, axis, spec.monitor)
+    m, dt, t0, ev = spec.method, spec.dt, spec.t0, spec.event
+    carry = _batch_init(m, system, states0, dt, t0, axis, spec.monitor, ev)
     F = batch_frames_per_chunk(states0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
     carry, parts, nvs = run_chunks(
         lambda c, nv: _batch_chunk(m, system, c, dt, t0, nv, F, spec.save_every, axis, spec.unroll, block, spec.monitor,
-                             mesh), carry, spec.n_frames, F, spec.report)
-    traj = join(states0, t0, parts, nvs, carry[3], carry[4], batched=True)
+                                   mesh, ev), carry, spec.n_frames, F, spec.report)
+    frames = join(states0, t0, parts, nvs, (carry[3], carry[4], carry[6], carry[2]), batched=True)
     if pad:
-        traj = jax.tree_util.tree_map(lambda x: x[:batch], traj)
-    return traj
+        frames = jax.tree_util.tree_map(lambda x: x[:batch], frames)
+    return frames
 
 
-def batch_final(spec: RunSpec, block) -> Trajectory:
+def batch_final(spec: RunSpec, block) -> Frames:
     """Only the last state of every body, the step count a traced loop bound (one program for any
     count), blocked by ``block`` on the default device."""
     states0 = spec.state0
     block = auto_block(block, states0.R.shape[0], jax.devices()[:1])
     axis = 0 if spec.stacked else None
-    dt, t0 = spec.dt, spec.t0
-    state, failed, reason, stats = _batch_final(spec.method, spec.system, states0, dt, t0,
-                                          jnp.asarray(spec.n_steps, jnp.int32), axis, block)
-    t1 = jnp.broadcast_to(t0 + jnp.asarray(spec.n_steps, dt.dtype) * dt, (1,))
-    parts = ((jax.tree_util.tree_map(lambda x: x[:, None], state), jnp.broadcast_to(t1, (states0.R.shape[0], 1)),
-              jax.tree_util.tree_map(lambda x: x[:, None], stats)),)
-    return join(states0, t0, parts, (1,), failed, reason, batched=True)
+    return _batch_final(spec.method, spec.system, states0, spec.dt, spec.t0, jnp.asarray(spec.n_steps, jnp.int32),
+                        axis, block, spec.monitor, spec.event)
+
+
+def batch_while(spec: RunSpec, executor) -> Frames:
+    """Every body's constant steps in the frames' while loop (a terminal event ends each), placed by
+    ``executor``'s ``map_bodies``, compiled once per configuration."""
+    return _batch_while(executor, spec.method, spec.system, spec.state0, while_args(spec), spec.stacked)
+
+
+@eqx.filter_jit
+def _batch_while(executor, method, system, state0, args, stacked: bool) -> Frames:
+    map_bodies = type(executor).map_bodies.__get__(executor)
+    if stacked:
+        return map_bodies(lambda p, s: while_body_frames(method, p, s, *args), system, state0)
+    return map_bodies(lambda s: while_body_frames(method, system, s, *args), state0)

@@ -12,12 +12,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ... import kernels
 from ...geometry.state import State
 from ..layout import assemble
 from ..lean_jit import lean_jit
 from ..loop import empty_stats, init_carry, scan_frames
-from ..results import Trajectory
+from ..layout import Frames
 from ..sharding import per_device
 from .base import AbstractExecutor, RunSpec
 from .batch import place_batch
@@ -42,6 +41,8 @@ def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, me
     if one:
         states0 = jax.tree_util.tree_map(lambda x: x[None], states0)
 
+    from ... import kernels
+
     def run(s):
         return kernels.fused_frames(method, system, s, dt, t0, n_frames, save_every, reference=xla_frames)
 
@@ -60,8 +61,8 @@ def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, me
 class Fused(AbstractExecutor):
     """The whole run in one fused kernel launch per device (NVIDIA Warp; ``pip install 'jaxrot[fast]'``):
     one thread per body, its state in registers, only the saved frames written. Runs the methods and
-    torques of :data:`jaxrot.kernels.KERNELS` (explicit methods; others go to the default executor)
-    without an invariant monitor; one body runs as a batch of one. A batch is split over ``devices``,
+    torques of :data:`jaxrot.kernels.KERNELS` (explicit methods), without an invariant monitor or an
+    event; any other run is refused with the reason. One body runs as a batch of one. A batch is split over ``devices``,
     one launch each (default: every accelerator; on CPUs the default device only, whose launch is
     itself split over the cores, :mod:`jaxrot.kernels.host_threads`). Gradients (``jax.grad``
     through :func:`jaxrot.simulate`) come from the XLA loop, so they equal the :class:`XLA`
@@ -71,13 +72,31 @@ class Fused(AbstractExecutor):
 
     Example::
 
-        jaxrot.simulate("buss2p", problem, 1e-3, 100_000, save_every=1000, executor=jaxrot.Fused())
+        jaxrot.simulate("buss2p", problem, 1e-3, 100_000, saveat=jaxrot.SaveAt(steps=1000), executor=jaxrot.Fused())
     """
 
     devices: Any = None
 
-    def supports(self, spec: RunSpec) -> bool:
-        return spec.monitor is None and not spec.stacked and kernels.supports(spec.method, spec.system)
+    def supports(self, spec) -> bool:
+        return self.refusal(spec) is None
+
+    def refusal(self, spec) -> str | None:
+        """Why this run cannot be fused, or None."""
+        from ... import kernels  # Warp's code generators load only where a fused run is considered
+
+        if not kernels.have_warp():
+            return "the fused kernels need NVIDIA Warp: pip install 'jaxrot[fast]'"
+        if not isinstance(spec, RunSpec):
+            return "error-controlled steps (stepsize=jaxrot.Adaptive) have no fused kernel yet"
+        if spec.monitor is not None:
+            return "the fused kernels keep no invariant monitor (monitor=)"
+        if spec.event is not None:
+            return "the fused kernels of constant steps check no events (event=)"
+        if spec.stacked:
+            return "the fused kernels share one system among the bodies (stacked problems are not fused)"
+        if not kernels.supports(spec.method, spec.system):
+            return kernels.why_not(spec.method, spec.system)
+        return None
 
     def _devices(self) -> list:
         if self.devices is not None:
@@ -87,7 +106,7 @@ class Fused(AbstractExecutor):
         # more CPU devices would only share the same cores
         return devices[:1] if devices[0].platform == "cpu" else list(devices)
 
-    def run(self, spec: RunSpec) -> Trajectory:
+    def run(self, spec: RunSpec) -> Frames:
         states0 = spec.state0
         batch = states0.R.shape[0] if spec.batched else 1
         devices = self._devices()[:batch]

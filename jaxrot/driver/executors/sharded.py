@@ -6,9 +6,9 @@ from typing import Any
 
 import jax
 
-from ..results import Trajectory
+from ..layout import Frames
 from .base import AbstractExecutor, RunSpec
-from .batch import CPU_BLOCK, batch_final, batch_frames, map_batch
+from .batch import CPU_BLOCK, batch_final, batch_frames, batch_while, map_batch
 from .xla import XLA, traced
 
 
@@ -31,9 +31,11 @@ class Sharded(AbstractExecutor):
     devices: Any = None
     block_size: Any = "auto"
 
-    def run(self, spec: RunSpec) -> Trajectory:
+    def run(self, spec: RunSpec) -> Frames:
         if not spec.batched:
             return XLA().run(spec)
+        if spec.terminal:
+            return batch_while(spec, self)
         if spec.final_only and not traced(spec) and len(self._devices()) == 1:
             return batch_final(spec, self.block_size)
         return batch_frames(spec, self.block_size, self._devices())
@@ -61,9 +63,11 @@ class CPUBlocked(AbstractExecutor):
         if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
             raise ValueError(f"block_size must be a positive int, got {self.block_size!r}")
 
-    def run(self, spec: RunSpec) -> Trajectory:
+    def run(self, spec: RunSpec) -> Frames:
         if not spec.batched:
             return XLA().run(spec)
+        if spec.terminal:
+            return batch_while(spec, self)
         if spec.final_only and not traced(spec):
             return batch_final(spec, self.block_size)
         return batch_frames(spec, self.block_size, None)

@@ -1,10 +1,11 @@
-"""The plain XLA executor: the time loop compiled by XLA on one device.
+"""The plain XLA executor: the loop compiled by XLA on one device.
 
-One body: a run of at most :data:`~jaxrot.driver.layout.SHORT_RUN_FRAMES` frames is one small program
-(initial carry and frames); a longer one is the initial carry and a repeated chunk of
-:data:`~jaxrot.driver.layout.FRAMES_PER_CHUNK` frames, compiled once for any number of steps; inside
-someone's ``jit``/``grad``/``vmap`` it is one scan of exactly its frames (reverse-differentiable,
-each frame rematerialised). A batch is the same loop under ``vmap``.
+One body of constant steps: a run of at most :data:`~jaxrot.driver.layout.SHORT_RUN_FRAMES` frames is
+one small program (initial carry and frames); a longer one is the initial carry and a repeated chunk
+of :data:`~jaxrot.driver.layout.FRAMES_PER_CHUNK` frames, compiled once for any number of steps;
+inside someone's ``jit``/``grad``/``vmap`` it is one scan of exactly its frames (reverse-differentiable,
+each frame rematerialised); with a terminal event, the frames' while loop. A batch is the same loop
+under ``vmap``.
 """
 
 from __future__ import annotations
@@ -14,89 +15,99 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..checks import is_concrete
-from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, join, run_chunks
+from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, assemble, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import init_carry, run_steps, scan_frames
-from ..results import Trajectory
+from ..loop import init_carry, run_steps, scan_frames, while_args, while_body_frames
 from .base import AbstractExecutor, RunSpec
-from .batch import batch_final, batch_frames
+from .batch import batch_final, batch_frames, batch_while
 
 
 @lean_jit
-def _one_chunk(method, system, carry, dt, t0, n_valid, save_every, unroll, monitor=None):
+def _one_chunk(method, system, carry, dt, t0, n_valid, save_every, unroll, monitor=None, event=None):
     # only for concrete inputs (traced calls take _one_exact), so never reverse-differentiated
     return scan_frames(method, system, carry, dt, t0, FRAMES_PER_CHUNK, save_every, unroll, monitor, n_valid,
-                       reverse_differentiable=False)
+                       reverse_differentiable=False, event=event)
 
 
 @lean_jit
-def _one_short(method, system, state0, dt, t0, n_valid, save_every, unroll, monitor=None):
+def _one_short(method, system, state0, dt, t0, n_valid, save_every, unroll, monitor=None, event=None):
     """A run of at most SHORT_RUN_FRAMES frames: the initial carry and the frames in one program."""
-    carry = init_carry(method, system, state0, dt, t0, monitor)
+    carry = init_carry(method, system, state0, dt, t0, monitor, event)
     return scan_frames(method, system, carry, dt, t0, SHORT_RUN_FRAMES, save_every, unroll, monitor, n_valid,
-                       reverse_differentiable=False, columns=True)
+                       reverse_differentiable=False, columns=True, event=event)
 
 
 @lean_jit
-def _one_exact(method, system, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None):
+def _one_exact(method, system, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
+               event=None):
     """The initial carry and a scan of exactly ``n_frames`` frames (for calls inside a trace)."""
-    carry = init_carry(method, system, state0, dt, t0, monitor)
-    return scan_frames(method, system, carry, dt, t0, n_frames, save_every, unroll, monitor)
+    carry = init_carry(method, system, state0, dt, t0, monitor, event)
+    return scan_frames(method, system, carry, dt, t0, n_frames, save_every, unroll, monitor, event=event)
 
 
 @lean_jit
-def _one_init(method, system, state0, dt, t0, monitor=None):
-    return init_carry(method, system, state0, dt, t0, monitor)
+def _one_init(method, system, state0, dt, t0, monitor=None, event=None):
+    return init_carry(method, system, state0, dt, t0, monitor, event)
 
 
-_one_final = lean_jit(run_steps)
+@lean_jit
+def _one_final(method, system, state0, dt, t0, n_steps, monitor=None, event=None):
+    """Only the final state, the step count a traced loop bound (one program for any count)."""
+    c, stats = run_steps(method, system, state0, dt, t0, n_steps, monitor, event)
+    t1 = t0 + n_steps.astype(dt.dtype) * dt
+    one = jax.tree_util.tree_map(lambda x: x[None], (c[0], t1, stats))
+    return assemble(state0, t0, *one, c[3], c[4], c[6], c[2])
 
 
-def traced(spec: RunSpec) -> bool:
+_one_while = lean_jit(while_body_frames)
+
+
+def traced(spec) -> bool:
     """Whether any input of ``spec`` is traced (the run is part of someone's ``jit``/``grad``/``vmap``)."""
-    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.monitor))
+    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, getattr(spec, "dt", None), spec.t0,
+                                        spec.monitor, spec.event))
     return not all(map(is_concrete, leaves))
 
 
-def one_body(spec: RunSpec) -> Trajectory:
+def one_body(spec: RunSpec) -> Frames:
     """The run of one body on the default device (shared by every executor for a single body)."""
     m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
-    n_frames, is_traced = spec.n_frames, traced(spec)
+    n_frames, is_traced, mon, ev = spec.n_frames, traced(spec), spec.monitor, spec.event
+    if spec.terminal:
+        return _one_while(m, s, x0, *while_args(spec))
     if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
-        state, failed, reason, stats = _one_final(m, s, x0, dt, t0, jnp.asarray(spec.n_steps, jnp.int32))
-        t1 = t0 + jnp.asarray(spec.n_steps, dt.dtype) * dt
-        parts = ((jax.tree_util.tree_map(lambda x: x[None], state), t1[None],
-                  jax.tree_util.tree_map(lambda x: x[None], stats)),)
-        return join(x0, t0, parts, (1,), failed, reason)
+        return _one_final(m, s, x0, dt, t0, jnp.asarray(spec.n_steps, jnp.int32), mon, ev)
     if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
         # exactly n_frames, not chunks with the unused frames skipped
-        carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, spec.monitor)
+        carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, mon, ev)
         parts, nvs = (part,), (n_frames,)
     elif n_frames <= SHORT_RUN_FRAMES and spec.report is None:
-        carry, part = _one_short(m, s, x0, dt, t0, np.asarray(n_frames, np.int32), se, spec.unroll, spec.monitor)
+        carry, part = _one_short(m, s, x0, dt, t0, np.asarray(n_frames, np.int32), se, spec.unroll, mon, ev)
         parts, nvs = (part,), (n_frames,)
     else:  # the initial carry, then the repeated chunk
-        carry = _one_init(m, s, x0, dt, t0, spec.monitor)
+        carry = _one_init(m, s, x0, dt, t0, mon, ev)
 
         def run_chunk(c, nv):
-            return _one_chunk(m, s, c, dt, t0, nv, se, spec.unroll, spec.monitor)
+            return _one_chunk(m, s, c, dt, t0, nv, se, spec.unroll, mon, ev)
 
         carry, parts, nvs = run_chunks(run_chunk, carry, n_frames, FRAMES_PER_CHUNK, spec.report)
-    return join(x0, t0, parts, nvs, carry[3], carry[4])
+    return join(x0, t0, parts, nvs, (carry[3], carry[4], carry[6], carry[2]))
 
 
 class XLA(AbstractExecutor):
-    """The time loop compiled by XLA on one device; a batch is ``vmap`` ped, unblocked.
+    """The loop compiled by XLA on one device; a batch is ``vmap`` ped, unblocked.
 
     Example::
 
         jaxrot.simulate("buss4", problem, 1e-3, 1000, executor=jaxrot.XLA())
     """
 
-    def run(self, spec: RunSpec) -> Trajectory:
+    def run(self, spec: RunSpec) -> Frames:
         if not spec.batched:
             return one_body(spec)
+        if spec.terminal:
+            return batch_while(spec, self)
         if spec.final_only and not traced(spec):
             return batch_final(spec, block=None)
         return batch_frames(spec, block=None, devices=None)

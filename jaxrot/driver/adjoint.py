@@ -1,0 +1,130 @@
+"""Adjoints: how a run whose number of steps is not known in advance is differentiated.
+
+A run of constant steps without a terminal event is a ``lax.scan`` of known length: JAX
+differentiates it in forward and reverse mode whatever the adjoint. Every other run (an
+:class:`~jaxrot.Adaptive` controller, a terminal :class:`~jaxrot.Event`) is a bounded while loop, run
+as the adjoint says (the names and meanings of diffrax's adjoints):
+
+- :class:`RecursiveCheckpointAdjoint` (the default): ``jax.grad`` works; the backward pass keeps
+  ``checkpoints`` copies of the loop state (default: about ``log(max_steps)``, treeverse) and
+  recomputes the rest. Not forward-mode differentiable: with no adjoint given, a run traced by
+  ``jax.jvp``/``jax.jacfwd`` takes :class:`ForwardMode` instead.
+- :class:`ForwardMode`: a plain ``lax.while_loop``: ``jax.jvp``/``jax.jacfwd``, not ``jax.grad``.
+- :class:`DirectAdjoint`: both modes, by storing the whole loop (memory and compile time grow
+  with ``max_steps``): for runs that fit in memory.
+
+Reference: Griewank & Walther, Algorithm 799 (treeverse); equinox's ``while_loop``; diffrax's
+``RecursiveCheckpointAdjoint``/``ForwardMode``/``DirectAdjoint``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import ClassVar
+
+import equinox as eqx
+import equinox.internal as eqxi
+
+__all__ = ["AbstractAdjoint", "RecursiveCheckpointAdjoint", "ForwardMode", "DirectAdjoint", "adjoint_of", "adjoint_for"]
+
+
+class AbstractAdjoint(eqx.Module):
+    """How the bounded while loop of a run is differentiated."""
+
+    kind: ClassVar[str]
+
+    def while_loop(self, cond, body, init, *, max_steps: int, buffers=None):
+        """``init`` iterated by ``body`` while ``cond`` holds, at most ``max_steps`` times."""
+        return eqxi.while_loop(cond, body, init, max_steps=max_steps, buffers=buffers, kind=self.kind,
+                               **self._options())
+
+    def _options(self) -> dict:
+        return {}
+
+
+class RecursiveCheckpointAdjoint(AbstractAdjoint):
+    """Reverse mode (``jax.grad``) by recursive checkpointing; the default.
+
+    Args:
+      checkpoints: copies of the loop state kept for the backward pass (None: chosen from
+        ``max_steps``). More copies, less recomputation.
+
+    Example::
+
+        jax.grad(lambda J: jaxrot.simulate("buss4(3)", problem_of(J), t1=1.0,
+                                           stepsize=jaxrot.Adaptive(1e-8, 1e-8)).final.Pi[0])(J)
+    """
+
+    kind: ClassVar[str] = "checkpointed"
+    checkpoints: int | None = None
+
+    def __check_init__(self):
+        c = self.checkpoints
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ValueError(f"RecursiveCheckpointAdjoint.checkpoints must be a positive int or None, got {c!r}")
+
+    def _options(self) -> dict:
+        return {"checkpoints": self.checkpoints}
+
+
+class ForwardMode(AbstractAdjoint):
+    """Forward mode (``jax.jvp``, ``jax.jacfwd``) through a plain ``lax.while_loop``; no ``jax.grad``.
+
+    Example::
+
+        jax.jacfwd(lambda x: jaxrot.simulate("rkmk8(5)", p, t1=1.0, state0=jaxrot.State(R0, x),
+                                             stepsize=jaxrot.Adaptive(1e-10, 1e-10),
+                                             adjoint=jaxrot.ForwardMode()).final.Pi)(Pi0)
+    """
+
+    kind: ClassVar[str] = "lax"
+
+
+class DirectAdjoint(AbstractAdjoint):
+    """Forward and reverse mode by storing the whole loop (nested scans of ``max_steps``
+    iterations): memory and compile time grow with ``max_steps``; for runs that fit in memory."""
+
+    kind: ClassVar[str] = "bounded"
+
+
+_NAMES = {"checkpointed": RecursiveCheckpointAdjoint, "forward": ForwardMode}
+
+
+def _mode(leaves) -> str | None:
+    """``"forward"`` if the run is being traced by ``jax.jvp``/``jax.jacfwd``, ``"reverse"`` by
+    ``jax.grad``/``jax.vjp`` (JAX's linearisation), else None (read from the inputs' tracer types)."""
+    kinds = {type(x).__name__ for x in leaves}
+    return "forward" if "JVPTracer" in kinds else "reverse" if "LinearizeTracer" in kinds else None
+
+
+def adjoint_for(adjoint, leaves) -> AbstractAdjoint:
+    """The adjoint of a run whose loop is a while loop, given the run's inputs: without one asked for,
+    the default, or :class:`ForwardMode` under ``jax.jvp``/``jax.jacfwd``; one asked for that cannot
+    differentiate the way the run is being differentiated is refused with the one that can."""
+    mode = _mode(leaves)
+    if adjoint is None:
+        return ForwardMode() if mode == "forward" else RecursiveCheckpointAdjoint()
+    if mode == "forward" and isinstance(adjoint, RecursiveCheckpointAdjoint):
+        raise ValueError("jax.jvp / jax.jacfwd of a run whose loop is a while loop (error-controlled steps or a "
+                         "terminal event) needs adjoint=jaxrot.ForwardMode() or jaxrot.DirectAdjoint(); "
+                         "RecursiveCheckpointAdjoint differentiates in reverse mode only")
+    if mode == "reverse" and isinstance(adjoint, ForwardMode):
+        raise ValueError("jax.grad of a run whose loop is a while loop (error-controlled steps or a terminal event) "
+                         "needs adjoint=jaxrot.RecursiveCheckpointAdjoint() (the default) or jaxrot.DirectAdjoint(); "
+                         "ForwardMode differentiates in forward mode only")
+    return adjoint
+
+
+def adjoint_of(adjoint) -> AbstractAdjoint | None:
+    """``adjoint`` as an object (None: not chosen, see :func:`adjoint_for`); the old strings
+    ``"forward"``/``"checkpointed"`` still work, with a DeprecationWarning."""
+    if adjoint is None or isinstance(adjoint, AbstractAdjoint):
+        return adjoint
+    if isinstance(adjoint, str) and adjoint in _NAMES:
+        new = _NAMES[adjoint]
+        warnings.warn(f"adjoint={adjoint!r} is deprecated: use adjoint=jaxrot.{new.__name__}()", DeprecationWarning,
+                      stacklevel=4)
+        return new()
+    kind = ValueError if isinstance(adjoint, str) else TypeError
+    raise kind(f"adjoint must be jaxrot.RecursiveCheckpointAdjoint(), jaxrot.ForwardMode() or jaxrot.DirectAdjoint(), "
+               f"got {adjoint!r}")

@@ -1,0 +1,173 @@
+"""The loop of error-controlled runs: attempts of an embedded pair under the PI controller, one body,
+in a bounded while loop run through the adjoint object.
+
+Each attempt steps from the current state by ``h`` (shortened to land exactly on the next output
+time, so saved states carry the pair's full accuracy), measures the pair's error estimate
+(:func:`~jaxrot.driver.controllers.error_norm`), and is accepted or rejected by the PI controller
+(:func:`~jaxrot.driver.controllers.adapt`), which also proposes the next step. An accepted step is
+checked as every step of a constant-step run is (:func:`~jaxrot.driver.loop.step_reason`), updates
+the event (:func:`~jaxrot.driver.events.event_update`) and writes what :class:`~jaxrot.SaveAt` asks:
+the state at an output time, every ``k``-th step, every step for the dense output. The loop ends at
+the last output time, at a terminal event, at a failed step, or after ``max_steps`` attempts.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ..geometry.state import State
+from ..physics.flow import pack_body
+from .controllers import adapt, error_norm, first_step
+from .events import event_start, event_update, stopped
+from .failures import MAX_STEPS_REACHED, SUCCESSFUL
+from .layout import Frames
+from .loop import empty_stats, fold, invariants, step_reason
+
+__all__ = ["Attempts", "while_attempts", "attempts_frames", "attempts_frames_on"]
+
+
+class Attempts(eqx.Module):
+    """What one body's error-controlled run returns (see :func:`while_attempts`)."""
+
+    states: State          # at the output times (n_out, ...); never reached: the last state
+    stats: object          # StepStats folded over each output interval
+    n_accepted: jax.Array
+    n_rejected: jax.Array
+    err_estimate: jax.Array
+    failed: jax.Array      # first failed step (1-based) or the attempts spent (max_steps), or -1
+    reason: jax.Array      # RESULTS code
+    event: object          # EventCarry or None
+    steps: tuple | None    # (times, states) of every k-th accepted step, or None
+    dense: tuple | None    # (times, states) of every accepted step, t0 first, or None
+    final: State
+
+
+def _where(c, a, b):
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
+
+
+def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, max_steps: int, adjoint, *,
+                   monitor=None, event=None, every: int | None = None, dense: bool = False) -> Attempts:
+    """One body's run over the output times ``targets`` (increasing, after ``t0``; the last is the end
+    of the run) by the pair ``method`` (:class:`~jaxrot.integrators.AbstractPair`) at tolerances
+    ``rtol``, ``atol`` (scalars, may be traced), the first trial step ``dt0`` (None: from the
+    tolerance and the initial angular speed), at most ``max_steps`` attempts; ``every``: also keep
+    every ``every``-th accepted step; ``dense``: keep every accepted step."""
+    dtype = state0.R.dtype
+    q = method.error_order()
+    n_out = targets.shape[0]
+    t0 = jnp.asarray(t0, dtype)
+    h0 = first_step(q, system.body.J, state0.Pi, rtol, targets[0] - t0) if dt0 is None else dt0
+    z32 = jnp.asarray(0, jnp.int32)
+
+    def frames(n):
+        return jax.tree_util.tree_map(lambda x: jnp.zeros((n,) + x.shape, x.dtype), state0)
+
+    out0 = (frames(n_out), jax.tree_util.tree_map(lambda x: jnp.zeros((n_out,) + x.shape, x.dtype), empty_stats()))
+    sbuf = None if every is None else (jnp.full((max_steps // every,), jnp.inf, dtype), frames(max_steps // every))
+    dbuf = None
+    if dense:
+        dbuf = (jnp.full((max_steps + 1,), jnp.inf, dtype).at[0].set(t0),
+                jax.tree_util.tree_map(lambda f, x: f.at[0].set(x), frames(max_steps + 1), state0))
+    ref = invariants(system, t0, state0) if monitor is not None else None
+    ev = event_start(event, t0, state0) if event is not None else None
+
+    def cond(c):
+        (_, _, _, _, _, i, _, acc, rej, _, failed, _, ev, _, _, _) = c
+        return (i < n_out) & (acc + rej < max_steps) & (failed < 0) & ~stopped(event, ev)
+
+    def body(c):
+        t, state, aux, h, err_prev, i, out, acc, rej, folded, failed, reason, ev, sbuf, dbuf, consts = c
+        system, targets, rtol, atol, ref = consts
+        target = targets[i]
+        hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
+        step = jnp.where(hit, target - t, h)
+        yp, aux_p, stats, y_err = method.step_with_error(system, t, state, aux, step)
+        err = error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
+        ok, h_new, err_new = adapt(q, err, err_prev, h, step, hit)
+        t_new = jnp.where(ok, jnp.where(hit, target, t + step), t)
+        state_new, aux_new = _where(ok, yp, state), _where(ok, aux_p, aux)
+        r = step_reason(system, t + step, yp, stats, ref, monitor)
+        first = ok & (failed < 0) & (r != SUCCESSFUL)
+        failed, reason = jnp.where(first, acc + 1, failed), jnp.where(first, r, reason)
+        if event is not None:
+            ev = event_update(event, ev, t, step, state, yp, ok)
+        save = ok & hit
+        folded_new = _where(ok, fold(folded, stats), folded)
+        out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x, pred=save), (state_new, folded_new), out)
+        folded_new = _where(save, empty_stats(), folded_new)
+        n = acc + ok.astype(jnp.int32)
+        if sbuf is not None:
+            keep = ok & (n % every == 0)
+            j = jnp.maximum(n // every - 1, 0)
+            sbuf = jax.tree_util.tree_map(lambda x, o: o.at[j].set(x, pred=keep), (t_new, state_new), sbuf)
+        if dbuf is not None:
+            dbuf = jax.tree_util.tree_map(lambda x, o: o.at[n].set(x, pred=ok), (t_new, state_new), dbuf)
+        return (t_new, state_new, aux_new, h_new, err_new, i + save.astype(jnp.int32), out, n,
+                rej + (~ok).astype(jnp.int32), folded_new, failed, reason, ev, sbuf, dbuf, consts)
+
+    # the problem's arrays travel in the loop state (unchanged) rather than by closure: their
+    # cotangents then accumulate through the checkpointed loop's recomputations
+    c0 = (t0, state0, method.init(system, t0, state0, h0), jnp.asarray(h0, dtype), jnp.asarray(1.0, dtype), z32,
+          out0, z32, z32, empty_stats(), jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), ev, sbuf,
+          dbuf, (system, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref))
+    # the outputs are the loop's buffers: written in place, not copied into every checkpoint
+    t, state, _, _, err, i, (out, stats), acc, rej, _, failed, reason, ev, sbuf, dbuf, _ = adjoint.while_loop(
+        cond, body, c0, max_steps=max_steps, buffers=lambda c: (c[6], c[13], c[14]))
+
+    def hold(frames, reached):  # frames never reached hold the last state
+        return jax.tree_util.tree_map(
+            lambda o, s: jnp.where(reached.reshape((-1,) + (1,) * s.ndim), o, s), frames, state)
+
+    out = hold(out, jnp.arange(n_out, dtype=jnp.int32) < i)
+    done = (i == n_out) | stopped(event, ev)
+    short = ~done & (failed < 0)  # max_steps used up
+    failed = jnp.where(short, acc + rej, failed)
+    reason = jnp.where(short, MAX_STEPS_REACHED, reason)
+    if sbuf is not None:
+        m = sbuf[0].shape[0]
+        sbuf = (sbuf[0], hold(sbuf[1], jnp.arange(m, dtype=jnp.int32) < acc // every))
+    if dbuf is not None:
+        dbuf = (dbuf[0], hold(dbuf[1], jnp.arange(max_steps + 1, dtype=jnp.int32) <= acc))
+    return Attempts(out, stats, acc, rej, err, failed.astype(jnp.int32), reason.astype(jnp.int32), ev, sbuf, dbuf,
+                    state)
+
+
+def _frames_of(a: Attempts, state0: State, t0, targets) -> Frames:
+    """One body's :class:`~jaxrot.driver.layout.Frames`: the initial state, then the output times'."""
+    ts = jnp.concatenate([jnp.reshape(t0, (1,)).astype(targets.dtype), targets])
+    states = jax.tree_util.tree_map(lambda x0, x: jnp.concatenate([x0[None], x]), state0, a.states)
+    dense = None
+    if a.steps is not None or a.dense is not None:
+        dense = (a.steps, a.dense)
+    return Frames(ts, states, a.stats, a.failed, a.reason, a.event, (a.n_accepted, a.n_rejected, a.err_estimate),
+                  dense)
+
+
+@eqx.filter_jit  # one compiled program per configuration (the loop is traced once)
+def attempts_frames_on(spec, executor) -> Frames:
+    """:func:`attempts_frames` with the bodies placed by ``executor``'s ``map_bodies``, compiled."""
+    return attempts_frames(spec, type(executor).map_bodies.__get__(executor))
+
+
+def attempts_frames(spec, map_bodies) -> Frames:
+    """The frames of an error-controlled run (:class:`~jaxrot.driver.executors.base.AttemptSpec`): one
+    body's :func:`while_attempts`, or a batch's through ``map_bodies(fn, *trees)`` (an executor's
+    placement of a per-body function; per-body tolerances ride along)."""
+    dtype = spec.state0.R.dtype
+
+    def one(system, s0, rtol, atol, dt0):
+        a = while_attempts(spec.method, system, s0, spec.t0, spec.targets, rtol, atol, dt0, spec.max_steps,
+                           spec.adjoint, monitor=spec.monitor, event=spec.event, every=spec.every, dense=spec.dense)
+        return _frames_of(a, s0, jnp.asarray(spec.t0, dtype), spec.targets)
+
+    if not spec.batched:
+        return one(spec.system, spec.state0, spec.rtol, spec.atol, spec.dt0)
+    B = spec.state0.R.shape[0]
+    rtol, atol = (jnp.broadcast_to(jnp.asarray(x, dtype), (B,)) for x in (spec.rtol, spec.atol))
+    dt0 = None if spec.dt0 is None else jnp.broadcast_to(jnp.asarray(spec.dt0, dtype), (B,))
+    if spec.stacked:
+        return map_bodies(lambda p, s, r, a, d: one(p, s, r, a, d), spec.system, spec.state0, rtol, atol, dt0)
+    return map_bodies(lambda s, r, a, d: one(spec.system, s, r, a, d), spec.state0, rtol, atol, dt0)

@@ -1,0 +1,99 @@
+"""From a checked run to its :class:`~jaxrot.Trajectory`: the loop is run by the chosen executor, and
+what the loop collected (:class:`~jaxrot.driver.layout.Frames`) becomes the trajectory here, in one
+place: events located on their step's dense output, a terminal event's later frames set to the event
+state, outputs at ``SaveAt.ts`` taken from the dense output, the frames ``SaveAt`` did not ask for
+dropped, and the provenance attached.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from ..geometry.state import State
+from .dense import DenseOutput, StepDenseOutput
+from .events import freeze_after, locate
+from .failures import result_of
+from .layout import Frames
+from .results import AdaptiveStats, Provenance, Trajectory
+
+__all__ = ["Finish", "trajectory"]
+
+
+def _per_body(fn, batched: bool, stacked: bool, system, *trees):
+    if not batched:
+        return fn(system, *trees)
+    return jax.vmap(fn, in_axes=(0 if stacked else None,) + (0,) * len(trees))(system, *trees)
+
+
+@functools.partial(jax.jit, static_argnames=("event", "batched", "stacked"))
+def _events(event, batched, stacked, system, ts, states, ev):
+    """Event times and states per body; a terminal event's later frames set to its state."""
+    def one(system, ts, states, ev):
+        t_ev, s_ev = locate(event, system, ev)
+        if event.terminal:
+            states = freeze_after(ts, states, t_ev, s_ev)
+        return t_ev, s_ev, states
+
+    return _per_body(one, batched, stacked, system, ts, states, ev)
+
+
+def _drop(x: State, keep_first: bool, keep_last: bool) -> State:
+    lo, hi = (0 if keep_first else 1), (None if keep_last else -1)
+    return jax.tree_util.tree_map(lambda a: a[..., lo:hi, :] if a.ndim == x.Pi.ndim else a[..., lo:hi, :, :], x)
+
+
+class Finish:
+    """How the frames of a run become its trajectory: what ``SaveAt`` kept, and where outputs come from.
+
+    ``ts_out``: times to take from the dense output (constant steps with ``SaveAt(ts=...)``) or None;
+    ``dense_fixed``: ``(method, t0, dt, checkpoint interval, n_steps)`` of a constant-step run's dense
+    output, or None; ``keep_first``/``keep_last``: whether the loop's first (t0) and last frames are
+    kept; ``frames_from``: ``"loop"`` (the loop's frames), ``"steps"`` or ``"dense"`` (an
+    error-controlled run's kept steps); ``n_steps``: a constant-step run's count."""
+
+    def __init__(self, *, keep_first=True, keep_last=True, ts_out=None, dense_fixed=None, frames_from="loop",
+                 want_dense=False, n_steps=None):
+        self.keep_first, self.keep_last, self.ts_out = keep_first, keep_last, ts_out
+        self.dense_fixed, self.frames_from, self.want_dense, self.n_steps = dense_fixed, frames_from, want_dense, n_steps
+
+
+def trajectory(fr: Frames, finish: Finish, *, system, event, batched: bool, stacked: bool,
+               provenance: Provenance, extra_counts: dict | None = None) -> Trajectory:
+    """The :class:`~jaxrot.Trajectory` of a run's frames (see the module docstring)."""
+    ts, states, stats = fr.ts, fr.states, fr.stats
+    event_time = event_state = None
+    if event is not None:
+        event_time, event_state, states = _events(event, batched, stacked, system, ts, states, fr.event)
+    dense = None
+    if finish.dense_fixed is not None:
+        method, t0, dt, c, n = finish.dense_fixed
+        dense = DenseOutput(method, system, states, t0, dt, c, n)
+    elif fr.dense is not None and fr.dense[1] is not None:
+        dense = StepDenseOutput(system, *fr.dense[1])
+    if finish.ts_out is not None:  # constant steps: the outputs from the dense output
+        out = dense(finish.ts_out)
+        if event is not None and event.terminal:
+            out = (jax.vmap(freeze_after, in_axes=(None, 0, 0, 0)) if batched else freeze_after)(
+                finish.ts_out, out, event_time, event_state)
+        ts = jnp.broadcast_to(finish.ts_out, ts.shape[:-1] + finish.ts_out.shape)
+        states = out
+    elif finish.frames_from == "steps":  # an error-controlled run's every k-th step, after the initial state
+        times, kept = fr.dense[0]
+        ts = jnp.concatenate([ts[..., :1], times], axis=-1)
+        states = State(jnp.concatenate([states.R[..., :1, :, :], kept.R], axis=-3),
+                       jnp.concatenate([states.Pi[..., :1, :], kept.Pi], axis=-2))
+        if event is not None and event.terminal:
+            states = (jax.vmap(freeze_after) if batched else freeze_after)(ts, states, event_time, event_state)
+    if finish.ts_out is None and not (finish.keep_first and finish.keep_last):
+        ts = ts[..., (0 if finish.keep_first else 1):(None if finish.keep_last else -1)]
+        states = _drop(states, finish.keep_first, finish.keep_last)
+    counts = fr.counts
+    if counts is None:  # the fused kernels: every step taken
+        shape = fr.failed.shape
+        counts = (jnp.full(shape, finish.n_steps, jnp.int32), jnp.zeros(shape, jnp.int32), None)
+    controller = AdaptiveStats(*counts, **(extra_counts or {}))
+    return Trajectory(ts, states, stats, fr.failed, result_of(fr.reason), controller, system,
+                      dense if finish.want_dense else None, event_time, event_state, provenance)
