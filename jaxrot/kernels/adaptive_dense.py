@@ -1,0 +1,149 @@
+"""Warp functions of an error-controlled step's dense output and of an event's location on it, for
+the fused adaptive kernel (:mod:`jaxrot.kernels.adaptive_kernel`).
+
+The dense output is the cubic Hermite interpolant on SO(3) of :func:`jaxrot.driver.dense.interpolate`;
+the crossing is located by :data:`BISECTIONS` halvings of the step and one Newton step, as
+:mod:`jaxrot.driver.events` does, the Newton step's derivative a central difference of the
+interpolated condition over ``sqrt(eps)`` of the step (the kernel does not differentiate; the step
+only polishes a root the bisection has located to the last bits).
+"""
+
+import functools
+import math
+
+import numpy as np
+
+from . import event_restate
+from ._common import SERIES_ANGLE2, so3_funcs, torque_funcs, warp
+
+__all__ = ["BISECTIONS", "dense_funcs"]
+
+#: how many halvings of the step locate an event (as :mod:`jaxrot.driver.events`)
+BISECTIONS = 64
+
+
+@functools.lru_cache(maxsize=None)
+def dense_funcs(S, torque: str, K: int, event_key: str | None):
+    """Warp functions of the dense output and the event's location (see the module docstring): ``(g, locate)``."""
+    wp = warp()
+    c = so3_funcs(S)
+    tq = torque_funcs(S, torque, K)
+    V, M = c.V, c.M
+
+    if event_key is not None:
+        g = event_restate.event_g(S, event_key)
+    else:
+        @wp.func
+        def g(t: S, R: M, Pi: V, Q: wp.array(dtype=S)):
+            return S(0.0)
+
+    eps = float(np.finfo(np.float32 if S == wp.float32 else np.float64).eps)
+    tiny = float(np.finfo(np.float32 if S == wp.float32 else np.float64).tiny)
+    root_eps = math.sqrt(eps)
+    series = SERIES_ANGLE2
+    L1, L2, L3 = 1.0 / 6.0, 3.0 / 40.0, 5.0 / 112.0  # theta / sin(theta) in sin^2, as so3.log
+
+    @wp.func
+    def log(R: M):
+        """The rotation vector of ``R`` (:func:`jaxrot.so3.log`: the antisymmetric part below pi/2,
+        the symmetric part's axis above)."""
+        w = S(0.5) * V(R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1])
+        cth = wp.clamp(S(0.5) * (R[0, 0] + R[1, 1] + R[2, 2] - S(1.0)), S(-1.0), S(1.0))
+        s2 = wp.dot(w, w)
+        s = S(0.0)
+        if s2 > S(0.0):
+            s = wp.sqrt(s2)
+        theta = wp.atan2(s, cth)
+        out = V(S(0.0), S(0.0), S(0.0))
+        if cth < S(0.0):
+            B = S(0.5) * (R + wp.transpose(R)) - cth * wp.identity(n=3, dtype=S)
+            k = int(0)
+            if B[1, 1] > B[k, k]:
+                k = int(1)
+            if B[2, 2] > B[k, k]:
+                k = int(2)
+            col = V(B[0, k], B[1, k], B[2, k])
+            n = col / wp.sqrt(wp.max(wp.dot(col, col), S(tiny)))
+            if wp.dot(n, w) < S(0.0):
+                n = -n
+            out = theta * n
+        else:
+            f = S(0.0)
+            if s2 < S(1e-12):
+                f = ((S(L3) * s2 + S(L2)) * s2 + S(L1)) * s2 + S(1.0)
+            else:
+                f = theta / s
+            out = f * w
+        return out
+
+    @wp.func
+    def dexpinv(v: V, x: V):
+        """``dexp^{-1}_v x = x - v x x / 2 + c(|v|) v x (v x x)`` (:func:`jaxrot.so3.dexpinv`)."""
+        a2 = wp.dot(v, v)
+        cc = S(0.0)
+        if a2 < S(series):
+            cc = c.dexpinv_series(a2)
+        else:
+            half = S(0.5) * wp.sqrt(a2)
+            cc = (S(1.0) - half * wp.cos(half) / wp.sin(half)) / a2
+        vx = wp.cross(v, x)
+        return x - S(0.5) * vx + cc * wp.cross(v, vx)
+
+    @wp.func
+    def interp(R0: M, Pi0: V, w0: V, d0: V, Pi1: V, d1: V, xi1: V, m1: V, h: S, s: S):
+        """The state at ``s`` into a step of length ``h`` (:func:`jaxrot.driver.dense.interpolate`)."""
+        u = s / h
+        u2 = u * u
+        u3 = u * u * u
+        a = S(2.0) * u3 - S(3.0) * u2 + S(1.0)
+        b = u3 - S(2.0) * u2 + u
+        cc = S(-2.0) * u3 + S(3.0) * u2
+        d = u3 - u2
+        xi = (b * h) * w0 + cc * xi1 + (d * h) * m1
+        return R0 @ c.exp(xi), a * Pi0 + (b * h) * d0 + cc * Pi1 + (d * h) * d1
+
+    @wp.func
+    def g_at(tk: S, R0: M, Pi0: V, w0: V, d0: V, Pi1: V, d1: V, xi1: V, m1: V, h: S, s: S, Q: wp.array(dtype=S)):
+        R, Pi = interp(R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, s)
+        return g(tk + s, R, Pi, Q)
+
+    @wp.func
+    def sgn(x: S):
+        r = x  # (0 stays 0, NaN stays NaN, as jnp.sign)
+        if x > S(0.0):
+            r = S(1.0)
+        if x < S(0.0):
+            r = S(-1.0)
+        return r
+
+    @wp.func
+    def locate(tk: S, h: S, R0: M, Pi0: V, R1: M, Pi1: V, J: V, P: wp.array(dtype=S), Q: wp.array(dtype=S)):
+        """``(t, R, Pi)`` of the condition's root within the step ``[tk, tk + h]`` from ``(R0, Pi0)`` to
+        ``(R1, Pi1)``: bisection of the interpolated condition to the last bit, then one Newton step."""
+        w0 = wp.cw_div(Pi0, J)
+        w1 = wp.cw_div(Pi1, J)
+        xi1 = log(wp.transpose(R0) @ R1)
+        m1 = dexpinv(-xi1, w1)
+        d0 = wp.cross(Pi0, w0) + wp.transpose(R0) @ tq.tau(tk, R0, Pi0, P)
+        d1 = wp.cross(Pi1, w1) + wp.transpose(R1) @ tq.tau(tk + h, R1, Pi1, P)
+        ga = g_at(tk, R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, S(0.0), Q)
+        lo = S(0.0)
+        hi = h
+        for _k in range(BISECTIONS):
+            mid = S(0.5) * (lo + hi)
+            if sgn(g_at(tk, R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, mid, Q)) == sgn(ga):
+                lo = mid
+            else:
+                hi = mid
+        sb = S(0.5) * (lo + hi)
+        gv = g_at(tk, R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, sb, Q)
+        dl = h * S(root_eps)
+        gs = (g_at(tk, R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, sb + dl, Q)
+              - g_at(tk, R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, sb - dl, Q)) / (S(2.0) * dl)
+        s = sb
+        if gs != S(0.0) and wp.isfinite(gs):
+            s = sb - gv / gs
+        R, Pi = interp(R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, s)
+        return tk + s, R, Pi
+
+    return g, locate

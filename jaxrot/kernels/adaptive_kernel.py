@@ -1,0 +1,178 @@
+"""The Warp kernel of an enrolled pair's error-controlled loop, one thread per body
+(:func:`adaptive_kernel`; see :mod:`jaxrot.kernels.adaptive` for the loop it restates), and the
+cache of built kernels (:func:`kernel_for`).
+"""
+
+import functools
+
+from ._common import FUSE_FP, so3_funcs, warp
+from .adaptive_dense import dense_funcs
+from .adaptive_pairs import ADAPTIVE_KERNELS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry
+
+__all__ = ["adaptive_kernel", "kernel_for"]
+
+
+def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str | None = None,
+                    direction: int | None = None, terminal: bool = True, *, key: str):
+    """The Warp kernel of an enrolled pair's error-controlled loop, one thread per body (see the
+    module docstring). Arguments: ``R0`` (B) 3x3, ``Pi0`` (B) 3-vectors, ``h0``, ``rtol``, ``atol``
+    (B), ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (the torque's parameters), ``Q`` (the
+    event condition's), ``max_steps``, ``n_out``; outputs ``R_out`` (B, n), ``Pi_out`` (B, n),
+    ``acc``, ``rej`` (int32), ``err``, ``result`` (int32), ``t_event``, ``R_event``, ``Pi_event`` (B)."""
+    wp = warp()
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+    init, step_pair = entry.make(S, torque, K)
+    q1 = float(entry.low_order) + 1.0
+    alpha, beta = 0.7 / q1, 0.4 / q1
+    PER_ATTEMPT = entry.memory == "per_attempt"
+    EVENT = event_key is not None
+    TERMINAL = EVENT and bool(terminal)
+    UP = direction in (None, 1)
+    DOWN = direction in (None, -1)
+    g, locate = dense_funcs(S, torque, K, event_key)
+    CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
+
+    @wp.func
+    def scaled_error(R: M, Pi: V, Rp: M, Pip: V, Rq: M, Piq: V, rt: S, at: S):
+        """``sqrt(mean(((y_p - y_q) / (atol + rtol max(|y|, |y_p|)))^2))`` over ``(vec R, Pi)``."""
+        acc = S(0.0)
+        for r in range(3):
+            for k in range(3):
+                d = (Rp[r, k] - Rq[r, k]) / (at + rt * wp.max(wp.abs(R[r, k]), wp.abs(Rp[r, k])))
+                acc = acc + d * d
+        for k in range(3):
+            d = (Pip[k] - Piq[k]) / (at + rt * wp.max(wp.abs(Pi[k]), wp.abs(Pip[k])))
+            acc = acc + d * d
+        return wp.sqrt(acc / S(12.0))
+
+    def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), h0v: wp.array(dtype=S), rtolv: wp.array(dtype=S),
+            atolv: wp.array(dtype=S), t0v: wp.array(dtype=S), ts: wp.array(dtype=S), Jv: wp.array(dtype=V),
+            P: wp.array(dtype=S), Q: wp.array(dtype=S), max_steps: wp.int32, n_out: wp.int32,
+            R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V), acc_out: wp.array(dtype=wp.int32),
+            rej_out: wp.array(dtype=wp.int32), err_out: wp.array(dtype=S), result_out: wp.array(dtype=wp.int32),
+            tev_out: wp.array(dtype=S), Rev_out: wp.array(dtype=M), Piev_out: wp.array(dtype=V)):
+        b = wp.tid()
+        R = R0[b]
+        Pi = Pi0[b]
+        h = h0v[b]
+        rt = rtolv[b]
+        at = atolv[b]
+        t = t0v[0]
+        J = Jv[0]
+        A = init(R, Pi, J, P, h)
+        err_prev = S(1.0)
+        i = int(0)
+        acc = int(0)
+        rej = int(0)
+        code = int(0)
+        done = bool(False)
+        nan = S(wp.nan)
+        tev = nan
+        Rev = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
+        Piev = V(nan, nan, nan)
+        found = bool(False)
+        gprev = S(0.0)
+        if not wp.isfinite(R[0, 0] + R[0, 1] + R[0, 2] + R[1, 0] + R[1, 1] + R[1, 2] + R[2, 0] + R[2, 1]
+                            + R[2, 2] + Pi[0] + Pi[1] + Pi[2]):
+            code = CODE_NONFINITE
+            done = True
+        if wp.static(EVENT):
+            gprev = g(t, R, Pi, Q)
+        while (not done) and i < n_out and acc + rej < max_steps:
+            target = ts[i]
+            hit = t + h >= target - S(1e-12) * wp.max(S(1.0), wp.abs(target))
+            step = h
+            if hit:
+                step = target - t
+            Aa = A
+            if wp.static(PER_ATTEMPT):
+                Aa = init(R, Pi, J, P, step)
+            Rp, Pip, Ap, Rq, Piq = step_pair(R, Pi, Aa, t, step, J, P)
+            err = scaled_error(R, Pi, Rp, Pip, Rq, Piq, rt, at)
+            ok = err <= S(1.0)  # (False where err is NaN or infinite)
+            e = wp.max(err, S(1e-10))
+            fac = S(0.2)  # a non-finite error: 0.9 inf^-alpha = 0, clipped to 0.2
+            if wp.isfinite(err):
+                fac = S(0.9) * wp.pow(e, S(-alpha))
+                if ok:
+                    fac = fac * wp.pow(err_prev, S(beta))
+                fac = wp.min(wp.max(fac, S(0.2)), S(5.0))
+            # a step shortened to land on an output time does not shrink the next one
+            h_new = step * fac
+            if ok and hit:
+                h_new = wp.max(h, step * fac)
+            if ok:
+                tk = t
+                Rk = R
+                Pik = Pi
+                if hit:
+                    t = target
+                else:
+                    t = t + step
+                R = Rp
+                Pi = Pip
+                A = Ap
+                err_prev = e
+                acc = acc + 1
+                save = hit
+                if wp.static(EVENT):
+                    if not found:
+                        gb = g(t, R, Pi, Q)
+                        crossed = bool(False)
+                        if wp.static(UP):
+                            if gprev < S(0.0) and gb >= S(0.0):
+                                crossed = True
+                        if wp.static(DOWN):
+                            if gprev > S(0.0) and gb <= S(0.0):
+                                crossed = True
+                        if crossed:
+                            found = True
+                            tev, Rev, Piev = locate(tk, step, Rk, Pik, R, Pi, J, P, Q)
+                            if wp.static(TERMINAL):
+                                done = True
+                                if target > tev:
+                                    save = False
+                        gprev = gb
+                if save:
+                    R_out[b, i] = R
+                    Pi_out[b, i] = Pi
+                    i = i + 1
+            else:
+                rej = rej + 1
+            h = h_new
+        # outputs not reached hold the last state (after a terminal event: the event state)
+        Rf = R
+        Pif = Pi
+        stopped = bool(False)
+        if wp.static(TERMINAL):
+            if found:
+                Rf = Rev
+                Pif = Piev
+                stopped = True
+        for k in range(i, n_out):
+            R_out[b, k] = Rf
+            Pi_out[b, k] = Pif
+        if code == 0 and i < n_out and not stopped:
+            code = CODE_MAX
+        acc_out[b] = acc
+        rej_out[b] = rej
+        err_out[b] = err_prev
+        result_out[b] = code
+        tev_out[b] = tev
+        Rev_out[b] = Rev
+        Piev_out[b] = Piev
+
+    run.__name__ = run.__qualname__ = f"adaptive_{key}"
+    # per-operation rounding, as the fixed-step kernels (no contraction into fused multiply-adds)
+    return wp.kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_for(dtype_name: str, pair: str, torque: str, K: int, event_key, direction, terminal):
+    """``(Warp scalar type, kernel)``, built once per (dtype, pair, torque, event)."""
+    wp = warp()
+    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
+    ev = "" if event_key is None else f"_ev{event_key}_{direction}_{int(terminal)}"
+    key = f"{pair.replace('(', '_').replace(')', '')}_{torque.replace(':', '_')}{K}_{dtype_name}{ev}"
+    return S, adaptive_kernel(S, ADAPTIVE_KERNELS[pair], torque, K, event_key, direction, terminal, key=key)

@@ -1,0 +1,159 @@
+"""Launching the fused adaptive kernel on a batch (:func:`launch`): Warp's JAX custom call on a GPU
+(and for a CPU batch too small to split), or on a CPU the batch cut into slices that a pool of one
+thread per core takes in turn (:mod:`jaxrot.kernels.host_threads`' pool), the fastest bodies first.
+"""
+
+import concurrent.futures
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import host_threads, torque_kind, torque_params
+from . import event_restate
+from ._common import so3_funcs, warp
+from .adaptive_kernel import kernel_for
+from .adaptive_pairs import AdaptiveRun
+
+__all__ = ["launch", "slices_for", "SORT_MIN_BODIES", "MIN_BODIES_PER_SLICE", "SLICES_PER_CORE"]
+
+
+#: the kernel's outputs (name, per-body shape after B) in order
+_OUTPUTS = ("R_out", "Pi_out", "acc_out", "rej_out", "err_out", "result_out", "tev_out", "Rev_out", "Piev_out")
+_N_IN = 12  # 10 arrays, then max_steps and n_out
+_SLICED_IN = (0, 1, 2, 3, 4)  # R0, Pi0, h0, rtol, atol: one row per body; t0, ts, J, P, Q shared
+
+
+def _output_dims(B, n_out):
+    return {"R_out": (B, n_out), "Pi_out": (B, n_out), **{k: (B,) for k in _OUTPUTS[2:]}}
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi(*key):
+    """Warp's JAX custom call of the kernel (CUDA, and a CPU batch too small to split)."""
+    return warp().jax_kernel(kernel_for(*key)[1], num_outputs=len(_OUTPUTS))
+
+
+# --------------------------------------------------------------------------------------------------
+# a CPU batch split over the cores (as host_threads does for fixed steps), in more slices than cores
+# so that the pool's threads balance bodies that take very different numbers of steps
+
+#: from this many bodies a batch is launched in order of its bodies' initial angular speed
+SORT_MIN_BODIES = 64
+#: the fewest bodies a slice is given
+MIN_BODIES_PER_SLICE = 16
+#: slices per core: a thread that finishes early takes the next slice
+SLICES_PER_CORE = 8
+
+_RECORDED: dict[tuple, list] = {}
+
+
+def slices_for(bodies: int) -> int:
+    """How many slices a CPU batch of ``bodies`` is cut into (1: one launch on the calling thread)."""
+    n_cores = host_threads.cores()
+    if n_cores < 2 or bodies < 2 * host_threads.MIN_BODIES_PER_THREAD:
+        return 1
+    return max(1, min(SLICES_PER_CORE * n_cores, bodies // MIN_BODIES_PER_SLICE))
+
+
+def _record(kernel, cuts, max_steps, n_out, arrays):
+    wp = warp()
+    sets = []
+    sliced = set(_SLICED_IN) | set(range(_N_IN, _N_IN + len(_OUTPUTS)))
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        args = {i: x[int(lo):int(hi)] if i in sliced else x for i, x in arrays.items()}
+        inputs = [args[i] if i in args else (max_steps if i == 10 else n_out) for i in range(_N_IN + len(_OUTPUTS))]
+        launch = wp.launch(kernel, dim=int(hi - lo), device="cpu", inputs=inputs, record_cmd=True)
+        sets.append((int(lo), launch, {i: a.__ctype__() for i, a in args.items()}))
+    return sets
+
+
+def _launch_split(kernel, n_slices, max_steps, n_out, arrays):
+    B = arrays[0].shape[0]
+    key = (kernel, B, n_slices, max_steps, n_out)
+    if key not in _RECORDED and len(_RECORDED) >= 256:
+        _RECORDED.clear()
+    free = _RECORDED.setdefault(key, [])
+    sliced = set(_SLICED_IN) | set(range(_N_IN, _N_IN + len(_OUTPUTS)))
+    try:
+        sets = free.pop()
+    except IndexError:
+        sets = _record(kernel, np.linspace(0, B, n_slices + 1).astype(int), max_steps, n_out, arrays)
+    try:
+        for lo, launch, structs in sets:
+            for i, t in structs.items():
+                x = arrays[i]
+                t.data = x.ptr + (lo * x.strides[0] if i in sliced else 0)
+                launch.set_param_at_index_from_ctype(i, t)
+        futures = [host_threads._pool().submit(launch.launch) for _, launch, _ in sets]
+        concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
+        for f in futures:
+            f.result()
+    finally:
+        free.append(sets)
+
+
+@functools.lru_cache(maxsize=None)
+def _callable(*key):
+    """Warp's JAX callable (XLA's buffers handed over without a copy) that launches the kernel in
+    slices from the pool's threads; one per kernel."""
+    S, kernel = kernel_for(*key)
+    wp = warp()
+    c = so3_funcs(S)
+
+    def split(R0, Pi0, h0, rtol, atol, t0, ts, J, P, Q, max_steps, n_out, n_slices, R_out, Pi_out, acc_out,
+              rej_out, err_out, result_out, tev_out, Rev_out, Piev_out):
+        ins = (R0, Pi0, h0, rtol, atol, t0, ts, J, P, Q)
+        outs = (R_out, Pi_out, acc_out, rej_out, err_out, result_out, tev_out, Rev_out, Piev_out)
+        arrays = {**dict(enumerate(ins)), **{_N_IN + k: o for k, o in enumerate(outs)}}
+        _launch_split(kernel, n_slices, max_steps, n_out, arrays)
+
+    A = wp.array
+    split.__annotations__ = dict(
+        R0=A(dtype=c.M), Pi0=A(dtype=c.V), h0=A(dtype=S), rtol=A(dtype=S), atol=A(dtype=S), t0=A(dtype=S),
+        ts=A(dtype=S), J=A(dtype=c.V), P=A(dtype=S), Q=A(dtype=S), max_steps=int, n_out=int, n_slices=int,
+        R_out=wp.array2d(dtype=c.M), Pi_out=wp.array2d(dtype=c.V), acc_out=A(dtype=wp.int32),
+        rej_out=A(dtype=wp.int32), err_out=A(dtype=S), result_out=A(dtype=wp.int32), tev_out=A(dtype=S),
+        Rev_out=A(dtype=c.M), Piev_out=A(dtype=c.V), **{"return": None})
+    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
+    return wp.jax_callable(split, num_outputs=len(_OUTPUTS), vmap_method="sequential")
+
+
+def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event):
+    dtype = states0.R.dtype
+    B, n_out = states0.R.shape[0], ts.shape[0]
+    kind = torque_kind(system.torque, dtype)
+    P = torque_params(system.torque, dtype)
+    K = int(P.shape[0] // 3) if kind == "poly" else 0
+    if event is None:
+        ekey, Q, direction, terminal = None, jnp.zeros((1,), dtype), None, True
+    else:
+        ekey, Q = event_restate.lower(event.cond_fn, dtype)
+        direction, terminal = event.direction, bool(event.terminal)
+    if B == 0:
+        z = jnp.zeros((0,), dtype)
+        zi = jnp.zeros((0,), jnp.int32)
+        ev = (None, None, None) if event is None else (z, jnp.zeros((0, 3, 3), dtype), jnp.zeros((0, 3), dtype))
+        return AdaptiveRun(jnp.zeros((0, n_out, 3, 3), dtype), jnp.zeros((0, n_out, 3), dtype), zi, zi, z, zi, *ev)
+    key = (jnp.dtype(dtype).name, name, kind, K, ekey, direction, terminal)
+    J = jnp.asarray(system.body.J, dtype)
+    per_body = [jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), h0, rtol, atol]
+    inverse = None
+    if B >= SORT_MIN_BODIES:
+        # the bodies fastest first (initial angular speed): a GPU warp of 32 threads then holds bodies
+        # of like cost instead of running as long as its slowest, and a CPU's pool starts the costliest
+        # slices first; the outputs go back to the caller's order (the same arithmetic per body)
+        order = jnp.argsort(-jnp.linalg.norm(per_body[1] / J, axis=-1))
+        inverse = jnp.argsort(order)
+        per_body = [x[order] for x in per_body]
+    args = (*per_body, jnp.reshape(t0, (1,)), ts, J.reshape(1, 3), P, jnp.asarray(Q, dtype))
+    n_slices = min(slices_for(B), B)
+    if n_slices == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
+        out = _ffi(*key)(*args, int(max_steps), int(n_out), launch_dims=(B,), output_dims=_output_dims(B, n_out))
+    else:
+        out = _callable(*key)(*args, int(max_steps), int(n_out), int(n_slices), output_dims=_output_dims(B, n_out))
+    out = tuple(out) if inverse is None else tuple(x[inverse] for x in out)
+    if event is None:
+        return AdaptiveRun(*out[:6])
+    return AdaptiveRun(*out)
