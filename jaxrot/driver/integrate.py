@@ -16,7 +16,7 @@ from ..geometry.state import State
 from .dense import DenseOutput, StepDenseOutput
 from .events import freeze_after, locate
 from .failures import result_of
-from .layout import Frames
+from .layout import Frames, LocatedEvent
 from .results import AdaptiveStats, Provenance, Trajectory
 
 __all__ = ["Finish", "trajectory"]
@@ -30,9 +30,10 @@ def _per_body(fn, batched: bool, stacked: bool, system, *trees):
 
 @functools.partial(jax.jit, static_argnames=("event", "batched", "stacked"))
 def _events(event, batched, stacked, system, ts, states, ev):
-    """Event times and states per body; a terminal event's later frames set to its state."""
+    """Event times and states per body (located on the crossing step's dense output, or as the
+    executor located them); a terminal event's later frames set to its state."""
     def one(system, ts, states, ev):
-        t_ev, s_ev = locate(event, system, ev)
+        t_ev, s_ev = (ev.time, ev.state) if isinstance(ev, LocatedEvent) else locate(event, system, ev)
         if event.terminal:
             states = freeze_after(ts, states, t_ev, s_ev)
         return t_ev, s_ev, states

@@ -122,7 +122,8 @@ def run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
 class Frames(eqx.Module):
     """What a loop returns for one body or a batch (a leading axis on every leaf): the saved frames,
     initial state first (``ts``, ``states``, ``stats`` per saved interval), the first failed step and
-    its RESULTS code, the event's carry (or None), the step counts (``(n_accepted, n_rejected,
+    its RESULTS code, the event's carry (or None; a :class:`LocatedEvent` where the executor located
+    the event itself, as the fused adaptive kernel does), the step counts (``(n_accepted, n_rejected,
     err_estimate)`` of an error-controlled run, else None) and what the dense output needs (or None).
     :func:`jaxrot.driver.integrate.trajectory` makes the :class:`~jaxrot.Trajectory` of it."""
 
@@ -134,6 +135,15 @@ class Frames(eqx.Module):
     event: object = None
     counts: tuple | None = None
     dense: tuple | None = None
+
+
+class LocatedEvent(eqx.Module):
+    """An event already located by the executor (the fused adaptive kernel locates it in the kernel):
+    its ``time`` and ``state`` per body, NaN where none was found; in :attr:`Frames.event` in place of
+    the loop's :class:`~jaxrot.driver.events.EventCarry`."""
+
+    time: jax.Array
+    state: State
 
 
 @functools.partial(jax.jit, static_argnames=("nvs", "batched"))

@@ -32,7 +32,7 @@ from . import host_threads
 from . import transpile as _transpile
 
 __all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "why_not", "keeps_stats", "have_warp", "torque_kind",
-           "method_name"]
+           "method_name", "registered_name"]
 
 _TORQUED = ("free", "gravity", "poly")
 #: the kernels that call the torque as a function of (t, R, Pi) and so can take a plain-function torque
@@ -144,6 +144,23 @@ def method_name(method) -> str | None:
     return None
 
 
+def registered_name(method) -> str:
+    """The name ``method`` is registered under (:func:`jaxrot.integrators.get`), for messages; its class
+    name where it is no registered instance."""
+    import equinox as eqx
+
+    from .. import integrators
+
+    for name in integrators.REGISTRY:
+        try:
+            ref = integrators.get(name)
+            if type(method) is type(ref) and bool(eqx.tree_equal(method, ref)):
+                return name
+        except Exception:  # noqa: BLE001 - traced fields, or a method that cannot be built here
+            continue
+    return type(method).__name__
+
+
 def supports(method, system) -> bool:
     """True if a kernel exists for this method (an integrator or a registered name) and this torque
     (Warp need not be installed)."""
@@ -162,7 +179,7 @@ def why_not(method, system) -> str | None:
     """Why :func:`supports` is False for this method and torque (a sentence), or None."""
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
     if name is None:
-        label = method if isinstance(method, str) else type(method).__name__
+        label = method if isinstance(method, str) else registered_name(method)
         return (f"no fused kernel for the method {label} (kernels: {', '.join(sorted(KERNELS))}; "
                 "see docs/kernels.md)")
     J = system.body.J

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import KERNELS, method_name, torque_kind
+from . import KERNELS, method_name, registered_name, torque_kind
 from . import event_restate
 from ._common import so3_funcs, warp
 
@@ -155,7 +155,9 @@ def why_not_adaptive(pair, system, event=None) -> str | None:
     """Why :func:`supports_adaptive` is False (a sentence), or None."""
     name = pair_name(pair)
     if name is None:
-        return f"no fused adaptive kernel for the pair {pair!r} (kernels: {', '.join(ADAPTIVE_KERNELS)})"
+        label = pair if isinstance(pair, (str, tuple)) else registered_name(pair)
+        return (f"no fused adaptive kernel for the pair {label} (kernels: {', '.join(ADAPTIVE_KERNELS)}; "
+                "see docs/kernels.md)")
     J = system.body.J
     if getattr(J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"

@@ -10,7 +10,9 @@
 device, except where :class:`Fused` was measured faster (Warp installed, a kernel for the method and
 torque, a plain call): on one CUDA GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch;
 on a CPU one body saving frames from :data:`FUSED_MIN_STEPS` steps, and a batch on one CPU device from
-:data:`FUSED_MIN_BODY_STEPS_CPU` body-steps. An executor asked for explicitly that cannot run the job
+:data:`FUSED_MIN_BODY_STEPS_CPU` body-steps. An error-controlled run (:class:`AttemptSpec`) that the
+fused adaptive kernel can run goes there on one CPU device (one body or a batch), and on one CUDA GPU
+from :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies (docs/kernels.md, "Which runs are fused"). An executor asked for explicitly that cannot run the job
 raises a ValueError saying why (:meth:`~AbstractExecutor.refusal`); the trajectory's provenance names
 the executor that ran it.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import jax
 
+from ..checks import is_concrete
 from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .fused import Fused
 from .sharded import CPUBlocked, Sharded
@@ -50,6 +53,11 @@ FUSED_MIN_BODY_STEPS_CPU = 100_000
 FUSED_MIN_STEPS_GPU = 100
 
 
+#: the fewest bodies for which an error-controlled batch on one CUDA GPU runs fused by default: the
+#: batch the fused adaptive kernel was measured on there (docs/benchmarks.md, "Heterogeneous batches")
+FUSED_ADAPTIVE_MIN_BODIES_GPU = 100_000
+
+
 def _platform() -> str:
     return jax.devices()[0].platform
 
@@ -63,6 +71,8 @@ def _fused_wins(spec: RunSpec) -> bool:
     fused run one kernel). Both: a plain call (traced runs keep XLA's
     forward-mode AD), no progress report (one launch has no chunks to report), no ``unroll``, Warp
     installed and a kernel for the method and torque that loses none of its step statistics."""
+    if isinstance(spec, AttemptSpec):
+        return _fused_adaptive_wins(spec)
     if not isinstance(spec, RunSpec) or spec.event is not None or spec.monitor is not None:
         return False
     kernels = _kernels()
@@ -78,6 +88,27 @@ def _fused_wins(spec: RunSpec) -> bool:
             and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method))
 
 
+def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
+    """Where the fused adaptive kernel was measured faster than XLA's error-controlled loop: on one CPU
+    device, one body or a batch of any size (each body stops when it is done, and the kernel compiles
+    in about a second where XLA's loop takes ten or more); on one CUDA GPU, batches of at least
+    :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies. Both: a plain call (a traced run, e.g. under
+    ``jax.grad``, keeps the XLA loop, whose derivatives the fused run borrows anyway), Warp installed
+    and a run the kernel supports (:meth:`Fused.refusal`)."""
+    platform = _platform()
+    if platform == "cpu":
+        where = _one_device()
+    else:
+        where = (platform == "gpu" and spec.batched and spec.state0.R.shape[0] >= FUSED_ADAPTIVE_MIN_BODIES_GPU
+                 and _one_cuda_gpu())
+    if not where or not _kernels().have_warp():
+        return False
+    if not all(map(is_concrete, jax.tree_util.tree_leaves((spec.state0, spec.t0, spec.targets, spec.rtol, spec.atol,
+                                                            spec.dt0)))) or traced(spec):
+        return False
+    return Fused.supports(_FUSED, spec)
+
+
 def _one_device() -> bool:
     return len(jax.devices()) == 1 and jax.process_count() == 1
 
@@ -89,7 +120,7 @@ def _one_cuda_gpu() -> bool:
     return _one_device() and kernels.have_warp() and kernels.warp().is_cuda_available()
 
 
-def _default(spec: RunSpec) -> AbstractExecutor:
+def _default(spec) -> AbstractExecutor:
     if _fused_wins(spec):
         return _FUSED
     return _MANY if spec.batched else _ONE

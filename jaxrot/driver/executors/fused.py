@@ -2,7 +2,10 @@
 
 Every step of every body runs in one launch of a Warp kernel (:mod:`jaxrot.kernels`), one thread per
 body, writing only the saved frames; the XLA loop stays the reference and carries the gradients
-(``jax.custom_jvp``: tangents, forward or reverse, come from the XLA run). Needs the ``fast`` extra.
+(``jax.custom_jvp``: tangents, forward or reverse, come from the XLA run). Error-controlled runs of
+an enrolled pair run in the fused adaptive kernel (:mod:`jaxrot.kernels.adaptive`), each body at its
+own pace, events located in the kernel; their gradients come from the XLA loop too (a custom VJP
+through the checkpointed loop, a custom JVP for forward mode). Needs the ``fast`` extra.
 """
 
 from __future__ import annotations
@@ -12,13 +15,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+import equinox as eqx
+
 from ...geometry.state import State
-from ..layout import assemble
+from ..adjoint import RecursiveCheckpointAdjoint
+from ..attempts import attempts_frames
+from ..events import locate
+from ..layout import Frames, LocatedEvent, assemble
 from ..lean_jit import lean_jit
 from ..loop import empty_stats, init_carry, scan_frames
-from ..layout import Frames
 from ..sharding import per_device
-from .base import AbstractExecutor, RunSpec
+from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .batch import place_batch
 
 
@@ -58,11 +65,60 @@ def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, me
     return jax.tree_util.tree_map(lambda x: x[0], traj) if one else traj
 
 
+def xla_attempts(spec: AttemptSpec):
+    """The XLA loop of ``spec``'s pair with the outputs of :func:`jaxrot.kernels.adaptive.fused_adaptive`
+    (its ``reference``: the derivatives of a fused error-controlled run are this run's)."""
+
+    def reference(pair, system, states0, t0, ts, rtol, atol, dt0, max_steps, event=None):
+        sub = AttemptSpec(pair, system, states0, t0, ts, rtol, atol, dt0, max_steps, spec.adjoint, None, event)
+        fr = attempts_frames(sub, lambda fn, *trees: jax.vmap(fn)(*trees))
+        out = (fr.states.R[:, 1:], fr.states.Pi[:, 1:], *fr.counts, fr.reason)
+        if event is None:
+            return out
+        t_ev, s_ev = jax.vmap(lambda ev: locate(event, system, ev))(fr.event)
+        return (*out, t_ev, s_ev.R, s_ev.Pi)
+
+    return reference
+
+
+@eqx.filter_jit
+def _attempts_program(spec: AttemptSpec) -> Frames:
+    """An error-controlled run in the fused adaptive kernel, as :class:`~jaxrot.driver.layout.Frames`."""
+    from ...kernels import adaptive
+
+    one = not spec.batched
+    states0 = jax.tree_util.tree_map(lambda x: x[None], spec.state0) if one else spec.state0
+    # jax.grad goes through the checkpointed XLA loop (a custom VJP); forward mode, and reverse mode
+    # through DirectAdjoint's scans, through a custom JVP
+    mode = "reverse" if isinstance(spec.adjoint, RecursiveCheckpointAdjoint) else "forward"
+    run = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol, spec.atol,
+                                  spec.dt0, spec.max_steps, event=spec.event, reference=xla_attempts(spec),
+                                  adjoint=mode)
+    B, n_out = run.R.shape[:2]
+    dtype = run.R.dtype
+    ts = jnp.concatenate([jnp.reshape(jnp.asarray(spec.t0, dtype), (1,)), jnp.asarray(spec.targets, dtype)])
+    states = State(jnp.concatenate([states0.R[:, None], run.R], axis=1),
+                   jnp.concatenate([states0.Pi[:, None], run.Pi], axis=1))
+    stats = jax.tree_util.tree_map(lambda z: jnp.broadcast_to(z, (B, n_out)), empty_stats())
+    # the first failed step as the XLA loop reports it: the attempts spent at max_steps, the first
+    # step for a body that could not start (a non-finite initial state), else -1
+    spent = run.n_accepted + run.n_rejected
+    failed = jnp.where(run.result == adaptive.RESULT_MAX_STEPS_REACHED, spent, jnp.where(run.result != 0, 1, -1))
+    event = None if spec.event is None else LocatedEvent(run.event_time, State(run.event_R, run.event_Pi))
+    fr = Frames(jnp.broadcast_to(ts, (B, n_out + 1)), states, stats, failed.astype(jnp.int32), run.result, event,
+                (run.n_accepted, run.n_rejected, run.err_estimate))
+    return jax.tree_util.tree_map(lambda x: x[0], fr) if one else fr
+
+
 class Fused(AbstractExecutor):
     """The whole run in one fused kernel launch per device (NVIDIA Warp; ``pip install 'jaxrot[fast]'``):
     one thread per body, its state in registers, only the saved frames written. Runs the methods and
-    torques of :data:`jaxrot.kernels.KERNELS` (explicit methods), without an invariant monitor or an
-    event; any other run is refused with the reason. One body runs as a batch of one. A batch is split over ``devices``,
+    torques of :data:`jaxrot.kernels.KERNELS` (explicit methods) with constant steps, without an
+    invariant monitor or an event; and error-controlled runs (``stepsize=jaxrot.Adaptive``) of the
+    pairs of :data:`jaxrot.kernels.adaptive.ADAPTIVE_KERNELS`, saving at output times
+    (``SaveAt(t1=True)``, ``SaveAt(ts=...)``), with or without an event whose condition the kernel
+    restates, on one device (``devices`` is not used for them); any other run is refused with the
+    reason (docs/kernels.md has the table). One body runs as a batch of one. A batch is split over ``devices``,
     one launch each (default: every accelerator; on CPUs the default device only, whose launch is
     itself split over the cores, :mod:`jaxrot.kernels.host_threads`). Gradients (``jax.grad``
     through :func:`jaxrot.simulate`) come from the XLA loop, so they equal the :class:`XLA`
@@ -73,6 +129,8 @@ class Fused(AbstractExecutor):
     Example::
 
         jaxrot.simulate("buss2p", problem, 1e-3, 100_000, saveat=jaxrot.SaveAt(steps=1000), executor=jaxrot.Fused())
+        jaxrot.simulate("rkmk8(5)", problem, t1=10.0, state0=batch, stepsize=jaxrot.Adaptive(1e-10, 1e-10),
+                        executor=jaxrot.Fused())
     """
 
     devices: Any = None
@@ -86,8 +144,8 @@ class Fused(AbstractExecutor):
 
         if not kernels.have_warp():
             return "the fused kernels need NVIDIA Warp: pip install 'jaxrot[fast]'"
-        if not isinstance(spec, RunSpec):
-            return "error-controlled steps (stepsize=jaxrot.Adaptive) have no fused kernel yet"
+        if isinstance(spec, AttemptSpec):
+            return _attempts_refusal(spec)
         if spec.monitor is not None:
             return "the fused kernels keep no invariant monitor (monitor=)"
         if spec.event is not None:
@@ -97,6 +155,12 @@ class Fused(AbstractExecutor):
         if not kernels.supports(spec.method, spec.system):
             return kernels.why_not(spec.method, spec.system)
         return None
+
+    def run_attempts(self, spec: AttemptSpec) -> Frames:
+        """An error-controlled run in the fused adaptive kernel (:mod:`jaxrot.kernels.adaptive`): one
+        thread per body, each taking its own steps, the states written at the output times, an event
+        located in the kernel."""
+        return _attempts_program(spec)
 
     def _devices(self) -> list:
         if self.devices is not None:
@@ -122,3 +186,21 @@ class Fused(AbstractExecutor):
             jax.block_until_ready(traj.states.R)
             spec.report(spec.n_frames)
         return traj
+
+
+def _attempts_refusal(spec: AttemptSpec) -> str | None:
+    """Why the fused adaptive kernel cannot run this error-controlled run, or None."""
+    from ...kernels import adaptive
+
+    if spec.monitor is not None:
+        return "the fused kernels keep no invariant monitor (monitor=)"
+    if spec.every is not None:
+        return ("the fused adaptive kernel writes states at output times only (SaveAt(t1=True) or SaveAt(ts=...)), "
+                "not every k-th step (SaveAt(steps=...))")
+    if spec.dense:
+        return "the fused adaptive kernel keeps no dense output (SaveAt(dense=True))"
+    if spec.stacked:
+        return "the fused kernels share one system among the bodies (stacked problems are not fused)"
+    if jnp.dtype(spec.state0.R.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        return f"the fused kernels run float32 or float64, not {spec.state0.R.dtype}"
+    return adaptive.why_not_adaptive(spec.method, spec.system, spec.event)
