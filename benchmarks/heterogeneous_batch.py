@@ -12,6 +12,8 @@ mgl = 20), spun about the symmetry axis at rates log-uniform over 5-100 rad/s, t
   the same steps (the same worst error);
 - fixed steps: the fewest steps of fused ``rkmk8`` (5 % resolution) whose worst final error is at most
   the fused adaptive run's;
+- fused adaptive with a terminal event at ``T/10`` (a clock condition, ``t - T/10``): each body
+  stops there, the time a run that ends early costs against the full run;
 - diffrax ``Dopri8`` and ``Tsit5`` vmapped over the batch, ``PIDController(rtol=tol, atol=tol)`` at its
   default coefficients, on the body-frame equations (12 numbers), at the loosest tolerance whose worst
   final error is at most the fused adaptive run's (searched as the precision suite searches, from ten
@@ -27,7 +29,8 @@ away from that unstable position, amplifying round-off: measured 7.6e-12 rad at 
 the worst error a run at rtol = 1e-12 reaches, so the comparisons at 1e-12 are at that floor.
 Times: the median of ``--reps`` calls of each contender, the contenders' calls in turn (after one
 untimed call each: compiled), per body. On this repository's 2-core CPU the targets are the fused
-adaptive run at <= 0.2x XLA's loop and <= 0.1x the best diffrax entry per body; on a GPU
+adaptive run at <= 0.2x XLA's loop and <= 0.1x the best diffrax entry per body, and the run
+with a terminal event at T/10 at <= 0.15x the full run; on a GPU
 (``--bodies 100000``), >= 10x XLA's loop.
 
     python benchmarks/heterogeneous_batch.py [--bodies 1000] [--T 10] [--tols 1e-8,1e-12] [--reps 3] [--out figures]
@@ -233,6 +236,16 @@ def run_tolerance(p, system, S, ref, T, tol, pair, reps, diffrax_solvers, diffra
                    target, B),
                   ("XLA adaptive loop " + pair, lambda: xla(S).states.R, f"tol = {tol:.0e}", float(x_att.mean()),
                    x_err, B)]
+    # a terminal event at T/10 in the kernel: each body stops there (the event time from the clock)
+    stop = jaxrot.Event(lambda t, s, args: t - 0.1 * T, terminal=True)
+    fused_ev = jax.jit(lambda S: ka.fused_adaptive(pair, system, S, 0.0, ts, tol, tol, max_steps=MAX_STEPS,
+                                                   event=stop))
+    ev = fused_ev(S)
+    ev_att = np.asarray(ev.n_accepted) + np.asarray(ev.n_rejected)
+    log(f"  fused adaptive with a terminal event at T/10: event times {float(np.min(ev.event_time)):.6f}-"
+        f"{float(np.max(ev.event_time)):.6f}, attempts per body {ev_att.mean():.0f}")
+    contenders.append(("fused adaptive, terminal event at T/10", lambda: fused_ev(S).R, f"tol = {tol:.0e}",
+                       float(ev_att.mean()), None, B))
     if ref is None:
         return _timed(contenders, tol, reps, log)
     # the search bodies: those the fused run finds hardest and the fastest spins (hardest for a fixed step)
@@ -286,7 +299,9 @@ def summary(rows):
         x = next(r for r in rs if r["contender"].startswith("XLA"))
         d = [r for r in rs if r["contender"].startswith("diffrax")]
         fx = [r for r in rs if r["contender"].startswith("fixed")]
+        e = [r for r in rs if r["contender"].startswith("fused adaptive, terminal event")]
         s = dict(tol=tol, fused_over_xla=f["us_per_body"] / x["us_per_body"],
+                 event_over_full=(e[0]["us_per_body"] / f["us_per_body"]) if e else None,
                  fused_over_best_diffrax=(f["us_per_body"] / min(r["us_per_body"] for r in d)) if d else None,
                  fused_over_fixed=(f["us_per_body"] / fx[0]["us_per_body"]) if fx else None)
         out.append(s)
@@ -309,11 +324,12 @@ def markdown(res) -> str:
     for r in res["rows"]:
         lines.append(f"| {r['tol']:.0e} | {r['contender']} | {r['setting']} | {r['bodies']} | {r['steps_per_body']:.0f} | "
                      f"{_e(r['worst_error'])} | {r['us_per_body']:.1f} | {r['vs_fused']:.2f} |")
-    lines += ["", "| tol | fused / XLA loop | fused / best diffrax | fused / fixed steps |", "|---|---|---|---|"]
+    lines += ["", "| tol | fused / XLA loop | fused / best diffrax | fused / fixed steps | event at T/10 / full run |",
+              "|---|---|---|---|---|"]
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for s in res["summary"]:
         lines.append(f"| {s['tol']:.0e} | {fmt(s['fused_over_xla'])} | {fmt(s['fused_over_best_diffrax'])} | "
-                     f"{fmt(s['fused_over_fixed'])} |")
+                     f"{fmt(s['fused_over_fixed'])} | {fmt(s.get('event_over_full'))} |")
     return "\n".join(lines) + "\n"
 
 
