@@ -1,9 +1,9 @@
-"""Memory and time of reverse-mode gradients through adaptive runs (``adjoint="checkpointed"``).
+"""Memory and time of reverse-mode gradients through adaptive runs (the default adjoint, :class:`jaxrot.RecursiveCheckpointAdjoint`).
 
 For runs of about 1e3, 1e4 and 1e5 accepted steps (free body, buss4(3), rtol = atol = 1e-10, span
 scaled to the step count, ``max_steps`` = 1.25x the steps): the compiled gradient program's
 temporary memory (XLA's memory analysis), the time of the forward run and of the gradient, and the
-forward time of the ``"forward"`` loop (``lax.while_loop``) for comparison.
+forward time of the :class:`jaxrot.ForwardMode` loop (a plain ``lax.while_loop``) for comparison.
 
     python benchmarks/adaptive_grad_memory.py [--sizes 1000 10000 100000] [--reps 3]
 """
@@ -47,14 +47,14 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
     J = P.body.J
-    n1 = int(jax.jit(make(1.0, 100_000, "forward"))(J)[1])  # accepted steps per unit time
+    n1 = int(jax.jit(make(1.0, 100_000, jaxrot.ForwardMode()))(J)[1])  # accepted steps per unit time
     print(f"{'steps':>8} {'max_steps':>9} {'grad temp MiB':>13} {'fwd lax s':>9} {'fwd ckpt s':>10} {'grad s':>8}")
     for n in a.sizes:
         t1 = n / n1
         ms = int(1.25 * n)
-        fwd_lax = jax.jit(make(t1, ms, "forward"))
-        fwd_ck = jax.jit(make(t1, ms, "checkpointed"))
-        grad = jax.jit(jax.grad(lambda J: make(t1, ms, "checkpointed")(J)[0]))
+        fwd_lax = jax.jit(make(t1, ms, jaxrot.ForwardMode()))
+        fwd_ck = jax.jit(make(t1, ms, jaxrot.RecursiveCheckpointAdjoint()))
+        grad = jax.jit(jax.grad(lambda J: make(t1, ms, jaxrot.RecursiveCheckpointAdjoint())(J)[0]))
         mem = grad.lower(J).compile().memory_analysis()
         steps = int(fwd_ck(J)[1])
         tl, tc, tg = (median_time(f, J, a.reps) for f in (fwd_lax, fwd_ck, grad))

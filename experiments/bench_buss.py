@@ -94,10 +94,10 @@ def main(quick: bool = False, out_dir=None) -> list[dict]:
                 s1 = jaxrot.State(states.R[0], states.Pi[0])
 
                 def run(n, s1=s1, m=m):
-                    return jaxrot.simulate(m, p, h, n, save_every=n, state0=s1).states.R.block_until_ready()
+                    return jaxrot.simulate(m, p, h, n, saveat=jaxrot.SaveAt(steps=n), state0=s1).states.R.block_until_ready()
             else:
                 def run(n, m=m):
-                    return jaxrot.simulate(m, p, h, n, state0=states, save_every=n).states.R.block_until_ready()
+                    return jaxrot.simulate(m, p, h, n, state0=states, saveat=jaxrot.SaveAt(steps=n)).states.R.block_until_ready()
             t0 = time.perf_counter()
             run(n_steps)
             first = time.perf_counter() - t0

@@ -75,10 +75,10 @@ def _jax_runner(method, p, states, n, block, devices=None, one_body=None):
     B = states.R.shape[0]
     if B == 1:
         s1 = jaxrot.State(states.R[0], states.Pi[0])
-        return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s1,
+        return lambda: jaxrot.simulate(method, p, H, n, saveat=jaxrot.SaveAt(steps=n), state0=s1,
                                        executor=one_body).states.R.block_until_ready()
     run = jaxrot.Sharded(devices, block)
-    return lambda: jaxrot.simulate(method, p, H, n, state0=states, save_every=n,
+    return lambda: jaxrot.simulate(method, p, H, n, state0=states, saveat=jaxrot.SaveAt(steps=n),
                                    executor=run).states.R.block_until_ready()
 
 
@@ -87,7 +87,7 @@ def _cost_per_body_step(method, p, states) -> dict:
     initialisation and the output copies, so it over-counts a steady-state step; on several devices
     the analysis would count one device's part)."""
     one_device = jaxrot.Sharded(jax.devices()[:1], None)
-    f = jax.jit(lambda s: jaxrot.simulate(method, p, H, 1, state0=s, save_every=1, executor=one_device).states.R)
+    f = jax.jit(lambda s: jaxrot.simulate(method, p, H, 1, state0=s, saveat=jaxrot.SaveAt(steps=1), executor=one_device).states.R)
     return _xla_cost(f, states)
 
 
@@ -162,7 +162,7 @@ def _fused_runner(method, p, states, n, devices=None):
     """A fused-kernel run (:class:`jaxrot.Fused`) of the same call as :func:`_jax_runner`."""
     run = jaxrot.Fused(devices)
     s = jaxrot.State(states.R[0], states.Pi[0]) if states.R.shape[0] == 1 else states
-    return lambda: jaxrot.simulate(method, p, H, n, save_every=n, state0=s, executor=run).states.R.block_until_ready()
+    return lambda: jaxrot.simulate(method, p, H, n, saveat=jaxrot.SaveAt(steps=n), state0=s, executor=run).states.R.block_until_ready()
 
 
 def fused_table(batches=(1, 1000, 100_000), methods=("buss2p", "buss4", "dmv10"), budget: float = 4e6,
@@ -267,7 +267,7 @@ def main(quick: bool = False, out_dir=None, batches=None, baselines: bool = True
 
             row["NumPy f64"] = B * n_np / median_seconds(np_run, 3)
             ref = np.asarray(jaxrot.simulate("buss2p", p, H, 100, state0=jaxrot.State(
-                jnp.asarray(R0), jnp.asarray(np.einsum("bji,bj->bi", R0, L0))), save_every=100).final.R) \
+                jnp.asarray(R0), jnp.asarray(np.einsum("bji,bj->bi", R0, L0))), saveat=jaxrot.SaveAt(steps=100)).final.R) \
                 if B > 1 else None
             for name, (fn, soa) in libs.items():
                 # SoA: entry k of every body contiguous (R: 9 x B, L: 3 x B)

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxrot import analysis, simulate
+from jaxrot import SaveAt, analysis, simulate
 from jaxrot.studies.buss_protocol import BUSS_COST, BUSS_TABLE, PrismProtocol, run_table
 from jaxrot.present.plotting import grouped_series_figure, grouped_work_precision_figure, published_comparison_figure
 from jaxrot.present.progress import ItemProgress
@@ -146,7 +146,7 @@ def main(quick: bool = False, out_dir=None, protocol: PrismProtocol | None = Non
     ts = None
     with ItemProgress(len(methods), "methods", "4/4 energy drift") as bar:
         for m in methods:
-            tr = simulate(m, pl, pl.t_end / n_long, n_long, save_every=max(1, n_long // 400), throw=False)
+            tr = simulate(m, pl, pl.t_end / n_long, n_long, saveat=SaveAt(steps=max(1, n_long // 400)), throw=False)
             E = np.asarray(analysis.energy(pl, tr.states))
             drift[m] = np.abs(E - E[0]) / E[0] + 1e-17
             ts = np.asarray(tr.ts)

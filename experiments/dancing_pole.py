@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxrot import analysis, problems, simulate
+from jaxrot import SaveAt, analysis, problems, simulate
 from jaxrot.present.animation import animate_bodies
 from jaxrot.present.plotting import series_panels_figure
 
@@ -32,7 +32,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     res, cone, exc, energy, frames = {}, {}, {}, {}, {}
     ts = None
     for m in METHODS:
-        tr = simulate(m, p, dt, n, save_every=1, throw=False)
+        tr = simulate(m, p, dt, n, saveat=SaveAt(steps=1), throw=False)
         ts = np.asarray(tr.ts)
         c = np.degrees(np.asarray(analysis.body_axis_momentum_angle(tr.states, 2)))
         axis = np.asarray(tr.states.R[:, :, 2])  # the rod's axis in the world

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxrot import analysis, exact, problems, reference, simulate
+from jaxrot import SaveAt, analysis, exact, problems, reference, simulate
 from jaxrot.present.animation import animate_bodies
 from jaxrot.present.plotting import flip_figure, poinsot_figure
 
@@ -43,7 +43,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     n_anim = int(2.2 * half / dt)  # two flips
     every = max(1, n_anim // (20 if quick else 110))
     for meth in METHODS:
-        tr = simulate(meth, p, dt, n, save_every=1, throw=False)
+        tr = simulate(meth, p, dt, n, saveat=SaveAt(steps=1), throw=False)
         frames[meth] = {"title": meth, "R": np.asarray(tr.states.R)[:n_anim:every],
                         "L": np.asarray(tr.states.L)[:n_anim:every], "shape": "t_handle"}
         flips[meth] = analysis.sign_change_times(tr.ts, tr.states.Pi[:, 1])
@@ -77,7 +77,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     Pi_start *= L / np.linalg.norm(Pi_start)
     for meth in POINSOT_METHODS:
         q = problems.t_handle(omega0=tuple(Pi_start / J), t_end=40.0)
-        tr = simulate(meth, q, 0.1, n_p, save_every=1, throw=False)
+        tr = simulate(meth, q, 0.1, n_p, saveat=SaveAt(steps=1), throw=False)
         paths[meth] = np.asarray(tr.states.Pi)
     fig = poinsot_figure(J, L, polhodes, paths,
                          title="body momentum on the momentum sphere |Pi| = |L|: polhodes (grey), "

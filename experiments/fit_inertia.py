@@ -50,7 +50,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
     def trace_of(J):
         q = jaxrot.Problem(jaxrot.RigidBody(np.asarray(J)), p.torque,
                            jaxrot.State(p.state0.R, np.asarray(J) * omega0), p.t_end)
-        return jaxrot.simulate("buss4", q, 0.05, 2 * n_obs, save_every=2)
+        return jaxrot.simulate("buss4", q, 0.05, 2 * n_obs, saveat=jaxrot.SaveAt(steps=2))
 
     fig = fit_figure(obs, {"truth": trace_of(J_true), "initial guess (20% off)": trace_of(guess),
                            "fitted": trace_of(main_fit["J"])}, main_fit["loss_history"])

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrot import Problem, RigidBody, analysis, particles, reference, simulate, torques
+from jaxrot import Problem, RigidBody, SaveAt, analysis, particles, reference, simulate, torques
 from jaxrot.present.animation import animate_bodies
 from jaxrot.integrators import EulerSVDPrinted
 from jaxrot.present.plotting import series_panels_figure
@@ -62,7 +62,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
         p = Problem(body, torques.FreeTorque(), State0(body, w), T)
         dt_r = 1e-3
         for m in RIGID:
-            trr = simulate(m, p, dt_r, int(round(T / dt_r)), save_every=20)
+            trr = simulate(m, p, dt_r, int(round(T / dt_r)), saveat=SaveAt(steps=20))
             c = np.asarray(analysis.body_axis_momentum_cosine(trr.states, a))
             curves[m] = np.interp(ts, np.asarray(trr.ts), c)
             flips[label][m] = analysis.first_sign_change(np.asarray(trr.ts), c)
@@ -137,8 +137,8 @@ def main(quick: bool = False, out_dir=None) -> dict:
     ref = reference.reference_solution(p, 2.0).final
     neg = []
     for n in (200, 400, 800, 1600):
-        good = analysis.final_error(simulate("euler_svd", p, 2.0 / n, n, save_every=n).final, ref)
-        bad = analysis.final_error(simulate(EulerSVDPrinted(), p, 2.0 / n, n, save_every=n).final, ref)
+        good = analysis.final_error(simulate("euler_svd", p, 2.0 / n, n, saveat=SaveAt(steps=n)).final, ref)
+        bad = analysis.final_error(simulate(EulerSVDPrinted(), p, 2.0 / n, n, saveat=SaveAt(steps=n)).final, ref)
         neg.append({"n": n, "euler_svd": float(good), "printed_R^T I R": float(bad)})
     result["printed_inertia"] = neg
 

@@ -65,7 +65,7 @@ def _series(method, p, dt, T, n_frames=200):
     n = int(round(T / dt))
     save = max(1, n // n_frames)
     n -= n % save
-    tr = jaxrot.simulate(method, p, dt, n, save_every=save, throw=False)
+    tr = jaxrot.simulate(method, p, dt, n, saveat=jaxrot.SaveAt(steps=save), throw=False)
     s = tr.states
     H = np.asarray(analysis.energy(p, s, tr.ts))
     return {

@@ -28,7 +28,7 @@ def test_nonfinite_state_is_named():
 
 def test_monitor_flags_energy_drift_and_stays_quiet_for_conserving_methods():
     mon = InvariantMonitor(energy_rtol=1e-2, momentum_rtol=1e-12)
-    bad = jaxrot.simulate("euler_svd", P, 0.05, 400, throw=False, monitor=mon)
+    bad = jaxrot.simulate("euler_svd", P, 0.05, 400, throw=False, monitor=mon, saveat=jaxrot.SaveAt(steps=1))
     assert bad.result == RESULTS.invariant_drift
     # the flagged step is the first whose energy error exceeds 1%
     E = np.asarray(jaxrot.analysis.energy(P, bad.states))

@@ -34,7 +34,7 @@ from ..geometry.state import State
 from ..integrators import AbstractIntegrator
 from ..integrators import get as get_method
 from ..physics.problems import Problem
-from .failures import from_host, host_error_in
+from ..errors import from_host, host_error_in, run_time_check
 
 
 def is_concrete(x) -> bool:
@@ -258,93 +258,6 @@ def _number_message(name, x, must, ok) -> str | None:
     idx = tuple(int(i) for i in np.argwhere(~good)[0]) if x.ndim else ()
     where = "" if not idx else f" of body {idx[0] if len(idx) == 1 else idx}"
     return f"{name}{where} {must}, got {x[idx]}"
-
-
-def run_time_check(x, bad, message, values):
-    """``x`` (a pytree of arrays or None) unchanged, after a check of traced values: where ``bad``
-    (any element, any vmapped member) holds, ``message(*values)`` is computed on the host from the
-    values as NumPy arrays and raised as a ``ValueError`` — the plain call's check and message, for
-    values known only at run time. Under ``vmap`` each entry of ``values`` comes with the vmapped
-    axes along which it is batched in front, so that the message can name the bad body.
-
-    What JAX allows (JAX 0.10): an exception cannot leave compiled code as itself. Under
-    ``vmap``/``grad`` without ``jit`` the values are concrete underneath, so the check runs now and
-    the ``ValueError`` is raised here, as in a plain call. Under ``jit`` a host callback raises it
-    while the program runs and JAX reports it as its own error whose text ends with
-    ``ValueError: <message>`` (see the module docstring); :func:`jaxrot.simulation_errors`
-    re-raises the ``ValueError``. The callback sees a vmapped batch whole (``pure_callback`` with
-    ``vmap_method="expand_dims"``; equinox's ``error_if`` reduces the batch away first), and the
-    good path runs no callback (a ``lax.cond``). ``EQX_ON_ERROR=off`` switches the check off, as it
-    does equinox's. Use the returned value: an unused one is dead code and its check is dropped."""
-    if os.environ.get("EQX_ON_ERROR") == "off":  # equinox's switch for every run-time check
-        return x
-    with jax.ensure_compile_time_eval():
-        any_bad = unvmap_any(bad)
-        try:
-            known = bool(any_bad)
-        except jax.errors.ConcretizationTypeError:  # under jit: decided when the program runs
-            known = None
-    if known is False:
-        return x
-    check = _Check(message, jnp.ndim(jax.tree_util.tree_leaves(x)[0]))
-    if known is None:
-        return _guarded(check, x, bad, values)
-    try:  # a bad value under vmap/grad without jit: raise it now, as a plain call does
-        out = jax.tree_util.tree_leaves(_guarded(check, x, bad, values))[0]
-        with jax.ensure_compile_time_eval():  # wait for the check (a vmapped result cannot be blocked on)
-            bool(unvmap_any(jnp.any(out != out)))
-    except (jax.errors.JaxRuntimeError, ValueError) as e:  # JAX's report of the callback's error
-        original = host_error_in(e)
-        if original is None:
-            raise
-        raise original from None
-    return x  # pragma: no cover - the device flagged a value the host check accepts
-
-
-class _Check(NamedTuple):
-    message: object  # (*NumPy values) -> str | None
-    ndim: int  # the unbatched rank of the first array of x (the callback's count of vmapped axes)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _guarded(check: _Check, x, bad, values):
-    struct = jax.eval_shape(lambda: x)
-
-    def error():
-        return jax.pure_callback(functools.partial(_on_host, check), struct, x, values, vmap_method="expand_dims")
-
-    return lax.cond(unvmap_any(bad), error, lambda: x)
-
-
-@_guarded.defjvp
-def _guarded_jvp(check, primals, tangents):
-    # the check is not differentiated: the tangents of x pass through (and no callback needs a JVP rule)
-    x, bad, values = primals
-    return _guarded(check, x, bad, values), tangents[0]
-
-
-def _on_host(check: _Check, x, values):
-    """The callback: the message from the NumPy values, raised; else ``x`` (broadcast to the vmapped
-    shape). Under ``vmap`` every argument has the vmapped axes in front, of size 1 where it is not
-    batched; each value (a top-level entry of ``values``) keeps the axes along which it is batched,
-    so that its message names a body only where the value differs from body to body."""
-    x, values = jax.tree_util.tree_map(np.asarray, (x, values))
-    first = jax.tree_util.tree_leaves(x)[0]
-    n = first.ndim - check.ndim  # the number of vmapped axes in front
-    vshape = np.broadcast_shapes(*(v.shape[:n] for v in jax.tree_util.tree_leaves((x, values))))
-
-    def batched_axes(value):
-        parts = jax.tree_util.tree_leaves(value)
-        if not parts:
-            return value
-        own = np.broadcast_shapes(*(v.shape[:n] for v in parts))
-        drop = tuple(i for i, size in enumerate(own) if size == 1)
-        return jax.tree_util.tree_map(lambda v: np.squeeze(np.broadcast_to(v, own + v.shape[n:]), axis=drop), value)
-
-    message = check.message(*(batched_axes(v) for v in values))
-    if message is not None:
-        raise from_host(ValueError(message))
-    return jax.tree_util.tree_map(lambda v: np.broadcast_to(v, vshape + v.shape[n:]), x)
 
 
 def cast(tree, dtype):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import re
 
 import equinox as eqx
@@ -20,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import from_host, host_error_in
 from .sharding import gather
 
 
@@ -75,9 +75,15 @@ INVARIANT_DRIFT = int(RESULTS.invariant_drift._value)
 MAX_STEPS_REACHED = int(RESULTS.max_steps_reached._value)
 
 
+#: the structure of a RESULTS item, whose one leaf is its integer code(s)
+_ITEM_TREEDEF = jax.tree_util.tree_structure(RESULTS.successful)
+
+
 def result_of(codes) -> RESULTS:
     """The :class:`RESULTS` item holding integer ``codes`` (any shape: one per body of a batch)."""
-    return eqx.tree_at(lambda r: r._value, RESULTS.successful, jnp.asarray(codes, jnp.int32))
+    if not (isinstance(codes, jax.Array) and codes.dtype == jnp.int32):  # the loop's codes are already
+        codes = jnp.asarray(codes, jnp.int32)
+    return jax.tree_util.tree_unflatten(_ITEM_TREEDEF, [codes])
 
 
 def codes_of(result) -> jax.Array:
@@ -160,42 +166,6 @@ def failure_error(failed: np.ndarray, result, where: str = "", adaptive: bool | 
 _MESSAGE = re.compile(r"step (?P<step>\d+)(?: \(body \((?P<body>[\d, ]+)\)[^)]*\))? failed: .*? \((?P<name>\w+)\)\. ")
 
 
-#: copies of the exceptions raised by jaxrot's host callbacks, most recent last (copies: the raised
-#: ones hold the callback's frames, and with them its arrays). JAX reports an exception raised in a
-#: callback as its own error with the text inside (it cannot re-raise the exception itself out of
-#: compiled code); simulation_errors() finds the original here.
-_HOST_ERRORS: list = []
-
-
-def _copy(err: Exception) -> Exception:
-    if isinstance(err, SimulationError):
-        return SimulationError(str(err), step=err.step, body=err.body, reason=err.reason)
-    return type(err)(*err.args)
-
-
-def from_host(err: Exception) -> Exception:
-    """``err``, to be raised by a host callback, remembered: :func:`simulation_errors` re-raises it
-    as itself, and JAX's log of callback failures skips it (the caller gets the message already)."""
-    _HOST_ERRORS.append(_copy(err))
-    del _HOST_ERRORS[:-16]
-    err.jaxrot_host_error = True
-    return err
-
-
-class _SkipOwnErrors(logging.Filter):
-    """JAX logs every exception raised in a host callback, traceback included, before reporting it
-    as its own error; for jaxrot's check and failure errors, whose message the caller gets in that
-    error, the log would print it a second time."""
-
-    def filter(self, record) -> bool:
-        err = record.exc_info[1] if record.exc_info else None
-        return not getattr(err, "jaxrot_host_error", False)
-
-
-for _logger in ("jax._src.callback", "jax._src.debugging"):  # pure_callback/io_callback, debug.callback
-    logging.getLogger(_logger).addFilter(_SkipOwnErrors())
-
-
 def _raise_traced(failed, result, where):
     """Host callback of a traced run: raise the same :class:`SimulationError` as a plain call."""
     err = failure_error(np.asarray(failed), None if result is None else np.asarray(result), where)
@@ -208,22 +178,13 @@ def raise_failures(failed, result, where: str = "") -> None:
     flags, from a host callback when the run is traced (under jit/grad/vmap; same message)."""
     codes = None if result is None else codes_of(result)
     if not isinstance(failed, jax.core.Tracer):
-        # every process sees every body's flag (a collective under jax.distributed)
-        err = failure_error(gather(failed), None if codes is None else gather(codes), where)
-        if err is not None:
-            raise err
+        # every process sees every body's flag (a collective under jax.distributed); the codes are
+        # fetched only when a step failed (one transfer fewer on the common path)
+        f = gather(failed)
+        if np.any(np.asarray(f) >= 0):
+            raise failure_error(f, None if codes is None else gather(codes), where)
     else:
         jax.debug.callback(functools.partial(_raise_traced, where=where), failed, codes)
-
-
-def host_error_in(err: BaseException) -> Exception | None:
-    """A fresh copy of the exception a jaxrot host callback raised, if ``err`` is JAX's report of it
-    (its text holds the original's message and more), else None."""
-    text = str(err)
-    for e in reversed(_HOST_ERRORS):
-        if str(e) and str(e) in text and text != str(e):
-            return _copy(e)
-    return None
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import run_time_check
 from . import so3
 
 
@@ -90,8 +91,6 @@ def _checked_attitude(q, R) -> jax.Array:
             raise ValueError(_quaternion_message(np.asarray(q), np.asarray(R).dtype) or
                              "State.from_quaternion: q gives a non-finite attitude")
         return R
-    from ..driver.checks import run_time_check  # the driver's check of traced values (imports this module)
-
     bad = ~jnp.all(jnp.isfinite(R), axis=(-2, -1))
     return run_time_check(R, bad, lambda q: _quaternion_message(q, R.dtype), (jnp.asarray(q),))
 

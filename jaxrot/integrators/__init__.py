@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Callable
 
+from ..errors import UnknownNameError, unknown_name
 from ._base import AbstractIntegrator, AbstractWrapper
 from .akw import AKW
 from .buss import Buss1, Buss2, Buss2Plus, Buss3, Buss3False, Buss4, buss_omega_derivatives
@@ -67,26 +67,6 @@ def register(name: str, factory: Callable[[], AbstractIntegrator], description: 
                       error_order=m.error_order() if isinstance(m, AbstractPair) else None)
     REGISTRY[name] = info
     return info
-
-
-class UnknownNameError(KeyError):
-    """An unknown method or problem name. A ``KeyError`` (a lookup by name failed), whose text is the
-    message itself: ``KeyError`` would print it quoted, as the missing key."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-def unknown_name(kind: str, name, known, listing: str) -> UnknownNameError:
-    """The error for an unknown ``name`` of a ``kind`` ("method", "problem") among ``known``: the
-    closest known names, if any, and where to see them all (``listing``), not the whole list."""
-    if isinstance(name, str):
-        folded = {k.lower(): k for k in known}  # "Buss4" and "BUSS4" find buss4
-        close = [folded[c] for c in difflib.get_close_matches(name.lower(), list(folded), n=3, cutoff=0.6)]
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    else:
-        hint = f" ({kind} names are strings, got {type(name).__name__})"
-    return UnknownNameError(f"unknown {kind} {name!r}; known: {len(known)} {kind}s, listed by {listing}.{hint}")
 
 
 def get(name: str) -> AbstractIntegrator:

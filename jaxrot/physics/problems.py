@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import unknown_name
 from ..geometry import so3
 from ..geometry.body import RigidBody
 from ..geometry.state import State
@@ -262,8 +263,6 @@ def get(name: str) -> Problem:
     try:
         make = PROBLEMS[name]
     except (KeyError, TypeError):  # TypeError: an unhashable name
-        from ..integrators import unknown_name
-
         raise unknown_name("problem", name, PROBLEMS, "`jaxrot list problems` (or list(jaxrot.problems.PROBLEMS))") \
             from None
     return make()

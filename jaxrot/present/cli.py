@@ -35,13 +35,17 @@ def _list(args) -> int:
             print(f"{name:24s} {p.description} (t_end = {p.t_end:g}{', torque-free' if p.torque.is_free else ''})")
         return 0
     from jaxrot.integrators import REGISTRY
+    from jaxrot.kernels import KERNELS  # (the tables only: Warp is not imported)
+    from jaxrot.kernels.adaptive_pairs import ADAPTIVE_KERNELS
 
     rows = [
         (i.name, str(i.order), ",".join(i.conserves) or "-", "implicit" if i.implicit else "explicit",
-         i.torque_evals, "yes" if i.torque else "free only", i.reference)
+         i.torque_evals, "yes" if i.torque else "free only", "yes" if i.name in KERNELS else "-",
+         "yes" if i.name in ADAPTIVE_KERNELS else "-", i.reference)
         for i in REGISTRY.values()
     ]
-    head = ("method", "order", "exact (no torque)", "kind", "torque evals/step", "torque", "reference")
+    head = ("method", "order", "exact (no torque)", "kind", "torque evals/step", "torque", "fixed-step kernel",
+            "adaptive kernel", "reference")
     if args.markdown:
         print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
         for r in rows:
@@ -50,7 +54,8 @@ def _list(args) -> int:
     w = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
     for r in [head] + rows:
         print("  ".join(c.ljust(w[k]) for k, c in enumerate(r)).rstrip())
-    print("\nexact: L = world angular momentum, |Pi| = body momentum norm, E = energy")
+    print("\nexact: L = world angular momentum, |Pi| = body momentum norm, E = energy; kernels: run fused "
+          "(executor=jaxrot.Fused(), pip install 'jaxrot[fast]'; docs/kernels.md)")
     return 0
 
 
@@ -141,7 +146,8 @@ def _run(args) -> int:
     n = args.steps
     # a progress report splits the run into more calls: worth it for long runs only
     show = not args.quiet and (args.progress or n >= LONG_RUN_STEPS)
-    traj = jaxrot.simulate(args.method, p, args.dt, n, save_every=save, progress=show, throw=not args.no_throw,
+    traj = jaxrot.simulate(args.method, p, args.dt, n, saveat=jaxrot.SaveAt(steps=save), progress=show,
+                           throw=not args.no_throw,
                            executor=getattr(args, "executor", None))
     failed = int(traj.failed_step)
     keep = len(traj.ts) if failed < 0 else max(1, (failed - 1) // save + 1)  # frames before the failure
@@ -253,7 +259,7 @@ def _animate(args) -> int:
     n = save * (args.steps // save)
     panels = []
     for m in methods:
-        tr = jaxrot.simulate(m, p, args.dt, n, save_every=save, throw=False)
+        tr = jaxrot.simulate(m, p, args.dt, n, saveat=jaxrot.SaveAt(steps=save), throw=False)
         panels.append({"title": m, "R": np.asarray(tr.states.R), "L": np.asarray(tr.states.L),
                        "shape": shape_for(p.name)})
     with output.atomic(out) as tmp:

@@ -76,7 +76,7 @@ def one_body(spec: RunSpec) -> Frames:
     if spec.terminal:
         return _one_while(m, s, x0, *while_args(spec))
     if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
-        return _one_final(m, s, x0, dt, t0, jnp.asarray(spec.n_steps, jnp.int32), mon, ev)
+        return _one_final(m, s, x0, dt, t0, np.asarray(spec.n_steps, np.int32), mon, ev)
     if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
         # exactly n_frames, not chunks with the unused frames skipped
