@@ -7,6 +7,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -53,15 +54,26 @@ def test_docstring_tables_are_fenced():
             assert fenced or not re.match(r"^=+( +=+)+\s*$", line), p.name
 
 
-GUIDE_PAGES = ["running.md"]
+GUIDE_PAGES = ["running.md", "error_maps.md", "newton_maps.md",
+               # one fit: a minute and a half of compiling on 2 cores; tests/test_fitting.py runs the same fit
+               pytest.param("fitting_inertia.md", marks=pytest.mark.slow)]
+
+
+def _python_blocks(text: str) -> list[str]:
+    """The page's ```python blocks, dedented (a block may sit in a list item)."""
+    blocks = re.findall(r"^[ \t]*```python\n(.*?)^[ \t]*```", text, flags=re.S | re.M)
+    assert len(blocks) == text.count("```python"), "a ```python fence this test does not see"
+    return [textwrap.dedent(b) for b in blocks]
 
 
 @pytest.mark.parametrize("name", GUIDE_PAGES)
 def test_user_guide_blocks_run_in_order(name):
     """The page's Python blocks run one after another, as a reader would paste them."""
     text = (DOCS / "user_guide" / name).read_text()
+    blocks = _python_blocks(text)
+    assert blocks, f"{name} has no ```python block"
     scope = {"__name__": "__guide__"}
-    for k, block in enumerate(re.findall(r"```python\n(.*?)```", text, flags=re.S)):
+    for k, block in enumerate(blocks):
         exec(compile(block, f"{name} block {k}", "exec"), scope)
 
 
