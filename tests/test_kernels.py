@@ -229,10 +229,13 @@ def test_the_fused_executor_equals_xla():
             assert x.shape == y.shape
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-13, atol=1e-13)
         np.testing.assert_array_equal(np.asarray(a.failed_step), np.asarray(b.failed_step))
-    # unsupported runs go to the default executor
-    c = jaxrot.simulate("liemid_ea", p, 1e-3, 10, executor=jaxrot.Fused())
-    assert c.info["executor"] == "XLA"
-    mon = jaxrot.simulate("buss4", p, 1e-3, 10, executor=jaxrot.Fused(), monitor=jaxrot.InvariantMonitor(1e-3))
+    # asked for explicitly, Fused refuses what it cannot run, saying why; the automatic choice runs it on XLA
+    with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: no fused kernel for the method liemid_ea"):
+        jaxrot.simulate("liemid_ea", p, 1e-3, 10, executor=jaxrot.Fused())
+    with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: .*invariant monitor"):
+        jaxrot.simulate("buss4", p, 1e-3, 10, executor=jaxrot.Fused(), monitor=jaxrot.InvariantMonitor(1e-3))
+    assert jaxrot.simulate("liemid_ea", p, 1e-3, 10).info["executor"] == "XLA"
+    mon = jaxrot.simulate("buss4", p, 1e-3, 10, monitor=jaxrot.InvariantMonitor(1e-3))
     assert mon.info["executor"] == "XLA"
 
 

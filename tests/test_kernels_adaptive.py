@@ -1,10 +1,12 @@
-"""The fused adaptive kernels (jaxrot.kernels.adaptive) against XLA's error-controlled loop.
+"""The fused adaptive kernels (jaxrot.kernels.adaptive) against XLA's error-controlled loop, through
+``jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(rtol, atol), executor=jaxrot.Fused())`` and the
+kernel's own function.
 
-Every (pair, torque) of ``ADAPTIVE_KERNELS`` runs a batch of six bodies (spins spread over 0.5-2x the
-problem's, attitudes turned at random) in the kernel and through ``jaxrot.simulate(pair, ...,
-stepsize=jaxrot.Adaptive(rtol, atol), executor=jaxrot.XLA())``. In float64 at rtol = atol = 1e-8
-and 1e-10 the accepted and rejected counts are equal body by body and the final states agree within
-1e-12 relative.
+Generated from ``ADAPTIVE_KERNELS``: every enrolled pair runs a batch of six bodies (spins spread over
+0.5-2x the problem's, attitudes turned at random) fused and on XLA's loop; in float64 the accepted
+and rejected counts are equal body by body and the final states agree within 1e-12 relative. The
+fast tier runs every pair on the heavy top at 1e-10; every torque the pair's kernel restates, and
+1e-8, run in the slow tier (each XLA configuration compiles for ~10 s on two cores).
 
 Equal counts need a run whose steps are a function of the arithmetic, not of its round-off, and
 XLA's loop has two places where round-off sets them. An error estimate below about 1e-6 of the
@@ -20,7 +22,10 @@ default first step, the kernel's counts are compared with XLA's own spread when 
 move by one rounding (+-1) and its states within 1e-9; the first attempt from the default first step
 is the same, and a run to the first of several output times alone saves the same bits there.
 
-float32 runs (1e-5) agree loosely: counts within 5 % (or 2), states within 50 rtol.
+Events: the T-handle's flip (Dzhanibekov) located in the kernel agrees with the exact elliptic
+solution within 1e-9; a terminal event stops its body. Gradients through ``simulate(...,
+executor=jaxrot.Fused())`` are the XLA executor's. float32 runs (1e-5) agree loosely: counts within
+5 % (or 2), states within 50 rtol.
 """
 
 import equinox as eqx
@@ -32,6 +37,7 @@ import pytest
 import jaxrot
 from jaxrot import kernels, problems
 from jaxrot.kernels import adaptive as ka
+from jaxrot.kernels import adaptive_launch
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
@@ -52,7 +58,10 @@ def _plain_function_problem():
 #: grows with the angle turned: 1e-12 holds to about there)
 PROBLEM_OF = {"free": ("free_body_mz", 30.0), "gravity": ("asymmetric_top", 2.0), "poly": ("buss_torqued", 2.0),
               "gravity_gradient": ("gravity_gradient", 12.0), "user": (_plain_function_problem, 2.0)}
-CASES = [(pair, torque) for pair, entry in ka.ADAPTIVE_KERNELS.items() for torque in entry.torques]
+#: every (pair, torque) of the registry; the heavy top ("gravity") of each pair in the fast tier
+CASES = [pytest.param(pair, torque, id=f"{pair}-{torque}", marks=() if torque == "gravity" else pytest.mark.slow)
+         for pair, entry in ka.ADAPTIVE_KERNELS.items() for torque in entry.torques]
+PAIRS = list(ka.ADAPTIVE_KERNELS)
 B = 6
 RTOL64 = 1e-12
 
@@ -96,11 +105,13 @@ def _first_step_at_half_tolerance(pair, system, S, ts, tol):
     return h * min(4.0, (0.5 / e) ** (1.0 / q1))
 
 
-def xla(pair, p, S, ts, tol, dt0=None, max_steps=100_000):
-    """XLA's loop through the public API: ``(states at ts, n_accepted, n_rejected, err, result codes)``."""
-    tr = jaxrot.simulate(pair, p, t1=float(ts[-1]), state0=S,
-                         stepsize=jaxrot.Adaptive(rtol=tol, atol=tol, dt0=dt0, max_steps=max_steps),
-                         saveat=jaxrot.SaveAt(ts=ts, t0=False), executor=jaxrot.XLA(), throw=False)
+def xla(pair, p, S, ts, tol, dt0=None, max_steps=100_000, executor=None):
+    """XLA's loop (or ``executor``) through the public API: ``(states at ts, n_accepted, n_rejected,
+    err, result codes)``. The first trial step ``dt0`` goes in as an array (one compiled loop for any)."""
+    dt0 = None if dt0 is None else jnp.asarray(dt0, S.R.dtype)
+    tr = jaxrot.simulate(pair, p, dt0, t1=float(ts[-1]), state0=S,
+                         stepsize=jaxrot.Adaptive(rtol=tol, atol=tol, max_steps=max_steps),
+                         saveat=jaxrot.SaveAt(ts=ts, t0=False), executor=executor or jaxrot.XLA(), throw=False)
     c = tr.controller
     return (tr.states, np.asarray(c.n_accepted), np.asarray(c.n_rejected), np.asarray(c.err_estimate),
             np.asarray(getattr(tr.result, "_value", tr.result)))
@@ -130,21 +141,28 @@ def _compare(pair, torque, tol, ts_of, dt0_of, nudged=True):
     return got, want, others
 
 
-@pytest.mark.parametrize("tol", [1e-8, 1e-10], ids=["1e-8", "1e-10"])
-@pytest.mark.parametrize("pair,torque", CASES, ids=[f"{p}-{t}" for p, t in CASES])
+@pytest.mark.parametrize("tol", [pytest.param(1e-8, id="1e-8", marks=pytest.mark.slow), pytest.param(1e-10, id="1e-10")])
+@pytest.mark.parametrize("pair,torque", CASES)
 def test_same_steps_as_xla(pair, torque, tol):
-    got, want, _ = _compare(pair, torque, tol, lambda T: np.array([T]), _first_step_at_half_tolerance, nudged=False)
-    assert got.R.shape == (B, 1, 3, 3) and got.Pi.shape == (B, 1, 3) and got.n_accepted.dtype == jnp.int32
-    np.testing.assert_array_equal(np.asarray(got.result), 0)
+    """The kernel through ``simulate(..., executor=jaxrot.Fused())`` against XLA's loop: the same
+    accepted and rejected steps per body, the final states within 1e-12 relative."""
+    p, T = _problem(torque)
+    S = _batch(p, jnp.float64)
+    ts = np.array([T])
+    dt0 = _first_step_at_half_tolerance(pair, _cast(p.system, jnp.float64), S, ts, tol)
+    got = xla(pair, p, S, ts, tol, dt0, executor=jaxrot.Fused())
+    want = xla(pair, p, S, ts, tol, dt0)
+    assert got[0].R.shape == (B, 1, 3, 3) and got[0].Pi.shape == (B, 1, 3) and got[1].dtype == np.int32
+    np.testing.assert_array_equal(got[4], 0)
     np.testing.assert_array_equal(want[4], 0)
-    np.testing.assert_array_equal(np.asarray(got.n_accepted), want[1])
-    np.testing.assert_array_equal(np.asarray(got.n_rejected), want[2])
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
     assert len(set(want[1].tolist())) > 1  # (the bodies take their own steps)
-    for x, y in ((got.R, want[0].R), (got.Pi, want[0].Pi)):
+    for x, y in ((got[0].R, want[0].R), (got[0].Pi, want[0].Pi)):
         assert np.all(_rel(x, y) <= RTOL64), _rel(x, y)
     # the last accepted error estimate (of the step that lands on the output time, whose length moves
     # with the round-off in the time reached: ~1e-3 of a step after 10^4 steps at 1e-10)
-    e_k, e_x = np.asarray(got.err_estimate), want[3]
+    e_k, e_x = got[3], want[3]
     big = e_x > 1e-2
     np.testing.assert_allclose(e_k[big], e_x[big], rtol=0.1)
 
@@ -154,7 +172,8 @@ def _spread(want, others):
     return np.array([want[1]] + [o[1] for o in others])
 
 
-@pytest.mark.parametrize("pair", list(ka.ADAPTIVE_KERNELS))
+@pytest.mark.slow  # (an XLA configuration of its own: ~10 s of compilation each)
+@pytest.mark.parametrize("pair", PAIRS)
 def test_several_output_times(pair):
     """States at three output times: the kernel's run to the first time alone lands on the same state
     (bit for bit: the same steps until then); against XLA, counts within its own spread under one
@@ -175,7 +194,8 @@ def test_several_output_times(pair):
     assert np.all(_rel(got.R, want[0].R) <= 1e-9) and np.all(_rel(got.Pi, want[0].Pi) <= 1e-9)
 
 
-@pytest.mark.parametrize("pair", list(ka.ADAPTIVE_KERNELS))
+@pytest.mark.slow  # (an XLA configuration of its own: ~10 s of compilation each)
+@pytest.mark.parametrize("pair", PAIRS)
 def test_default_first_step(pair):
     """From the default first step: one attempt lands on the same state (the same first step); then
     counts within XLA's own spread under one rounding (+-1) and states within 1e-9 (the first
@@ -195,7 +215,8 @@ def test_default_first_step(pair):
     assert np.all(_rel(got.R, want[0].R) <= 1e-9) and np.all(_rel(got.Pi, want[0].Pi) <= 1e-9)
 
 
-@pytest.mark.parametrize("pair", list(ka.ADAPTIVE_KERNELS))
+@pytest.mark.slow  # (an XLA configuration of its own: ~10 s of compilation each)
+@pytest.mark.parametrize("pair", PAIRS)
 def test_float32_agrees_loosely(pair):
     p, T = _problem("gravity")
     S = _batch(p, jnp.float32)
@@ -211,6 +232,7 @@ def test_float32_agrees_loosely(pair):
     assert np.all(_rel(got.R, want[0].R) <= 50 * tol) and np.all(_rel(got.Pi, want[0].Pi) <= 50 * tol)
 
 
+@pytest.mark.slow  # (an XLA configuration of its own: ~10 s of compilation each)
 def test_max_steps_reached_holds_the_last_state():
     pair = "rkmk8(5)"
     p, T = _problem("gravity")
@@ -265,6 +287,7 @@ def test_nonfinite_initial_state_and_per_body_tolerances():
     assert len(set(np.asarray(mixed.n_accepted).tolist())) == B
 
 
+@pytest.mark.slow  # (~30 s on two cores: 80 bodies in one launch, in five slices and alone)
 def test_cpu_slices_and_order_give_the_same_bits(monkeypatch):
     """A CPU batch cut into slices over the cores, and launched fastest body first: the same kernel on
     each body, the same bits, in the caller's order."""
@@ -273,11 +296,11 @@ def test_cpu_slices_and_order_give_the_same_bits(monkeypatch):
     S = _batch(p, jnp.float64, n=80)
     system = _cast(p.system, jnp.float64)
     ts = np.array([T / 4, T / 2])
-    monkeypatch.setattr(ka, "slices_for", lambda bodies: 1)
-    monkeypatch.setattr(ka, "SORT_MIN_BODIES", 10 ** 9)
+    monkeypatch.setattr(adaptive_launch, "slices_for", lambda bodies: 1)
+    monkeypatch.setattr(adaptive_launch, "SORT_MIN_BODIES", 10 ** 9)
     one = ka.fused_adaptive(pair, system, S, 0.0, ts, 1e-8, 1e-8)
-    monkeypatch.setattr(ka, "SORT_MIN_BODIES", 64)
-    monkeypatch.setattr(ka, "slices_for", lambda bodies: 5)
+    monkeypatch.setattr(adaptive_launch, "SORT_MIN_BODIES", 64)
+    monkeypatch.setattr(adaptive_launch, "slices_for", lambda bodies: 5)
     many = ka.fused_adaptive(pair, system, S, 0.0, ts, 1e-8, 1e-8)
     for a, b in zip(one, many):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -315,25 +338,24 @@ def test_low_orders_are_the_pairs():
     from jaxrot import integrators
 
     for name, entry in ka.ADAPTIVE_KERNELS.items():
-        try:
-            ref = jaxrot.get(name)  # a registered pair object
-        except Exception:  # noqa: BLE001 - pairs by name only
-            ref = jaxrot.driver.adaptive.PAIRS[name]
-        if isinstance(ref, tuple):
-            lo = ref[1]
-            order = (integrators.get(lo) if isinstance(lo, str) else lo).order
-        else:
-            order = ref.error_order()
-            assert ka.pair_name(ref) == name
-        assert entry.low_order == order, name
+        ref = integrators.get(name)  # the registered pair object
+        assert ka.pair_name(ref) == name
+        assert entry.low_order == ref.error_order() == integrators.info(name).error_order, name
+
+
+def test_result_codes_are_the_drivers():
+    """The kernels restate the RESULTS codes they write (they sit below the driver)."""
+    assert ka.RESULT_NONFINITE_STATE == int(jaxrot.RESULTS.nonfinite_state._value)
+    assert ka.RESULT_MAX_STEPS_REACHED == int(jaxrot.RESULTS.max_steps_reached._value)
 
 
 def _xla_reference(pair, system, states0, t0, ts, rtol, atol, dt0, max_steps, adjoint="forward"):
     """The XLA loop with fused_adaptive's outputs (``adjoint="forward"``: forward-mode differentiable,
     ``"checkpointed"``: reverse-mode)."""
     problem = jaxrot.Problem(system.body, system.torque, jaxrot.State(states0.R[0], states0.Pi[0]), 1.0)
-    tr = jaxrot.simulate(pair, problem, t0=t0, t1=float(ts[-1]), state0=states0,
-                         stepsize=jaxrot.Adaptive(rtol=rtol, atol=atol, dt0=dt0, max_steps=max_steps),
+    adjoint = {"forward": jaxrot.ForwardMode(), "checkpointed": jaxrot.RecursiveCheckpointAdjoint()}[adjoint]
+    tr = jaxrot.simulate(pair, problem, dt0, t0=t0, t1=float(ts[-1]), state0=states0,
+                         stepsize=jaxrot.Adaptive(rtol=rtol, atol=atol, max_steps=max_steps),
                          saveat=jaxrot.SaveAt(ts=ts, t0=False), executor=jaxrot.XLA(), throw=False,
                          adjoint=adjoint)
     c = tr.controller
@@ -341,6 +363,7 @@ def _xla_reference(pair, system, states0, t0, ts, rtol, atol, dt0, max_steps, ad
             jnp.asarray(getattr(tr.result, "_value", tr.result), jnp.int32))
 
 
+@pytest.mark.slow  # (the simulate-level gradient test below covers the same custom JVP)
 def test_tangents_come_from_the_reference():
     pair = "rkmk8(5)"
     p, T = _problem("gravity")
@@ -398,7 +421,7 @@ def _flip():
     return jaxrot.Event(lambda t, s, args: s.R[1, 1], direction=-1)  # the T-handle's long axis' world-y
 
 
-@pytest.mark.parametrize("pair", list(ka.ADAPTIVE_KERNELS))
+@pytest.mark.parametrize("pair", PAIRS)
 def test_t_handle_flip_time_matches_the_exact_solution(pair):
     import scipy.optimize as so
 
@@ -424,6 +447,67 @@ def test_t_handle_flip_time_matches_the_exact_solution(pair):
     before = ts < float(run.event_time[0])
     np.testing.assert_array_equal(np.asarray(run.R[0][before]), np.asarray(free.R[0][before]))
     assert int(run.n_accepted[0]) < int(free.n_accepted[0])
+    # through simulate: the kernel's event time and state are the trajectory's, each body stopped there
+    tr = jaxrot.simulate(pair, P, t1=10.0, state0=S, stepsize=jaxrot.Adaptive(1e-12, 1e-12),
+                         saveat=jaxrot.SaveAt(ts=ts[:-1]), event=_flip(), executor=jaxrot.Fused())
+    assert tr.info["executor"] == "Fused"
+    np.testing.assert_array_equal(np.asarray(tr.event_time), np.asarray(run.event_time))
+    np.testing.assert_array_equal(np.asarray(tr.event_state.R), np.asarray(run.event_R))
+    np.testing.assert_array_equal(np.asarray(tr.event_state.Pi), np.asarray(run.event_Pi))
+    np.testing.assert_array_equal(np.asarray(tr.states.R[:, 1:]), np.asarray(run.R))
+    np.testing.assert_array_equal(np.asarray(tr.controller.n_accepted), np.asarray(run.n_accepted))
+    np.testing.assert_array_equal(np.asarray(tr.ts[0]), [0.0, *ts])
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_a_terminal_event_in_the_kernel_stops_each_body(pair):
+    """A terminal event at a time of its own for each body (a clock condition with a per-body rate):
+    each body stops there, having taken only the steps up to it, its later outputs the event state."""
+    p = problems.get("asymmetric_top")
+    S = _batch(p, jnp.float64, n=4)
+    ts = np.array([0.5, 1.0, 2.0])
+    rate = jnp.asarray(1.0)
+    stop = jaxrot.Event(lambda t, s, args: rate * t - 0.75)  # at t = 0.75 for every body
+    run = dict(t1=2.0, state0=S, stepsize=jaxrot.Adaptive(1e-9, 1e-9), saveat=jaxrot.SaveAt(ts=ts[:-1]),
+               executor=jaxrot.Fused())
+    full = jaxrot.simulate(pair, p, **run)
+    tr = jaxrot.simulate(pair, p, event=stop, **run)
+    np.testing.assert_allclose(np.asarray(tr.event_time), 0.75, rtol=0, atol=1e-12)
+    assert np.all(np.asarray(tr.controller.n_accepted) < np.asarray(full.controller.n_accepted) / 2)
+    np.testing.assert_array_equal(np.asarray(tr.states.R[:, 1]), np.asarray(full.states.R[:, 1]))  # before
+    for k in (2, 3):  # after: the event state
+        np.testing.assert_array_equal(np.asarray(tr.states.R[:, k]), np.asarray(tr.event_state.R))
+    # the event state is the flow's at 0.75 (the dense output's accuracy, ~the tolerance)
+    at = jaxrot.simulate(pair, p, **{**run, "t1": 0.75, "saveat": jaxrot.SaveAt()})
+    np.testing.assert_allclose(np.asarray(tr.event_state.R), np.asarray(at.final.R), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("mode", [pytest.param("forward", id="jvp"),
+                                  pytest.param("reverse", id="grad", marks=pytest.mark.slow)])
+def test_gradients_through_simulate_are_the_xla_executors(mode):
+    """``jax.jvp`` (and, slow tier, ``jax.grad``) through ``simulate(..., executor=jaxrot.Fused())`` of
+    an error-controlled run with an event: the derivatives come from XLA's loop, so they are the XLA
+    executor's."""
+    pair = PAIRS[-1]
+    P = problems.get("t_handle")
+    S = jaxrot.State(jnp.stack([P.state0.R, P.state0.R]), jnp.stack([P.state0.Pi, 1.1 * P.state0.Pi]))
+    w = jnp.asarray(np.random.default_rng(2).normal(size=(2, 3)))
+
+    def loss(Pi, executor):
+        tr = jaxrot.simulate(pair, P, t1=9.0, state0=jaxrot.State(S.R, Pi), stepsize=jaxrot.Adaptive(1e-9, 1e-9),
+                             event=_flip(), executor=executor)
+        return jnp.sum(w * tr.final.Pi) + jnp.sum(tr.event_time) + jnp.sum(tr.final.R[:, 0, 1])
+
+    if mode == "forward":
+        t = jnp.asarray(np.random.default_rng(3).normal(size=(2, 3)))
+        (v1, d1), (v2, d2) = (jax.jvp(lambda x: loss(x, ex), (S.Pi,), (t,)) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+        np.testing.assert_allclose(float(v1), float(v2), rtol=1e-9)
+        np.testing.assert_allclose(float(d1), float(d2), rtol=1e-12)
+        assert float(d1) != 0.0
+    else:
+        g1, g2 = (jax.grad(loss)(S.Pi, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+        np.testing.assert_allclose(np.asarray(g1), np.asarray(g2), rtol=1e-12, atol=1e-12 * float(jnp.max(jnp.abs(g2))))
+        assert np.any(np.asarray(g1) != 0)
 
 
 def test_events_not_terminal_and_not_found():
