@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -121,9 +123,14 @@ def main():
         summary[k].update({f: imports[k][-1][f] for f in ("loads_optax", "loads_studies", "loads_transpiler")})
     print(json.dumps(summary, indent=1))
     if a.out:
-        tmp = a.out.with_name(a.out.name + ".tmp")
-        tmp.write_text(json.dumps(dict(summary=summary, runs=runs, imports=imports), indent=1))
-        tmp.replace(a.out)  # whole or not at all
+        from jaxrot.present import output, provenance
+
+        command = "python " + shlex.join(sys.argv)
+        record = dict(summary=summary, runs=runs, imports=imports, load=list(os.getloadavg()), command=command)
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        with output.atomic(a.out) as tmp:  # whole or not at all
+            tmp.write_text(json.dumps(record, indent=1))
+        provenance.record(a.out.parent, [a.out], command=command, quick=False)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def test_buss_pair_grad_without_recomputation_matches_forward_mode():
     np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9, atol=1e-13)
 
 
+@pytest.mark.slow  # a reverse-mode program compiled with XLA's default flags in a subprocess
 @pytest.mark.default_xla  # the NaN appeared with XLA's default flags, not the suite's fast-compile ones
 def test_grad_of_a_batch_whose_bodies_finish_apart_is_finite():
     """In a vmapped loop a body that is done keeps taking steps of length 0 until the slowest is;

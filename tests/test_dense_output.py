@@ -20,7 +20,9 @@ def _err(a, b):
     return np.asarray(jnp.maximum(jnp.abs(a.R - b.R).max(axis=(-2, -1)), jnp.abs(a.Pi - b.Pi).max(axis=-1)))
 
 
-@pytest.mark.parametrize("method", ["buss4", "rk4", "lie_taylor4", "lie_taylor5"])
+# the Lie-Taylor methods' compiled runs are the largest: in the slow tier
+@pytest.mark.parametrize("method", ["buss4", "rk4", pytest.param("lie_taylor4", marks=pytest.mark.slow),
+                                    pytest.param("lie_taylor5", marks=pytest.mark.slow)])
 def test_evaluate_converges_at_order_four(method):
     errs, dts = [], [0.04, 0.02, 0.01]
     tq = jnp.asarray(np.linspace(0.0, 2.0, 23)[:-1] + 0.0137)

@@ -204,18 +204,23 @@ def run_steps(method, system, state0, dt, t0, n_steps, monitor=None, event=None)
 
 
 def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoint, max_frames: int, monitor=None,
-                 event=None, save: bool = True):
+                 event=None, save: bool = True, n_steps: int | None = None):
     """Frames of ``save_every`` constant steps in a bounded while loop (``adjoint``'s) that ends
     after ``n_frames`` frames (may be traced, at most ``max_frames``) or when a terminal ``event``
     fires: ``(carry, (states, times, stats) of max_frames frames)``, frames not reached holding the
-    last state (``save=False``: ``(carry, StepStats folded over every step)``)."""
+    last state (``save=False``: ``(carry, StepStats folded over every step)``); ``n_steps``: the steps
+    to take in all, where the last frame is only partly used."""
     dtype = dt.dtype
 
     def frame(c):
         def inner(ca, _):
             ca, acc = ca
-            ca, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
-            return (ca, fold(acc, stats)), None
+            new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
+            # a step after a terminal event, or past n_steps, leaves the carry as it was
+            go = ~stopped(event, ca[6]) if n_steps is None else ~stopped(event, ca[6]) & (ca[2] < n_steps)
+            new = jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new, ca)
+            stats = jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), stats, empty_stats())
+            return (new, fold(acc, stats)), None
 
         (c, acc), _ = lax.scan(inner, (c, empty_stats()), None, length=save_every)
         return c, acc
@@ -250,14 +255,20 @@ def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoi
     return c, out
 
 
+#: constant steps per iteration of a final-state-only while loop (a terminal event's run)
+WHILE_GROUP = 8
+
+
 def while_body_frames(method, system, state0, dt, t0, n_steps: int, save_every: int, final_only: bool, adjoint,
                       monitor=None, event=None) -> Frames:
     """One body's constant steps in the frames' while loop (a terminal event ends it): every saved
     frame, or only the final state (frames of one step, none kept)."""
     carry = init_carry(method, system, state0, dt, t0, monitor, event)
-    if final_only:
-        c, stats = while_frames(method, system, carry, dt, t0, n_steps, 1, adjoint, n_steps, monitor, event,
-                                save=False)
+    if final_only:  # groups of steps per iteration of the while loop (its overhead per iteration is a step's)
+        group = min(WHILE_GROUP, n_steps)
+        n_groups = -(-n_steps // group)
+        c, stats = while_frames(method, system, carry, dt, t0, n_groups, group, adjoint, n_groups, monitor, event,
+                                save=False, n_steps=n_steps)
         one = jax.tree_util.tree_map(lambda x: x[None], (c[0], t0 + c[2].astype(dt.dtype) * dt, stats))
         return assemble(state0, t0, *one, c[3], c[4], c[6], c[2])
     n_frames = n_steps // save_every
