@@ -179,6 +179,16 @@ def _update(model, opt, params, state):
     return optax.apply_updates(params, updates), state, value, optax.tree.norm(grad)
 
 
+@eqx.filter_jit  # compiled: run eagerly, the forward-mode Jacobian of a whole simulation is op by op
+def _residual_jacobian(model, x, q):
+    """The residuals' Jacobian in the free parameters ``x`` (moments' parameters, then the axes' if
+    fitted) and the residuals, at ``x``."""
+    def flat_res(x):
+        return model.residuals({"theta": x[:3], "q": x[3:] if model.fit_axes else q})
+
+    return jax.jacfwd(flat_res)(x), flat_res(x)
+
+
 def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=None, method="split4_231",
                 substeps: int = 2, fit_axes: bool = False, optimizer=None, max_iters: int = 300,
                 tol: float = 1e-9, verbose: bool = False) -> FitResult:
@@ -202,7 +212,10 @@ def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=
     params = {"theta": params_from_moments(jnp.asarray(J_guess)), "q": jnp.zeros(3)}
 
     opt = optimizer if optimizer is not None else _LBFGS
-    state = opt.init(params)
+    # optax's initial state holds weakly typed scalars that its update returns strongly typed: made
+    # strong here, the update compiles once instead of twice
+    state = jax.tree_util.tree_map(lambda x: jnp.asarray(x, x.dtype) if isinstance(x, jax.Array) else x,
+                                   opt.init(params))
     history = []
     k = 0
     for k in range(1, max_iters + 1):
@@ -217,14 +230,8 @@ def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=
             break
 
     # Gauss-Newton covariance at the optimum, in the free parameters
-
-    def flat_res(x):
-        p = {"theta": x[:3], "q": x[3:] if fit_axes else params["q"]}
-        return model.residuals(p)
-
     x = jnp.concatenate([params["theta"], params["q"]]) if fit_axes else params["theta"]
-    Jr = jax.jacfwd(flat_res)(x)
-    r = flat_res(x)
+    Jr, r = _residual_jacobian(model, x, params["q"])
     m, k_par = r.size, x.size - (1 if trace is not None else 0)  # the trace removes one direction
     chi2 = float(jnp.sum(r * r) / max(m - k_par, 1))
     cov_x = chi2 * jnp.linalg.pinv(Jr.T @ Jr, hermitian=True)
