@@ -69,7 +69,7 @@ def test_kantorovich_substeps_are_reported_and_safe():
     p = problems.get("t_handle")
     L = float(np.linalg.norm(p.state0.Pi))
     dt = 1.0
-    tr = jaxrot.simulate("midpoint_exp_adaptive", p, dt, 3)
+    tr = jaxrot.simulate("midpoint_exp_adaptive", p, dt, 3, saveat=jaxrot.SaveAt(steps=1))  # stats per step
     expected = math.ceil(dt * L / (KANTOROVICH_X * J.min()))
     assert np.all(np.asarray(tr.stats.substeps) == expected)
     # the first frame equals plain midpoint steps of the largest safe size, then the remainder
