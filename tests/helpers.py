@@ -96,6 +96,11 @@ SLOW: dict[str, set[str]] = {n: {"gradients", "jit_vmap", "float32", "invariants
 SLOW["liemid_ea_kl8"] = {"gradients", "jit_vmap", "float32", "invariants"}
 for _n in ("lie_taylor1", "lie_taylor2", "lie_taylor3", "lie_taylor4", "exact_split_kl8", "rkmk8"):
     SLOW.setdefault(_n, set()).add("gradients")
+# the embedded pairs: a constant step of a pair is its higher method's step (enrolled on its own);
+# the pair's own contract, the error estimate, is tested in tests/test_adaptive.py
+for _n, _i in REGISTRY.items():
+    if _i.error_order is not None:
+        SLOW.setdefault(_n, set()).update({"gradients", "jit_vmap", "float32", "invariants"})
 
 # Laskar-Robutel SABA_2/SBAB_2 are order 2 for a general torque (an eps^2 h^2 term) and 4 in the
 # terms linear in the torque; on buss_torqued (a small prescribed torque) the eps h^4 terms lead
