@@ -12,8 +12,9 @@ torque, a plain call): on one CUDA GPU from :data:`FUSED_MIN_STEPS_GPU` steps, o
 on a CPU one body saving frames from :data:`FUSED_MIN_STEPS` steps, and a batch on one CPU device from
 :data:`FUSED_MIN_BODY_STEPS_CPU` body-steps. An error-controlled run (:class:`AttemptSpec`) that the
 fused adaptive kernel can run goes there on one CPU device (one body or a batch), and on one CUDA GPU
-from :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies (docs/kernels.md, "Which runs are fused"). An executor asked for explicitly that cannot run the job
-raises a ValueError saying why (:meth:`~AbstractExecutor.refusal`); the trajectory's provenance names
+from :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies (docs/kernels.md, "Which runs are fused"). An
+executor asked for explicitly that cannot run the job raises a ValueError saying why
+(:meth:`~AbstractExecutor.refusal`); the trajectory's provenance names
 the executor that ran it.
 """
 
