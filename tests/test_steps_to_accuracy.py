@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxrot import analysis, problems, reference
-from jaxrot.driver.simulate import final_state
+from jaxrot.driver.simulate import simulate
 
 
 def test_finds_the_threshold_and_it_is_consistent_with_the_order():
@@ -13,7 +13,7 @@ def test_finds_the_threshold_and_it_is_consistent_with_the_order():
     ref = reference.reference_solution(p, T).final
     r = analysis.steps_to_accuracy("buss2", p, 1e-5, t_end=T, reference=ref)
     N = r["N"]
-    e = lambda n: float(analysis.final_error(final_state("buss2", p, T / n, n), ref))  # noqa: E731
+    e = lambda n: float(analysis.final_error(simulate("buss2", p, T / n, n).final, ref))  # noqa: E731
     assert e(N) <= 1e-5 < e(N - 1)
     # order 2: a 4x tighter tolerance needs about 2x the steps
     N4 = analysis.steps_to_accuracy("buss2", p, 2.5e-6, t_end=T, reference=ref)["N"]
