@@ -17,7 +17,7 @@ from .dense import DenseOutput, StepDenseOutput
 from .events import freeze_after, locate
 from .failures import result_of
 from .layout import Frames, LocatedEvent
-from .results import AdaptiveStats, Provenance, Trajectory
+from .results import AdaptiveStats, Provenance, Trajectory, built
 
 __all__ = ["Finish", "trajectory"]
 
@@ -95,6 +95,12 @@ def trajectory(fr: Frames, finish: Finish, *, system, event, batched: bool, stac
     if counts is None:  # the fused kernels: every step taken
         shape = fr.failed.shape
         counts = (jnp.full(shape, finish.n_steps, jnp.int32), jnp.zeros(shape, jnp.int32), None)
-    controller = AdaptiveStats(*counts, **(extra_counts or {}))
-    return Trajectory(ts, states, stats, fr.failed, result_of(fr.reason), controller, system,
-                      dense if finish.want_dense else None, event_time, event_state, provenance)
+    controller = built(AdaptiveStats, None, *counts, *_extra(extra_counts))
+    return built(Trajectory, provenance, ts, states, stats, fr.failed, result_of(fr.reason), controller, system,
+                 dense if finish.want_dense else None, event_time, event_state)
+
+
+def _extra(extra_counts: dict | None) -> tuple:
+    """``AdaptiveStats``' global-error fields, in order (None where not given)."""
+    extra = extra_counts or {}
+    return tuple(extra.get(k) for k in ("global_error", "tolerance", "n_calibration"))

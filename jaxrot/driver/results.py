@@ -262,3 +262,29 @@ def load(path) -> Trajectory:
         return Trajectory(ts=jnp.asarray(z["ts"]), states=State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])),
                           stats=stats, failed_step=jnp.asarray(z["failed_step"]), result=result, controller=controller,
                           provenance=Provenance(info))
+
+
+#: (the static field, or None; the fields' structure) -> (that static value, the instance's structure)
+_STRUCTURES: dict = {}
+
+
+def built(cls, static, *fields):
+    """``cls(*fields, provenance=static)`` for :class:`Trajectory` (``cls(*fields)`` for a class
+    without static fields, ``static=None``), by unflattening its structure, remembered per structure of
+    the fields and static value: equinox's ``__init__`` is a noticeable part of a small
+    :func:`jaxrot.simulate` call. The static value is matched by identity (a :class:`Provenance`
+    compares equal to every other)."""
+    leaves, structure = jax.tree_util.tree_flatten(fields)
+    key = (cls, id(static), structure)
+    try:
+        hit = _STRUCTURES.get(key)
+    except TypeError:  # a static field somewhere inside that cannot be hashed: built as usual
+        return cls(*fields) if static is None else cls(*fields, provenance=static)
+    if hit is not None and hit[0] is static:
+        return jax.tree_util.tree_unflatten(hit[1], leaves)
+    obj = cls(*fields) if static is None else cls(*fields, provenance=static)
+    if len(_STRUCTURES) >= 256:
+        _STRUCTURES.clear()
+    _STRUCTURES[key] = (static, jax.tree_util.tree_structure(obj))
+    return obj
+
