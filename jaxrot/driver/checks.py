@@ -288,6 +288,16 @@ def scalar(x, dtype):
     return jnp.asarray(x, dtype)
 
 
+def checked_state0(problem, state0, t0) -> State:
+    """The run's initial state (``problem.state0`` for None), checked, and ``t0`` checked."""
+    state0 = problem.state0 if state0 is None else state0
+    if not isinstance(state0, State):
+        raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
+    check_state(state0)
+    check_t0(t0)
+    return state0
+
+
 def prepare(method, problem, state0, dt, t0, n_steps, save_every):
     """Every host check of a fixed-step run; returns ``(method, state0, dt, t0, system)`` with ``dt``,
     ``t0`` and the system in the dtype of the initial state."""
@@ -296,11 +306,7 @@ def prepare(method, problem, state0, dt, t0, n_steps, save_every):
     check_capability(method, problem)
     check_counts(n_steps, save_every)
     check_dt(dt)
-    state0 = problem.state0 if state0 is None else state0
-    if not isinstance(state0, State):
-        raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
-    check_state(state0)
-    check_t0(t0)
+    state0 = checked_state0(problem, state0, t0)
     dtype = state0.R.dtype
     if state0.Pi.dtype != dtype:
         raise TypeError(f"state0.R is {dtype} but state0.Pi is {state0.Pi.dtype}; pass both in one dtype "

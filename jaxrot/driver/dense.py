@@ -79,6 +79,13 @@ def interpolate(system, t, h, s0: State, s1: State, s) -> State:
     return State(R, Pi)
 
 
+def _check_in_span(tn: np.ndarray, lo: float, hi: float) -> None:
+    """Query times ``tn`` must be finite and within the run's span ``[lo, hi]`` (to round-off)."""
+    if np.any(~np.isfinite(tn)) or np.any(tn < lo - 1e-12 * max(1.0, abs(lo))) or \
+            np.any(tn > hi + 1e-9 * max(1.0, abs(hi))):
+        raise ValueError(f"t must lie within the run's span [{lo}, {hi}], got {tn}")
+
+
 def checkpoint_interval(n_steps: int) -> int:
     """Steps between checkpoint frames: the divisor ``c`` of ``n_steps`` minimising ``c + n_steps / c``
     (the frames kept plus the steps a query re-runs)."""
@@ -136,10 +143,7 @@ class DenseOutput(eqx.Module):
         t = jnp.asarray(t, self.dt.dtype)
         if not isinstance(t, jax.core.Tracer) and not isinstance(self.dt, jax.core.Tracer):
             lo, hi = float(self.t0), float(self.t0) + self.n_steps * float(self.dt)
-            tn = np.asarray(t)
-            if np.any(~np.isfinite(tn)) or np.any(tn < lo - 1e-12 * max(1.0, abs(lo))) or \
-                    np.any(tn > hi + 1e-9 * max(1.0, abs(hi))):
-                raise ValueError(f"t must lie within the run's span [{lo}, {hi}], got {tn}")
+            _check_in_span(np.asarray(t), lo, hi)
         return _evaluate(self, t)
 
     def _at(self, t) -> State:
@@ -176,10 +180,7 @@ class StepDenseOutput(eqx.Module):
         if not isinstance(t, jax.core.Tracer) and not isinstance(self.times, jax.core.Tracer):
             times = np.asarray(self.times)
             lo, hi = times[..., 0].max(), np.where(np.isfinite(times), times, -np.inf).max(axis=-1).min()
-            tn = np.asarray(t)
-            if np.any(~np.isfinite(tn)) or np.any(tn < lo - 1e-12 * max(1.0, abs(lo))) or \
-                    np.any(tn > hi + 1e-9 * max(1.0, abs(hi))):
-                raise ValueError(f"t must lie within the run's span [{lo}, {hi}], got {tn}")
+            _check_in_span(np.asarray(t), lo, hi)
         return _evaluate(self, t)
 
     def _at(self, t) -> State:

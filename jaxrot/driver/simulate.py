@@ -21,7 +21,7 @@ import numpy as np
 from ..integrators import AbstractPair, EmbeddedPair
 from ..physics.problems import Problem
 from .adjoint import adjoint_for, adjoint_of
-from .checks import (cast, check_capability, check_problem, check_state, check_t0, is_concrete, prepare,
+from .checks import (cast, check_capability, check_problem, checked_state0, is_concrete, prepare,
                      resolve_method, scalar, system_of, traced_checks)
 from .controllers import Adaptive, Fixed
 from .dense import checkpoint_interval
@@ -289,13 +289,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     check_problem(problem)
     check_capability(pair, problem)
     stacked = state0 is None and jnp.ndim(problem.body.J) == 2
-    state0 = problem.state0 if state0 is None else state0
-    from ..geometry.state import State
-
-    if not isinstance(state0, State):
-        raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
-    check_state(state0)
-    check_t0(t0)
+    state0 = checked_state0(problem, state0, t0)
     dtype = state0.R.dtype
     if dt0 is not None and is_concrete(dt0) and not (np.isfinite(dt0) and float(dt0) > 0):
         raise ValueError(f"dt (the first trial step) must be finite and > 0, got {dt0!r}")
