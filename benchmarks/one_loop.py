@@ -9,10 +9,13 @@ round (A then B) so that load on a shared machine hits both alike:
 
 - ``import``: seconds to ``import jaxrot`` in a fresh interpreter, and to import jax and equinox alone;
   whether optax, the studies or Warp's code generators were loaded;
-- ``small_call_ms``: a compiled ``simulate("buss4", fast_top, 1e-3, 10)`` (one body), per call;
+- ``small_call_ms``: a compiled ``simulate("buss4", fast_top, 1e-3, 10)`` (one body), per call, the
+  same call repeated; ``small_call_new_ms``: the same run with a new ``SaveAt()`` object per call (a
+  call not made before, so checked and set up again);
 - ``terminal_one`` / ``terminal_batch``: the time of a run with a terminal event at T/10 over the time
   of the same run without it (``rk4`` on the T-handle: one body of 400 000 steps; 1 000 bodies of
-  4 000 steps), final state only, XLA's loop (``executor=None`` for the batch);
+  4 000 steps), final state only, XLA's loop (``executor=None`` for the batch: the run without the event
+  is then fused); ``terminal_batch_blocked``: the batch's ratio with ``executor=CPUBlocked()`` both ways;
 - ``traces``: how many times a jitted function of trajectories is traced for three values of ``dt``.
 """
 
@@ -68,6 +71,8 @@ def measure(repo: str) -> dict:
 
     p = jaxrot.problems.get("fast_top")
     small = median(lambda: jaxrot.simulate("buss4", p, 1e-3, 10), 300)
+    # the same run, but a new SaveAt object each call: not the same call, so checked and set up again
+    small_new = median(lambda: jaxrot.simulate("buss4", p, 1e-3, 10, saveat=jaxrot.SaveAt()), 300)
     th = jaxrot.problems.get("t_handle")
     final = jaxrot.SaveAt(t0=False)
     n, dt = 400_000, 1e-4
@@ -80,6 +85,10 @@ def measure(repo: str) -> dict:
     ev2 = jaxrot.Event(lambda t, s, a: t - n2 * dt2 / 10, direction=1, terminal=True)
     fullB = median(lambda: jaxrot.simulate("rk4", th, dt2, n2, state0=s0, saveat=final), 5)
     cutB = median(lambda: jaxrot.simulate("rk4", th, dt2, n2, state0=s0, saveat=final, event=ev2), 5)
+    # the same on one executor both ways (the automatic choice runs the batch without the event fused)
+    blocked = jaxrot.CPUBlocked()
+    fullC = median(lambda: jaxrot.simulate("rk4", th, dt2, n2, state0=s0, saveat=final, executor=blocked), 5)
+    cutC = median(lambda: jaxrot.simulate("rk4", th, dt2, n2, state0=s0, saveat=final, event=ev2, executor=blocked), 5)
     count = [0]
 
     @jax.jit
@@ -89,8 +98,9 @@ def measure(repo: str) -> dict:
 
     for d in (1e-3, 2e-3, 5e-4):
         f(jaxrot.simulate("buss4", p, d, 10))
-    return dict(small_call_ms=1e3 * small, terminal_one=cut1 / full1, terminal_one_s=(cut1, full1),
-                terminal_batch=cutB / fullB, terminal_batch_s=(cutB, fullB), traces=count[0])
+    return dict(small_call_ms=1e3 * small, small_call_new_ms=1e3 * small_new, terminal_one=cut1 / full1, terminal_one_s=(cut1, full1),
+                terminal_batch=cutB / fullB, terminal_batch_s=(cutB, fullB), terminal_batch_blocked=cutC / fullC,
+                terminal_batch_blocked_s=(cutC, fullC), traces=count[0])
 
 
 def main():
@@ -117,7 +127,8 @@ def main():
             print(f"round {r + 1} {k}: {runs[k][-1]}", flush=True)
     summary = {}
     for k in repos:
-        summary[k] = {f: statistics.median(x[f] for x in runs[k]) for f in ("small_call_ms", "terminal_one",
+        summary[k] = {f: statistics.median(x[f] for x in runs[k]) for f in ("small_call_ms", "small_call_new_ms",
+                                                                            "terminal_one", "terminal_batch_blocked",
                                                                             "terminal_batch", "traces")}
         summary[k].update({f: statistics.median(x[f] for x in imports[k]) for f in ("jax_equinox_s", "jaxrot_s")})
         summary[k].update({f: imports[k][-1][f] for f in ("loads_optax", "loads_studies", "loads_transpiler")})

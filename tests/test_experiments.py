@@ -232,3 +232,19 @@ def test_cli_animate(tmp_path, capsys):
     assert gif.stat().st_size > 0
     assert cli.main(["animate", "buss2p", "t_handle", "--out", str(tmp_path / "a.png")]) == 2
     assert cli.main(["animate", "nope", "t_handle", "--out", str(gif)]) == 2
+
+
+@pytest.mark.slow  # a --quick benchmark (the fused adaptive kernel compiles for it)
+def test_heterogeneous_bench_quick(tmp_path):
+    """`jaxrot bench heterogeneous --quick`: the fused adaptive run, XLA's loop and the others were
+    timed, and the records were written (the step-for-step agreement of the two adaptive runs is
+    tests/test_kernels_adaptive.py's)."""
+    pytest.importorskip("warp")
+    from jaxrot.experiments import bench_heterogeneous
+
+    res = bench_heterogeneous.main(quick=True, out_dir=tmp_path)
+    names = [r["contender"] for r in res["rows"]]
+    assert names[0].startswith("fused adaptive") and any(n.startswith("XLA adaptive loop") for n in names)
+    assert all(r["us_per_body"] > 0 for r in res["rows"]) and res["summary"]
+    assert (tmp_path / "heterogeneous_batch_quick.json").stat().st_size > 0
+    assert (tmp_path / "heterogeneous_batch_quick.md").read_text().count("|") > 10

@@ -180,8 +180,8 @@ def raise_failures(failed, result, where: str = "") -> None:
     if not isinstance(failed, jax.core.Tracer):
         # every process sees every body's flag (a collective under jax.distributed); the codes are
         # fetched only when a step failed (one transfer fewer on the common path)
-        f = gather(failed)
-        if np.any(np.asarray(f) >= 0):
+        f = np.asarray(failed) if getattr(failed, "is_fully_addressable", False) else np.asarray(gather(failed))
+        if (f.item() if f.size == 1 else f.max(initial=-1)) >= 0:
             raise failure_error(f, None if codes is None else gather(codes), where)
     else:
         jax.debug.callback(functools.partial(_raise_traced, where=where), failed, codes)

@@ -19,7 +19,7 @@ from .failures import result_of
 from .layout import Frames, LocatedEvent
 from .results import AdaptiveStats, Provenance, Trajectory, built
 
-__all__ = ["Finish", "trajectory"]
+__all__ = ["Finish", "trajectory", "trajectory_of"]
 
 
 def _per_body(fn, batched: bool, stacked: bool, system, *trees):
@@ -104,3 +104,31 @@ def _extra(extra_counts: dict | None) -> tuple:
     """``AdaptiveStats``' global-error fields, in order (None where not given)."""
     extra = extra_counts or {}
     return tuple(extra.get(k) for k in ("global_error", "tolerance", "n_calibration"))
+
+
+def trajectory_of(finish: Finish, *, system, event, batched: bool, stacked: bool, provenance: Provenance):
+    """:func:`trajectory` with these arguments, as a function of the frames (for a call repeated as it
+    is). Where the trajectory's leaves are the frames' and the system's, unchanged and in order (a run
+    that keeps the loop's frames as they are), it is unflattened from them with the structure of the
+    first one: a small run spends a noticeable part of its time building the trajectory."""
+    def general(fr):
+        return trajectory(fr, finish, system=system, event=event, batched=batched, stacked=stacked,
+                          provenance=provenance)
+
+    system_leaves = jax.tree_util.tree_leaves(system)
+    known: dict = {}  # the frames' structure -> the trajectory's, or None where the leaves are not passed on
+
+    def build(fr):
+        leaves, structure = jax.tree_util.tree_flatten(fr)
+        hit = known.get(structure, False)
+        if hit:
+            return jax.tree_util.tree_unflatten(hit, leaves + system_leaves)
+        traj = general(fr)
+        if hit is False:
+            out, out_structure = jax.tree_util.tree_flatten(traj)
+            same = len(out) == len(leaves) + len(system_leaves) and all(
+                a is b for a, b in zip(out, leaves + system_leaves))
+            known[structure] = out_structure if same else None
+        return traj
+
+    return build

@@ -6,6 +6,7 @@ program up by (structure, non-array leaves) and hands the arrays to a plain ``ja
 path dispatches them; ``filter_jit``'s own per-call Python (signature binding, partitioning,
 re-combining the outputs) is a large part of a small :func:`jaxrot.simulate` call.
 Outputs must be JAX types (arrays, None, modules whose non-array fields are static).
+``f.bind(*args)`` is the call as a function of no arguments, for a call repeated as it is.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import jax
 def lean_jit(f):
     cache: dict = {}
 
-    @functools.wraps(f)
-    def call(*args, **kwargs):
+    def bind(*args, **kwargs):
+        """The call with these arguments, as a function of no arguments: flattened and looked up once
+        (a repeated call of the same run)."""
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         mask = tuple(eqx.is_array(x) for x in leaves)
         statics = tuple(x for x, m in zip(leaves, mask) if not m)
@@ -36,6 +38,11 @@ def lean_jit(f):
             if len(cache) >= 256:
                 cache.clear()
             fn = cache[key] = jax.jit(run)
-        return fn([x for x, m in zip(leaves, mask) if m])
+        return functools.partial(fn, [x for x, m in zip(leaves, mask) if m])
 
+    @functools.wraps(f)
+    def call(*args, **kwargs):
+        return bind(*args, **kwargs)()
+
+    call.bind = bind
     return call

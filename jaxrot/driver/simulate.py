@@ -30,9 +30,10 @@ from .executors import choose_executor
 from .executors.base import AttemptSpec, RunSpec
 from .failures import raise_failures
 from .global_error import GlobalError, calibrate
-from .integrate import Finish, trajectory
+from .integrate import Finish, trajectory, trajectory_of
 from .loop import InvariantMonitor
 from .precision import full_precision
+from . import replay
 from .progress import progress_report
 from .results import Provenance, Trajectory
 from .saveat import SaveAt
@@ -169,6 +170,12 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         traj = jaxrot.simulate("buss2p", p, 1e-3, 1000, saveat=jaxrot.SaveAt(steps=10))
         sol = jaxrot.simulate("buss4(3)", p, t1=1.0, stepsize=jaxrot.Adaptive(rtol=1e-8, atol=1e-8))
     """
+    plan_key = replay.key(method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, adjoint, executor,
+                          progress, throw, monitor, unroll, save_every)
+    plan = replay.lookup(plan_key)
+    if plan is not None:  # the same call again: checked already
+        return plan()
+    inputs = (method, problem, state0, stepsize, saveat, event, adjoint, executor, monitor)
     controller, dt = _controller(stepsize, dt)
     saveat = _saveat(saveat, save_every)
     adjoint = adjoint_of(adjoint)
@@ -176,7 +183,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         if n_steps is not None:
             raise ValueError("error-controlled steps take t1 (and saveat), not n_steps")
         return _adaptive(method, problem, controller, dt, t0, t1, state0, saveat, event, adjoint, executor, progress,
-                         throw, monitor)
+                         throw, monitor, plan_key, inputs)
     if dt is None:
         raise ValueError("a run of constant steps needs dt")
     n_steps = _counts(dt, n_steps, t0, t1)
@@ -203,7 +210,6 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     spec = RunSpec(method, system, state0, dt, t0, n_steps, every, monitor, unroll, stacked, final_only, report, event,
                    adjoint)
     runner = choose_executor(executor, spec)
-    frames = type(runner).run(runner, spec)  # a method looked up on an eqx.Module instance is rebuilt per access
     ts_out = None
     if saveat.ts is not None:
         ts_out = jnp.asarray(_output_times(saveat, float(t0), float(t0) + n_steps * float(dt)), dt.dtype)
@@ -212,9 +218,19 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     extra = (("executor", type(runner).__name__),) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given[0]), getattr(given[1], "name", None) or "(unnamed)", _dt_label(given[2]), n_steps,
                        every, str(state0.R.dtype), extra)
-    traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
+    build = trajectory_of(finish, system=spec.system, event=event, batched=batched, stacked=stacked, provenance=prov)
+    plan = functools.partial(_carry_out, runner.plan(spec), build, throw, "batched simulation: " if batched else "")
+    if report is None:
+        replay.remember(plan_key, plan, *inputs)
+    return plan()
+
+
+def _carry_out(run, build, throw, where) -> Trajectory:
+    """Carry out a checked constant-step run (``run``: the executor's plan) and make its trajectory
+    (``build``: :func:`~jaxrot.driver.integrate.trajectory_of`); a repeated call starts here."""
+    traj = build(run())
     if throw:
-        raise_failures(traj.failed_step, traj.result, "batched simulation: " if batched else "")
+        raise_failures(traj.failed_step, traj.result, where)
     return traj
 
 
@@ -283,7 +299,7 @@ def _targets(saveat, t0, t1, dtype):
 
 
 def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, adjoint, executor, progress, throw,
-              monitor) -> Trajectory:
+              monitor, plan_key=None, inputs=()) -> Trajectory:
     given = method
     pair = _pair(method)
     check_problem(problem)
@@ -316,10 +332,6 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         rtol, atol = reachable(rtol, atol, dtype, where="GlobalError: the local tolerance its calibration chose",
                                stacklevel=4)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
-    frames = type(runner).run_attempts(runner, spec)
-    if report is not None:
-        jax.block_until_ready(frames.states.R)
-        report(1)
     finish = Finish(keep_first=saveat.t0, keep_last=keep_last, frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense)
     batched = state0.R.ndim == 3
@@ -327,6 +339,17 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
              ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given), getattr(problem, "name", None) or "(unnamed)", _dt_label(dt0), "adaptive", every,
                        str(dtype), extra)
+    if report is None and extra_counts is None and (rtol, atol) == (local.rtol, local.atol):
+        # a plan is remembered only where nothing was said (no tolerance raised, no calibration)
+        build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
+        plan = functools.partial(_carry_out, functools.partial(type(runner).run_attempts, runner, spec), build, throw,
+                                 "adaptive run: ")
+        replay.remember(plan_key, plan, *inputs)
+        return plan()
+    frames = type(runner).run_attempts(runner, spec)
+    if report is not None:
+        jax.block_until_ready(frames.states.R)
+        report(1)
     traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov,
                       extra_counts=extra_counts)
     if throw:

@@ -23,7 +23,8 @@ EXPERIMENTS = {
     "roblox": "jaxrot.experiments.roblox",
 }
 BENCHMARKS = {"buss": "jaxrot.experiments.bench_buss", "throughput": "jaxrot.experiments.bench_throughput",
-              "precision": "jaxrot.experiments.bench_precision", "unseen": "jaxrot.experiments.bench_unseen"}
+              "precision": "jaxrot.experiments.bench_precision", "unseen": "jaxrot.experiments.bench_unseen",
+              "heterogeneous": "jaxrot.experiments.bench_heterogeneous"}
 
 
 def _list(args) -> int:

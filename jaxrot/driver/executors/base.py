@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import equinox as eqx
@@ -96,6 +97,11 @@ class AbstractExecutor(eqx.Module):
     @abc.abstractmethod
     def run(self, spec: RunSpec) -> Frames:
         """The frames of a constant-step run ``spec`` (initial state first)."""
+
+    def plan(self, spec: RunSpec) -> Callable[[], Frames]:
+        """:meth:`run` of ``spec`` as a function of no arguments, with what can be decided once decided
+        (a repeated :func:`jaxrot.simulate` call runs it again)."""
+        return functools.partial(type(self).run, self, spec)
 
     def run_attempts(self, spec: AttemptSpec) -> Frames:
         """The frames of an error-controlled run: the loop of every body placed by :meth:`map_bodies`."""

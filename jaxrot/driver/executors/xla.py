@@ -10,6 +10,8 @@ under ``vmap``.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,6 +97,15 @@ def one_body(spec: RunSpec) -> Frames:
     return join(x0, t0, parts, nvs, (carry[3], carry[4], carry[6], carry[2]))
 
 
+def one_body_plan(spec: RunSpec):
+    """:func:`one_body` of ``spec`` as a function of no arguments; a final-state-only run's program
+    and arguments are bound once."""
+    if spec.final_only and not spec.terminal and not traced(spec):
+        m, s, x0, dt, t0 = spec.method, spec.system, spec.state0, spec.dt, spec.t0
+        return _one_final.bind(m, s, x0, dt, t0, np.asarray(spec.n_steps, np.int32), spec.monitor, spec.event)
+    return functools.partial(one_body, spec)
+
+
 class XLA(AbstractExecutor):
     """The loop compiled by XLA on one device; a batch is ``vmap`` ped, unblocked.
 
@@ -111,3 +122,6 @@ class XLA(AbstractExecutor):
         if spec.final_only and not traced(spec):
             return batch_final(spec, block=None)
         return batch_frames(spec, block=None, devices=None)
+
+    def plan(self, spec: RunSpec):
+        return one_body_plan(spec) if not spec.batched else super().plan(spec)

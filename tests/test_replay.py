@@ -1,0 +1,63 @@
+"""A repeated simulate call replays its checked plan (jaxrot.driver.replay): the same results as the
+first call, its failures raised again, and no stale result where an input can change in place."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import problems
+from jaxrot.driver import replay
+
+jax.config.update("jax_enable_x64", True)
+P = problems.get("fast_top")
+
+
+def _same(a, b):
+    for x, y in zip(jax.tree_util.tree_leaves((a.ts, a.states, a.failed_step)),
+                    jax.tree_util.tree_leaves((b.ts, b.states, b.failed_step))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("kwargs", [dict(dt=1e-3, n_steps=10), dict(dt=1e-3, n_steps=40, saveat=jaxrot.SaveAt(steps=4)),
+                                    dict(t1=0.05, stepsize=jaxrot.Adaptive(1e-9, 1e-9))])
+def test_a_repeated_call_gives_the_first_calls_trajectory(kwargs):
+    method = "buss4(3)" if "stepsize" in kwargs else "buss4"
+    replay.forget()
+    first = jaxrot.simulate(method, P, **kwargs)
+    assert len(replay._PLANS) == 1  # remembered ...
+    again = jaxrot.simulate(method, P, **kwargs)
+    _same(first, again)
+    assert again.provenance == first.provenance and np.array_equal(again.controller.n_accepted, first.controller.n_accepted)
+    changed = dict(t1=0.06) if "t1" in kwargs else dict(dt=2e-3)
+    other = jaxrot.simulate(method, P, **{**kwargs, **changed})  # ... and another call is another plan
+    assert len(replay._PLANS) == 2
+    assert not np.array_equal(np.asarray(other.states.R), np.asarray(first.states.R))
+
+
+def test_a_failing_call_fails_again():
+    th = problems.get("t_handle")
+    for _ in range(2):
+        with pytest.raises(jaxrot.SimulationError, match=r"step \d+ failed"):
+            jaxrot.simulate("midpoint_exp", th, 20.0, 10)
+
+
+def test_inputs_that_can_change_in_place_are_not_remembered():
+    replay.forget()
+    Pi = np.asarray(P.state0.Pi).copy()
+    s0 = jaxrot.State(np.asarray(P.state0.R), Pi)  # NumPy arrays: the user may change them in place
+    a = jaxrot.simulate("buss4", P, 1e-2, 20, state0=s0)
+    Pi[2] *= 1.5
+    b = jaxrot.simulate("buss4", P, 1e-2, 20, state0=s0)
+    assert len(replay._PLANS) == 0
+    fresh = jaxrot.simulate("buss4", P, 1e-2, 20, state0=jaxrot.State(P.state0.R, jnp.asarray(Pi)))
+    np.testing.assert_array_equal(np.asarray(b.states.Pi), np.asarray(fresh.states.Pi))
+    assert not np.array_equal(np.asarray(a.states.Pi), np.asarray(b.states.Pi))
+
+
+def test_the_plans_are_bounded():
+    replay.forget()
+    for k in range(replay.MAX_PLANS + 5):
+        jaxrot.simulate("buss2p", P, 1e-3, 2 + k % 3, t0=float(k))
+    assert len(replay._PLANS) == replay.MAX_PLANS
