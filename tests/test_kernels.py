@@ -52,6 +52,13 @@ CASES = [(name, torque) for name, entry in kernels.KERNELS.items() for torque in
 _SPLIT_SIBLING = {n for n, _ in CASES if n.startswith("split") and "_231" not in n and n != "split2_123_ep"}
 CASE_PARAMS = [pytest.param(n, t, id=f"{n}-{t}", marks=[pytest.mark.slow] if n in _SPLIT_SIBLING else [])
                for n, t in CASES]
+# float32 is the same generator at the other scalar type: the default run compares it with each
+# method's first torque (the torque code's float32 instances with rkmk8's at large steps below), the
+# slow tier with every torque
+DTYPE_CASES = [pytest.param(*p.values, dt, id=f"{p.id}-{dt_id}",
+                            marks=[*p.marks, *([pytest.mark.slow] if dt_id == "f32" and p.values[1] !=
+                                               kernels.KERNELS[p.values[0]].torques[0] else [])])
+               for p in CASE_PARAMS for dt, dt_id in ((jnp.float64, "f64"), (jnp.float32, "f32"))]
 F32_RTOL = 1000 * float(np.finfo(np.float32).eps)
 
 
@@ -97,8 +104,7 @@ def _rel(a, b):
     return np.max(np.abs(a - b)) / np.max(np.abs(b))
 
 
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("name,torque", CASE_PARAMS)
+@pytest.mark.parametrize("name,torque,dtype", DTYPE_CASES)
 def test_kernel_restates_the_method(name, torque, dtype):
     method = integrators.get(name)
     system, states = _setup(torque, dtype)
@@ -239,6 +245,56 @@ def test_the_fused_executor_equals_xla():
     assert mon.info["executor"] == "XLA"
 
 
+# one kernel of each family that steps with the torque, each with the T-handle's flip (the long axis's
+# world-y component through zero, downwards) and a clock event, terminal or not; float32 with rk4
+EVENT_CASES = [("rk4", "free", jnp.float64), ("buss4", "gravity", jnp.float64), ("rkmk8", "user", jnp.float64),
+               ("split2_231", "free", jnp.float64), ("dmv", "free", jnp.float64), ("rk4", "free", jnp.float32)]
+
+
+@pytest.mark.parametrize("name,torque,dtype", EVENT_CASES, ids=[f"{n}-{t}-{jnp.dtype(d).name}" for n, t, d in EVENT_CASES])
+def test_a_kernel_with_an_event_equals_the_xla_loop(name, torque, dtype):
+    """With an event the constant-step kernel gives the XLA executor's frames, event times and
+    states, and step counts (a terminal event stops each body at its own crossing step)."""
+    p = PROBLEM_OF[torque]() if callable(PROBLEM_OF[torque]) else problems.get(PROBLEM_OF[torque])
+    _, states = _setup(torque, dtype, n=5)  # (the run casts the problem to the states' dtype)
+    # a condition of the time and the attitude, crossing within the span at a different time per body
+    flip = jaxrot.Event(lambda t, s, a: t - 0.2137 + 0.02 * s.R[1, 1], direction=1)
+    clock = jaxrot.Event(lambda t, s, a: t - 0.2137, direction=None, terminal=False)
+    tol = 1e-12 if dtype == jnp.float64 else 1e-4
+    for ev in (flip, clock):
+        runs = [jaxrot.simulate(name, p, 1e-3, 400, state0=states, event=ev, saveat=jaxrot.SaveAt(steps=40),
+                                executor=ex()) for ex in (jaxrot.Fused, jaxrot.XLA)]
+        a, b = runs
+        assert a.info["executor"] == "Fused" and a.event_time.dtype == dtype
+        found = np.isfinite(np.asarray(b.event_time))
+        assert found.all() and np.isfinite(np.asarray(a.event_time)).all()
+        np.testing.assert_allclose(np.asarray(a.event_time)[found], np.asarray(b.event_time)[found], rtol=tol)
+        np.testing.assert_allclose(np.asarray(a.event_state.R)[found], np.asarray(b.event_state.R)[found],
+                                   rtol=0, atol=10 * tol)
+        np.testing.assert_array_equal(np.asarray(a.controller.n_accepted), np.asarray(b.controller.n_accepted))
+        np.testing.assert_allclose(np.asarray(a.ts), np.asarray(b.ts), rtol=1e-15)
+        np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=10 * tol)
+        if ev.terminal:  # each body stopped at its crossing step
+            assert np.asarray(a.controller.n_accepted).max() < 400 and np.ptp(np.asarray(a.event_time)) > 0
+
+
+def test_a_fused_event_time_differentiates_as_the_xla_loops():
+    th = problems.get("t_handle")
+    s0 = jaxrot.State(jnp.stack([th.state0.R] * 3), th.state0.Pi * jnp.array([[1.0], [1.05], [1.1]]))
+    flip = jaxrot.Event(lambda t, s, a: s.R[1, 1], direction=-1)
+
+    def flip_times(scale, executor):
+        return jaxrot.simulate("rk4", th, 1e-2, 800, state0=jaxrot.State(s0.R, s0.Pi * scale), event=flip,
+                               executor=executor).event_time.sum()
+
+    g = jax.grad(flip_times)(1.0, jaxrot.Fused())
+    assert np.isfinite(float(g)) and float(g) == pytest.approx(float(jax.grad(flip_times)(1.0, jaxrot.XLA())), rel=1e-12)
+    # a condition the kernels cannot restate is refused, naming why
+    looped = jaxrot.Event(lambda t, s, a: jax.lax.fori_loop(0, 2, lambda i, x: x + s.R[1, 1], 0.0), direction=-1)
+    with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: the event condition cannot be restated"):
+        jaxrot.simulate("rk4", th, 1e-2, 10, state0=s0, event=looped, executor=jaxrot.Fused())
+
+
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32], ids=["f64", "f32"])
 def test_a_cpu_batch_is_split_over_the_cores(monkeypatch, dtype):
     # on a CPU a batch of at least 2 x 32 bodies is launched in slices, one per core, from a thread pool
@@ -303,7 +359,7 @@ def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
 
     jax.jit(traced)(states)
     assert seen["executor"] == "Sharded"
-    # unroll asks for XLA's loop; events are located on XLA's loop and so are their frames
+    # unroll asks for XLA's loop; a run with an event keeps it on a GPU (the kernel's events are measured on a CPU)
     assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n), unroll=2).info["executor"] == "Sharded"
     ev = jaxrot.Event(lambda t, s, args: s.Pi[0])
     assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n), event=ev).info["executor"] == "Sharded"
@@ -331,6 +387,10 @@ def test_on_one_cpu_device_a_large_batch_runs_fused(monkeypatch):
     np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=0, atol=1e-13)
     assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=10)).info["executor"] == "Fused"
     assert jaxrot.simulate("buss4", p, 1e-3, 99, state0=states, saveat=jaxrot.SaveAt(steps=99)).info["executor"] == "Sharded"
+    # with an event too (a terminal one ends each body's thread): on a CPU measured faster than XLA's while loop
+    stop = jaxrot.Event(lambda t, s, a: t - 0.05, direction=1)
+    ev = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=100), event=stop)
+    assert ev.info["executor"] == "Fused" and np.all(np.asarray(ev.controller.n_accepted) == 50)
     one = jaxrot.State(states.R[0], states.Pi[0])  # one body: its own rule (FUSED_MIN_STEPS, frames)
     assert jaxrot.simulate("buss4", p, 1e-3, 400, state0=one, saveat=jaxrot.SaveAt(steps=400)).info["executor"] == "XLA"
     monkeypatch.setattr(executors, "_one_device", lambda: False)

@@ -241,7 +241,7 @@ def _ffi(dtype_name: str, name: str, torque: str, K: int):
     return warp().jax_kernel(_kernel(dtype_name, name, torque, K)[1], num_outputs=4)
 
 
-def _check(method, system, states0, n_frames, save_every):
+def _check(method, system, states0, n_frames, save_every, event=None):
     for arg, v in (("n_frames", n_frames), ("save_every", save_every)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if arg == "n_frames" else 1):
             raise ValueError(f"{arg} must be a {'non-negative' if arg == 'n_frames' else 'positive'} int, "
@@ -255,17 +255,32 @@ def _check(method, system, states0, n_frames, save_every):
     if not supports(method, system):
         raise ValueError(f"no fused kernel for method {type(method).__name__} with torque "
                          f"{type(system.torque).__name__}; check jaxrot.kernels.supports(method, system) first")
+    if event is not None:
+        from .fixed_event import why_not_event
+
+        why = why_not_event(event, R.dtype)
+        if why is not None:
+            raise ValueError(why)
 
 
-def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
+def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, event=None):
     dtype = states0.R.dtype
     B = states0.R.shape[0]
     if n_frames == 0 or B == 0:
-        return (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
-                jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
+        empty = (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
+                 jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
+        if event is None:
+            return empty
+        return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
+                        jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
     name, kind = method_name(method), torque_kind(system.torque, dtype)
     P = KERNELS[name].params(method, system, dtype)
     K = int(torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
+    if event is not None:
+        from . import fixed_event
+
+        return fixed_event.launch(name, kind, K, P, states0, dt, t0, system.body.J, int(n_frames), int(save_every),
+                                  event)
     key = (jnp.dtype(dtype).name, name, kind, K)
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(jnp.asarray(dt, dtype), (1,)),
             jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P)
@@ -282,7 +297,7 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int):
     return host_threads.call(kernel, S, threads, int(n_frames), int(save_every), *args)
 
 
-def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, reference=None):
+def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, event=None, reference=None):
     """Run ``n_frames * save_every`` steps of every body in one fused kernel launch.
 
     Frame ``k`` (0-based) is the state after ``(k + 1) * save_every`` steps; step ``j`` starts at
@@ -301,7 +316,10 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
         float32 or float64 (the run's dtype).
       dt, t0: step and start time (scalars, may be traced).
       n_frames, save_every: Python ints.
-      reference: optional pure-JAX function of the same signature and outputs; with it the result is
+      event: a :class:`jaxrot.Event` whose condition the kernel restates (:func:`why_not` with the
+        event), checked after every step (:mod:`jaxrot.kernels.fixed_event`), or None.
+      reference: optional pure-JAX function of the same signature and outputs (with ``event=event``
+        where there is one); with it the result is
         differentiable in forward and reverse mode (``jax.custom_jvp``: tangents are
         ``jax.jvp(reference, ...)``'s, the values the kernel's) with respect to ``states0``, ``dt``,
         ``t0`` and the system's array leaves.
@@ -309,7 +327,9 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
     Returns:
       ``(R_frames (B, n_frames, 3, 3), Pi_frames (B, n_frames, 3), failed_step (B,) int32, result (B,) int32)``:
       ``failed_step`` the 1-based first step whose ``Pi`` is non-finite (-1: none), ``result`` 0
-      (successful) or 2 (non-finite state), the codes of :class:`jaxrot.RESULTS`.
+      (successful) or 2 (non-finite state), the codes of :class:`jaxrot.RESULTS`; with an event also
+      ``(t_event (B,), R_event (B, 3, 3), Pi_event (B, 3), steps (B,) int32)``: the first crossing
+      (NaN where none) and the steps taken (fewer than all after a terminal event).
 
     Example::
 
@@ -320,28 +340,30 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
     Raises ``ImportError`` without Warp (``pip install 'jaxrot[fast]'``) and ``ValueError`` for a method or
     torque without a kernel.
     """
-    _check(method, system, states0, n_frames, save_every)
+    _check(method, system, states0, n_frames, save_every, event)
     warp()  # the ImportError early, outside any trace
     dtype = states0.R.dtype
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
     if reference is None:
-        return _forward(method, system, states0, dt, t0, n_frames, save_every)
+        return _forward(method, system, states0, dt, t0, n_frames, save_every, event)
 
     import equinox as eqx
 
     arrays, static = eqx.partition((method, system), eqx.is_array)
 
+    kw = {} if event is None else {"event": event}
+
     def ref(arrays, states0, dt, t0):
         m, s = eqx.combine(arrays, static)
-        return reference(m, s, states0, dt, t0, n_frames, save_every)
+        return reference(m, s, states0, dt, t0, n_frames, save_every, **kw)
 
     # a custom JVP rather than a custom VJP: forward mode (jax.jvp, jacfwd) then works too, and reverse
     # mode follows by JAX's linearisation and transposition of the reference's (linear) tangent program
     @jax.custom_jvp
     def run(arrays, states0, dt, t0):
         m, s = eqx.combine(arrays, static)
-        return _forward(m, s, states0, dt, t0, n_frames, save_every)
+        return _forward(m, s, states0, dt, t0, n_frames, save_every, event)
 
     @run.defjvp
     def run_jvp(primals, tangents):

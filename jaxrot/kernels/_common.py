@@ -311,6 +311,23 @@ def torque_funcs(S, torque: str, K: int):
                                  momentum_derivative=momentum_derivative)
 
 
+@functools.lru_cache(maxsize=None)
+def nonfinite_reason(S):
+    """A step's :class:`jaxrot.RESULTS` code where the method has no other: 2 (non-finite state)
+    where ``Pi`` is not finite, else 0."""
+    wp = warp()
+    V = so3_funcs(S).V
+
+    @wp.func
+    def reason(Pi: V, A: typing.Any):
+        code = int(0)
+        if not wp.isfinite(Pi[0] + Pi[1] + Pi[2]):
+            code = int(2)
+        return code
+
+    return reason
+
+
 def loop_kernel(S, init, step, reason=None, *, key: str):
     """The fused run: one thread per body, ``n_frames * save_every`` steps of ``step`` from ``init``'s
     memory, every ``save_every``-th state written, the first failed step flagged.
@@ -322,14 +339,7 @@ def loop_kernel(S, init, step, reason=None, *, key: str):
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
-
-    if reason is None:
-        @wp.func
-        def reason(Pi: V, A: typing.Any):
-            code = int(0)
-            if not wp.isfinite(Pi[0] + Pi[1] + Pi[2]):
-                code = int(2)
-            return code
+    reason = nonfinite_reason(S) if reason is None else reason
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
             Jv: wp.array(dtype=V), P: wp.array(dtype=S), n_frames: wp.int32, save_every: wp.int32,

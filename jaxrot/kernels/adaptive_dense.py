@@ -16,7 +16,7 @@ import numpy as np
 from . import event_restate
 from ._common import SERIES_ANGLE2, so3_funcs, torque_funcs, warp
 
-__all__ = ["BISECTIONS", "dense_funcs"]
+__all__ = ["BISECTIONS", "dense_funcs", "crossing"]
 
 #: how many halvings of the step locate an event (as :mod:`jaxrot.driver.events`)
 BISECTIONS = 64
@@ -147,3 +147,25 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
         return tk + s, R, Pi
 
     return g, locate
+
+
+@functools.lru_cache(maxsize=None)
+def crossing(S, direction):
+    """A Warp function ``crossed(ga, gb)``: whether the condition's values at a step's two ends cross
+    zero in ``direction`` (+1 upwards, -1 downwards, None either way), as
+    :func:`jaxrot.driver.events.event_update` decides."""
+    wp = warp()
+    UP, DOWN = direction in (None, 1), direction in (None, -1)
+
+    @wp.func
+    def crossed(ga: S, gb: S):
+        out = bool(False)
+        if wp.static(UP):
+            if ga < S(0.0) and gb >= S(0.0):
+                out = True
+        if wp.static(DOWN):
+            if ga > S(0.0) and gb <= S(0.0):
+                out = True
+        return out
+
+    return crossed

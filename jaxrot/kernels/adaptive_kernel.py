@@ -6,7 +6,7 @@ cache of built kernels (:func:`kernel_for`).
 import functools
 
 from ._common import FUSE_FP, so3_funcs, warp
-from .adaptive_dense import dense_funcs
+from .adaptive_dense import crossing, dense_funcs
 from .adaptive_pairs import ADAPTIVE_KERNELS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry
 
 __all__ = ["adaptive_kernel", "kernel_for"]
@@ -28,8 +28,7 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
     PER_ATTEMPT = entry.memory == "per_attempt"
     EVENT = event_key is not None
     TERMINAL = EVENT and bool(terminal)
-    UP = direction in (None, 1)
-    DOWN = direction in (None, -1)
+    crossed = crossing(S, direction)
     g, locate = dense_funcs(S, torque, K, event_key)
     CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
 
@@ -119,14 +118,7 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
                 if wp.static(EVENT):
                     if not found:
                         gb = g(t, R, Pi, Q)
-                        crossed = bool(False)
-                        if wp.static(UP):
-                            if gprev < S(0.0) and gb >= S(0.0):
-                                crossed = True
-                        if wp.static(DOWN):
-                            if gprev > S(0.0) and gb <= S(0.0):
-                                crossed = True
-                        if crossed:
+                        if crossed(gprev, gb):
                             found = True
                             tev, Rev, Piev = locate(tk, step, Rk, Pik, R, Pi, J, P, Q)
                             if wp.static(TERMINAL):

@@ -3,7 +3,6 @@
 thread per core takes in turn (:mod:`jaxrot.kernels.host_threads`' pool), the fastest bodies first.
 """
 
-import concurrent.futures
 import functools
 
 import jax
@@ -23,6 +22,7 @@ __all__ = ["launch", "slices_for", "SORT_MIN_BODIES", "MIN_BODIES_PER_SLICE", "S
 _OUTPUTS = ("R_out", "Pi_out", "acc_out", "rej_out", "err_out", "result_out", "tev_out", "Rev_out", "Piev_out")
 _N_IN = 12  # 10 arrays, then max_steps and n_out
 _SLICED_IN = (0, 1, 2, 3, 4)  # R0, Pi0, h0, rtol, atol: one row per body; t0, ts, J, P, Q shared
+_SLICED = frozenset(_SLICED_IN) | frozenset(range(_N_IN, _N_IN + len(_OUTPUTS)))
 
 
 def _output_dims(B, n_out):
@@ -46,8 +46,6 @@ MIN_BODIES_PER_SLICE = 16
 #: slices per core: a thread that finishes early takes the next slice
 SLICES_PER_CORE = 8
 
-_RECORDED: dict[tuple, list] = {}
-
 
 def slices_for(bodies: int) -> int:
     """How many slices a CPU batch of ``bodies`` is cut into (1: one launch on the calling thread)."""
@@ -55,43 +53,6 @@ def slices_for(bodies: int) -> int:
     if n_cores < 2 or bodies < 2 * host_threads.MIN_BODIES_PER_THREAD:
         return 1
     return max(1, min(SLICES_PER_CORE * n_cores, bodies // MIN_BODIES_PER_SLICE))
-
-
-def _record(kernel, cuts, max_steps, n_out, arrays):
-    wp = warp()
-    sets = []
-    sliced = set(_SLICED_IN) | set(range(_N_IN, _N_IN + len(_OUTPUTS)))
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        args = {i: x[int(lo):int(hi)] if i in sliced else x for i, x in arrays.items()}
-        inputs = [args[i] if i in args else (max_steps if i == 10 else n_out) for i in range(_N_IN + len(_OUTPUTS))]
-        launch = wp.launch(kernel, dim=int(hi - lo), device="cpu", inputs=inputs, record_cmd=True)
-        sets.append((int(lo), launch, {i: a.__ctype__() for i, a in args.items()}))
-    return sets
-
-
-def _launch_split(kernel, n_slices, max_steps, n_out, arrays):
-    B = arrays[0].shape[0]
-    key = (kernel, B, n_slices, max_steps, n_out)
-    if key not in _RECORDED and len(_RECORDED) >= 256:
-        _RECORDED.clear()
-    free = _RECORDED.setdefault(key, [])
-    sliced = set(_SLICED_IN) | set(range(_N_IN, _N_IN + len(_OUTPUTS)))
-    try:
-        sets = free.pop()
-    except IndexError:
-        sets = _record(kernel, np.linspace(0, B, n_slices + 1).astype(int), max_steps, n_out, arrays)
-    try:
-        for lo, launch, structs in sets:
-            for i, t in structs.items():
-                x = arrays[i]
-                t.data = x.ptr + (lo * x.strides[0] if i in sliced else 0)
-                launch.set_param_at_index_from_ctype(i, t)
-        futures = [host_threads._pool().submit(launch.launch) for _, launch, _ in sets]
-        concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
-        for f in futures:
-            f.result()
-    finally:
-        free.append(sets)
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,7 +68,7 @@ def _callable(*key):
         ins = (R0, Pi0, h0, rtol, atol, t0, ts, J, P, Q)
         outs = (R_out, Pi_out, acc_out, rej_out, err_out, result_out, tev_out, Rev_out, Piev_out)
         arrays = {**dict(enumerate(ins)), **{_N_IN + k: o for k, o in enumerate(outs)}}
-        _launch_split(kernel, n_slices, max_steps, n_out, arrays)
+        host_threads.launch_in_slices(kernel, n_slices, arrays, {10: max_steps, 11: n_out}, _SLICED)
 
     A = wp.array
     split.__annotations__ = dict(

@@ -90,11 +90,7 @@ def _launch_split(kernel, S, n_threads, n_frames, save_every, arrays):
     except IndexError:
         sets = _record(kernel, S, np.linspace(0, B, n_threads + 1).astype(int), n_frames, save_every, arrays)
     try:
-        for lo, launch, structs in sets:
-            for i, t in structs.items():  # this call's buffers: the slice's rows, or the whole array
-                x = arrays[i]
-                t.data = x.ptr + (lo * x.strides[0] if i in _SLICED else 0)
-                launch.set_param_at_index_from_ctype(i, t)
+        _rebind(sets, arrays, _SLICED)
         futures = [_pool().submit(launch.launch) for _, launch, _ in sets[1:]]
         try:
             sets[0][1].launch()
@@ -104,6 +100,16 @@ def _launch_split(kernel, S, n_threads, n_frames, save_every, arrays):
             f.result()  # (re-raises a launch's error)
     finally:
         free.append(sets)
+
+
+def _rebind(sets, arrays, sliced) -> None:
+    """Point the recorded launches of ``sets`` at this call's buffers: each slice's rows of the arrays
+    in ``sliced``, the whole of the others."""
+    for lo, launch, structs in sets:
+        for i, t in structs.items():
+            x = arrays[i]
+            t.data = x.ptr + (lo * x.strides[0] if i in sliced else 0)
+            launch.set_param_at_index_from_ctype(i, t)
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,3 +142,43 @@ def call(kernel, S, n_threads: int, n_frames: int, save_every: int, R, Pi, dt, t
     return tuple(_callable(kernel, S)(
         R, Pi, dt, t0, J, P, n_frames, save_every, n_threads,
         output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,), "result_out": (B,)}))
+
+
+# --------------------------------------------------------------------------------------------------
+# any kernel in slices taken by the pool's threads (the fused adaptive kernel, the fixed-step kernel
+# with an event): the kernel's parameters by position, the sliced ones cut into rows per slice
+
+#: recorded launches of :func:`launch_in_slices`, as :data:`_RECORDED`
+_RECORDED_ANY: dict[tuple, list] = {}
+
+
+def launch_in_slices(kernel, n_slices: int, arrays: dict, scalars: dict, sliced: frozenset) -> None:
+    """Launch ``kernel`` on the batch in ``n_slices`` slices, every slice on the pool's threads (a
+    thread that finishes early takes the next slice); returns when every slice is done. ``arrays``:
+    parameter position -> ``wp.array`` (the positions in ``sliced`` hold one row per body, the others
+    are shared), ``scalars``: position -> value. Each slice's launch is recorded once per (kernel,
+    batch, slices, scalars) and replayed with the call's buffers, as :func:`_launch_split` does."""
+    wp = warp()
+    B = next(arrays[i] for i in sorted(sliced) if i in arrays).shape[0]
+    key = (kernel, B, n_slices, tuple(sorted(scalars.items())))
+    if key not in _RECORDED_ANY and len(_RECORDED_ANY) >= 256:
+        _RECORDED_ANY.clear()
+    free = _RECORDED_ANY.setdefault(key, [])
+    try:
+        sets = free.pop()  # (atomic under Python's lock)
+    except IndexError:
+        sets = []
+        cuts = np.linspace(0, B, n_slices + 1).astype(int)
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            args = {i: x[int(lo):int(hi)] if i in sliced else x for i, x in arrays.items()}
+            inputs = [args[i] if i in args else scalars[i] for i in range(len(arrays) + len(scalars))]
+            launch = wp.launch(kernel, dim=int(hi - lo), device="cpu", inputs=inputs, record_cmd=True)
+            sets.append((int(lo), launch, {i: a.__ctype__() for i, a in args.items()}))
+    try:
+        _rebind(sets, arrays, sliced)
+        futures = [_pool().submit(launch.launch) for _, launch, _ in sets]
+        concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
+        for f in futures:
+            f.result()  # (re-raises a launch's error)
+    finally:
+        free.append(sets)

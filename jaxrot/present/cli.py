@@ -55,8 +55,8 @@ def _list(args) -> int:
     w = [max(len(r[k]) for r in rows + [head]) for k in range(len(head))]
     for r in [head] + rows:
         print("  ".join(c.ljust(w[k]) for k, c in enumerate(r)).rstrip())
-    print("\nexact: L = world angular momentum, |Pi| = body momentum norm, E = energy; kernels: run fused "
-          "(executor=jaxrot.Fused(), pip install 'jaxrot[fast]'; docs/kernels.md)")
+    print("\nexact: L = world angular momentum, |Pi| = body momentum norm, E = energy; kernels: run fused, "
+          "with or without an event (executor=jaxrot.Fused(), pip install 'jaxrot[fast]'; docs/kernels.md)")
     return 0
 
 

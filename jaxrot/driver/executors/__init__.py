@@ -71,13 +71,16 @@ def _fused_wins(spec: RunSpec) -> bool:
     least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's ~25 kernels one after another, the
     fused run one kernel). Both: a plain call (traced runs keep XLA's
     forward-mode AD), no progress report (one launch has no chunks to report), no ``unroll``, Warp
-    installed and a kernel for the method and torque that loses none of its step statistics."""
+    installed and a kernel for the method and torque that loses none of its step statistics; with an
+    event (its condition restated) on a CPU only, where it was measured."""
     if isinstance(spec, AttemptSpec):
         return _fused_adaptive_wins(spec)
-    if not isinstance(spec, RunSpec) or spec.event is not None or spec.monitor is not None:
+    if not isinstance(spec, RunSpec) or spec.monitor is not None:
         return False
     kernels = _kernels()
     platform = _platform()
+    if spec.event is not None and platform != "cpu":  # the kernels' events are measured on a CPU only
+        return False
     if platform == "cpu":
         if spec.batched:
             where = spec.state0.R.shape[0] * spec.n_steps >= FUSED_MIN_BODY_STEPS_CPU and _one_device()

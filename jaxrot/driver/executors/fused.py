@@ -65,6 +65,52 @@ def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, me
     return jax.tree_util.tree_map(lambda x: x[0], traj) if one else traj
 
 
+def xla_frames_event(method, system, states0, dt, t0, n_frames: int, save_every: int, event):
+    """The XLA loop with the outputs of :func:`jaxrot.kernels.fused_frames` with an event (its
+    reference, for the derivatives): the frames, failure flags, the located event and the steps. A
+    terminal event's run is continued past the event here (a scan, differentiable both ways): the
+    frames after it differ from the kernel's, but the trajectory replaces them by the event state,
+    whose derivatives are the located event's."""
+
+    def one(s):
+        carry = init_carry(method, system, s, dt, t0, None, event)
+        carry, (states, _, _) = scan_frames(method, system, carry, dt, t0, n_frames, save_every, 1, event=event)
+        t_ev, s_ev = locate(event, system, carry[6])
+        return states.R, states.Pi, carry[3], carry[4], t_ev, s_ev.R, s_ev.Pi, carry[2]
+
+    return jax.vmap(one)(states0)
+
+
+@lean_jit
+def _program_event(method, system, states0, dt, t0, n_frames: int, save_every: int, batch: int, one: bool, event):
+    """A run with an event in one compiled program: the kernel, the event located in it, and the
+    frames as the XLA loop gives them (a terminal event's frame holds the time its run stopped)."""
+    if one:
+        states0 = jax.tree_util.tree_map(lambda x: x[None], states0)
+
+    from ... import kernels
+
+    R, Pi, failed, reason, t_ev, R_ev, Pi_ev, steps = kernels.fused_frames(
+        method, system, states0, dt, t0, n_frames, save_every, event=event, reference=xla_frames_event)
+    idx = jnp.arange(n_frames, dtype=jnp.int32)
+    reached = ((idx + 1) * save_every).astype(dt.dtype) * dt
+    not_reached = (idx + 1).astype(dt.dtype) * (save_every * dt)
+    stats = jax.tree_util.tree_map(lambda z: jnp.broadcast_to(z, (n_frames,)), empty_stats())
+    n_steps = n_frames * save_every
+
+    def body(s0, R, Pi, failed, reason, t_ev, R_ev, Pi_ev, k):
+        # the times as the XLA loop writes them: a frame's steps times dt; after a terminal event the
+        # frame in which it fell at the last step taken, the frames never reached at their nominal times
+        stopped = k < n_steps
+        last = (k - 1) // save_every
+        ts = t0 + jnp.where(stopped & (idx == last), k.astype(dt.dtype) * dt,
+                            jnp.where(stopped & (idx > last), not_reached, reached))
+        return assemble(s0, t0, State(R, Pi), ts, stats, failed, reason, LocatedEvent(t_ev, State(R_ev, Pi_ev)), k)
+
+    fr = jax.vmap(body)(states0, R, Pi, failed, reason, t_ev, R_ev, Pi_ev, steps)
+    return jax.tree_util.tree_map(lambda x: x[0], fr) if one else fr
+
+
 def xla_attempts(spec: AttemptSpec):
     """The XLA loop of ``spec``'s pair with the outputs of :func:`jaxrot.kernels.adaptive.fused_adaptive`
     (its ``reference``: the derivatives of a fused error-controlled run are this run's)."""
@@ -114,7 +160,8 @@ class Fused(AbstractExecutor):
     """The whole run in one fused kernel launch per device (NVIDIA Warp; ``pip install 'jaxrot[fast]'``):
     one thread per body, its state in registers, only the saved frames written. Runs the methods and
     torques of :data:`jaxrot.kernels.KERNELS` (explicit methods) with constant steps, without an
-    invariant monitor or an event; and error-controlled runs (``stepsize=jaxrot.Adaptive``) of the
+    invariant monitor, with or without an event whose condition the kernel restates (on one device;
+    :mod:`jaxrot.kernels.fixed_event`); and error-controlled runs (``stepsize=jaxrot.Adaptive``) of the
     pairs of :data:`jaxrot.kernels.adaptive.ADAPTIVE_KERNELS`, saving at output times
     (``SaveAt(t1=True)``, ``SaveAt(ts=...)``), with or without an event whose condition the kernel
     restates, on one device (``devices`` is not used for them); any other run is refused with the
@@ -148,12 +195,14 @@ class Fused(AbstractExecutor):
             return _attempts_refusal(spec)
         if spec.monitor is not None:
             return "the fused kernels keep no invariant monitor (monitor=)"
-        if spec.event is not None:
-            return "the fused kernels of constant steps check no events (event=)"
         if spec.stacked:
             return "the fused kernels share one system among the bodies (stacked problems are not fused)"
         if not kernels.supports(spec.method, spec.system):
             return kernels.why_not(spec.method, spec.system)
+        if spec.event is not None:
+            from ...kernels.fixed_event import why_not_event
+
+            return why_not_event(spec.event, spec.state0.R.dtype)
         return None
 
     def run_attempts(self, spec: AttemptSpec) -> Frames:
@@ -180,8 +229,12 @@ class Fused(AbstractExecutor):
             _, states0, _, mesh = place_batch(placed, devices)
         if spec.report is not None:
             spec.report(0)  # one launch: the whole run is one "chunk"
-        traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every, mesh,
-                        batch, not spec.batched)
+        if spec.event is not None:  # on one device (devices is not used)
+            traj = _program_event(spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.n_frames,
+                                  spec.save_every, batch, not spec.batched, spec.event)
+        else:
+                traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every,
+                            mesh, batch, not spec.batched)
         if spec.report is not None:
             jax.block_until_ready(traj.states.R)
             spec.report(spec.n_frames)

@@ -1,0 +1,160 @@
+"""Fixed-step fused runs with an event: the constant-step loop of :func:`jaxrot.kernels._common.loop_kernel`
+with the event condition evaluated after every step, the first crossing located on that step's dense
+output (bisection and one Newton step, :mod:`jaxrot.kernels.adaptive_dense`, as the XLA loop's
+:func:`jaxrot.driver.events.locate`), and a terminal event ending the body's thread.
+
+A terminal event leaves the frames as the XLA loop's bounded while loop leaves them: the frame in
+which the event fell holds the state after the crossing step, later frames that state too (the
+trajectory sets every frame after the event time to the event state), and ``steps`` says how many
+steps were taken. The condition is a plain function restated from its jaxpr
+(:mod:`jaxrot.kernels.event_restate`).
+"""
+
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from . import event_restate, host_threads
+from ._common import FUSE_FP, nonfinite_reason, so3_funcs, warp
+from .adaptive_dense import crossing, dense_funcs
+
+__all__ = ["event_loop_kernel", "launch", "why_not_event"]
+
+#: the kernel's outputs (name, per-body shape after B) in order
+_OUTPUTS = ("R_out", "Pi_out", "failed_out", "result_out", "tev_out", "Rev_out", "Piev_out", "steps_out")
+_N_IN = 9  # 7 arrays (R0, Pi0, dt, t0, J, P, Q), then n_frames and save_every
+_SLICED = frozenset((0, 1)) | frozenset(range(_N_IN, _N_IN + len(_OUTPUTS)))
+
+
+def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str, direction, terminal: bool, *,
+                      key: str):
+    """The fused constant-step run with an event (see the module docstring): ``init``, ``step`` and
+    ``reason`` as :func:`~jaxrot.kernels._common.loop_kernel` takes them."""
+    wp = warp()
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+    g, locate = dense_funcs(S, torque, K, event_key)
+    TERMINAL = bool(terminal)
+    crossed = crossing(S, direction)
+    reason = nonfinite_reason(S) if reason is None else reason
+
+    def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
+            Jv: wp.array(dtype=V), P: wp.array(dtype=S), Q: wp.array(dtype=S), n_frames: wp.int32,
+            save_every: wp.int32, R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V),
+            failed_out: wp.array(dtype=wp.int32), result_out: wp.array(dtype=wp.int32), tev_out: wp.array(dtype=S),
+            Rev_out: wp.array(dtype=M), Piev_out: wp.array(dtype=V), steps_out: wp.array(dtype=wp.int32)):
+        b = wp.tid()
+        R = R0[b]
+        Pi = Pi0[b]
+        dt = dtv[0]
+        t0 = t0v[0]
+        J = Jv[0]
+        A = init(R, Pi, J, P, dt)
+        k = int(0)
+        failed = int(-1)
+        code = int(0)
+        nan = S(wp.nan)
+        tev = nan
+        Rev = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
+        Piev = V(nan, nan, nan)
+        found = bool(False)
+        done = bool(False)
+        gprev = g(t0, R, Pi, Q)
+        for f in range(n_frames):
+            for _s in range(save_every):
+                if not done:
+                    t = t0 + S(k) * dt  # no accumulated round-off in time
+                    Rk = R
+                    Pik = Pi
+                    R, Pi, A = step(R, Pi, A, t, dt, J, P)
+                    k = k + 1
+                    if failed < 0:
+                        r = reason(Pi, A)
+                        if r != 0:
+                            failed = k
+                            code = r
+                    if not found:
+                        gb = g(t + dt, R, Pi, Q)  # (the XLA loop's time of the step's end)
+                        if crossed(gprev, gb):
+                            found = True
+                            tev, Rev, Piev = locate(t, dt, Rk, Pik, R, Pi, J, P, Q)
+                            if wp.static(TERMINAL):
+                                done = True
+                        gprev = gb
+            R_out[b, f] = R
+            Pi_out[b, f] = Pi
+        failed_out[b] = failed
+        result_out[b] = code
+        tev_out[b] = tev
+        Rev_out[b] = Rev
+        Piev_out[b] = Piev
+        steps_out[b] = k
+
+    run.__name__ = run.__qualname__ = f"fused_event_{key}"
+    return wp.kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(dtype_name: str, name: str, torque: str, K: int, event_key: str, direction, terminal: bool):
+    """``(Warp scalar type, kernel)`` of (dtype, method, torque, event), built once."""
+    from . import KERNELS
+
+    wp = warp()
+    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
+    made = KERNELS[name].make(S, name, torque, K)
+    init, step, reason = (*made, None)[:3]
+    key = f"{name}_{torque.replace(':', '_')}{K}_{dtype_name}_ev{event_key}_{direction}_{int(terminal)}"
+    return S, event_loop_kernel(S, init, step, reason, torque, K, event_key, direction, terminal, key=key)
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi(*key):
+    """Warp's JAX custom call of the kernel (CUDA, and a CPU batch too small to split)."""
+    return warp().jax_kernel(_kernel(*key)[1], num_outputs=len(_OUTPUTS))
+
+
+@functools.lru_cache(maxsize=None)
+def _callable(*key):
+    """Warp's JAX callable that launches the kernel in slices from the pool's threads (a CPU batch)."""
+    S, kernel = _kernel(*key)
+    wp = warp()
+    c = so3_funcs(S)
+
+    def split(R0, Pi0, dt, t0, J, P, Q, n_frames, save_every, n_slices, R_out, Pi_out, failed_out, result_out,
+              tev_out, Rev_out, Piev_out, steps_out):
+        outs = (R_out, Pi_out, failed_out, result_out, tev_out, Rev_out, Piev_out, steps_out)
+        arrays = {**dict(enumerate((R0, Pi0, dt, t0, J, P, Q))), **{_N_IN + k: o for k, o in enumerate(outs)}}
+        host_threads.launch_in_slices(kernel, n_slices, arrays, {7: n_frames, 8: save_every}, _SLICED)
+
+    A, I32 = wp.array, wp.int32
+    split.__annotations__ = dict(
+        R0=A(dtype=c.M), Pi0=A(dtype=c.V), dt=A(dtype=S), t0=A(dtype=S), J=A(dtype=c.V), P=A(dtype=S),
+        Q=A(dtype=S), n_frames=int, save_every=int, n_slices=int, R_out=wp.array2d(dtype=c.M),
+        Pi_out=wp.array2d(dtype=c.V), failed_out=A(dtype=I32), result_out=A(dtype=I32), tev_out=A(dtype=S),
+        Rev_out=A(dtype=c.M), Piev_out=A(dtype=c.V), steps_out=A(dtype=I32), **{"return": None})
+    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
+    return wp.jax_callable(split, num_outputs=len(_OUTPUTS), vmap_method="sequential")
+
+
+def why_not_event(event, dtype) -> str | None:
+    """Why the fixed-step kernels cannot check ``event`` (a sentence), or None."""
+    why = event_restate.reason(event.cond_fn, dtype)
+    return None if why is None else f"the event condition cannot be restated in a kernel: {why}"
+
+
+def launch(entry_name: str, kind: str, K: int, P, states0, dt, t0, J, n_frames: int, save_every: int, event):
+    """The kernel on a batch: ``(R (B, n_frames, 3, 3), Pi (B, n_frames, 3), failed, result, t_event,
+    R_event, Pi_event, steps)`` (the event's NaN where none was found)."""
+    dtype = states0.R.dtype
+    B = states0.R.shape[0]
+    ekey, Q = event_restate.lower(event.cond_fn, dtype)
+    key = (jnp.dtype(dtype).name, entry_name, kind, K, ekey, event.direction, bool(event.terminal))
+    args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(dt, (1,)),
+            jnp.reshape(t0, (1,)), jnp.asarray(J, dtype).reshape(1, 3), P, jnp.asarray(Q, dtype))
+    dims = {"R_out": (B, n_frames), "Pi_out": (B, n_frames), **{k: (B,) for k in _OUTPUTS[2:]}}
+    threads = host_threads.threads_for(B, n_frames * save_every)
+    if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
+        return tuple(_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,), output_dims=dims))
+    return tuple(_callable(*key)(*args, int(n_frames), int(save_every), int(threads), output_dims=dims))
