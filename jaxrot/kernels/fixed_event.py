@@ -62,27 +62,35 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
         found = bool(False)
         done = bool(False)
         gprev = g(t0, R, Pi, Q)
+        f_end = n_frames
         for f in range(n_frames):
             for _s in range(save_every):
-                if not done:
-                    t = t0 + S(k) * dt  # no accumulated round-off in time
-                    Rk = R
-                    Pik = Pi
-                    R, Pi, A = step(R, Pi, A, t, dt, J, P)
-                    k = k + 1
-                    if failed < 0:
-                        r = reason(Pi, A)
-                        if r != 0:
-                            failed = k
-                            code = r
-                    if not found:
-                        gb = g(t + dt, R, Pi, Q)  # (the XLA loop's time of the step's end)
-                        if crossed(gprev, gb):
-                            found = True
-                            tev, Rev, Piev = locate(t, dt, Rk, Pik, R, Pi, J, P, Q)
-                            if wp.static(TERMINAL):
-                                done = True
-                        gprev = gb
+                t = t0 + S(k) * dt  # no accumulated round-off in time
+                Rk = R
+                Pik = Pi
+                R, Pi, A = step(R, Pi, A, t, dt, J, P)
+                k = k + 1
+                if failed < 0:
+                    r = reason(Pi, A)
+                    if r != 0:
+                        failed = k
+                        code = r
+                if not found:
+                    gb = g(t + dt, R, Pi, Q)  # (the XLA loop's time of the step's end)
+                    if crossed(gprev, gb):
+                        found = True
+                        tev, Rev, Piev = locate(t, dt, Rk, Pik, R, Pi, J, P, Q)
+                        if wp.static(TERMINAL):
+                            done = True
+                    gprev = gb
+                if done:
+                    break
+            R_out[b, f] = R
+            Pi_out[b, f] = Pi
+            if done:
+                f_end = f + 1
+                break
+        for f in range(f_end, n_frames):  # frames after a terminal event hold the last state
             R_out[b, f] = R
             Pi_out[b, f] = Pi
         failed_out[b] = failed
