@@ -61,3 +61,16 @@ def test_the_plans_are_bounded():
     for k in range(replay.MAX_PLANS + 5):
         jaxrot.simulate("buss2p", P, 1e-3, 2 + k % 3, t0=float(k))
     assert len(replay._PLANS) == replay.MAX_PLANS
+
+
+def test_a_call_first_made_inside_a_trace_is_not_replayed_with_its_tracers():
+    """Made first inside someone's jit (its inputs concrete, closed over), the call's plan would hold
+    values of that trace (e.g. the output times): it is not remembered, and the same call made
+    afterwards outside runs as a first call."""
+    replay.forget()
+    save = jaxrot.SaveAt(ts=[0.01, 0.02])
+    inside = jax.jit(lambda: jaxrot.simulate("buss4", P, 1e-3, 30, saveat=save).states.R)()
+    outside = jaxrot.simulate("buss4", P, 1e-3, 30, saveat=save)
+    np.testing.assert_allclose(np.asarray(outside.states.R), np.asarray(inside), rtol=1e-14, atol=1e-14)
+    again = jaxrot.simulate("buss4", P, 1e-3, 30, saveat=save)
+    _same(outside, again)

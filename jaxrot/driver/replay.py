@@ -54,8 +54,9 @@ def lookup(k):
 
 
 def remember(k, plan, *objects) -> None:
-    """Remember ``plan`` under key ``k`` if every array leaf of ``objects`` (the call's inputs) is a
-    concrete JAX array; the plan keeps the objects alive, so their ids stay theirs."""
+    """Remember ``plan`` under key ``k`` if every array leaf of ``objects`` (the call's inputs, and the
+    values the plan holds) is a concrete JAX array; the plan keeps the objects alive, so their ids stay
+    theirs."""
     if k is None:
         return
     for x in jax.tree_util.tree_leaves(objects):

@@ -220,8 +220,9 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
                        every, str(state0.R.dtype), extra)
     build = trajectory_of(finish, system=spec.system, event=event, batched=batched, stacked=stacked, provenance=prov)
     plan = functools.partial(_carry_out, runner.plan(spec), build, throw, "batched simulation: " if batched else "")
-    if report is None:
-        replay.remember(plan_key, plan, *inputs)
+    if report is None:  # the plan's own values too: made inside someone's trace, they may be its tracers
+        replay.remember(plan_key, plan, *inputs, spec.method, spec.system, spec.state0, spec.dt, spec.t0,
+                        finish.ts_out)
     return plan()
 
 
@@ -344,7 +345,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
         plan = functools.partial(_carry_out, functools.partial(type(runner).run_attempts, runner, spec), build, throw,
                                  "adaptive run: ")
-        replay.remember(plan_key, plan, *inputs)
+        replay.remember(plan_key, plan, *inputs, spec)
         return plan()
     frames = type(runner).run_attempts(runner, spec)
     if report is not None:
