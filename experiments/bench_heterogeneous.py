@@ -152,27 +152,11 @@ def take(S, idx):
 
 def diffrax_runner(p, T, solver_name):
     """A jitted ``run(S, tol) -> (final states, steps per body)`` of diffrax's solver with its PID
-    controller (rtol = atol = tol), vmapped over the batch."""
-    import diffrax
+    controller (rtol = atol = tol), vmapped over the batch: every step attempted counted, a body that
+    runs out of steps left as it is (its error shows it)."""
+    from .precision_runs import diffrax_batch
 
-    from jaxrot.physics.flow import body_vector_field, pack_body, unpack_body
-
-    f = body_vector_field(p)
-    term = diffrax.ODETerm(lambda t, y, args: f(t, y))
-    solver = getattr(diffrax, solver_name)()
-
-    @jax.jit
-    def run(S, tol):
-        def one(R, Pi):
-            sol = diffrax.diffeqsolve(term, solver, 0.0, T, None, pack_body(R, Pi),
-                                      stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
-                                      saveat=diffrax.SaveAt(t1=True), max_steps=MAX_STEPS, throw=False)
-            return sol.ys[-1], sol.stats["num_steps"]
-
-        y, n = jax.vmap(one)(S.R, S.Pi)
-        return jaxrot.State(*unpack_body(y)), n
-
-    return lambda S, tol: run(S, jnp.asarray(tol, jnp.float64))
+    return diffrax_batch(solver_name, p, T, max_steps=MAX_STEPS, throw=False, count="num_steps")
 
 
 def loosest_tolerance(run, S, ref, idx, target, log, tries=12):

@@ -173,8 +173,11 @@ def pair_rows(pair, p, T, S, ref, eps, calibration_bodies=64, aim=1.0):
     return [local, glob]
 
 
-def diffrax_row(solver_name, p, T, S, ref, eps):
-    """diffrax's ``solver_name`` with its PID controller (rtol = atol), vmapped over the batch."""
+def diffrax_batch(solver_name, p, T, *, max_steps: int = 1_000_000, throw: bool = True,
+                  count: str = "num_accepted_steps"):
+    """A jitted ``run(S, tol) -> (final states, steps per body)``: diffrax's ``solver_name`` with its
+    PID controller (rtol = atol = tol) on the body-frame equations, vmapped over the batch ``S``, in
+    the states' dtype; ``count``: which of diffrax's step statistics is returned."""
     import diffrax
 
     f = body_vector_field(p)
@@ -188,14 +191,19 @@ def diffrax_row(solver_name, p, T, S, ref, eps):
             t0, t1 = jnp.asarray(0.0, R.dtype), jnp.asarray(T, R.dtype)
             sol = diffrax.diffeqsolve(term, solver, t0, t1, None, pack_body(R, Pi),
                                       stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
-                                      saveat=diffrax.SaveAt(t1=True), max_steps=1_000_000)
-            return sol.ys[-1], sol.stats["num_accepted_steps"]
+                                      saveat=diffrax.SaveAt(t1=True), max_steps=max_steps, throw=throw)
+            return sol.ys[-1], sol.stats[count]
 
         y, n = jax.vmap(one)(S.R, S.Pi)
         assert y.dtype == S.R.dtype, (y.dtype, S.R.dtype)
         return jaxrot.State(*unpack_body(y)), n
 
-    return _tolerance_row(f"diffrax {solver_name}", lambda S, t: run(S, jnp.asarray(t, S.R.dtype)), S, ref, eps)
+    return lambda S, tol: run(S, jnp.asarray(tol, S.R.dtype))
+
+
+def diffrax_row(solver_name, p, T, S, ref, eps):
+    """diffrax's ``solver_name`` with its PID controller (rtol = atol), vmapped over the batch."""
+    return _tolerance_row(f"diffrax {solver_name}", diffrax_batch(solver_name, p, T), S, ref, eps)
 
 
 def scipy_row(p, T, S, ref, eps):

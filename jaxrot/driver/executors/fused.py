@@ -29,14 +29,21 @@ from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .batch import place_batch
 
 
-def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int):
-    """The XLA loop with the outputs of :func:`jaxrot.kernels.fused_frames` (its reference):
-    ``(R_frames, Pi_frames, failed_step, result)`` of a batch of bodies."""
+def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, event=None):
+    """The XLA loop with the outputs of :func:`jaxrot.kernels.fused_frames` (its reference, for the
+    derivatives): ``(R_frames, Pi_frames, failed_step, result)`` of a batch of bodies, and with an
+    event ``(t_event, R_event, Pi_event, steps)`` too. A terminal event's run is continued past the
+    event here (a scan, differentiable both ways): the frames after it differ from the kernel's, but
+    the trajectory replaces them by the event state, whose derivatives are the located event's."""
 
     def one(s):
-        carry = init_carry(method, system, s, dt, t0)
-        carry, (states, _, _) = scan_frames(method, system, carry, dt, t0, n_frames, save_every, 1)
-        return states.R, states.Pi, carry[3], carry[4]
+        carry = init_carry(method, system, s, dt, t0, None, event)
+        carry, (states, _, _) = scan_frames(method, system, carry, dt, t0, n_frames, save_every, 1, event=event)
+        out = (states.R, states.Pi, carry[3], carry[4])
+        if event is None:
+            return out
+        t_ev, s_ev = locate(event, system, carry[6])
+        return (*out, t_ev, s_ev.R, s_ev.Pi, carry[2])
 
     return jax.vmap(one)(states0)
 
@@ -65,22 +72,6 @@ def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, me
     return jax.tree_util.tree_map(lambda x: x[0], traj) if one else traj
 
 
-def xla_frames_event(method, system, states0, dt, t0, n_frames: int, save_every: int, event):
-    """The XLA loop with the outputs of :func:`jaxrot.kernels.fused_frames` with an event (its
-    reference, for the derivatives): the frames, failure flags, the located event and the steps. A
-    terminal event's run is continued past the event here (a scan, differentiable both ways): the
-    frames after it differ from the kernel's, but the trajectory replaces them by the event state,
-    whose derivatives are the located event's."""
-
-    def one(s):
-        carry = init_carry(method, system, s, dt, t0, None, event)
-        carry, (states, _, _) = scan_frames(method, system, carry, dt, t0, n_frames, save_every, 1, event=event)
-        t_ev, s_ev = locate(event, system, carry[6])
-        return states.R, states.Pi, carry[3], carry[4], t_ev, s_ev.R, s_ev.Pi, carry[2]
-
-    return jax.vmap(one)(states0)
-
-
 @lean_jit
 def _program_event(method, system, states0, dt, t0, n_frames: int, save_every: int, batch: int, one: bool, event):
     """A run with an event in one compiled program: the kernel, the event located in it, and the
@@ -91,7 +82,7 @@ def _program_event(method, system, states0, dt, t0, n_frames: int, save_every: i
     from ... import kernels
 
     R, Pi, failed, reason, t_ev, R_ev, Pi_ev, steps = kernels.fused_frames(
-        method, system, states0, dt, t0, n_frames, save_every, event=event, reference=xla_frames_event)
+        method, system, states0, dt, t0, n_frames, save_every, event=event, reference=xla_frames)
     idx = jnp.arange(n_frames, dtype=jnp.int32)
     reached = ((idx + 1) * save_every).astype(dt.dtype) * dt
     not_reached = (idx + 1).astype(dt.dtype) * (save_every * dt)
