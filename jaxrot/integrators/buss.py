@@ -36,48 +36,33 @@ import jax.numpy as jnp
 from ..geometry import so3
 from ..physics.flow import momentum_derivatives
 from ..geometry.state import State
+from .buss_rates import formulas
 from .stats import StepStats
 from ._base import AbstractIntegrator
 from .world_update import initial_momentum, world_increment_step
 
 
+def _inv_inertia(R, J, x):  # I_w^-1 x = R diag(1/J) R^T x
+    return so3.mv(R, so3.mtv(R, x) / J)
+
+
+#: Buss's formulas over JAX's algebra (the fused kernels compile the same functions over Warp's)
+_RATES = formulas(jnp.cross, _inv_inertia, float)
+
+
 def buss_omega_derivatives(J, R, L, L_derivs, n: int):
-    """``[w, w', ..., w^(n)]`` (world frame, n <= 3) from Buss's closed formulas."""
-    cross = jnp.cross
-
-    def inv(x):  # I_w^-1 x = R diag(1/J) R^T x
-        return so3.mv(R, so3.mtv(R, x) / J)
-
-    w = inv(L)
-    out = [w]
-    if n >= 1:
-        L1 = L_derivs[0]
-        w1 = inv(L1 - cross(w, L))
-        out.append(w1)
-    if n >= 2:
-        L2 = L_derivs[1]
-        w2 = cross(w, w1) + inv(L2 - cross(w1, L) - 2 * cross(w, L1) + cross(w, cross(w, L)))
-        out.append(w2)
-    if n >= 3:
-        L3 = L_derivs[2]
-        wL = cross(w, L)
-        w3 = (
-            2 * cross(w, w2)
-            - cross(w, cross(w, w1))
-            + inv(
-                L3
-                - 3 * cross(w, L2)
-                - 3 * cross(w1, L1)
-                - cross(w2, L)
-                + cross(w1, wL)
-                + 2 * cross(w, cross(w1, L))
-                + 3 * cross(w, cross(w, L1))
-                - cross(w, cross(w, wL))
-            )
-        )
-        out.append(w3)
+    """``[w, w', ..., w^(n)]`` (world frame, n <= 3) from Buss's closed formulas
+    (:mod:`jaxrot.integrators.buss_rates`)."""
     if n >= 4:
         raise ValueError("Buss's closed formulas go up to the third derivative of omega")
+    w = _inv_inertia(R, J, L)
+    out = [w]
+    if n >= 1:
+        out.append(_RATES.rate1(R, J, w, L, L_derivs[0]))
+    if n >= 2:
+        out.append(_RATES.rate2(R, J, w, out[1], L, L_derivs[0], L_derivs[1]))
+    if n >= 3:
+        out.append(_RATES.rate3(R, J, w, out[1], out[2], L, L_derivs[0], L_derivs[1], L_derivs[2]))
     return out
 
 

@@ -21,7 +21,7 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from ._common import have_warp, loop_kernel, warp
+from ._common import PARAM_LAYOUT, have_warp, loop_kernel, warp
 from . import buss as _buss
 from . import dmv as _dmv
 from . import energy_projection as _ep
@@ -208,22 +208,18 @@ def keeps_stats(method) -> bool:
 
 
 def torque_params(torque, dtype):
-    """The torque's parameters packed in one flat array of ``dtype`` (traceable):
-    gravity ``(mgl, com, up)``, polynomial momentum its ``(K, 3)`` coefficients row by row, the gravity
-    gradient ``(n, phase, J)``, a plain-function torque its array constants and parameters
+    """The torque's parameters packed in one flat array of ``dtype`` (traceable): gravity and the gravity
+    gradient their named parameters in the order of :data:`jaxrot.kernels._common.PARAM_LAYOUT`
+    (``(mgl, com, up)``, ``(n, phase, J)``), polynomial momentum its ``(K, 3)`` coefficients row by row, a
+    plain-function torque its array constants and parameters
     (:func:`jaxrot.kernels.transpile.lower`)."""
     kind = torque_kind(torque, dtype)
     if _family(kind) == "user":
         return _transpile.lower(torque, dtype).params
-    if kind == "gravity":
-        return jnp.concatenate([jnp.reshape(jnp.asarray(torque.mgl, dtype), (1,)),
-                                jnp.asarray(torque.com, dtype).reshape(3), jnp.asarray(torque.up, dtype).reshape(3)])
+    if kind in PARAM_LAYOUT:  # the named parameters, read by name in the kernels (_common.param_struct)
+        return jnp.concatenate([jnp.asarray(getattr(torque, f), dtype).reshape(n) for f, n in PARAM_LAYOUT[kind]])
     if kind == "poly":
         return jnp.asarray(torque.coeffs, dtype).reshape(-1)
-    if kind == "gravity_gradient":
-        return jnp.concatenate([jnp.reshape(jnp.asarray(torque.n, dtype), (1,)),
-                                jnp.reshape(jnp.asarray(torque.phase, dtype), (1,)),
-                                jnp.asarray(torque.J, dtype).reshape(3)])
     return jnp.zeros((1,), dtype)
 
 

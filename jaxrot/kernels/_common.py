@@ -9,6 +9,7 @@ kernel: a quotient written inside a kernel (``S(1.0 / 6.0)``) would be evaluated
 
 import contextlib
 import functools
+import linecache
 import math
 import os
 import sys
@@ -211,6 +212,41 @@ def so3_funcs(S):
                                  world_increment=world_increment, inv_inertia=inv_inertia)
 
 
+#: The named parameters of a torque kind, in the order :func:`jaxrot.kernels.torque_params` packs them
+#: into a kernel's parameter array ``P``: ``(name, size)``, each the torque's attribute of that name. The
+#: kernels read them by name from the kind's Warp struct (:func:`param_struct`), never by position.
+PARAM_LAYOUT: dict[str, tuple[tuple[str, int], ...]] = {
+    "gravity": (("mgl", 1), ("com", 3), ("up", 3)),
+    "gravity_gradient": (("n", 1), ("phase", 1), ("J", 3)),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def param_struct(S, kind: str):
+    """``(struct, unpack)`` of a torque kind of :data:`PARAM_LAYOUT`: a Warp struct with one field per
+    parameter (a scalar, or a vector for a size-3 parameter), and the Warp function ``unpack(P)`` that
+    fills it from the parameter array. Both are generated from the layout, so the packing
+    (:func:`jaxrot.kernels.torque_params`) and the reading are written once."""
+    wp = warp()
+    V = so3_funcs(S).V
+    layout = PARAM_LAYOUT[kind]
+    name = f"{kind}_params_{S.__name__}"
+    fields = {f: (S if n == 1 else V) for f, n in layout}
+    T = wp.struct(type(name, (), {"__annotations__": fields, "__module__": __name__, "__qualname__": name}))
+    lines, off = ["def unpack(P: wp.array(dtype=S)):", "    x = T()"], 0
+    for f, n in layout:
+        value = f"P[{off}]" if n == 1 else f"V({', '.join(f'P[{off + k}]' for k in range(n))})"
+        lines.append(f"    x.{f} = {value}")
+        off += n
+    src = "\n".join([*lines, "    return x"]) + "\n"
+    fname = f"<jaxrot-{name}>"
+    # Warp reads a function's source through inspect/linecache (as for the restated torques)
+    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+    env = {"wp": wp, "S": S, "V": V, "T": T, "__name__": f"jaxrot_{name}"}
+    exec(compile(src, fname, "exec"), env)  # noqa: S102 - generated above from PARAM_LAYOUT
+    return T, wp.func(env["unpack"])
+
+
 @functools.lru_cache(maxsize=None)
 def torque_funcs(S, torque: str, K: int):
     """The world torque ``tau(t, R, Pi; P)`` of a torque kind (``"free"``, ``"gravity"``, ``"poly"``,
@@ -231,21 +267,32 @@ def torque_funcs(S, torque: str, K: int):
         def user(t: S, R: M, Pi: V, P: wp.array(dtype=S)):
             return V(S(0.0), S(0.0), S(0.0))
 
+    gravity_params = param_struct(S, "gravity")[1]
+    orbit_params = param_struct(S, "gravity_gradient")[1]
+
     @wp.func
     def gravity(R: M, P: wp.array(dtype=S)):
-        chi = R @ V(P[1], P[2], P[3])
-        return -P[0] * wp.cross(chi, V(P[4], P[5], P[6]))
+        g = gravity_params(P)
+        chi = R @ g.com
+        return -g.mgl * wp.cross(chi, g.up)
 
     @wp.func
     def nadir(t: S, P: wp.array(dtype=S)):
-        # P = (n, phase, J): the world nadir (cos a, sin a, 0), a = n t + phase
-        a = P[0] * t + P[1]
+        # the world nadir (cos a, sin a, 0) of the orbit's angle a = n t + phase
+        o = orbit_params(P)
+        a = o.n * t + o.phase
         return V(wp.cos(a), wp.sin(a), S(0.0))
 
     @wp.func
     def gravity_gradient_body(cb: V, P: wp.array(dtype=S)):
         """The body torque ``3 n^2 c x J c`` of the body-frame nadir ``c``."""
-        return (S(3.0) * (P[0] * P[0])) * wp.cross(cb, wp.cw_mul(V(P[2], P[3], P[4]), cb))
+        o = orbit_params(P)
+        return (S(3.0) * (o.n * o.n)) * wp.cross(cb, wp.cw_mul(o.J, cb))
+
+    @wp.func
+    def coefficient(P: wp.array(dtype=S), k: int):
+        """The polynomial momentum's ``k``-th coefficient ``c_k`` (P holds them row by row)."""
+        return V(P[3 * k], P[3 * k + 1], P[3 * k + 2])
 
     @wp.func
     def gravity_gradient(t: S, R: M, P: wp.array(dtype=S)):
@@ -256,7 +303,7 @@ def torque_funcs(S, torque: str, K: int):
         out = V(S(0.0), S(0.0), S(0.0))
         fact = S(1.0)
         for k in range(m, K):
-            out = out + fact * V(P[3 * k], P[3 * k + 1], P[3 * k + 2])
+            out = out + fact * coefficient(P, k)
             fact = fact * t / S(k - m + 1)
         return out
 
@@ -269,10 +316,9 @@ def torque_funcs(S, torque: str, K: int):
         divisions (rounds differently)."""
         out = V(S(0.0), S(0.0), S(0.0))
         if wp.static(K >= 2):
-            out = S(wp.static(IF[K - 2])) * V(P[3 * (K - 1)], P[3 * (K - 1) + 1], P[3 * (K - 1) + 2])
+            out = S(wp.static(IF[K - 2])) * coefficient(P, K - 1)
             for j in range(wp.static(K - 2)):
-                out = out * t + S(wp.static(IF[K - 3 - j])) * V(P[3 * (K - 2 - j)], P[3 * (K - 2 - j) + 1],
-                                                                P[3 * (K - 2 - j) + 2])
+                out = out * t + S(wp.static(IF[K - 3 - j])) * coefficient(P, K - 2 - j)
         return out
 
     @wp.func
@@ -296,7 +342,8 @@ def torque_funcs(S, torque: str, K: int):
         Et = wp.transpose(E)
         Rt = wp.transpose(R)
         if wp.static(torque == "gravity"):
-            out = -P[0] * wp.cross(V(P[1], P[2], P[3]), Et @ (Rt @ V(P[4], P[5], P[6])))
+            g = gravity_params(P)
+            out = -g.mgl * wp.cross(g.com, Et @ (Rt @ g.up))
         if wp.static(torque == "poly"):
             out = Et @ (Rt @ momentum_rate(t, P))
         if wp.static(torque == "gravity_gradient"):
@@ -306,7 +353,8 @@ def torque_funcs(S, torque: str, K: int):
             out = wp.transpose(RE) @ user(t, RE, Pi, P)
         return out
 
-    return types.SimpleNamespace(tau=tau, body_tau_at=body_tau_at, gravity=gravity,
+    return types.SimpleNamespace(tau=tau, body_tau_at=body_tau_at, gravity=gravity, gravity_params=gravity_params,
+                                 orbit_params=orbit_params, nadir=nadir,
                                  gravity_gradient=gravity_gradient, gravity_gradient_body=gravity_gradient_body,
                                  momentum_derivative=momentum_derivative)
 

@@ -1,14 +1,9 @@
 """Buss's methods restated as Warp functions (see :mod:`jaxrot.integrators.buss`).
 
-One step, with ``w = I_w^-1 L`` and the derivatives of the world momentum along the exact flow
-(``L' = tau``; for gravity ``tau = -mgl chi x up`` with ``chi = R c``, so
-``L^(k+1) = -mgl chi^(k) x up``, ``chi' = w x chi``, ``chi'' = w' x chi + w x chi'``,
-``chi''' = w'' x chi + 2 w' x chi' + w x chi''``)::
+One step, with ``w = I_w^-1 L``, the derivatives of ``w`` and (for gravity) of the world momentum along
+the exact flow from :mod:`jaxrot.integrators.buss_rates`, the same Python functions the JAX methods
+use, compiled here by Warp::
 
-    w'   = I^-1 (L' - w x L)
-    w''  = w x w' + I^-1 (L'' - w' x L - 2 w x L' + w x (w x L))
-    w''' = 2 w x w'' - w x (w x w') + I^-1 [L''' - 3 w x L'' - 3 w' x L' - w'' x L + w' x (w x L)
-                                           + 2 w x (w' x L) + 3 w x (w x L') - w x (w x (w x L))]
     h w_bar  (buss1 ... buss4, the table of the integrator module)
     L1 = L + sum_{k <= order} h^k / k! L^(k)          (prescribed L(t): L1 = L(t + h))
     R1 = reorth(R exp(hat(R^T h w_bar))),  Pi1 = R1^T L1
@@ -18,7 +13,9 @@ The memory ``A`` is the world momentum ``L`` (``R0 Pi0`` at the start), as in th
 
 
 import functools
+import types
 
+from ..integrators.buss_rates import formulas
 from ._common import so3_funcs, torque_funcs, warp
 
 #: name -> (order, number of omega derivatives)
@@ -33,6 +30,16 @@ METHODS = {
 
 
 @functools.lru_cache(maxsize=None)
+def rates(S):
+    """Buss's rate formulas and gravity's Taylor terms (:func:`jaxrot.integrators.buss_rates.formulas`):
+    the JAX methods' own functions over Warp's algebra, compiled once per scalar type."""
+    wp = warp()
+    c = so3_funcs(S)
+    plain = formulas(wp.cross, c.inv_inertia, S, c.V, c.M)
+    return types.SimpleNamespace(**{k: wp.func(v) for k, v in vars(plain).items()})
+
+
+@functools.lru_cache(maxsize=None)
 def make(S, name: str, torque: str, K: int):
     """``(init, step)`` Warp functions of Buss's method ``name`` for a torque kind."""
     wp = warp()
@@ -40,6 +47,7 @@ def make(S, name: str, torque: str, K: int):
     tq = torque_funcs(S, torque, K)
     V, M = c.V, c.M
     inv = c.inv_inertia
+    f = rates(S)
     order, NO = METHODS[name]
     NL = max(order, NO)
     GRAV, POLY, FREE = torque == "gravity", torque == "poly", torque == "free"
@@ -63,10 +71,11 @@ def make(S, name: str, torque: str, K: int):
         w2 = zero
         w3 = zero
         if wp.static(GRAV):
-            mgl = P[0]
-            up = V(P[4], P[5], P[6])
-            chi = R @ V(P[1], P[2], P[3])
-            L1 = -mgl * wp.cross(chi, up)
+            g = tq.gravity_params(P)
+            mgl = g.mgl
+            up = g.up
+            chi = R @ g.com
+            L1 = f.gravity_term(mgl, chi, up)
         if wp.static(POLY):
             L1 = tq.momentum_derivative(t, P, 1)
             if wp.static(NL >= 2):
@@ -76,25 +85,20 @@ def make(S, name: str, torque: str, K: int):
             if wp.static(NL >= 4):
                 L4 = tq.momentum_derivative(t, P, 4)
         if wp.static(NO >= 1):
-            w1 = inv(R, J, L1 - wp.cross(w, L))
+            w1 = f.rate1(R, J, w, L, L1)
         if wp.static(GRAV and NL >= 2):
-            c1 = wp.cross(w, chi)
-            L2 = -mgl * wp.cross(c1, up)
+            c1 = f.chi1(w, chi)
+            L2 = f.gravity_term(mgl, c1, up)
         if wp.static(NO >= 2):
-            w2 = wp.cross(w, w1) + inv(R, J, L2 - wp.cross(w1, L) - S(2.0) * wp.cross(w, L1)
-                                       + wp.cross(w, wp.cross(w, L)))
+            w2 = f.rate2(R, J, w, w1, L, L1, L2)
         if wp.static(GRAV and NL >= 3):
-            c2 = wp.cross(w1, chi) + wp.cross(w, c1)
-            L3 = -mgl * wp.cross(c2, up)
+            c2 = f.chi2(w, w1, chi, c1)
+            L3 = f.gravity_term(mgl, c2, up)
         if wp.static(NO >= 3):
-            wL = wp.cross(w, L)
-            w3 = (S(2.0) * wp.cross(w, w2) - wp.cross(w, wp.cross(w, w1))
-                  + inv(R, J, L3 - S(3.0) * wp.cross(w, L2) - S(3.0) * wp.cross(w1, L1) - wp.cross(w2, L)
-                        + wp.cross(w1, wL) + S(2.0) * wp.cross(w, wp.cross(w1, L))
-                        + S(3.0) * wp.cross(w, wp.cross(w, L1)) - wp.cross(w, wp.cross(w, wL))))
+            w3 = f.rate3(R, J, w, w1, w2, L, L1, L2, L3)
         if wp.static(GRAV and NL >= 4):
-            c3 = wp.cross(w2, chi) + S(2.0) * wp.cross(w1, c1) + wp.cross(w, c2)
-            L4 = -mgl * wp.cross(c3, up)
+            c3 = f.chi3(w, w1, w2, chi, c1, c2)
+            L4 = f.gravity_term(mgl, c3, up)
         # the net rate
         wbar = w
         if wp.static(B2):

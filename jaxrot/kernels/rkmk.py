@@ -78,8 +78,9 @@ def _rkmk8_funcs(S, torque: str, K: int):
         # instead of one of each per stage; other torques: no memory
         if wp.static(GG):
             cs = CS()
+            rate = tq.orbit_params(P).n
             for i in range(n):
-                d = P[0] * wp.static(C)[i] * h
+                d = rate * wp.static(C)[i] * h
                 cs[i, 0] = wp.cos(d)
                 cs[i, 1] = wp.sin(d)
             return cs
@@ -125,8 +126,9 @@ def _rkmk8_funcs(S, torque: str, K: int):
             ca = S(0.0)
             sa = S(0.0)
             if wp.static(GG):  # the step's nadir angle n t + phase
-                ca = wp.cos(P[0] * t + P[1])
-                sa = wp.sin(P[0] * t + P[1])
+                nad = tq.nadir(t, P)
+                ca = nad[0]
+                sa = nad[1]
             for i in range(n):
                 su = V(S(0.0), S(0.0), S(0.0))
                 sp = V(S(0.0), S(0.0), S(0.0))
