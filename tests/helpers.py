@@ -124,8 +124,30 @@ def skipped(name: str, test: str) -> bool:
     return test in SKIP.get(name, set())
 
 
+# Three generic checks exercise a method's code path rather than its numerics: a reverse-mode gradient
+# is finite, a batch equals its one-body runs, float32 follows float64. Each costs a compilation of
+# 2-8 s per method (the largest part of the default run), so the default run gives every method one of
+# them in turn (by its place in NAMES, the next one where a check is skipped or slow for it) and the
+# slow tier all three. Every method's orders and invariants stay in the default run.
+ROTATED = ("gradients", "jit_vmap", "float32")
+
+
+def turn(name: str) -> str | None:
+    """The rotated check ``name`` takes in the default run (None: all three are skipped or slow)."""
+    i = NAMES.index(name)
+    for k in range(len(ROTATED)):
+        test = ROTATED[(i + k) % len(ROTATED)]
+        if not skipped(name, test) and test not in SLOW.get(name, ()):
+            return test
+    return None
+
+
 def params(names, test: str) -> list:
-    """``names`` as pytest parameters, those whose ``test`` is in :data:`SLOW` marked slow."""
+    """``names`` as pytest parameters, marked slow where ``test`` is in :data:`SLOW` for the method or
+    is a :data:`ROTATED` check other than the method's :func:`turn`."""
     import pytest
 
-    return [pytest.param(n, marks=pytest.mark.slow) if test in SLOW.get(n, ()) else n for n in names]
+    def slow(n):
+        return test in SLOW.get(n, ()) or (test in ROTATED and turn(n) != test)
+
+    return [pytest.param(n, marks=pytest.mark.slow) if slow(n) else n for n in names]
