@@ -10,6 +10,11 @@ Only the command does this: a program that imports jaxrot keeps JAX's own settin
 (``JAX_COMPILATION_CACHE_DIR``) is left as it is. A folder that cannot be created or written
 switches the cache off for that run, with a one-line note; the command itself goes on.
 
+JAX releases before 0.7 also write programs that call back into Python (``jax.pure_callback``, as
+equinox's checks inside compiled code do) to the cache; another process that loads such a program
+calls whatever callback has that number there, and computes wrong values. On those releases the
+command leaves the cache off, with a one-line note.
+
 Like any JAX compilation cache, the folder is trusted: whoever can write to it can make the
 command run code of theirs, so it belongs to the user alone.
 """
@@ -26,17 +31,36 @@ ENV = "JAXROT_COMPILATION_CACHE"
 #: these are many (a fifth of those ``reproduce buss --quick`` compiles) but ~1% of its compile time
 MIN_COMPILE_SECONDS = 0.1
 _OFF = ("off", "0", "no", "false")
+#: the first JAX release that keeps programs with Python callbacks out of the persistent cache
+SAFE_JAX = (0, 7)
 
 
-def choose(environ=None, *, configured: str | None = None, no_cache: bool = False) -> tuple[pathlib.Path | None, str]:
+def safe_for(jax_version: str) -> bool:
+    """Whether this JAX release keeps programs with Python callbacks out of the persistent cache."""
+    return _release(jax_version) >= SAFE_JAX
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for p in version.split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def choose(environ=None, *, configured: str | None = None, no_cache: bool = False,
+           jax_version: str | None = None) -> tuple[pathlib.Path | None, str]:
     """Where the command's cache goes: ``(folder, why)``, ``folder`` None when it is not used.
 
     ``configured`` is a folder JAX was already given (its setting wins); ``no_cache`` is the
-    command's ``--no-cache``."""
+    command's ``--no-cache``; ``jax_version`` the running JAX's (None: not checked)."""
     environ = os.environ if environ is None else environ
     value = environ.get(ENV, "").strip()
     if no_cache:
         return None, "--no-cache"
+    if jax_version is not None and not safe_for(jax_version):
+        return None, (f"JAX {jax_version} keeps programs that call back into Python in the cache, where another "
+                      f"process computes wrong values with them (fixed in JAX {'.'.join(map(str, SAFE_JAX))})")
     if value.lower() in _OFF:
         return None, f"{ENV}={value}"
     if configured:
@@ -66,8 +90,13 @@ def enable(*, no_cache: bool = False, environ=None) -> pathlib.Path | None:
     its folder, or None where it stays off (see the module's text)."""
     import jax
 
-    folder, why = choose(environ, configured=jax.config.jax_compilation_cache_dir, no_cache=no_cache)
+    folder, why = choose(environ, configured=jax.config.jax_compilation_cache_dir, no_cache=no_cache,
+                         jax_version=jax.__version__)
     if folder is None:
+        if why.startswith("JAX "):  # said even under --quiet, as below: every run compiles everything
+            import sys
+
+            print(f"jaxrot: note: compilation cache off: {why}", file=sys.stderr, flush=True)
         return None
     problem = usable(folder)
     if problem is not None:  # said even under --quiet: every run is slower until it is fixed
