@@ -514,6 +514,27 @@ def test_gradients_through_simulate_are_the_xla_executors(mode):
         assert np.any(np.asarray(g1) != 0)
 
 
+@pytest.mark.slow  # two reverse-mode compilations at XLA's default settings (a fresh process, ~2 min)
+@pytest.mark.default_xla
+def test_reverse_mode_equals_the_xla_executors_to_1e_10_at_default_settings():
+    """``jax.grad`` through the fused error-controlled run with an event equals the XLA executor's to
+    1e-10 relative where both programs are compiled as users compile them (XLA's default settings):
+    the derivatives are the reverse pass of the same loop, and the accepted steps coincide."""
+    pair = PAIRS[-1]
+    P = problems.get("t_handle")
+    S = jaxrot.State(jnp.stack([P.state0.R, P.state0.R]), jnp.stack([P.state0.Pi, 1.1 * P.state0.Pi]))
+    w = jnp.asarray(np.random.default_rng(2).normal(size=(2, 3)))
+
+    def loss(Pi, executor):
+        tr = jaxrot.simulate(pair, P, t1=9.0, state0=jaxrot.State(S.R, Pi), stepsize=jaxrot.Adaptive(1e-9, 1e-9),
+                             event=_flip(), executor=executor)
+        return jnp.sum(w * tr.final.Pi) + jnp.sum(tr.event_time) + jnp.sum(tr.final.R[:, 0, 1])
+
+    g1, g2 = (np.asarray(jax.grad(loss)(S.Pi, ex)) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert np.all(np.abs(g1) > 1e-3)  # every component far from zero: a relative comparison
+    np.testing.assert_allclose(g1, g2, rtol=1e-10, atol=0)
+
+
 def test_events_not_terminal_and_not_found():
     pair = "rkmk8(5)"
     P = problems.get("t_handle")
