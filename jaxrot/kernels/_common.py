@@ -177,6 +177,30 @@ def so3_funcs(S):
         return cc
 
     @wp.func
+    def dexpinv_c(a2: S, half: S, sh: S):
+        """dexp^{-1}'s ``c = (1 - (a/2) cot(a/2)) / a^2`` in closed form, from ``a^2``, ``a/2`` and ``sin(a/2)``."""
+        return (S(1.0) - half * wp.cos(half) / sh) / a2
+
+    @wp.func
+    def dexpinv_with(v: V, x: V, cc: S):
+        """``dexp^{-1}_v x = x - v x x / 2 + c v x (v x x)`` with its coefficient ``c`` given."""
+        vx = wp.cross(v, x)
+        return x - S(0.5) * vx + cc * wp.cross(v, vx)
+
+    @wp.func
+    def dexpinv(v: V, x: V):
+        """``dexp^{-1}_v x`` (:func:`jaxrot.so3.dexpinv`): ``c`` from its power series below
+        ``SERIES_ANGLE2``, in closed form above."""
+        a2 = wp.dot(v, v)
+        cc = S(0.0)
+        if a2 < S(SERIES_ANGLE2):
+            cc = dexpinv_series(a2)
+        else:
+            half = S(0.5) * wp.sqrt(a2)
+            cc = dexpinv_c(a2, half, wp.sin(half))
+        return dexpinv_with(v, x, cc)
+
+    @wp.func
     def exp_of(v: V, a2: S, s1: S, s2: S):
         """``exp(hat v)`` (Rodrigues) from ``|v|^2`` and its coefficients: ``cos a 1 + S1 hat v + S2 v v^T``."""
         c = S(1.0) - s2 * a2
@@ -208,6 +232,7 @@ def so3_funcs(S):
 
     return types.SimpleNamespace(V=V, M=M, exp=exp, exp_of=exp_of, rodrigues12_half=rodrigues12_half,
                                  rodrigues12_dexpinv_series=rodrigues12_dexpinv_series, dexpinv_series=dexpinv_series,
+                                 dexpinv_c=dexpinv_c, dexpinv_with=dexpinv_with, dexpinv=dexpinv,
                                  reorthogonalize=reorthogonalize,
                                  world_increment=world_increment, inv_inertia=inv_inertia)
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from . import event_restate
-from ._common import SERIES_ANGLE2, so3_funcs, torque_funcs, warp
+from ._common import so3_funcs, torque_funcs, warp
 
 __all__ = ["BISECTIONS", "dense_funcs", "crossing"]
 
@@ -40,7 +40,6 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
     eps = float(np.finfo(np.float32 if S == wp.float32 else np.float64).eps)
     tiny = float(np.finfo(np.float32 if S == wp.float32 else np.float64).tiny)
     root_eps = math.sqrt(eps)
-    series = SERIES_ANGLE2
     L1, L2, L3 = 1.0 / 6.0, 3.0 / 40.0, 5.0 / 112.0  # theta / sin(theta) in sin^2, as so3.log
 
     @wp.func
@@ -77,19 +76,6 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
         return out
 
     @wp.func
-    def dexpinv(v: V, x: V):
-        """``dexp^{-1}_v x = x - v x x / 2 + c(|v|) v x (v x x)`` (:func:`jaxrot.so3.dexpinv`)."""
-        a2 = wp.dot(v, v)
-        cc = S(0.0)
-        if a2 < S(series):
-            cc = c.dexpinv_series(a2)
-        else:
-            half = S(0.5) * wp.sqrt(a2)
-            cc = (S(1.0) - half * wp.cos(half) / wp.sin(half)) / a2
-        vx = wp.cross(v, x)
-        return x - S(0.5) * vx + cc * wp.cross(v, vx)
-
-    @wp.func
     def interp(R0: M, Pi0: V, w0: V, d0: V, Pi1: V, d1: V, xi1: V, m1: V, h: S, s: S):
         """The state at ``s`` into a step of length ``h`` (:func:`jaxrot.driver.dense.interpolate`)."""
         u = s / h
@@ -123,7 +109,7 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
         w0 = wp.cw_div(Pi0, J)
         w1 = wp.cw_div(Pi1, J)
         xi1 = log(wp.transpose(R0) @ R1)
-        m1 = dexpinv(-xi1, w1)
+        m1 = c.dexpinv(-xi1, w1)
         d0 = wp.cross(Pi0, w0) + wp.transpose(R0) @ tq.tau(tk, R0, Pi0, P)
         d1 = wp.cross(Pi1, w1) + wp.transpose(R1) @ tq.tau(tk + h, R1, Pi1, P)
         ga = g_at(tk, R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, S(0.0), Q)

@@ -87,28 +87,6 @@ def _rkmk8_funcs(S, torque: str, K: int):
         else:
             return V(S(0.0), S(0.0), S(0.0))
 
-    # dexp^{-1}_{-U}(Om) = Om - U x Om / 2 + c U x (U x Om) (so3.dexpinv(-U, Om)), with
-    # c = (1 - (a/2) cot(a/2)) / a^2 of a = |U|, its power series below SERIES_ANGLE2
-    @wp.func
-    def dexpinv_c(a2: S, half: S, sh: S):
-        return (S(1.0) - half * wp.cos(half) / sh) / a2
-
-    @wp.func
-    def dexpinv_neg_with(U: V, Om: V, cc: S):
-        UxO = wp.cross(-U, Om)
-        return Om - S(0.5) * UxO + cc * wp.cross(-U, UxO)
-
-    @wp.func
-    def dexpinv_neg(U: V, Om: V):
-        a2 = wp.dot(U, U)
-        cc = S(0.0)
-        if a2 < S(series):
-            cc = c.dexpinv_series(a2)
-        else:
-            half = S(0.5) * wp.sqrt(a2)
-            cc = dexpinv_c(a2, half, wp.sin(half))
-        return dexpinv_neg_with(U, Om, cc)
-
     @wp.func
     def row(X: KM, j: int):
         return V(X[j, 0], X[j, 1], X[j, 2])
@@ -142,7 +120,7 @@ def _rkmk8_funcs(S, torque: str, K: int):
                 Kv = V(S(0.0), S(0.0), S(0.0))
                 Fv = wp.cross(Pc, Om)
                 if wp.static(FREE):
-                    Kv = dexpinv_neg(U, Om)
+                    Kv = c.dexpinv(-U, Om)  # so3.dexpinv(-U, Om)
                 else:  # R_i's exponential and dexp^{-1} share the angle (its series, or its square root and sine)
                     a2 = wp.dot(U, U)
                     s1 = S(0.0)
@@ -152,8 +130,8 @@ def _rkmk8_funcs(S, torque: str, K: int):
                         s1, s2, cc = c.rodrigues12_dexpinv_series(a2)
                     else:
                         s1, s2, half, sh = c.rodrigues12_half(a2)
-                        cc = dexpinv_c(a2, half, sh)
-                    Kv = dexpinv_neg_with(U, Om, cc)
+                        cc = c.dexpinv_c(a2, half, sh)
+                    Kv = c.dexpinv_with(-U, Om, cc)
                     E = c.exp_of(U, a2, s1, s2)
                     if wp.static(GG):  # the stage's world nadir, turned from the step's by n c_i h
                         w = V(ca * Amem[i, 0] - sa * Amem[i, 1], sa * Amem[i, 0] + ca * Amem[i, 1], S(0.0))
