@@ -90,11 +90,21 @@ class DirectAdjoint(AbstractAdjoint):
 _NAMES = {"checkpointed": RecursiveCheckpointAdjoint, "forward": ForwardMode}
 
 
+def _kind(x) -> str | None:
+    name = type(x).__name__
+    if name == "LinearizeTracer":
+        return "reverse"
+    if name == "JVPTracer":
+        # JAX before 0.7 linearises for jax.grad by a JVP whose tangents are left to partial evaluation
+        return "reverse" if type(getattr(x, "tangent", None)).__name__ == "JaxprTracer" else "forward"
+    return None
+
+
 def _mode(leaves) -> str | None:
     """``"forward"`` if the run is being traced by ``jax.jvp``/``jax.jacfwd``, ``"reverse"`` by
     ``jax.grad``/``jax.vjp`` (JAX's linearisation), else None (read from the inputs' tracer types)."""
-    kinds = {type(x).__name__ for x in leaves}
-    return "forward" if "JVPTracer" in kinds else "reverse" if "LinearizeTracer" in kinds else None
+    kinds = {_kind(x) for x in leaves}
+    return "forward" if "forward" in kinds else "reverse" if "reverse" in kinds else None
 
 
 def adjoint_for(adjoint, leaves) -> AbstractAdjoint:
