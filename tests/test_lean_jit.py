@@ -28,3 +28,27 @@ def test_arrays_are_traced_and_other_leaves_static():
     np.testing.assert_allclose(f(Scale(jnp.asarray(3.0), 3), x, shift=1.5), 3 * np.arange(3.0) ** 3 + 1.5)
     assert len(traces) == 3
     assert f.__name__ == "f"
+
+
+def test_a_bound_call_gives_the_outputs_or_their_leaves():
+    """``f.bind(...)`` is the call as a function of no arguments; its leaves and the structure recorded
+    while tracing rebuild the same outputs (None and static fields included)."""
+    import jax
+
+    class Tagged(eqx.Module):
+        v: jnp.ndarray
+        tag: str = eqx.field(static=True)
+
+    @lean_jit
+    def f(m, x):
+        return {"scaled": Tagged(m.k * x, f"power {m.power}"), "none": None, "sum": jnp.sum(x)}
+
+    bound = f.bind(Scale(jnp.asarray(2.0), 3), jnp.arange(3.0))
+    out = bound()
+    assert out["none"] is None and out["scaled"].tag == "power 3"
+    np.testing.assert_allclose(out["scaled"].v, [0.0, 2.0, 4.0])
+    leaves = bound.leaves()
+    assert len(leaves) == 2
+    again = jax.tree_util.tree_unflatten(bound.structure(), leaves)
+    assert jax.tree_util.tree_structure(again) == jax.tree_util.tree_structure(out)
+    np.testing.assert_allclose(again["sum"], 3.0)

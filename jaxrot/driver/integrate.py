@@ -131,4 +131,13 @@ def trajectory_of(finish: Finish, *, system, event, batched: bool, stacked: bool
             known[structure] = out_structure if same else None
         return traj
 
+    def from_leaves(leaves: list, structure):
+        """The trajectory of the frames with these leaves and this structure (a compiled call's outputs,
+        :class:`~jaxrot.driver.lean_jit.Bound`), without building the frames where it need not."""
+        hit = known.get(structure, False)
+        if hit:
+            return jax.tree_util.tree_unflatten(hit, leaves + system_leaves)
+        return build(jax.tree_util.tree_unflatten(structure, leaves))
+
+    build.from_leaves = from_leaves
     return build

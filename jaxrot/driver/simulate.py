@@ -31,6 +31,7 @@ from .executors.base import AttemptSpec, RunSpec
 from .failures import raise_failures
 from .global_error import GlobalError, calibrate
 from .integrate import Finish, trajectory, trajectory_of
+from .lean_jit import Bound
 from .loop import InvariantMonitor
 from .precision import full_precision
 from . import replay
@@ -229,7 +230,11 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
 def _carry_out(run, build, throw, where) -> Trajectory:
     """Carry out a checked constant-step run (``run``: the executor's plan) and make its trajectory
     (``build``: :func:`~jaxrot.driver.integrate.trajectory_of`); a repeated call starts here."""
-    traj = build(run())
+    if isinstance(run, Bound):  # a compiled call's leaves straight into the trajectory
+        leaves = run.leaves()
+        traj = build.from_leaves(leaves, run.structure())
+    else:
+        traj = build(run())
     if throw:
         raise_failures(traj.failed_step, traj.result, where)
     return traj
