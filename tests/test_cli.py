@@ -254,11 +254,12 @@ def test_compilation_cache_folder_choice(tmp_path):
     assert cache.choose({}, no_cache=True)[0] is None
     assert cache.choose({}, configured="/elsewhere")[0] is None  # JAX's own setting wins
     # JAX before 0.7 caches programs with Python callbacks, which another process runs wrongly
-    for old in ("0.6.2", "0.6.0", "0.4.30"):
+    for old in ("0.6.2", "0.6.0", "0.4.30", "0.6rc1"):
         folder, why = cache.choose({}, jax_version=old)
-        assert folder is None and "wrong values" in why
-    for new in ("0.7.0", "0.10.2", "1.0.0.dev20270101"):
-        assert cache.choose({}, jax_version=new) == (home / "jaxrot" / "jax", "default")
+        assert folder is None and "wrong values" in why, old
+    for new in ("0.7.0", "0.7.0rc1", "0.10.2", "0.10.2.dev2026", "1.0.0.dev20270101"):
+        assert cache.choose({}, jax_version=new) == (home / "jaxrot" / "jax", "default"), new
+    assert cache.choose({cache.ENV: "off"}, jax_version="0.6.2")[1] == f"{cache.ENV}=off"  # the user's choice first
     assert cache.usable(tmp_path / "new" / "jax") is None and (tmp_path / "new" / "jax").is_dir()
     (tmp_path / "file").write_text("")
     assert cache.usable(tmp_path / "file" / "jax") is not None

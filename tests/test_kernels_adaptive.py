@@ -482,12 +482,9 @@ def test_a_terminal_event_in_the_kernel_stops_each_body(pair):
     np.testing.assert_allclose(np.asarray(tr.event_state.R), np.asarray(at.final.R), rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("mode", [pytest.param("forward", id="jvp"),
-                                  pytest.param("reverse", id="grad", marks=pytest.mark.slow)])
-def test_gradients_through_simulate_are_the_xla_executors(mode):
-    """``jax.jvp`` (and, slow tier, ``jax.grad``) through ``simulate(..., executor=jaxrot.Fused())`` of
-    an error-controlled run with an event: the derivatives come from XLA's loop, so they are the XLA
-    executor's."""
+def _flip_loss():
+    """A loss of an error-controlled run of two T-handles with an event (its time, final momentum and
+    attitude) as a function of the initial momenta and the executor, and those momenta."""
     pair = PAIRS[-1]
     P = problems.get("t_handle")
     S = jaxrot.State(jnp.stack([P.state0.R, P.state0.R]), jnp.stack([P.state0.Pi, 1.1 * P.state0.Pi]))
@@ -498,20 +495,18 @@ def test_gradients_through_simulate_are_the_xla_executors(mode):
                              event=_flip(), executor=executor)
         return jnp.sum(w * tr.final.Pi) + jnp.sum(tr.event_time) + jnp.sum(tr.final.R[:, 0, 1])
 
-    if mode == "forward":
-        t = jnp.asarray(np.random.default_rng(3).normal(size=(2, 3)))
-        (v1, d1), (v2, d2) = (jax.jvp(lambda x: loss(x, ex), (S.Pi,), (t,)) for ex in (jaxrot.Fused(), jaxrot.XLA()))
-        np.testing.assert_allclose(float(v1), float(v2), rtol=1e-9)
-        np.testing.assert_allclose(float(d1), float(d2), rtol=1e-12)
-        assert float(d1) != 0.0
-    else:
-        # both are the reverse pass of XLA's checkpointed loop, compiled in two programs: at XLA's default
-        # settings they agree to the 10 digits printed (measured), but under this suite's fast-compile
-        # flags (tests/conftest.py) they differed by 3e-8 relative, presumably a step sequence moved by round-off
-        # in one of the two programs (an accepted step decided by the last bits, see the module docstring)
-        g1, g2 = (jax.grad(loss)(S.Pi, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
-        np.testing.assert_allclose(np.asarray(g1), np.asarray(g2), rtol=1e-6)
-        assert np.any(np.asarray(g1) != 0)
+    return loss, S.Pi
+
+
+def test_forward_mode_through_simulate_is_the_xla_executors():
+    """``jax.jvp`` through ``simulate(..., executor=jaxrot.Fused())`` of an error-controlled run with an
+    event: the derivatives come from XLA's loop, so they are the XLA executor's."""
+    loss, Pi0 = _flip_loss()
+    t = jnp.asarray(np.random.default_rng(3).normal(size=(2, 3)))
+    (v1, d1), (v2, d2) = (jax.jvp(lambda x: loss(x, ex), (Pi0,), (t,)) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    np.testing.assert_allclose(float(v1), float(v2), rtol=1e-9)
+    np.testing.assert_allclose(float(d1), float(d2), rtol=1e-12)
+    assert float(d1) != 0.0
 
 
 @pytest.mark.slow  # two reverse-mode compilations at XLA's default settings (a fresh process, ~2 min)
@@ -519,18 +514,11 @@ def test_gradients_through_simulate_are_the_xla_executors(mode):
 def test_reverse_mode_equals_the_xla_executors_to_1e_10_at_default_settings():
     """``jax.grad`` through the fused error-controlled run with an event equals the XLA executor's to
     1e-10 relative where both programs are compiled as users compile them (XLA's default settings):
-    the derivatives are the reverse pass of the same loop, and the accepted steps coincide."""
-    pair = PAIRS[-1]
-    P = problems.get("t_handle")
-    S = jaxrot.State(jnp.stack([P.state0.R, P.state0.R]), jnp.stack([P.state0.Pi, 1.1 * P.state0.Pi]))
-    w = jnp.asarray(np.random.default_rng(2).normal(size=(2, 3)))
-
-    def loss(Pi, executor):
-        tr = jaxrot.simulate(pair, P, t1=9.0, state0=jaxrot.State(S.R, Pi), stepsize=jaxrot.Adaptive(1e-9, 1e-9),
-                             event=_flip(), executor=executor)
-        return jnp.sum(w * tr.final.Pi) + jnp.sum(tr.event_time) + jnp.sum(tr.final.R[:, 0, 1])
-
-    g1, g2 = (np.asarray(jax.grad(loss)(S.Pi, ex)) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    the derivatives are the reverse pass of the same loop, and the accepted steps coincide. (Under the
+    suite's fast-compile flags the two programs' reverse passes differed by 3e-8: an accepted step
+    decided by the last bits in one of them.)"""
+    loss, Pi0 = _flip_loss()
+    g1, g2 = (np.asarray(jax.grad(loss)(Pi0, ex)) for ex in (jaxrot.Fused(), jaxrot.XLA()))
     assert np.all(np.abs(g1) > 1e-3)  # every component far from zero: a relative comparison
     np.testing.assert_allclose(g1, g2, rtol=1e-10, atol=0)
 

@@ -49,6 +49,23 @@ def test_a_bound_call_gives_the_outputs_or_their_leaves():
     np.testing.assert_allclose(out["scaled"].v, [0.0, 2.0, 4.0])
     leaves = bound.leaves()
     assert len(leaves) == 2
-    again = jax.tree_util.tree_unflatten(bound.structure(), leaves)
-    assert jax.tree_util.tree_structure(again) == jax.tree_util.tree_structure(out)
-    np.testing.assert_allclose(again["sum"], 3.0)
+    plain = f.__wrapped__(Scale(jnp.asarray(2.0), 3), jnp.arange(3.0))  # the function itself, not compiled
+    assert bound.structure() == jax.tree_util.tree_structure(plain)
+    np.testing.assert_allclose(jax.tree_util.tree_unflatten(bound.structure(), leaves)["sum"], 3.0)
+
+
+def test_an_output_structure_that_depends_on_a_dtype_follows_each_call():
+    """Calls that differ only in their arrays' dtypes get the structure of their own trace (a static
+    field recording the dtype), however the calls alternate."""
+
+    class Typed(eqx.Module):
+        v: jnp.ndarray
+        kind: str = eqx.field(static=True)
+
+    @lean_jit
+    def f(x):
+        return Typed(2 * x, str(x.dtype))
+
+    for dtype in (jnp.float64, jnp.float32, jnp.float64, jnp.float32):
+        out = f(jnp.ones(2, dtype))
+        assert out.kind == jnp.dtype(dtype).name and out.v.dtype == dtype

@@ -104,7 +104,9 @@ def _mode(leaves) -> str | None:
     """``"forward"`` if the run is being traced by ``jax.jvp``/``jax.jacfwd``, ``"reverse"`` by
     ``jax.grad``/``jax.vjp`` (JAX's linearisation), else None (read from the inputs' tracer types)."""
     kinds = {_kind(x) for x in leaves}
-    return "forward" if "forward" in kinds else "reverse" if "reverse" in kinds else None
+    # reverse first: under jax.grad some inputs may carry known tangents (a custom rule's explicit zeros)
+    # beside those that depend on the variable; under jax.jvp none is left to partial evaluation
+    return "reverse" if "reverse" in kinds else "forward" if "forward" in kinds else None
 
 
 def adjoint_for(adjoint, leaves) -> AbstractAdjoint:

@@ -49,10 +49,14 @@ def lean_jit(f):
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         mask = tuple(eqx.is_array(x) for x in leaves)
         statics = tuple(x for x, m in zip(leaves, mask) if not m)
-        key = (treedef, mask, statics)
+        arrays = [x for x, m in zip(leaves, mask) if m]
+        # the arrays' types too: one jitted function per input signature, traced once, so the output
+        # structure it records is that signature's (a static field may depend on a dtype)
+        types = tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in arrays)
+        key = (treedef, mask, statics, types)
         entry = cache.get(key)
         if entry is None:
-            tree = [None]  # the outputs' structure, recorded while tracing (the same for any array shapes)
+            tree = [None]  # the outputs' structure, recorded while tracing
 
             def run(arrays):
                 dyn, st = iter(arrays), iter(statics)
@@ -64,7 +68,7 @@ def lean_jit(f):
             if len(cache) >= 256:
                 cache.clear()
             entry = cache[key] = (jax.jit(run), tree)
-        return Bound(entry[0], [x for x, m in zip(leaves, mask) if m], entry[1])
+        return Bound(entry[0], arrays, entry[1])
 
     @functools.wraps(f)
     def call(*args, **kwargs):

@@ -255,6 +255,8 @@ def param_struct(S, kind: str):
     wp = warp()
     V = so3_funcs(S).V
     layout = PARAM_LAYOUT[kind]
+    if any(n not in (1, 3) for _, n in layout):
+        raise ValueError(f"PARAM_LAYOUT[{kind!r}]: a parameter is a scalar (size 1) or a 3-vector (size 3)")
     name = f"{kind}_params_{S.__name__}"
     fields = {f: (S if n == 1 else V) for f, n in layout}
     T = wp.struct(type(name, (), {"__annotations__": fields, "__module__": __name__, "__qualname__": name}))

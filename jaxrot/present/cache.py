@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import tempfile
 
 #: the variable that switches the cache off (``off``) or names its folder
@@ -35,17 +36,20 @@ _OFF = ("off", "0", "no", "false")
 SAFE_JAX = (0, 7)
 
 
+def unsafe_reason(jax_version: str) -> str:
+    return (f"JAX {jax_version} keeps programs that call back into Python in the cache, where another process "
+            f"computes wrong values with them (JAX {'.'.join(map(str, SAFE_JAX))} marks such programs as not cacheable)")
+
+
 def safe_for(jax_version: str) -> bool:
     """Whether this JAX release keeps programs with Python callbacks out of the persistent cache."""
     return _release(jax_version) >= SAFE_JAX
 
 
-def _release(version: str) -> tuple[int, ...]:
-    parts = []
-    for p in version.split(".")[:2]:
-        digits = "".join(c for c in p if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) from a version string's leading numbers (``"0.7.0rc1"``, ``"0.10.2.dev2026"``)."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def choose(environ=None, *, configured: str | None = None, no_cache: bool = False,
@@ -58,13 +62,12 @@ def choose(environ=None, *, configured: str | None = None, no_cache: bool = Fals
     value = environ.get(ENV, "").strip()
     if no_cache:
         return None, "--no-cache"
-    if jax_version is not None and not safe_for(jax_version):
-        return None, (f"JAX {jax_version} keeps programs that call back into Python in the cache, where another "
-                      f"process computes wrong values with them (fixed in JAX {'.'.join(map(str, SAFE_JAX))})")
     if value.lower() in _OFF:
         return None, f"{ENV}={value}"
     if configured:
         return None, f"JAX's own cache folder {configured!r} is in use"
+    if jax_version is not None and not safe_for(jax_version):
+        return None, unsafe_reason(jax_version)
     if value:
         return pathlib.Path(value).expanduser(), ENV
     base = environ.get("XDG_CACHE_HOME", "").strip()
@@ -90,18 +93,20 @@ def enable(*, no_cache: bool = False, environ=None) -> pathlib.Path | None:
     its folder, or None where it stays off (see the module's text)."""
     import jax
 
-    folder, why = choose(environ, configured=jax.config.jax_compilation_cache_dir, no_cache=no_cache,
-                         jax_version=jax.__version__)
-    if folder is None:
-        if why.startswith("JAX "):  # said even under --quiet, as below: every run compiles everything
-            import sys
+    import sys
 
+    configured = jax.config.jax_compilation_cache_dir
+    folder, why = choose(environ, configured=configured, no_cache=no_cache, jax_version=jax.__version__)
+    if folder is None:
+        # said even under --quiet, as below: results or every run's time depend on it
+        if why == unsafe_reason(jax.__version__):
             print(f"jaxrot: note: compilation cache off: {why}", file=sys.stderr, flush=True)
+        elif configured and not safe_for(jax.__version__):
+            print(f"jaxrot: warning: JAX's own cache folder {configured!r} is in use, and "
+                  f"{unsafe_reason(jax.__version__)}; unset JAX_COMPILATION_CACHE_DIR", file=sys.stderr, flush=True)
         return None
     problem = usable(folder)
     if problem is not None:  # said even under --quiet: every run is slower until it is fixed
-        import sys
-
         print(f"jaxrot: note: compilation cache off: cannot write {str(folder)!r} ({problem}); "
               f"set {ENV} to another folder, or to 'off'", file=sys.stderr, flush=True)
         return None
