@@ -403,6 +403,32 @@ def nonfinite_reason(S):
     return reason
 
 
+def checked_step(S, step, reason):
+    """``advance(R, Pi, A, t0, dt, k, failed, code, J, P) -> (R, Pi, A, k, failed, code)``: step ``k``
+    of ``step`` at ``t0 + k dt`` (no accumulated round-off in time), the step counted, and the first
+    step whose ``reason`` is not 0 recorded (1-based) with its code; the loop kernels' step."""
+    wp = warp()
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+
+    @wp.func
+    def advance(R: M, Pi: V, A: typing.Any, t0: S, dt: S, k: int, failed: int, code: int, J: V,
+                P: wp.array(dtype=S)):
+        t = t0 + S(k) * dt
+        R1, Pi1, A1 = step(R, Pi, A, t, dt, J, P)
+        k1 = k + 1
+        failed1 = failed
+        code1 = code
+        if failed < 0:
+            r = reason(Pi1, A1)
+            if r != 0:
+                failed1 = k1
+                code1 = r
+        return R1, Pi1, A1, k1, failed1, code1
+
+    return advance
+
+
 def loop_kernel(S, init, step, reason=None, *, key: str):
     """The fused run: one thread per body, ``n_frames * save_every`` steps of ``step`` from ``init``'s
     memory, every ``save_every``-th state written, the first failed step flagged.
@@ -414,7 +440,7 @@ def loop_kernel(S, init, step, reason=None, *, key: str):
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
-    reason = nonfinite_reason(S) if reason is None else reason
+    advance = checked_step(S, step, nonfinite_reason(S) if reason is None else reason)
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
             Jv: wp.array(dtype=V), P: wp.array(dtype=S), n_frames: wp.int32, save_every: wp.int32,
@@ -432,14 +458,7 @@ def loop_kernel(S, init, step, reason=None, *, key: str):
         code = int(0)
         for f in range(n_frames):
             for _s in range(save_every):
-                t = t0 + S(k) * dt  # no accumulated round-off in time
-                R, Pi, A = step(R, Pi, A, t, dt, J, P)
-                k = k + 1
-                if failed < 0:
-                    r = reason(Pi, A)
-                    if r != 0:
-                        failed = k
-                        code = r
+                R, Pi, A, k, failed, code = advance(R, Pi, A, t0, dt, k, failed, code, J, P)
             R_out[b, f] = R
             Pi_out[b, f] = Pi
         failed_out[b] = failed

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from . import event_restate, host_threads
-from ._common import FUSE_FP, nonfinite_reason, so3_funcs, warp
+from ._common import FUSE_FP, checked_step, nonfinite_reason, so3_funcs, warp
 from .adaptive_dense import crossing, dense_funcs
 
 __all__ = ["event_loop_kernel", "launch", "why_not_event"]
@@ -38,7 +38,7 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
     g, locate = dense_funcs(S, torque, K, event_key)
     TERMINAL = bool(terminal)
     crossed = crossing(S, direction)
-    reason = nonfinite_reason(S) if reason is None else reason
+    advance = checked_step(S, step, nonfinite_reason(S) if reason is None else reason)
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
             Jv: wp.array(dtype=V), P: wp.array(dtype=S), Q: wp.array(dtype=S), n_frames: wp.int32,
@@ -65,16 +65,10 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
         f_end = n_frames
         for f in range(n_frames):
             for _s in range(save_every):
-                t = t0 + S(k) * dt  # no accumulated round-off in time
+                t = t0 + S(k) * dt  # the step's start, as advance computes it
                 Rk = R
                 Pik = Pi
-                R, Pi, A = step(R, Pi, A, t, dt, J, P)
-                k = k + 1
-                if failed < 0:
-                    r = reason(Pi, A)
-                    if r != 0:
-                        failed = k
-                        code = r
+                R, Pi, A, k, failed, code = advance(R, Pi, A, t0, dt, k, failed, code, J, P)
                 if not found:
                     gb = g(t + dt, R, Pi, Q)  # (the XLA loop's time of the step's end)
                     if crossed(gprev, gb):
