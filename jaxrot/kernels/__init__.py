@@ -21,7 +21,8 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from ._common import PARAM_LAYOUT, have_warp, loop_kernel, warp
+from ._common import have_warp, loop_kernel, warp
+from .torques import PARAM_LAYOUT
 from . import buss as _buss
 from . import dmv as _dmv
 from . import energy_projection as _ep
@@ -209,14 +210,14 @@ def keeps_stats(method) -> bool:
 
 def torque_params(torque, dtype):
     """The torque's parameters packed in one flat array of ``dtype`` (traceable): gravity and the gravity
-    gradient their named parameters in the order of :data:`jaxrot.kernels._common.PARAM_LAYOUT`
+    gradient their named parameters in the order of :data:`jaxrot.kernels.torques.PARAM_LAYOUT`
     (``(mgl, com, up)``, ``(n, phase, J)``), polynomial momentum its ``(K, 3)`` coefficients row by row, a
     plain-function torque its array constants and parameters
     (:func:`jaxrot.kernels.transpile.lower`)."""
     kind = torque_kind(torque, dtype)
     if _family(kind) == "user":
         return _transpile.lower(torque, dtype).params
-    if kind in PARAM_LAYOUT:  # the named parameters, read by name in the kernels (_common.param_struct)
+    if kind in PARAM_LAYOUT:  # the named parameters, read by name in the kernels (torques.param_struct)
         return jnp.concatenate([jnp.asarray(getattr(torque, f), dtype).reshape(n) for f, n in PARAM_LAYOUT[kind]])
     if kind == "poly":
         return jnp.asarray(torque.coeffs, dtype).reshape(-1)

@@ -14,7 +14,8 @@ import math
 import numpy as np
 
 from . import event_restate
-from ._common import so3_funcs, torque_funcs, warp
+from ._common import so3_funcs, warp
+from .torques import torque_funcs
 
 __all__ = ["BISECTIONS", "dense_funcs", "crossing"]
 

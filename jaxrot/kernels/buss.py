@@ -16,7 +16,8 @@ import functools
 import types
 
 from ..integrators.buss_rates import formulas
-from ._common import so3_funcs, torque_funcs, warp
+from ._common import so3_funcs, warp
+from .torques import torque_funcs
 
 #: name -> (order, number of omega derivatives)
 METHODS = {

@@ -11,7 +11,8 @@ on the 12 numbers ``y = (R, Pi)`` (R is not re-orthonormalised). No memory.
 
 import functools
 
-from ._common import so3_funcs, torque_funcs, warp
+from ._common import so3_funcs, warp
+from .torques import torque_funcs
 
 METHODS = {"rk4": 4}
 

@@ -25,7 +25,8 @@ from ..integrators.dop853_coefficients import A as _A
 from ..integrators.dop853_coefficients import B as _B
 from ..integrators.dop853_coefficients import C as _C
 from ..integrators.dop853_coefficients import E5 as _E5
-from ._common import SERIES_ANGLE2, so3_funcs, torque_funcs, warp
+from ._common import SERIES_ANGLE2, so3_funcs, warp
+from .torques import torque_funcs
 
 
 @functools.lru_cache(maxsize=None)
