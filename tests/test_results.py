@@ -87,3 +87,22 @@ def test_traced_failures_name_the_step_body_and_reason():
     # to the Newton tolerance, not bit for bit: under vmap the batched Newton iterates until every
     # body has converged, so the good bodies take extra (contracting) iterations (measured 1.8e-14)
     np.testing.assert_allclose(np.asarray(quiet.states.R[2]), np.asarray(good.states.R), rtol=0, atol=1e-12)
+
+
+def test_large_batches_on_an_accelerator_are_checked_on_the_device_first(monkeypatch):
+    """A large batch's flags are reduced where they live before any is read back (the path a GPU
+    takes; forced here on the CPU): a clean run reads one number, a failed one still names the body."""
+    from jaxrot.driver import failures
+
+    monkeypatch.setattr(failures, "_on_accelerator", lambda failed: True)
+    reads = []
+    real = failures._max_flag
+    monkeypatch.setattr(failures, "_max_flag", lambda f: reads.append(f.shape) or real(f))
+    n = failures.ACCELERATOR_CHECK_MIN
+    flags = jnp.full((n,), -1, jnp.int32)
+    failures.raise_failures(flags, jnp.zeros((n,), jnp.int32))
+    assert reads == [(n,)]
+    bad = flags.at[n - 3].set(7)
+    with pytest.raises(jaxrot.SimulationError, match=rf"step 7 \(body \({n - 3},\)\) failed: .*nonfinite_state") as e:
+        failures.raise_failures(bad, jnp.zeros((n,), jnp.int32).at[n - 3].set(RESULTS.nonfinite_state._value))
+    assert e.value.body == (n - 3,) and e.value.reason == RESULTS.nonfinite_state

@@ -173,11 +173,30 @@ def _raise_traced(failed, result, where):
         raise from_host(err)
 
 
+#: batches from this many bodies on an accelerator are checked by a reduction on the device first
+ACCELERATOR_CHECK_MIN = 1 << 14
+
+
+def _on_accelerator(failed) -> bool:
+    """A large, fully addressable array of flags that lives on an accelerator (reading it to the host
+    costs far more than reducing it there)."""
+    if getattr(failed, "size", 0) < ACCELERATOR_CHECK_MIN or not getattr(failed, "is_fully_addressable", False):
+        return False
+    return all(d.platform != "cpu" for d in failed.devices())
+
+
+@jax.jit
+def _max_flag(failed):
+    return jnp.max(failed)
+
+
 def raise_failures(failed, result, where: str = "") -> None:
     """Raise the :class:`SimulationError` of the first failed step, if any: at once for concrete
     flags, from a host callback when the run is traced (under jit/grad/vmap; same message)."""
     codes = None if result is None else codes_of(result)
     if not isinstance(failed, jax.core.Tracer):
+        if _on_accelerator(failed) and int(_max_flag(failed)) < 0:
+            return  # a large batch on a GPU: one number over the link instead of every body's flag
         # every process sees every body's flag (a collective under jax.distributed); the codes are
         # fetched only when a step failed (one transfer fewer on the common path)
         f = np.asarray(failed) if getattr(failed, "is_fully_addressable", False) else np.asarray(gather(failed))

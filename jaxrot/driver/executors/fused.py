@@ -65,8 +65,10 @@ def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, me
     ts = t0 + (jnp.arange(1, n_frames + 1, dtype=jnp.int32) * save_every).astype(dt.dtype) * dt
     stats = jax.tree_util.tree_map(lambda z: jnp.broadcast_to(z, (n_frames,)), empty_stats())
 
+    n_steps = jnp.asarray(n_frames * save_every, jnp.int32)  # every step taken (made here: no eager op after)
+
     def body(s0, R, Pi, failed, reason):
-        return assemble(s0, t0, State(R, Pi), ts, stats, failed, reason)
+        return assemble(s0, t0, State(R, Pi), ts, stats, failed, reason, steps=n_steps)
 
     traj = jax.vmap(body)(states0, R, Pi, failed, reason)
     return jax.tree_util.tree_map(lambda x: x[0], traj) if one else traj
