@@ -5,8 +5,8 @@ Each row is one jitted :func:`jaxrot.kernels.fused_frames` call (the kernel alon
 final state saved) of ``--steps`` steps for ``--bodies`` bodies, medians of ``--reps`` timed calls
 after a compiling one, the variants timed in turn. Variants:
 
-- ``as built``: the library's kernel (every operation rounded on its own, as XLA rounds it; 256
-  threads per block);
+- ``as built``: the library's kernel (every operation rounded on its own, no fused multiply-adds;
+  256 threads per block);
 - ``fma``: Warp's ``fuse_fp`` option on (multiply-adds contracted into fused multiply-adds);
 - ``block N``: the as-built kernel launched with ``N`` threads per block.
 
@@ -42,6 +42,9 @@ from jaxrot.kernels import _common  # noqa: E402
 from jaxrot.present import output, provenance  # noqa: E402
 from jaxrot.studies.timing import median_seconds_interleaved  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from gpu_fused import random_states  # noqa: E402  (the same random batch as the GPU table)
+
 METHOD, PROBLEM, DT = "buss2p", "t_handle", 1e-3
 AS_BUILT_FFI, AS_BUILT_FUSE_FP = kernels._ffi, _common.FUSE_FP
 
@@ -64,12 +67,6 @@ def configure(fma: bool | None = None, block_dim: int | None = None):
 
 VARIANTS = {"as built": {}, "fma": {"fma": True}, "block 128": {"block_dim": 128},
             "block 64": {"block_dim": 64}, "block 512": {"block_dim": 512}}
-
-
-def random_states(B, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    R = jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3))))
-    return jaxrot.State(jnp.asarray(R, dtype), jnp.asarray(rng.normal(size=(B, 3)), dtype))
 
 
 def kernel_call(s, n):
