@@ -111,3 +111,24 @@ def _free_compiled_executables():
     _COUNT[0] += 1
     if _COUNT[0] % 25 == 0:
         jax.clear_caches()
+
+
+# The default run's selection: tests/tiers.py says what it leaves to the slow tier, and why. Marked
+# before pytest's -m selection runs (tryfirst).
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    from . import tiers
+
+    root = pathlib.Path(config.rootpath)
+    whole = set()
+    if not config.getoption("keyword"):  # a -k selection collects part of a file
+        for arg in config.args:
+            if "::" in arg:
+                continue
+            path = (pathlib.Path(config.invocation_params.dir) / arg).resolve()
+            whole |= {it.nodeid.split("::")[0] for it in items
+                      if (root / it.nodeid.split("::")[0]).resolve().is_relative_to(path)}
+    try:
+        tiers.apply(items, pytest.mark.slow, whole)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None

@@ -54,27 +54,37 @@ def test_docstring_tables_are_fenced():
             assert fenced or not re.match(r"^=+( +=+)+\s*$", line), p.name
 
 
-GUIDE_PAGES = ["running.md", "error_maps.md", "newton_maps.md",
-               # one fit: a minute and a half of compiling on 2 cores; tests/test_fitting.py runs the same fit
-               pytest.param("fitting_inertia.md", marks=pytest.mark.slow)]
+# A block preceded by the line "<!-- slow tier -->" (MkDocs shows nothing of it) runs in the slow tier
+# only: the default run takes the page's other blocks, in order
+_SLOW_BLOCK = "<!-- slow tier -->"
+GUIDE_PAGES = [pytest.param("running.md", False, id="running.md"),
+               pytest.param("running.md", True, id="running.md-every-block", marks=pytest.mark.slow),
+               pytest.param("error_maps.md", True, id="error_maps.md"),
+               pytest.param("newton_maps.md", True, id="newton_maps.md"),
+               # one fit: a minute and a half of compiling on 2 cores; tests/test_fitting.py runs the same fit (slow
+               # tier too), test_torque_functions.py::test_damping_fit_recovers_c an optax fit by default
+               pytest.param("fitting_inertia.md", True, id="fitting_inertia.md", marks=pytest.mark.slow)]
 
 
-def _python_blocks(text: str) -> list[str]:
-    """The page's ```python blocks, dedented (a block may sit in a list item)."""
-    blocks = re.findall(r"^[ \t]*```python\n(.*?)^[ \t]*```", text, flags=re.S | re.M)
-    assert len(blocks) == text.count("```python"), "a ```python fence this test does not see"
-    return [textwrap.dedent(b) for b in blocks]
+def _python_blocks(text: str) -> list[tuple[str, bool]]:
+    """The page's ```python blocks, dedented (a block may sit in a list item), each with whether it
+    is left to the slow tier."""
+    found = re.findall(r"(?:^([^\n]*)\n)?^[ \t]*```python\n(.*?)^[ \t]*```", text, flags=re.S | re.M)
+    assert len(found) == text.count("```python"), "a ```python fence this test does not see"
+    return [(textwrap.dedent(b), before.strip() == _SLOW_BLOCK) for before, b in found]
 
 
-@pytest.mark.parametrize("name", GUIDE_PAGES)
-def test_user_guide_blocks_run_in_order(name):
+@pytest.mark.parametrize("name,every_block", GUIDE_PAGES)
+def test_user_guide_blocks_run_in_order(name, every_block):
     """The page's Python blocks run one after another, as a reader would paste them."""
     text = (DOCS / "user_guide" / name).read_text()
     blocks = _python_blocks(text)
     assert blocks, f"{name} has no ```python block"
+    assert every_block or any(slow for _, slow in blocks), f"{name} has no slow block: run it whole"
     scope = {"__name__": "__guide__"}
-    for k, block in enumerate(blocks):
-        exec(compile(block, f"{name} block {k}", "exec"), scope)
+    for k, (block, slow) in enumerate(blocks):
+        if every_block or not slow:
+            exec(compile(block, f"{name} block {k}", "exec"), scope)
 
 
 # What a clean build prints (MkDocs logs at INFO without -v); any other line is a finding
