@@ -5,7 +5,8 @@ cores from a clean clone. It keeps:
 
 - every registered method's observed orders and invariants (``tests/test_integrators.py``), the
   golden values of the papers and every test that costs under about 1.5 s;
-- every feature (option, executor, adjoint, output, message) through at least one test;
+- every feature (option, executor, adjoint, output, message) through at least one test, except a
+  run over several processes (``tests/test_distributed.py``: the slow tier only);
 - of each generated matrix, a covering sample (:data:`COVER`): every value of each axis, or every
   pair of values of the named axes, in at least one case.
 
@@ -65,24 +66,13 @@ SLOW: dict[str, str] = {
         "test_loop_matrix.py's error-controlled cases on every executor",
     # benchmarks run quick
     "tests/test_experiments.py::test_throughput_bench_quick":
-        "test_cli.py::test_bench_throughput_makes_every_core_a_device_before_jax_starts",
-    "tests/test_experiments.py::test_bench_quick": "test_experiments.py::test_buss_table_quick (the same studies)",
-    # events
-    "tests/test_events.py::test_flip_time_gradient_matches_differences":
-        "test_adaptive_grad.py::test_grad_matches_the_exact_flow (reverse mode through the same bounded while "
-        "loop); test_kernels.py::test_gradients_come_from_the_reference",
-    # several devices in a subprocess
-    "tests/test_sharding.py::test_sharded_batch_matches_single_device":
-        "test_loop_matrix.py's sharded cases and test_kernels.py::test_a_cpu_batch_is_split_over_the_cores "
-        "(one device)",
-    # the command line's compilation cache: two subprocess runs of the command
-    "tests/test_cli.py::test_the_command_caches_compiled_programs_and_the_library_does_not":
-        "test_cli.py's other runs of the command",
+        "test_cli.py::test_bench_throughput_makes_every_core_a_device_before_jax_starts (the command); "
+        "test_numpy_baseline_is_the_same_update (its NumPy baseline); test_loop_matrix.py's blocked cases",
+    "tests/test_experiments.py::test_bench_quick":
+        "test_numpy_baseline_is_the_same_update (its NumPy baseline); test_buss.py (the methods it times)",
+    # fitting
     "tests/test_fitting.py::test_fit_recovers_the_moments":
         "test_torque_functions.py::test_damping_fit_recovers_c (an optax fit through simulate)",
-    "tests/test_simulate.py::test_short_and_chunked_runs_give_the_same_frames":
-        "test_chunk_frames_and_statistics_equal_the_traced_scan (the same chunks, the tests' XLA flags)",
-    # fitting
     "tests/test_fitting.py::test_loss_gradient_equals_finite_differences":
         "test_simulate.py::test_gradient_matches_finite_differences (the same reverse-mode scan)",
     "tests/test_fitting.py::test_sensitivity_matches_finite_differences":
@@ -105,15 +95,11 @@ SLOW: dict[str, str] = {
        "the rk4 float32 and split2_231 cases; test_loop_matrix.py's fused cases"
        for c in ("rk4-free-float64", "buss4-gravity-float64", "rkmk8-user-float64", "dmv-free-float64")},
     "tests/test_kernels.py::test_gradients_come_from_the_reference[rk4-gravity]": "the rk4-user case",
-    "tests/test_kernels.py::test_on_a_gpu_the_automatic_choice_is_fused":
-        "test_on_one_cpu_device_a_large_batch_runs_fused (the same choice, the CPU's rule)",
     **{f"tests/test_kernels.py::test_rkmk8_kernel_at_large_steps[{c}]": "the user-f64 case"
        for c in ("free-f64", "gravity-f64", "gravity_gradient-f32", "gravity_gradient-f64", "poly-f64")},
     "tests/test_kernels.py::test_two_cpu_devices_one_launch_each":
-        "test_a_cpu_batch_is_split_over_the_cores; test_sharding.py (several devices)",
+        "test_sharding.py (several devices); test_a_cpu_batch_is_split_over_the_cores (the kernel's split)",
     # kernels with error control
-    "tests/test_kernels_adaptive.py::test_forward_mode_through_simulate_is_the_xla_executors":
-        "test_adaptive_grad.py::test_forward_mode_is_taken_by_itself_without_an_adjoint",
     "tests/test_kernels_adaptive.py::test_same_steps_as_xla[buss4(3)-gravity-1e-10]": "the cases at other tolerances",
     "tests/test_kernels_adaptive.py::test_same_steps_as_xla[rkmk8(5)-gravity-1e-10]": "the cases at other tolerances",
     # Laskar-Robutel and Blanes et al.
@@ -130,8 +116,10 @@ SLOW: dict[str, str] = {
     # rotation views
     "tests/test_rotations.py::test_trajectory_views_of_a_batch": "test_trajectory_views",
     # simulate
+    "tests/test_simulate.py::test_short_and_chunked_runs_give_the_same_frames":
+        "test_chunk_frames_and_statistics_equal_the_traced_scan (the same chunks, the tests' XLA flags)",
     "tests/test_simulate.py::test_blocked_batch_is_identical_to_unblocked":
-        "test_loop_matrix.py's blocked cases (to round-off); test_short_and_chunked_runs_give_the_same_frames",
+        "test_loop_matrix.py's blocked cases (to round-off)",
     # splittings
     **{f"tests/test_splitting_baselines.py::test_every_ordering_has_its_order_and_exact_momentum[{o}]":
        "the 123 and 321 orderings; test_integrators.py's split2_231 and split4_231"
