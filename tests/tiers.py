@@ -4,7 +4,8 @@ The default run (``python -m pytest -n 2``, what CI runs) is meant to take at mo
 cores from a clean clone. It keeps:
 
 - every registered method's observed orders and invariants (``tests/test_integrators.py``), the
-  golden values of the papers and every test that costs under about 1.5 s;
+  golden values of the papers and, outside the sampled matrices, every test that costs under about
+  1.5 s;
 - every feature (option, executor, adjoint, output, message) through at least one test, except a
   run over several processes (``tests/test_distributed.py``: the slow tier only);
 - of each generated matrix, a covering sample (:data:`COVER`): every value of each axis, or every
