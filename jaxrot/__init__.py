@@ -6,8 +6,8 @@ imported here).
 
 
 def _exit_at_once_while_loading_as_the_command():
-    """Run as the ``jaxrot`` command (the script or ``python -m jaxrot``), a Ctrl-C while JAX loads
-    (a second or two) ends the process with the same one line and exit code as one later; the
+    """Run as the ``jaxrot`` command (the script or ``python -m jaxrot``), a Ctrl-C or SIGTERM while
+    JAX loads (a second or two) ends the process with the same one line and exit code as one later; the
     command (:func:`jaxrot.present.cli.main`) then puts Python's own handler back. A handler rather
     than ``except KeyboardInterrupt``: an interrupt inside a compiled extension's initialisation
     reaches Python as an ``ImportError``. Imported as a library, nothing changes."""
@@ -21,13 +21,16 @@ def _exit_at_once_while_loading_as_the_command():
         return
 
     def end(signum, frame):
-        print("jaxrot: interrupted; nothing was written", file=sys.stderr, flush=True)
-        os._exit(130)
+        what, code = ("terminated", 143) if signum == signal.SIGTERM else ("interrupted", 130)
+        print(f"jaxrot: {what}; nothing was written", file=sys.stderr, flush=True)
+        os._exit(code)
 
     end.jaxrot_loading = True  # the command replaces only this handler (not one ignoring SIGINT)
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, end)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # SIGTERM alike (143), until the command's own
+        signal.signal(signal.SIGTERM, end)
 
 
 _exit_at_once_while_loading_as_the_command()

@@ -209,6 +209,17 @@ def test_ctrl_c_while_jax_loads_ends_with_one_line(tmp_path, script, delay):
     assert proc.returncode == 130 and err.strip() == "jaxrot: interrupted; nothing was written", err
 
 
+def test_sigterm_while_jax_loads_ends_with_one_line(tmp_path):
+    """SIGTERM in the first second (before the command's own handling starts) ends the run as one
+    later does: exit code 143 and one line, not a silent kill."""
+    args = ["--quiet", "run", "buss4", "free_body_mz", "--dt", "1e-5", "--steps", "2000000000"]
+    proc = _jaxrot(*args, cwd=tmp_path)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip() == "jaxrot: terminated; nothing was written", err
+
+
 def test_an_ignored_sigint_stays_ignored(tmp_path):
     """Started with SIGINT ignored (``nohup``, a background job of a script), the command keeps it
     ignored, while JAX loads and after; SIGTERM still ends it."""
