@@ -151,3 +151,16 @@ def params(names, test: str) -> list:
         return test in SLOW.get(n, ()) or (test in ROTATED and turn(n) != test)
 
     return [pytest.param(n, marks=pytest.mark.slow) if slow(n) else n for n in names]
+
+
+def subprocess_env(xla_flags: str = "", **extra) -> dict:
+    """The environment of a test's Python subprocess: this process's, with the suite's fast-compile XLA
+    flags kept (tests/conftest.py; a subprocess that dropped them compiled at XLA's full optimisation,
+    twice as long) and ``xla_flags`` (e.g. a host device count) added; any device count inherited is
+    dropped, so the subprocess gets the count it asks for or the default."""
+    import os
+
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    env = dict(os.environ, **extra)
+    env["XLA_FLAGS"] = " ".join(kept + xla_flags.split())
+    return env

@@ -10,6 +10,8 @@ import pytest
 import jaxrot
 from jaxrot.present import cli
 
+from .helpers import subprocess_env
+
 
 def _run(capsys, *argv):
     rc = cli.main(list(argv))
@@ -217,8 +219,7 @@ def test_bench_throughput_makes_every_core_a_device_before_jax_starts():
         main(["bench", "throughput", "--quick"])
         """
     )
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = subprocess_env(JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -1,7 +1,6 @@
 """simulate_batch and the maps under JAX's multi-controller runtime: two CPU processes on localhost
 (``jax.distributed.initialize`` with a local coordinator) return what one process returns."""
 
-import os
 import socket
 import subprocess
 import sys
@@ -12,6 +11,8 @@ import numpy as np
 
 import jaxrot
 from jaxrot import maps, problems
+
+from .helpers import subprocess_env
 
 WORKER = textwrap.dedent(
     """
@@ -47,8 +48,7 @@ def _free_port() -> int:
 
 def test_two_processes_match_one(tmp_path):
     port = str(_free_port())
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = subprocess_env(JAX_PLATFORMS="cpu")
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(i), port, str(tmp_path / f"out{i}.npz")], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     for pr in procs:

@@ -9,7 +9,6 @@ Warp compiles each kernel once per (method, torque, dtype) and caches the machin
 (about 0.2-1.5 s per kernel the first time; 62 (method, torque) pairs in the table, each in both precisions).
 """
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -24,6 +23,8 @@ import jaxrot
 from jaxrot import integrators, problems
 from jaxrot import kernels
 from jaxrot.physics.problems import System
+
+from .helpers import subprocess_env
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
@@ -397,9 +398,9 @@ def test_on_one_cpu_device_a_large_batch_runs_fused(monkeypatch):
     assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=100)).info["executor"] == "Sharded"
 
 
-def _python(code, **env):
+def _python(code, XLA_FLAGS="", **env):
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                         env={**os.environ, **env}, timeout=600)
+                         env=subprocess_env(XLA_FLAGS, **env), timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 

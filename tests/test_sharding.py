@@ -1,11 +1,12 @@
 """simulate_batch and the maps shard over several devices and returns what a single device returns (to round-off)."""
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from .helpers import subprocess_env
 
 def test_sharded_batch_matches_single_device():
     code = textwrap.dedent(
@@ -44,7 +45,7 @@ def test_sharded_batch_matches_single_device():
         print("OK")
         """
     )
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = subprocess_env("--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
@@ -91,7 +92,6 @@ def test_cpu_cores_as_devices_block_each_part_and_match_one_device():
         print("OK")
         """
     )
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    env = subprocess_env(JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
