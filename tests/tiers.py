@@ -6,8 +6,7 @@ cores from a clean clone. It keeps:
 - every registered method's observed orders and invariants (``tests/test_integrators.py``), the
   golden values of the papers and, outside the sampled matrices, every test that costs under about
   1.5 s;
-- every feature (option, executor, adjoint, output, message) through at least one test, except a
-  run over several processes (``tests/test_distributed.py``: the slow tier only);
+- every feature (option, executor, adjoint, output, message) through at least one test;
 - of each generated matrix, a covering sample (:data:`COVER`): every value of each axis, or every
   pair of values of the named axes, in at least one case.
 
@@ -40,9 +39,6 @@ SLOW: dict[str, str] = {
         "the buss2p case (the same float32 scan)",
     # dense output
     "tests/test_dense_output.py::test_evaluate_converges_at_order_four[buss4]": "the rk4 case",
-    # several processes
-    "tests/test_distributed.py::test_two_processes_match_one":
-        "test_sharding.py::test_sharded_batch_matches_single_device (several devices, one process)",
     # energy projection
     "tests/test_energy_projection.py::test_degenerate_cases_have_finite_values_and_gradients[zero momentum]":
         "the other degenerate cases",
