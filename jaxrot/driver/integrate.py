@@ -41,9 +41,12 @@ def _events(event, batched, stacked, system, ts, states, ev):
     return _per_body(one, batched, stacked, system, ts, states, ev)
 
 
-def _drop(x: State, keep_first: bool, keep_last: bool) -> State:
+@functools.partial(jax.jit, static_argnames=("keep_first", "keep_last"))
+def _drop(ts, x: State, keep_first: bool, keep_last: bool):
+    """The frames ``SaveAt`` kept (the first and last are the loop's); one compiled call, as eager slicing
+    of the three arrays costs a large batch's short run about a millisecond."""
     lo, hi = (0 if keep_first else 1), (None if keep_last else -1)
-    return jax.tree_util.tree_map(lambda a: a[..., lo:hi, :] if a.ndim == x.Pi.ndim else a[..., lo:hi, :, :], x)
+    return ts[..., lo:hi], State(x.R[..., lo:hi, :, :], x.Pi[..., lo:hi, :])
 
 
 class Finish:
@@ -89,8 +92,7 @@ def trajectory(fr: Frames, finish: Finish, *, system, event, batched: bool, stac
         if event is not None and event.terminal:
             states = (jax.vmap(freeze_after) if batched else freeze_after)(ts, states, event_time, event_state)
     if finish.ts_out is None and not (finish.keep_first and finish.keep_last):
-        ts = ts[..., (0 if finish.keep_first else 1):(None if finish.keep_last else -1)]
-        states = _drop(states, finish.keep_first, finish.keep_last)
+        ts, states = _drop(ts, states, keep_first=finish.keep_first, keep_last=finish.keep_last)
     counts = fr.counts
     if counts is None:  # the fused kernels: every step taken
         shape = fr.failed.shape
