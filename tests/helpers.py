@@ -155,8 +155,7 @@ def params(names, test: str) -> list:
 
 def subprocess_env(xla_flags: str = "", **extra) -> dict:
     """The environment of a test's Python subprocess: this process's, with the suite's fast-compile XLA
-    flags kept (tests/conftest.py; a subprocess that dropped them compiled at XLA's full optimisation,
-    twice as long) and ``xla_flags`` (e.g. a host device count) added; any device count inherited is
+    flags kept (tests/conftest.py; without them a subprocess compiles at XLA's full optimisation) and ``xla_flags`` (e.g. a host device count) added; any device count inherited is
     dropped, so the subprocess gets the count it asks for or the default."""
     import os
 

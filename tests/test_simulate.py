@@ -411,3 +411,22 @@ def test_rkmk8_combines_its_stages_at_full_precision():
     jaxpr = jax.make_jaxpr(jax.vmap(lambda s: m.step(p.system, 0.0, s, m.init(p.system, 0.0, s, 1e-2), 1e-2)[0]))(s)
     highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
     assert sum(q == highest for q in _dot_precisions(jaxpr.jaxpr)) >= 2 * 13
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one body", "batch"])
+def test_saveat_without_t0_drops_exactly_the_first_frame(batch):
+    """``SaveAt(steps=k, t0=False)``: the frames of ``SaveAt(steps=k)`` less the first; times, attitudes
+    and momenta alike."""
+    p = problems.get("fast_top")
+    s0 = None
+    if batch:
+        s0 = jaxrot.State(jnp.stack([p.state0.R] * 3), p.state0.Pi * jnp.array([[1.0], [1.1], [0.9]]))
+
+    def run(saveat):
+        return jaxrot.simulate("buss4", p, 1e-3, 40, state0=s0, saveat=saveat, executor=jaxrot.XLA())
+
+    full, cut = run(jaxrot.SaveAt(steps=10)), run(jaxrot.SaveAt(steps=10, t0=False))
+    assert cut.ts.shape[-1] == full.ts.shape[-1] - 1 == 4
+    np.testing.assert_array_equal(np.asarray(cut.ts), np.asarray(full.ts)[..., 1:])
+    np.testing.assert_array_equal(np.asarray(cut.states.R), np.asarray(full.states.R)[..., 1:, :, :])
+    np.testing.assert_array_equal(np.asarray(cut.states.Pi), np.asarray(full.states.Pi)[..., 1:, :])

@@ -43,8 +43,8 @@ def _events(event, batched, stacked, system, ts, states, ev):
 
 @functools.partial(jax.jit, static_argnames=("keep_first", "keep_last"))
 def _drop(ts, x: State, keep_first: bool, keep_last: bool):
-    """The frames ``SaveAt`` kept (the first and last are the loop's); one compiled call, as eager slicing
-    of the three arrays costs a large batch's short run about a millisecond."""
+    """The frames ``SaveAt`` kept (the first and last are the loop's), in one compiled call rather than
+    three eager slices, whose dispatch is a noticeable part of a short run (docs/benchmarks.md)."""
     lo, hi = (0 if keep_first else 1), (None if keep_last else -1)
     return ts[..., lo:hi], State(x.R[..., lo:hi, :, :], x.Pi[..., lo:hi, :])
 
