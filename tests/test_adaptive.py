@@ -27,7 +27,7 @@ def top_ref():
     return reference.reference_solution(problems.get("fast_top"), 1.0).final
 
 
-@pytest.mark.parametrize("pair", ["buss4(3)", "lie_taylor5(4)", "exact_split_tj4(2)", "rkmk8(5)"])
+@pytest.mark.parametrize("pair", ["buss4(3)", "lie_taylor5(4)", "exact_split_tj4(2)", "rkmk8(5)", "rkmk8(5,3)"])
 @pytest.mark.parametrize("tol", [1e-6, 1e-9])
 def test_fast_top_reaches_the_tolerance_within_a_factor_3(pair, tol, top_ref):
     sol = adaptive(pair, problems.get("fast_top"), 1.0, rtol=tol, atol=tol)

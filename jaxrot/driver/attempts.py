@@ -3,7 +3,7 @@ in a bounded while loop run through the adjoint object.
 
 Each attempt steps from the current state by ``h`` (shortened to land exactly on the next output
 time, so saved states carry the pair's full accuracy), measures the pair's error estimate
-(:func:`~jaxrot.driver.controllers.error_norm`), and is accepted or rejected by the PI controller
+(the pair's :meth:`~jaxrot.integrators.AbstractPair.error_norm`), and is accepted or rejected by the PI controller
 (:func:`~jaxrot.driver.controllers.adapt`), which also proposes the next step. An accepted step is
 checked as every step of a constant-step run is (:func:`~jaxrot.driver.loop.step_reason`), updates
 the event (:func:`~jaxrot.driver.events.event_update`) and writes what :class:`~jaxrot.SaveAt` asks:
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from ..geometry.state import State
 from ..physics.flow import pack_body
-from .controllers import adapt, error_norm, first_step
+from .controllers import adapt, first_step
 from .events import event_start, event_update, stopped
 from .failures import MAX_STEPS_REACHED, SUCCESSFUL
 from .layout import Frames
@@ -85,7 +85,7 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
         hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
         step = jnp.where(hit, target - t, h)
         yp, aux_p, stats, y_err = method.step_with_error(system, t, state, aux, step)
-        err = error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
+        err = method.error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
         ok, h_new, err_new = adapt(q, err, err_prev, h, step, hit)
         t_new = jnp.where(ok, jnp.where(hit, target, t + step), t)
         state_new, aux_new = _where(ok, yp, state), _where(ok, aux_p, aux)

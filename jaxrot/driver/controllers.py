@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..integrators.pairs import scaled_rms
+
 __all__ = ["AbstractController", "Fixed", "Adaptive", "error_norm"]
 
 
@@ -134,27 +136,8 @@ def first_step(q: int, J, Pi0, rtol, t_first):
     return jnp.minimum(h0, t_first)
 
 
-@jax.custom_jvp
-def _sqrt_zero_safe(x):
-    """``sqrt(x)`` with derivative 0 at 0: a finished body of a vmapped loop takes steps of length 0,
-    whose error is 0, and sqrt's infinite derivative times a zero tangent gave NaN in reverse mode."""
-    return jnp.sqrt(x)
-
-
-@_sqrt_zero_safe.defjvp
-def _sqrt_zero_safe_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    y = jnp.sqrt(x)
-    pos = x > 0
-    return y, jnp.where(pos, 0.5 / jnp.where(pos, y, 1.0), 0.0) * dx
-
-
-def error_norm(y, y1, y_err, rtol, atol):
-    """``sqrt(mean((y_err / (atol + rtol max(|y|, |y1|)))^2))`` over the packed numbers of a step from
-    ``y`` to ``y1`` (non-finite: inf, so the step is rejected)."""
-    sc = atol + rtol * jnp.maximum(jnp.abs(y), jnp.abs(y1))
-    err = _sqrt_zero_safe(jnp.mean((y_err / sc) ** 2))
-    return jnp.where(jnp.isfinite(err), err, jnp.inf)
+#: the default scaled error of an attempt (a pair's ``error_norm`` may measure its estimate otherwise)
+error_norm = scaled_rms
 
 
 def adapt(q: int, err, err_prev, h, step, hit):

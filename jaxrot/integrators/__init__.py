@@ -23,7 +23,7 @@ from .lie_taylor import LieTaylor, magnus_y, magnus_z
 from .reorthonormalize import Reorthonormalize
 from .rk4 import RK4
 from .rkmk import RKMK4
-from .rkmk8 import RKMK8, RKMK8Embedded5, RKMK8Pair
+from .rkmk8 import RKMK8, RKMK8DOP853Pair, RKMK8Embedded5, RKMK8Pair
 from .pairs import AbstractPair, EmbeddedPair
 from .splitting import Split2, Split4
 from .exponential import MidpointExp, TrapezoidObject, TrapezoidWorld
@@ -149,6 +149,7 @@ register("lie_taylor5(4)", lambda: EmbeddedPair(LieTaylor(5), LieTaylor(4)), "li
 register("exact_split_tj4(2)", lambda: EmbeddedPair(Compose(ExactSplit(), "triple4"), ExactSplit()),
          "the triple-jump composition of exact_split with exact_split's error estimate")
 register("rkmk8(5)", RKMK8Pair, "rkmk8 with its embedded fifth-order solution's error estimate (shared stages)")
+register("rkmk8(5,3)", RKMK8DOP853Pair, "rkmk8 with DOP853's combined fifth- and third-order error estimate (shared stages)")
 for _base in ("liemid_ea", "exact_split"):
     for _s, _tag in (("triple4", "tj4"), ("kahan_li6", "kl6"), ("kahan_li8", "kl8")):
         register(f"{_base}_{_tag}", lambda _b=_base, _s=_s: Compose(REGISTRY[_b].factory(), _s),
@@ -174,6 +175,6 @@ __all__ = [
     "EnergyProjection", "project_energy", "LieTaylor", "magnus_y", "magnus_z", "Split2", "Split4",
     "AbstractWrapper", "AdaptiveKantorovich", "KANTOROVICH_X", "RK4", "ABM", "EulerSVD", "EulerSVDPrinted", "EulerQuat", "Reorthonormalize",
     "AKW", "SimoWong", "SimoWongExplicit", "NMB", "DMV", "MidpointExp", "TrapezoidObject", "TrapezoidWorld",
-    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "RKMK8Embedded5", "RKMK8Pair", "AbstractPair", "EmbeddedPair", "LaskarRobutel",
+    "DMV4", "DMV6", "DMV8", "DMV10", "Compose", "SCHEMES", "ExactFree", "ExactSplit", "RKMK4", "RKMK8", "RKMK8Embedded5", "RKMK8Pair", "RKMK8DOP853Pair", "AbstractPair", "EmbeddedPair", "LaskarRobutel",
     "BlanesABA", "BLANES_ABA",
 ]

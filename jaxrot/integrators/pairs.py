@@ -8,6 +8,11 @@ plain :meth:`~AbstractPair.step` is the higher-order method's, so a pair also ru
 
 - :class:`EmbeddedPair` ``(high, low)``: two methods, each taking the step in full.
 - :class:`jaxrot.integrators.RKMK8Pair` (``rkmk8(5)``): both solutions from one set of stages.
+- :class:`jaxrot.integrators.RKMK8DOP853Pair` (``rkmk8(5,3)``): DOP853's own estimate, from its fifth-
+  and third-order solutions combined (:meth:`AbstractPair.error_norm` overridden).
+
+The controller measures an attempt by :meth:`AbstractPair.error_norm` of the pair: by default the
+scaled RMS norm of the difference (:func:`scaled_rms`).
 
 Reference: Hairer, Norsett & Wanner, *Solving ODEs I*, II.4 (embedded formulas, local extrapolation).
 """
@@ -18,6 +23,7 @@ import abc
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from ..geometry.state import State
 from ..physics.flow import pack_body
@@ -25,16 +31,45 @@ from ._base import AbstractIntegrator
 from .stats import StepStats
 
 
+@jax.custom_jvp
+def _sqrt_zero_safe(x):
+    """``sqrt(x)`` with derivative 0 at 0: a finished body of a vmapped loop takes steps of length 0,
+    whose error is 0, and sqrt's infinite derivative times a zero tangent gave NaN in reverse mode."""
+    return jnp.sqrt(x)
+
+
+@_sqrt_zero_safe.defjvp
+def _sqrt_zero_safe_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    y = jnp.sqrt(x)
+    pos = x > 0
+    return y, jnp.where(pos, 0.5 / jnp.where(pos, y, 1.0), 0.0) * dx
+
+
+def scaled_rms(y, y1, y_err, rtol, atol):
+    """``sqrt(mean((y_err / (atol + rtol max(|y|, |y1|)))^2))`` over the packed numbers of a step from
+    ``y`` to ``y1`` (non-finite: inf, so the step is rejected)."""
+    sc = atol + rtol * jnp.maximum(jnp.abs(y), jnp.abs(y1))
+    err = _sqrt_zero_safe(jnp.mean((y_err / sc) ** 2))
+    return jnp.where(jnp.isfinite(err), err, jnp.inf)
+
+
 class AbstractPair(AbstractIntegrator):
     """An integrator whose step also estimates its local error (see the module docstring).
 
-    ``error_order`` is the order of the lower solution the estimate measures; the PI controller's
-    exponents come from it.
+    ``error_order`` is the order the PI controller's exponents take (``alpha = 0.7 / (q + 1)``): the
+    order of the lower solution the estimate measures; ``error_norm`` turns a step's estimate into
+    the scaled error the controller accepts at most 1.
     """
 
     def error_order(self) -> int:
         """The order of the lower-order solution (the estimate's order is this plus one)."""
         raise NotImplementedError
+
+    def error_norm(self, y, y1, y_err, rtol, atol):
+        """The scaled error of an attempt from the packed state ``y`` to ``y1`` with estimate ``y_err``
+        (what :meth:`step_with_error` returns): :func:`scaled_rms` by default."""
+        return scaled_rms(y, y1, y_err, rtol, atol)
 
     @abc.abstractmethod
     def step_with_error(self, system, t, state: State, aux: Any, dt) -> tuple[State, Any, StepStats, jax.Array]:

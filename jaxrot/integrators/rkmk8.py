@@ -17,7 +17,9 @@ with ``c(a) = (1 - (a/2) cot(a/2)) / a^2`` (its Taylor series for small ``a``; t
 The same stages with DOP853's embedded fifth-order weights ``bhat`` give a fifth-order solution
 (:class:`RKMK8Embedded5`): the pair ``rkmk8(5)`` (:class:`RKMK8Pair`) estimates each step's error from
 it for adaptive steps at the cost of the eighth-order step alone (the lifted equation
-for ``U`` lives in a vector space, where the embedded Runge-Kutta solution keeps its order).
+for ``U`` lives in a vector space, where the embedded Runge-Kutta solution keeps its order). The pair
+``rkmk8(5,3)`` (:class:`RKMK8DOP853Pair`) takes DOP853's own estimate instead, which combines the
+fifth- and third-order solutions into one that behaves as an eighth-order error.
 
 Order 8 with any torque, R on SO(3) to round-off, explicit, twelve torque evaluations per step;
 nothing is conserved exactly (the energy error is of order h^8, not bounded over long times like
@@ -44,6 +46,7 @@ from ._base import AbstractIntegrator
 from .dop853_coefficients import A as _A
 from .dop853_coefficients import B as _B
 from .dop853_coefficients import C as _C
+from .dop853_coefficients import E3 as _E3
 from .dop853_coefficients import E5 as _E5
 from ..physics.flow import pack_body
 from .pairs import AbstractPair
@@ -132,3 +135,74 @@ class RKMK8Pair(AbstractPair):
     def step_with_error(self, system, t, state, aux, dt):
         yp, aux, stats, yq = RKMK8().step_embedded(system, t, state, aux, dt)
         return yp, aux, stats, pack_body(yp.R, yp.Pi) - pack_body(yq.R, yq.Pi)
+
+
+def dop853_error(y, y1, d, rtol, atol):
+    """DOP853's scaled error of an RKMK8 step from the packed state ``y`` (12 numbers) to ``y1``, with
+    ``d`` (2, 6) the step's fifth- and third-order estimates in the lifted coordinates: rows
+    ``(h sum_i e_i K_i, h sum_i e_i F_i)`` for ``e = E5``, ``E3``,
+
+        e5 = mean((d_5 / sc)^2),   e3 = mean((d_3 / sc)^2),   err = e5 / sqrt(e5 + 0.01 e3),
+
+    with the scale ``sc = atol + rtol`` for the three attitude numbers (radians of the step's rotation
+    vector; the attitude's entries are at most 1) and ``atol + rtol max(|Pi|, |Pi_1|)`` for the
+    momentum's; 0 where both estimates are 0, infinite where not finite (the step is rejected).
+    Hairer, Norsett & Wanner's code DOP853 (and SciPy's) computes the same quantity with the 2-norm
+    over the state's components."""
+    n = y.shape[-1]
+    sp = atol + rtol * jnp.maximum(jnp.abs(y[n - 3:]), jnp.abs(y1[n - 3:]))
+    sc = jnp.concatenate([jnp.broadcast_to(atol + rtol, (3,)).astype(sp.dtype), sp])
+    e5 = jnp.mean((d[0] / sc) ** 2)
+    e3 = jnp.mean((d[1] / sc) ** 2)
+    den = e5 + 0.01 * e3
+    pos = den > 0
+    # the safe denominator keeps the derivative finite at a zero estimate (a finished body's steps
+    # of length 0 in a vmapped loop)
+    err = jnp.where(pos, e5 / jnp.sqrt(jnp.where(pos, den, 1.0)), 0.0)
+    return jnp.where(jnp.isfinite(err) & jnp.isfinite(den), err, jnp.inf)
+
+
+class RKMK8DOP853Pair(AbstractPair):
+    """``rkmk8(5,3)``: RKMK8 with DOP853's error estimate, from one set of twelve stages (an attempted
+    step costs one RKMK8 step).
+
+    DOP853 estimates a step's error from two embedded solutions, of orders five and three, combined
+    (Hairer, Norsett & Wanner II.10):
+
+        err = e5 / sqrt(e5 + 0.01 e3)
+
+    where ``e5``, ``e3`` are the mean squared scaled differences of the step to its fifth- and
+    third-order solutions (:func:`dop853_error`). For small steps ``e3`` dominates the root and
+    ``err ~ e5 / (0.1 sqrt(e3)) = O(h^12 / h^4) = O(h^8)``: an estimate of the eighth-order error,
+    taken with the controller's exponents of order 7 (``error_order``; DOP853's ``1/8``). The kept
+    result is eighth order, so the error a run ends with follows the tolerance asked
+    (``docs/user_guide/running.md``): ``rkmk8(5)``'s fifth-order estimate overestimates the
+    eighth-order step's error more the tighter the tolerance, and spends steps on accuracy no one
+    asked for. The differences are taken in the lifted coordinates of RKMK (the rotation vector
+    ``U`` and the momentum), where the Runge-Kutta method runs: no exponential is formed for them.
+
+    Order 8 with any torque, R on SO(3) to round-off, twelve torque evaluations per attempt.
+
+    Reference: Hairer, Norsett & Wanner, *Solving ODEs I*, 2nd ed., II.10 (DOP853, its error
+    estimator and step-size control); E3 and E5 as in SciPy's ``dop853_coefficients``.
+    """
+
+    order: ClassVar[int] = 8
+    torque_evals: ClassVar[str] = "12"
+    reference: ClassVar[str] = "Munthe-Kaas 1999; Dormand-Prince 8(5,3) (DOP853) with its combined error estimate"
+    family: ClassVar[str] = "high-order"
+
+    def error_order(self) -> int:
+        return 7
+
+    def step_with_error(self, system, t, state, aux, dt):
+        m = RKMK8()
+        Ks, Fs = m.stages(system, t, state, dt)
+        dtype = state.Pi.dtype
+        e5, e3 = jnp.asarray(_E5, dtype), jnp.asarray(_E3, dtype)
+        d = jnp.stack([jnp.concatenate([dt * _dot(e5, Ks), dt * _dot(e5, Fs)]),
+                       jnp.concatenate([dt * _dot(e3, Ks), dt * _dot(e3, Fs)])])
+        return m.combine(state, Ks, Fs, _B, dt), aux, StepStats.explicit(), d
+
+    def error_norm(self, y, y1, y_err, rtol, atol):
+        return dop853_error(y, y1, y_err, rtol, atol)

@@ -140,7 +140,7 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
     name = pair_name(pair)
     dtype = states0.R.dtype
     B = states0.R.shape[0]
-    q = ADAPTIVE_KERNELS[name].low_order
+    q = ADAPTIVE_KERNELS[name].controller_order
     max_steps = int(max_steps)
 
     def to_dtype(system):

@@ -23,7 +23,8 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
     c = so3_funcs(S)
     V, M = c.V, c.M
     init, step_pair = entry.make(S, torque, K)
-    q1 = float(entry.low_order) + 1.0
+    q1 = float(entry.controller_order) + 1.0
+    DOP853 = entry.estimator == "dop853"
     alpha, beta = 0.7 / q1, 0.4 / q1
     PER_ATTEMPT = entry.memory == "per_attempt"
     EVENT = event_key is not None
@@ -44,6 +45,35 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
             d = (Pip[k] - Piq[k]) / (at + rt * wp.max(wp.abs(Pi[k]), wp.abs(Pip[k])))
             acc = acc + d * d
         return wp.sqrt(acc / S(12.0))
+
+    @wp.func
+    def dop853_error(Pi: V, Pip: V, X: M, Y: V, rt: S, at: S):
+        """DOP853's ``e5 / sqrt(e5 + 0.01 e3)`` (:func:`jaxrot.integrators.rkmk8.dop853_error`): ``X``'s
+        rows the attitude's fifth- and third-order estimates and the momentum's fifth, ``Y`` the
+        momentum's third; non-finite: infinite."""
+        sa = at + rt
+        e5 = S(0.0)
+        e3 = S(0.0)
+        for k in range(3):
+            d = X[0, k] / sa
+            e5 = e5 + d * d
+            d = X[1, k] / sa
+            e3 = e3 + d * d
+        for k in range(3):
+            sc = at + rt * wp.max(wp.abs(Pi[k]), wp.abs(Pip[k]))
+            d = X[2, k] / sc
+            e5 = e5 + d * d
+            d = Y[k] / sc
+            e3 = e3 + d * d
+        e5 = e5 / S(6.0)
+        e3 = e3 / S(6.0)
+        den = e5 + S(0.01) * e3
+        err = S(0.0)
+        if den > S(0.0):
+            err = e5 / wp.sqrt(den)
+        if not (wp.isfinite(err) and wp.isfinite(den)):
+            err = S(wp.inf)
+        return err
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), h0v: wp.array(dtype=S), rtolv: wp.array(dtype=S),
             atolv: wp.array(dtype=S), t0v: wp.array(dtype=S), ts: wp.array(dtype=S), Jv: wp.array(dtype=V),
@@ -88,7 +118,11 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
             if wp.static(PER_ATTEMPT):
                 Aa = init(R, Pi, J, P, step)
             Rp, Pip, Ap, Rq, Piq = step_pair(R, Pi, Aa, t, step, J, P)
-            err = scaled_error(R, Pi, Rp, Pip, Rq, Piq, rt, at)
+            err = S(0.0)
+            if wp.static(DOP853):  # Rq, Piq: the estimates
+                err = dop853_error(Pi, Pip, Rq, Piq, rt, at)
+            else:
+                err = scaled_error(R, Pi, Rp, Pip, Rq, Piq, rt, at)
             ok = err <= S(1.0)  # (False where err is NaN or infinite)
             e = wp.max(err, S(1e-10))
             fac = S(0.2)  # a non-finite error: 0.9 inf^-alpha = 0, clipped to 0.2
@@ -166,5 +200,5 @@ def kernel_for(dtype_name: str, pair: str, torque: str, K: int, event_key, direc
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
     ev = "" if event_key is None else f"_ev{event_key}_{direction}_{int(terminal)}"
-    key = f"{pair.replace('(', '_').replace(')', '')}_{torque.replace(':', '_')}{K}_{dtype_name}{ev}"
+    key = f"{pair.replace('(', '_').replace(')', '').replace(',', '_')}_{torque.replace(':', '_')}{K}_{dtype_name}{ev}"
     return S, adaptive_kernel(S, ADAPTIVE_KERNELS[pair], torque, K, event_key, direction, terminal, key=key)

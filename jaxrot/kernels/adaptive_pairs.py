@@ -42,6 +42,12 @@ class AdaptiveEntry:
     memory: str = "carried"
     #: the name of a pair class of :mod:`jaxrot.integrators` whose instances are this pair
     pair_class: str | None = None
+    #: how an attempt's error is measured: ``"difference"``, the scaled RMS of the two solutions'
+    #: difference (``step_pair`` returns the lower solution); ``"dop853"``, DOP853's combined estimate
+    #: (``step_pair`` returns the estimates, :func:`jaxrot.kernels.rkmk.make_rkmk8_dop853`)
+    estimator: str = "difference"
+    #: the order the controller's exponents take, where it is not the lower method's
+    error_order: int | None = None
 
     @property
     def torques(self) -> tuple[str, ...]:
@@ -60,6 +66,11 @@ class AdaptiveEntry:
     @property
     def low_order(self) -> int:
         return int(self.low_method().order)
+
+    @property
+    def controller_order(self) -> int:
+        """``q`` of the PI controller's exponents (the JAX pair's ``error_order()``)."""
+        return self.low_order if self.error_order is None else int(self.error_order)
 
     def make(self, S, torque: str, K: int):
         """``(init, step_pair)``: ``step_pair(R, Pi, A, t, h, J, P) -> (R_p, Pi_p, A_p, R_q, Pi_q)``."""
@@ -84,6 +95,8 @@ class AdaptiveEntry:
 #: ``tests/test_kernels_adaptive.py`` is generated from this table
 ADAPTIVE_KERNELS: dict[str, AdaptiveEntry] = {
     "rkmk8(5)": AdaptiveEntry("rkmk8", "RKMK8Embedded5", "make_rkmk8_embedded", "per_attempt", "RKMK8Pair"),
+    "rkmk8(5,3)": AdaptiveEntry("rkmk8", "RKMK8Embedded5", "make_rkmk8_dop853", "per_attempt", "RKMK8DOP853Pair",
+                                estimator="dop853", error_order=7),
     "buss4(3)": AdaptiveEntry("buss4", "buss3"),
 }
 

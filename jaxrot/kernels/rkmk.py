@@ -24,6 +24,7 @@ import typing
 from ..integrators.dop853_coefficients import A as _A
 from ..integrators.dop853_coefficients import B as _B
 from ..integrators.dop853_coefficients import C as _C
+from ..integrators.dop853_coefficients import E3 as _E3
 from ..integrators.dop853_coefficients import E5 as _E5
 from ._common import SERIES_ANGLE2, so3_funcs, warp
 from .torques import torque_funcs
@@ -47,6 +48,17 @@ def make_rkmk8_embedded(S, name: str, torque: str, K: int):
 
 
 @functools.lru_cache(maxsize=None)
+def make_rkmk8_dop853(S, name: str, torque: str, K: int):
+    """``(init, step_pair)``: ``step_pair(R, Pi, A, t, h, J, P) -> (R8, Pi8, A, X, Y)``, the
+    eighth-order step and DOP853's two estimates from its stages in the lifted coordinates
+    (:meth:`jaxrot.integrators.RKMK8DOP853Pair.step_with_error`): the rows of ``X`` are ``h sum E5_i K_i``,
+    ``h sum E3_i K_i`` and ``h sum E5_i F_i``, and ``Y`` is ``h sum E3_i F_i`` (an adaptive loop calls
+    ``init`` per attempt, as for ``rkmk8(5)``)."""
+    f = _rkmk8_funcs(S, torque, K)
+    return f.init, f.step_dop853
+
+
+@functools.lru_cache(maxsize=None)
 def _rkmk8_funcs(S, torque: str, K: int):
     wp = warp()
     c = so3_funcs(S)
@@ -60,6 +72,11 @@ def _rkmk8_funcs(S, torque: str, K: int):
     B = VN(*[S(float(x)) for x in _B])
     # the embedded fifth-order weights, formed in float64 as the JAX method forms them
     B5 = VN(*[S(float(x)) for x in (_B - _E5)])
+    # DOP853's error weights (rkmk8(5,3))
+    E5 = VN(*[S(float(x)) for x in _E5])
+    E3 = VN(*[S(float(x)) for x in _E3])
+    NZE5 = [bool(x != 0.0) for x in _E5]
+    NZE3 = [bool(x != 0.0) for x in _E3]
     C = VN(*[S(float(x)) for x in _C])
     FREE = torque == "free"
     # which coefficients are nonzero (a sixth of DOP853's are zero): their terms are left out of the
@@ -92,11 +109,12 @@ def _rkmk8_funcs(S, torque: str, K: int):
     def row(X: KM, j: int):
         return V(X[j, 0], X[j, 1], X[j, 2])
 
-    def stage_sums(PAIR: bool):
+    def stage_sums(PAIR: bool, DOP: bool = False):
         """A Warp function of one step's stages giving their weighted sums ``(sum b_i K_i, sum b_i F_i)``
-        and, with ``PAIR``, the embedded solution's ``(sum bhat_i K_i, sum bhat_i F_i)`` (zeros without):
-        the stages stay in the function's local matrices (returning them costs the fixed-step kernel
-        5-10 % on a CPU)."""
+        and, with ``PAIR``, the embedded solution's ``(sum bhat_i K_i, sum bhat_i F_i)`` (zeros without),
+        with ``DOP`` instead DOP853's estimates ``(sum E5_i K_i, sum E5_i F_i)`` and, in a 3x3 matrix's
+        first two rows, ``sum E3_i K_i`` and ``sum E3_i F_i``: the stages stay in the function's local
+        matrices (returning them costs the fixed-step kernel 5-10 % on a CPU)."""
 
         @wp.func
         def sums(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
@@ -150,26 +168,52 @@ def _rkmk8_funcs(S, torque: str, K: int):
                     sf = sf + wp.static(B)[i] * row(Fs, i)
             sk5 = V(S(0.0), S(0.0), S(0.0))
             sf5 = V(S(0.0), S(0.0), S(0.0))
+            e3 = M()
             if wp.static(PAIR):
                 for i in range(n):
                     if wp.static(NZB5[i]):
                         sk5 = sk5 + wp.static(B5)[i] * row(Ks, i)
                         sf5 = sf5 + wp.static(B5)[i] * row(Fs, i)
-            return sk, sf, sk5, sf5
+            if wp.static(DOP):
+                sk3 = V(S(0.0), S(0.0), S(0.0))
+                sf3 = V(S(0.0), S(0.0), S(0.0))
+                for i in range(n):
+                    if wp.static(NZE5[i]):
+                        sk5 = sk5 + wp.static(E5)[i] * row(Ks, i)
+                        sf5 = sf5 + wp.static(E5)[i] * row(Fs, i)
+                    if wp.static(NZE3[i]):
+                        sk3 = sk3 + wp.static(E3)[i] * row(Ks, i)
+                        sf3 = sf3 + wp.static(E3)[i] * row(Fs, i)
+                for k in range(3):
+                    e3[0, k] = sk3[k]
+                    e3[1, k] = sf3[k]
+            return sk, sf, sk5, sf5, e3
 
         return sums
 
     sums8 = stage_sums(False)
     sums85 = stage_sums(True)
+    sums8dop = stage_sums(False, True)
 
     @wp.func
     def step(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
-        sk, sf, sk5, sf5 = sums8(R, Pi, Amem, t, h, J, P)
+        sk, sf, sk5, sf5, e3 = sums8(R, Pi, Amem, t, h, J, P)
         return R @ c.exp(h * sk), Pi + h * sf, Amem
 
     @wp.func
     def step_pair(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
-        sk, sf, sk5, sf5 = sums85(R, Pi, Amem, t, h, J, P)
+        sk, sf, sk5, sf5, e3 = sums85(R, Pi, Amem, t, h, J, P)
         return R @ c.exp(h * sk), Pi + h * sf, Amem, R @ c.exp(h * sk5), Pi + h * sf5
 
-    return types.SimpleNamespace(init=init, step=step, step_pair=step_pair)
+    @wp.func
+    def step_dop853(R: M, Pi: V, Amem: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S)):
+        sk, sf, ek5, ef5, e3 = sums8dop(R, Pi, Amem, t, h, J, P)
+        X = M()
+        for k in range(3):
+            X[0, k] = h * ek5[k]
+            X[1, k] = h * e3[0, k]
+            X[2, k] = h * ef5[k]
+        Y = V(h * e3[1, 0], h * e3[1, 1], h * e3[1, 2])
+        return R @ c.exp(h * sk), Pi + h * sf, Amem, X, Y
+
+    return types.SimpleNamespace(init=init, step=step, step_pair=step_pair, step_dop853=step_dop853)
