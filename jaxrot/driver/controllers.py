@@ -64,7 +64,7 @@ class Adaptive(AbstractController):
         ``RESULTS.max_steps_reached``.
 
     The method must be an embedded pair (``"buss4(3)"``, ``"lie_taylor5(4)"``, ``"rkmk8(5)"``,
-    ``"exact_split_tj4(2)"``, or :class:`jaxrot.integrators.EmbeddedPair`); ``simulate``'s ``dt``, if
+    ``"rkmk8(5,3)"``, ``"exact_split_tj4(2)"``, or :class:`jaxrot.integrators.EmbeddedPair`); ``simulate``'s ``dt``, if
     given, is the first trial step. The controller bounds each step's error; to aim the *global*
     error at the tolerance wrap it: ``jaxrot.GlobalError(jaxrot.Adaptive(rtol, atol))``. Equations
     and measured behaviour: docs/user_guide/running.md.
