@@ -23,6 +23,7 @@ import jaxrot
 from jaxrot import integrators, problems
 from jaxrot import kernels
 from jaxrot.physics.problems import System
+from jaxrot.driver import replay
 
 from .helpers import subprocess_env
 
@@ -319,6 +320,9 @@ def test_a_cpu_batch_is_split_over_the_cores(monkeypatch, dtype):
     monkeypatch.setattr(host_threads, "MIN_BODY_STEPS_PER_THREAD", 1000)
     assert host_threads.threads_for(100, 120) == 3 and host_threads.threads_for(63, 120) == 1
     assert host_threads.threads_for(100, 20) == 2 and host_threads.threads_for(100, 19) == 1
+    # a kernel whose body-steps cost twice the cheapest's splits from half as many
+    assert host_threads.threads_for(100, 10, 2.0) == 2 and host_threads.threads_for(100, 9, 2.0) == 1
+    assert kernels.KERNELS["rkmk8"].split_weight == 2.0 and kernels.KERNELS["rk4"].split_weight == 1.0
     got = run()
     assert calls == [3]
     monkeypatch.setattr(host_threads, "cores", lambda: 1)
@@ -337,7 +341,9 @@ def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
     from jaxrot.driver import executors
 
     monkeypatch.setattr(executors, "_platform", lambda: "gpu")
+    replay.forget()  # the executor's choice is part of a remembered plan
     monkeypatch.setattr(executors, "_one_cuda_gpu", lambda: True)
+    replay.forget()  # the executor's choice is part of a remembered plan
     p = problems.get("fast_top")
     _, states = _setup("gravity", n=4)
     n = executors.FUSED_MIN_STEPS_GPU
@@ -366,8 +372,10 @@ def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
     assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n), event=ev).info["executor"] == "Sharded"
     # several GPUs or processes, or a GPU Warp cannot launch on: as before
     monkeypatch.setattr(executors, "_one_cuda_gpu", lambda: False)
+    replay.forget()  # the executor's choice is part of a remembered plan
     assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n)).info["executor"] == "Sharded"
     monkeypatch.setattr(executors, "_platform", lambda: "cpu")
+    replay.forget()  # the executor's choice is part of a remembered plan
     assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n)).info["executor"] == "Sharded"
 
 
@@ -380,6 +388,7 @@ def test_on_one_cpu_device_a_large_batch_runs_fused(monkeypatch):
     if jax.default_backend() != "cpu":
         pytest.skip("the CPU rule")
     monkeypatch.setattr(executors, "FUSED_MIN_BODY_STEPS_CPU", 400)
+    replay.forget()  # the executor's choice is part of a remembered plan
     p = problems.get("fast_top")
     _, states = _setup("gravity", n=4)
     a = jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=100))
@@ -395,6 +404,7 @@ def test_on_one_cpu_device_a_large_batch_runs_fused(monkeypatch):
     one = jaxrot.State(states.R[0], states.Pi[0])  # one body: its own rule (FUSED_MIN_STEPS, frames)
     assert jaxrot.simulate("buss4", p, 1e-3, 400, state0=one, saveat=jaxrot.SaveAt(steps=400)).info["executor"] == "XLA"
     monkeypatch.setattr(executors, "_one_device", lambda: False)
+    replay.forget()  # the executor's choice is part of a remembered plan
     assert jaxrot.simulate("buss4", p, 1e-3, 100, state0=states, saveat=jaxrot.SaveAt(steps=100)).info["executor"] == "Sharded"
 
 

@@ -36,6 +36,28 @@ def test_a_repeated_call_gives_the_first_calls_trajectory(kwargs):
     assert not np.array_equal(np.asarray(other.states.R), np.asarray(first.states.R))
 
 
+def test_option_objects_made_anew_are_matched_by_value(monkeypatch):
+    """``saveat=jaxrot.SaveAt(...)`` and ``executor=jaxrot.XLA()`` written in a repeated call are new
+    objects each time: equal values replay the plan (the full path, which checks the step-size
+    option first, is not taken), a different value does not."""
+    from jaxrot.driver import simulate as sim
+
+    replay.forget()
+    kw = lambda k: dict(saveat=jaxrot.SaveAt(steps=k), executor=jaxrot.XLA(), stepsize=jaxrot.Fixed())  # noqa: E731
+    first = jaxrot.simulate("buss4", P, 1e-3, 20, **kw(5))
+
+    def full_path(*a, **k):
+        raise AssertionError("the call was carried out in full")
+
+    monkeypatch.setattr(sim, "_controller", full_path)
+    _same(first, jaxrot.simulate("buss4", P, 1e-3, 20, **kw(5)))
+    with pytest.raises(AssertionError, match="in full"):
+        jaxrot.simulate("buss4", P, 1e-3, 20, **kw(4))
+    # an option holding an array is matched by identity only
+    ts = jnp.array([0.005, 0.01])
+    assert replay.by_value(("k",) * 8, None, jaxrot.SaveAt(ts=ts), None, None, None) is None
+
+
 def test_a_failing_call_fails_again():
     th = problems.get("t_handle")
     for _ in range(2):

@@ -5,8 +5,10 @@ choice and the setup, and goes straight to the compiled loop and the trajectory.
 Only calls whose every input is immutable and concrete are remembered: JAX arrays (never NumPy
 arrays, which can be changed in place, nor tracers), Python numbers and strings, and equinox modules
 (frozen) holding them; objects are matched by identity, and the plan keeps a reference to each, so
-no other object can take its id while the plan lives. A call with a progress meter or a deprecated
-spelling (which warns) is always carried out in full.
+no other object can take its id while the plan lives. Option objects made anew for every call
+(``saveat=jaxrot.SaveAt(t0=False)``, ``executor=jaxrot.Fused()`` written in the call) are matched by
+value where they hold only Python numbers, strings and None (:func:`by_value`). A call with a
+progress meter or a deprecated spelling (which warns) is always carried out in full.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import jax
 
 from .checks import is_concrete
 
-__all__ = ["key", "lookup", "remember"]
+__all__ = ["key", "by_value", "lookup", "remember"]
 
 #: plans remembered (the most recently used last); a loop over many configurations evicts the oldest
 MAX_PLANS = 64
 _PLANS: collections.OrderedDict = collections.OrderedDict()
+#: the same plans under their :func:`by_value` keys
+_ALIASES: collections.OrderedDict = collections.OrderedDict()
 _NUMBER = (int, float, bool, type(None))
 
 
@@ -42,31 +46,68 @@ def key(method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, a
     return (name, dt, n_steps, t0, t1, throw, unroll, config) + tuple(map(id, objects))
 
 
+#: where the option objects' ids sit in a key (stepsize, saveat, adjoint, executor, monitor)
+_OPTION_SLOTS = (-6, -5, -3, -2, -1)
+_SCALAR = (int, float, bool, type(None), str)
+
+
+def _value(obj):
+    """An option object's value as a key: its type, tree structure (static fields included) and leaves
+    with their types (1, 1.0 and True differ), or None where a leaf is anything else (an array, a
+    function) or the structure cannot be hashed."""
+    try:
+        leaves, tree = jax.tree_util.tree_flatten(obj)
+        hash(tree)
+    except Exception:  # noqa: BLE001 - an unhashable static field: matched by identity only
+        return None
+    if not all(type(x) in _SCALAR for x in leaves):
+        return None
+    return (type(obj), tree, tuple((type(x), x) for x in leaves))
+
+
+def by_value(k, stepsize, saveat, adjoint, executor, monitor):
+    """Key ``k`` (:func:`key`) with the option objects matched by value instead of identity, or None
+    where one of them holds more than Python numbers, strings and None."""
+    if k is None:
+        return None
+    values = [_value(o) for o in (stepsize, saveat, adjoint, executor, monitor)]
+    if any(v is None for v in values):
+        return None
+    out = list(k)
+    for slot, v in zip(_OPTION_SLOTS, values):
+        out[slot] = v
+    return ("by value",) + tuple(out)
+
+
 def lookup(k):
     """The remembered plan of key ``k`` (a function of no arguments that carries out the run), or None."""
     if k is None:
         return None
-    hit = _PLANS.get(k)
-    if hit is None:
-        return None
-    _PLANS.move_to_end(k)
-    return hit[1]
+    for plans in (_PLANS, _ALIASES):
+        hit = plans.get(k)
+        if hit is not None:
+            plans.move_to_end(k)
+            return hit[1]
+    return None
 
 
-def remember(k, plan, *objects) -> None:
-    """Remember ``plan`` under key ``k`` if every array leaf of ``objects`` (the call's inputs, and the
-    values the plan holds) is a concrete JAX array; the plan keeps the objects alive, so their ids stay
-    theirs."""
+def remember(k, plan, *objects, alias=None) -> None:
+    """Remember ``plan`` under key ``k`` (and under ``alias``, its :func:`by_value` key, if given) if
+    every array leaf of ``objects`` (the call's inputs, and the values the plan holds) is a concrete JAX
+    array; the plan keeps the objects alive, so their ids stay theirs."""
     if k is None:
         return
     for x in jax.tree_util.tree_leaves(objects):
         if hasattr(x, "__array__") and not (isinstance(x, jax.Array) and is_concrete(x)):
             return  # NumPy arrays can change in place; tracers belong to someone's trace
-    _PLANS[k] = (objects, plan)
-    while len(_PLANS) > MAX_PLANS:
-        _PLANS.popitem(last=False)
+    for plans, name in ((_PLANS, k), (_ALIASES, alias)):
+        if name is not None:
+            plans[name] = (objects, plan)
+            while len(plans) > MAX_PLANS:
+                plans.popitem(last=False)
 
 
 def forget() -> None:
     """Drop every remembered plan."""
     _PLANS.clear()
+    _ALIASES.clear()

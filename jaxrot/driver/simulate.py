@@ -176,6 +176,11 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     plan = replay.lookup(plan_key)
     if plan is not None:  # the same call again: checked already
         return plan()
+    # the same call with option objects made anew (equal values)
+    value_key = replay.by_value(plan_key, stepsize, saveat, adjoint, executor, monitor)
+    plan = replay.lookup(value_key)
+    if plan is not None:
+        return plan()
     inputs = (method, problem, state0, stepsize, saveat, event, adjoint, executor, monitor)
     controller, dt = _controller(stepsize, dt)
     saveat = _saveat(saveat, save_every)
@@ -184,7 +189,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         if n_steps is not None:
             raise ValueError("error-controlled steps take t1 (and saveat), not n_steps")
         return _adaptive(method, problem, controller, dt, t0, t1, state0, saveat, event, adjoint, executor, progress,
-                         throw, monitor, plan_key, inputs)
+                         throw, monitor, plan_key, inputs, value_key)
     if dt is None:
         raise ValueError("a run of constant steps needs dt")
     n_steps = _counts(dt, n_steps, t0, t1)
@@ -223,7 +228,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     plan = functools.partial(_carry_out, runner.plan(spec), build, throw, "batched simulation: " if batched else "")
     if report is None:  # the plan's own values too: made inside someone's trace, they may be its tracers
         replay.remember(plan_key, plan, *inputs, spec.method, spec.system, spec.state0, spec.dt, spec.t0,
-                        finish.ts_out)
+                        finish.ts_out, alias=value_key)
     return plan()
 
 
@@ -305,7 +310,7 @@ def _targets(saveat, t0, t1, dtype):
 
 
 def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, adjoint, executor, progress, throw,
-              monitor, plan_key=None, inputs=()) -> Trajectory:
+              monitor, plan_key=None, inputs=(), value_key=None) -> Trajectory:
     given = method
     pair = _pair(method)
     check_problem(problem)
@@ -350,7 +355,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
         plan = functools.partial(_carry_out, functools.partial(type(runner).run_attempts, runner, spec), build, throw,
                                  "adaptive run: ")
-        replay.remember(plan_key, plan, *inputs, spec)
+        replay.remember(plan_key, plan, *inputs, spec, alias=value_key)
         return plan()
     frames = type(runner).run_attempts(runner, spec)
     if report is not None:

@@ -52,6 +52,10 @@ class KernelEntry:
     #: relative agreement with the JAX method after 1000 float64 steps (``tests/test_kernels.py``); above
     #: 1e-13 only where the method itself amplifies a one-rounding difference per step that much
     rtol64: float = 1e-13
+    #: a body-step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
+    #: body-steps count towards splitting it over the cores (``host_threads.threads_for``): 2 for
+    #: ``rkmk8``, whose split gains from 3 steps of 10^3 bodies (``benchmarks/fused_cpu_split.py``)
+    split_weight: float = 1.0
     #: agreement after one float64 step, in units of eps: a few roundings, more where the method solves
     #: an ill-conditioned system (one rounding of its right-hand side moves the solution by cond * eps)
     step_eps: int = 4
@@ -88,7 +92,7 @@ KERNELS: dict[str, KernelEntry] = {
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
     "euler_quat": KernelEntry(_rk, (*_TORQUED, *_CALLS_TAU), "make_euler_quat", rtol64=5e-12),
     # and the satellite's gravity gradient (in the precision suite the best stepping method there)
-    "rkmk8": KernelEntry(_rkmk, (*_TORQUED, "gravity_gradient", *_CALLS_TAU), "make_rkmk8"),
+    "rkmk8": KernelEntry(_rkmk, (*_TORQUED, "gravity_gradient", *_CALLS_TAU), "make_rkmk8", split_weight=2.0),
     **{name: KernelEntry(_splitting, ("free",), "make_split") for name in _splitting.NAMES},
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
     # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are
@@ -287,7 +291,7 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
                                 output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,),
                                              "result_out": (B,)}))
 
-    threads = host_threads.threads_for(B, int(n_frames) * int(save_every))
+    threads = host_threads.threads_for(B, int(n_frames) * int(save_every), KERNELS[name].split_weight)
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return custom_call(*args)
     S, kernel = _kernel(*key)

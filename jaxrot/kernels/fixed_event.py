@@ -156,7 +156,9 @@ def launch(entry_name: str, kind: str, K: int, P, states0, dt, t0, J, n_frames: 
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(dt, (1,)),
             jnp.reshape(t0, (1,)), jnp.asarray(J, dtype).reshape(1, 3), P, jnp.asarray(Q, dtype))
     dims = {"R_out": (B, n_frames), "Pi_out": (B, n_frames), **{k: (B,) for k in _OUTPUTS[2:]}}
-    threads = host_threads.threads_for(B, n_frames * save_every)
+    from . import KERNELS
+
+    threads = host_threads.threads_for(B, n_frames * save_every, KERNELS[entry_name].split_weight)
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return tuple(_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,), output_dims=dims))
     return tuple(_callable(*key)(*args, int(n_frames), int(save_every), int(threads), output_dims=dims))

@@ -40,10 +40,12 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def threads_for(bodies: int, steps: int) -> int:
+def threads_for(bodies: int, steps: int, weight: float = 1.0) -> int:
     """How many threads a fused CPU run of ``bodies`` bodies and ``steps`` steps is split over (1: not
-    split)."""
-    return max(1, min(cores(), bodies // MIN_BODIES_PER_THREAD, bodies * steps // MIN_BODY_STEPS_PER_THREAD))
+    split); ``weight``: a body-step's cost relative to the cheapest kernels', for which the body-step
+    floor was measured."""
+    return max(1, min(cores(), bodies // MIN_BODIES_PER_THREAD,
+                      int(bodies * steps * weight) // MIN_BODY_STEPS_PER_THREAD))
 
 
 @functools.lru_cache(maxsize=1)
