@@ -16,7 +16,6 @@ import warnings
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
