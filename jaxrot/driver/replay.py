@@ -39,15 +39,14 @@ def key(method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, a
             or type(n_steps) not in _NUMBER or type(unroll) is not int or type(throw) is not bool:
         return None
     name = method if type(method) is str else id(method)
-    objects = (problem, state0, stepsize, saveat, event, adjoint, executor, monitor)
+    # the options last, in by_value's order
+    objects = (problem, state0, event, stepsize, saveat, adjoint, executor, monitor)
     # the run's dtype follows the x64 switch when numbers are given as Python floats; its arrays are placed
     # on the default device
     config = (jax.config.jax_enable_x64, jax.config.jax_default_device)
     return (name, dt, n_steps, t0, t1, throw, unroll, config) + tuple(map(id, objects))
 
 
-#: where the option objects' ids sit in a key (stepsize, saveat, adjoint, executor, monitor)
-_OPTION_SLOTS = (-6, -5, -3, -2, -1)
 _SCALAR = (int, float, bool, type(None), str)
 
 
@@ -73,10 +72,7 @@ def by_value(k, stepsize, saveat, adjoint, executor, monitor):
     values = [_value(o) for o in (stepsize, saveat, adjoint, executor, monitor)]
     if any(v is None for v in values):
         return None
-    out = list(k)
-    for slot, v in zip(_OPTION_SLOTS, values):
-        out[slot] = v
-    return ("by value",) + tuple(out)
+    return ("by value",) + tuple(k[:-len(values)]) + tuple(values)  # (the key ends with the options' ids)
 
 
 def lookup(k):

@@ -54,7 +54,7 @@ class KernelEntry:
     rtol64: float = 1e-13
     #: a body-step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
     #: body-steps count towards splitting it over the cores (``host_threads.threads_for``): 2 for
-    #: ``rkmk8``, whose split gains from 3 steps of 10^3 bodies (``benchmarks/fused_cpu_split.py``)
+    #: ``rkmk8``, whose body-step costs several of ``buss2p``'s (docs/benchmarks.md, "Fused kernels")
     split_weight: float = 1.0
     #: agreement after one float64 step, in units of eps: a few roundings, more where the method solves
     #: an ill-conditioned system (one rounding of its right-hand side moves the solution by cond * eps)
