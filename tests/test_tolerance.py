@@ -10,7 +10,7 @@ import pytest
 
 import jaxrot
 from jaxrot import analysis, problems
-from jaxrot.driver.tolerance import PrecisionWarning, global_floor, local_floor, reachable
+from jaxrot.driver.tolerance import PrecisionWarning, global_floor, local_floor, reachable, warn_over_span
 from jaxrot.studies.step_count import rotation_angle
 
 EPS32 = float(jnp.finfo(jnp.float32).eps)
@@ -95,10 +95,13 @@ def test_a_float32_run_meets_the_local_floor(pair):
     q = {"lie_taylor5(4)": 4, "buss4(3)": 3}[pair]
 
     def run(tol):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", PrecisionWarning)  # the floor itself is reachable
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             tr = jaxrot.simulate(pair, p, t1=2.0, stepsize=jaxrot.Adaptive(rtol=tol, atol=tol, max_steps=20_000),
                                  saveat=jaxrot.SaveAt(t0=False), throw=False)
+        # the floor itself is reachable per step: not raised (the final error, 100 rad turned, is
+        # announced as above the tolerance: warn_over_span)
+        assert not [w for w in caught if "raised to" in str(w.message)], [str(w.message) for w in caught]
         assert tr.final.R.dtype == jnp.float32
         return int(np.asarray(tr.controller.n_accepted)), int(np.asarray(tr.controller.n_rejected)), tr.result
 
@@ -123,3 +126,41 @@ def test_the_global_floor_bounds_float32_round_off(name, method):
         assert fin[0].R.dtype == jnp.float32 and fin[1].R.dtype == jnp.float64
         roundoff = float(analysis.attitude_error(jnp.asarray(fin[0].R, jnp.float64), fin[1].R))
         assert roundoff <= global_floor(jnp.float32, n, angle=angle), (n, roundoff)
+
+
+def test_tolerances_below_the_round_off_over_the_span_are_announced():
+    """An error-controlled run whose tolerances are below the global floor for the angle its bodies
+    turn through says so, with the final error to expect, and leaves the tolerances as they are."""
+    J, Pi = np.array([1.0, 1.0, 1.0]), np.array([0.0, 0.0, 50.0])  # 50 rad/s: 500 rad in 10 s
+    floor = global_floor(jnp.float32, 1, angle=500.0)
+    with pytest.warns(PrecisionWarning, match=r"run: .*float32 run .* 500 rad: expect a final error up to about "
+                      + f"{floor:.2g}".replace(".", r"\.")):
+        assert warn_over_span(1e-5, 1e-5, jnp.float32, J, Pi, 10.0, where="run")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_over_span(1e-5, 1e-5, jnp.float64, J, Pi, 10.0, where="run")  # float64: 8.9e-13
+        assert not warn_over_span(1e-3, 1e-5, jnp.float32, J, Pi, 10.0, where="run")  # the larger counts
+        assert not warn_over_span(1e-5, 1e-5, jnp.float32, J, Pi, 0.1, where="run")  # 5 rad: 4.9e-6
+        # traced values cannot be compared before the run
+        assert not jax.jit(lambda r: warn_over_span(r, 1e-9, jnp.float32, J, Pi, 10.0, where="run"))(1e-9)
+    # per body: the bodies below their floor are counted
+    with pytest.warns(PrecisionWarning, match=r"\(1 of 2 bodies\)"):
+        warn_over_span(1e-5, 1e-5, jnp.float32, J, np.array([[0.0, 0.0, 50.0], [0.0, 0.0, 0.5]]), 10.0, where="b")
+
+
+def test_a_float32_adaptive_run_announces_the_error_it_will_end_with():
+    """The asymmetric top in float32 at rtol = atol = 1e-5 (above the per-step floor): over 10 s it
+    turns 500 rad, and round-off leaves it 25 times the tolerance from the truth. The run says so
+    before it starts, and ends within what it announced."""
+    p = _float32("asymmetric_top", 10.0)
+    floor = global_floor(jnp.float32, 1, angle=rotation_angle(p))
+    with pytest.warns(PrecisionWarning, match=r"Adaptive\(rtol=1e-05, atol=1e-05\): .* expect a final error") as rec:
+        tr = jaxrot.simulate("rkmk8(5,3)", p, t1=10.0, stepsize=jaxrot.Adaptive(rtol=1e-5, atol=1e-5),
+                             saveat=jaxrot.SaveAt(t0=False))
+    assert len(rec) == 1 and rec[0].filename == __file__
+    assert tr.final.R.dtype == jnp.float32 and float(tr.info["rtol"]) == 1e-5  # kept
+    p64 = jaxrot.cast(p, jnp.float64)
+    s64 = jaxrot.State(jaxrot.so3.nearest_rotation(p64.state0.R), p64.state0.Pi)
+    truth = jaxrot.reference.reference_solution(p64, state0=s64).final.R
+    err = float(analysis.attitude_error(jnp.asarray(tr.final.R, jnp.float64), truth))
+    assert 1e-5 < err <= floor, (err, floor)

@@ -38,7 +38,7 @@ from . import replay
 from .progress import progress_report
 from .results import Provenance, Trajectory
 from .saveat import SaveAt
-from .tolerance import reachable
+from .tolerance import reachable, warn_over_span
 
 __all__ = ["simulate", "stack_problems", "cast", "InvariantMonitor"]
 
@@ -329,8 +329,11 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     adjoint = adjoint_for(adjoint, jax.tree_util.tree_leaves((system, state0, t0, dt0, targets, event, local)))
     every = saveat.every
     # a tolerance below what the dtype resolves is raised to its floor, with a warning, before the run
-    rtol, atol = reachable(local.rtol, local.atol, dtype, where=f"Adaptive(rtol={local.rtol!r}, atol={local.atol!r})",
-                           stacklevel=4)
+    where = f"Adaptive(rtol={local.rtol!r}, atol={local.atol!r})"
+    rtol, atol = reachable(local.rtol, local.atol, dtype, where=where, stacklevel=4)
+    # the final error cannot go below the round-off over the span: said before the run, steps unchanged
+    spoken = is_concrete(targets) and is_concrete(t0) and warn_over_span(
+        rtol, atol, dtype, problem.body.J, state0.Pi, float(targets[-1]) - float(t0), where=where, stacklevel=4)
     spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
                        local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
     runner = choose_executor(executor, spec)
@@ -350,7 +353,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
              ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given), getattr(problem, "name", None) or "(unnamed)", _dt_label(dt0), "adaptive", every,
                        str(dtype), extra)
-    if report is None and extra_counts is None and (rtol, atol) == (local.rtol, local.atol):
+    if report is None and extra_counts is None and not spoken and (rtol, atol) == (local.rtol, local.atol):
         # a plan is remembered only where nothing was said (no tolerance raised, no calibration)
         build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
         plan = functools.partial(_carry_out, functools.partial(type(runner).run_attempts, runner, spec), build, throw,

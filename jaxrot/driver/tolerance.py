@@ -18,7 +18,10 @@ and the commands that made them are in docs/choosing.md (*What float32 can reach
   :func:`jaxrot.suggest` also measures the round-off of the runs it proposes.
 
 :func:`reachable` applies the floors to a run's tolerances before it starts, with one
-:class:`PrecisionWarning`.
+:class:`PrecisionWarning`. :func:`warn_over_span` says, before an error-controlled run starts, when the
+round-off over its span (the global floor for the angle the body turns through) is above its
+tolerances: the per-step tolerances are kept (a looser step would add truncation error to round-off
+that may well be less than the envelope), and the warning states the final error to expect.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["PrecisionWarning", "local_floor", "global_floor", "reachable", "warn_precision"]
+__all__ = ["PrecisionWarning", "local_floor", "global_floor", "reachable", "turning_angle", "warn_over_span",
+           "warn_precision"]
 
 #: the per-step floor in units of eps: the lowest tolerance at which every pair's step count still
 #: followed its tolerance law, with a margin to where pairs stalled (docs/choosing.md)
@@ -75,7 +79,19 @@ def global_floor(dtype, n_steps, *, angle: float = 0.0) -> float:
         raise ValueError(f"n_steps must be a finite number >= 0, got {n_steps!r}")
     if not (np.isfinite(a) and a >= 0):
         raise ValueError(f"angle must be a finite number >= 0, got {angle!r}")
-    return _eps(dtype) * (GLOBAL_FLOOR_EPS_PER_STEP * max(n, 1.0) + GLOBAL_FLOOR_EPS_PER_RADIAN * a)
+    return float(_global(dtype, n, a))
+
+
+def _global(dtype, n, angle):
+    return _eps(dtype) * (GLOBAL_FLOOR_EPS_PER_STEP * max(n, 1.0) + GLOBAL_FLOOR_EPS_PER_RADIAN * angle)
+
+
+def turning_angle(J, Pi, span) -> np.ndarray:
+    """The angle (rad) each body turns through over a span at its initial angular speed,
+    ``|Pi / J| span``: one number per body (shape ``Pi.shape[:-1]``), the scale of a run's phase
+    round-off in :func:`global_floor`. Torques that spin a body up are not foreseen."""
+    w = np.linalg.norm(np.asarray(Pi, np.float64) / np.asarray(J, np.float64), axis=-1)
+    return w * abs(float(span))
 
 
 def _is_traced(x) -> bool:
@@ -152,3 +168,33 @@ def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0
         warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}",
                        stacklevel=stacklevel)
     return out[0], out[1]
+
+
+def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str, stacklevel: int = 2) -> bool:
+    """One :class:`PrecisionWarning` naming ``where`` if an error-controlled run's tolerances are below
+    the round-off it will accumulate over ``span``: the :func:`global_floor` of one step and the angle
+    each body turns through (:func:`turning_angle`). Returns whether it warned. Nothing is changed:
+    the steps still meet the tolerances; the final error will be about the floor instead.
+
+    Args:
+      rtol, atol: the run's per-step tolerances (numbers, or one per body); traced values are skipped.
+      dtype: the run's floating-point type.
+      J, Pi: the body's principal moments and initial angular momentum (one body or a batch);
+        traced values are skipped.
+      span: ``t1 - t0``.
+    """
+    if any(x is None or _is_traced(x) for x in (rtol, atol, J, Pi, span)):
+        return False
+    angle = turning_angle(J, Pi, span)
+    floor = _global(dtype, 1.0, angle)
+    tol = np.maximum(np.asarray(rtol, np.float64), np.asarray(atol, np.float64))
+    low = np.broadcast_to(tol < floor, np.broadcast_shapes(np.shape(tol), np.shape(floor)))
+    if not np.any(low):
+        return False
+    worst = float(np.max(np.broadcast_to(floor, low.shape)[low]))
+    bodies = "" if low.ndim == 0 else f" ({int(low.sum())} of {low.size} bodies)"
+    turned = float(np.max(np.broadcast_to(angle, low.shape)[low]))
+    warn_precision(where, f"the tolerances are below the round-off a {jnp.dtype(dtype).name} run accumulates "
+                   f"turning through {turned:.3g} rad{bodies}: expect a final error up to about {worst:.2g} "
+                   "(the global floor over the span), not the tolerance", stacklevel=stacklevel + 1)
+    return True

@@ -66,10 +66,10 @@ def rotation_angle(problem, state0=None, t1: float | None = None) -> float:
     """The angle (rad) a body turns through over ``[0, t1]`` at its initial angular speed,
     ``|Pi0 / J| t1`` (the largest of a batch): the scale of a run's phase round-off
     (:func:`jaxrot.driver.tolerance.global_floor`), without a run."""
+    from ..driver.tolerance import turning_angle
+
     s = problem.state0 if state0 is None else state0
-    J = np.asarray(problem.body.J, np.float64)
-    w = np.linalg.norm(np.asarray(s.Pi, np.float64) / J, axis=-1)
-    return float(np.max(w)) * float(problem.t_end if t1 is None else t1)
+    return float(np.max(turning_angle(problem.body.J, s.Pi, problem.t_end if t1 is None else t1)))
 
 
 def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = None, state0=None,
