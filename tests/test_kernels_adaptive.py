@@ -426,13 +426,7 @@ def _flip():
 #: grows as h^4: rkmk8(5,3) takes about three times rkmk8(5)'s steps at the same tolerance (its estimate
 #: does not overestimate the eighth-order error), and its event times are those of the interpolant
 #: (2.8e-7 relative on the T-handle at 1e-12), not of the method (docs/user_guide/saveat_events.md)
-_CUBIC_LIMITED = {"rkmk8(5,3)"}
-_FLIP_PAIRS = [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="event time at the cubic dense output's "
-                                                                          "accuracy, not 1e-9"))
-               if p in _CUBIC_LIMITED else p for p in PAIRS]
-
-
-@pytest.mark.parametrize("pair", _FLIP_PAIRS)
+@pytest.mark.parametrize("pair", PAIRS)
 def test_t_handle_flip_time_matches_the_exact_solution(pair):
     import scipy.optimize as so
 
@@ -488,11 +482,9 @@ def test_a_terminal_event_in_the_kernel_stops_each_body(pair):
     np.testing.assert_array_equal(np.asarray(tr.states.R[:, 1]), np.asarray(full.states.R[:, 1]))  # before
     for k in (2, 3):  # after: the event state
         np.testing.assert_array_equal(np.asarray(tr.states.R[:, k]), np.asarray(tr.event_state.R))
-    # the event state is the flow's at 0.75 to the dense output's accuracy: ~the tolerance where the
-    # steps are small, the cubic interpolant's h^4 with rkmk8(5,3)'s longer steps (1.4e-7 measured)
+    # the event state is the method's step to the event time: the flow's at 0.75 to the tolerance
     at = jaxrot.simulate(pair, p, **{**run, "t1": 0.75, "saveat": jaxrot.SaveAt()})
-    atol = 1e-6 if pair in _CUBIC_LIMITED else 1e-7
-    np.testing.assert_allclose(np.asarray(tr.event_state.R), np.asarray(at.final.R), rtol=0, atol=atol)
+    np.testing.assert_allclose(np.asarray(tr.event_state.R), np.asarray(at.final.R), rtol=0, atol=1e-7)
 
 
 def _flip_loss():

@@ -164,3 +164,19 @@ def test_a_float32_adaptive_run_announces_the_error_it_will_end_with():
     truth = jaxrot.reference.reference_solution(p64, state0=s64).final.R
     err = float(analysis.attitude_error(jnp.asarray(tr.final.R, jnp.float64), truth))
     assert 1e-5 < err <= floor, (err, floor)
+
+
+def test_inside_a_trace_the_span_is_not_checked():
+    """Under ``jax.jit`` the state is traced: nothing can be compared before the run, and the check
+    must neither fail nor warn (a jitted gradient once failed converting the span to a float)."""
+    p = _float32("asymmetric_top", 10.0)
+
+    def final(Pi):
+        tr = jaxrot.simulate("rkmk8(5,3)", p, t1=10.0, state0=jaxrot.State(p.state0.R, Pi),
+                             stepsize=jaxrot.Adaptive(rtol=1e-5, atol=1e-5), saveat=jaxrot.SaveAt(t0=False))
+        return tr.final.R
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        R = jax.jit(final)(p.state0.Pi)
+    assert R.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(R)))

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from ..geometry.state import State
 from .dense import DenseOutput, StepDenseOutput
-from .events import freeze_after, locate
+from .events import freeze_after, locate, method_step
 from .failures import result_of
 from .layout import Frames, LocatedEvent
 from .results import AdaptiveStats, Provenance, Trajectory, built
@@ -28,12 +28,15 @@ def _per_body(fn, batched: bool, stacked: bool, system, *trees):
     return jax.vmap(fn, in_axes=(0 if stacked else None,) + (0,) * len(trees))(system, *trees)
 
 
-@functools.partial(jax.jit, static_argnames=("event", "batched", "stacked"))
-def _events(event, batched, stacked, system, ts, states, ev):
-    """Event times and states per body (located on the crossing step's dense output, or as the
-    executor located them); a terminal event's later frames set to its state."""
+@functools.partial(jax.jit, static_argnames=("event", "method", "batched", "stacked"))
+def _events(event, method, batched, stacked, system, ts, states, ev):
+    """Event times and states per body (located on the crossing step's dense output and polished with
+    ``method``'s own steps, or as the executor located them); a terminal event's later frames set to
+    its state."""
+    advance = None if method is None else method_step(method)
+
     def one(system, ts, states, ev):
-        t_ev, s_ev = (ev.time, ev.state) if isinstance(ev, LocatedEvent) else locate(event, system, ev)
+        t_ev, s_ev = (ev.time, ev.state) if isinstance(ev, LocatedEvent) else locate(event, system, ev, advance)
         if event.terminal:
             states = freeze_after(ts, states, t_ev, s_ev)
         return t_ev, s_ev, states
@@ -56,10 +59,12 @@ class Finish:
     ``dense_fixed``: ``(method, t0, dt, checkpoint interval, n_steps)`` of a constant-step run's dense
     output, or None; ``keep_first``/``keep_last``: whether the loop's first (t0) and last frames are
     kept; ``frames_from``: ``"loop"`` (the loop's frames), ``"steps"`` or ``"dense"`` (an
-    error-controlled run's kept steps); ``n_steps``: a constant-step run's count."""
+    error-controlled run's kept steps); ``n_steps``: a constant-step run's count; ``method``: the
+    integrator or pair whose own steps polish an event's time (None: the dense output's root)."""
 
     def __init__(self, *, keep_first=True, keep_last=True, ts_out=None, dense_fixed=None, frames_from="loop",
-                 want_dense=False, n_steps=None):
+                 want_dense=False, n_steps=None, method=None):
+        self.method = method
         self.keep_first, self.keep_last, self.ts_out = keep_first, keep_last, ts_out
         self.dense_fixed, self.frames_from, self.want_dense, self.n_steps = dense_fixed, frames_from, want_dense, n_steps
 
@@ -70,7 +75,8 @@ def trajectory(fr: Frames, finish: Finish, *, system, event, batched: bool, stac
     ts, states, stats = fr.ts, fr.states, fr.stats
     event_time = event_state = None
     if event is not None:
-        event_time, event_state, states = _events(event, batched, stacked, system, ts, states, fr.event)
+        event_time, event_state, states = _events(event, finish.method, batched, stacked, system, ts, states,
+                                                  fr.event)
     dense = None
     if finish.dense_fixed is not None:
         method, t0, dt, c, n = finish.dense_fixed

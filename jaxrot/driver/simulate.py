@@ -220,7 +220,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     if saveat.ts is not None:
         ts_out = jnp.asarray(_output_times(saveat, float(t0), float(t0) + n_steps * float(dt)), dt.dtype)
     finish = Finish(keep_first=saveat.t0, keep_last=True, ts_out=ts_out, n_steps=n_steps, want_dense=saveat.dense,
-                    dense_fixed=(method, t0, dt, every, n_steps) if dense_run else None)
+                    dense_fixed=(method, t0, dt, every, n_steps) if dense_run else None, method=method)
     extra = (("executor", type(runner).__name__),) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given[0]), getattr(given[1], "name", None) or "(unnamed)", _dt_label(given[2]), n_steps,
                        every, str(state0.R.dtype), extra)
@@ -332,8 +332,9 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     where = f"Adaptive(rtol={local.rtol!r}, atol={local.atol!r})"
     rtol, atol = reachable(local.rtol, local.atol, dtype, where=where, stacklevel=4)
     # the final error cannot go below the round-off over the span: said before the run, steps unchanged
-    spoken = is_concrete(targets) and is_concrete(t0) and warn_over_span(
-        rtol, atol, dtype, problem.body.J, state0.Pi, float(targets[-1]) - float(t0), where=where, stacklevel=4)
+    spoken = is_concrete(targets) and is_concrete(t0) and warn_over_span(  # (NumPy: jnp ops inside a trace are traced)
+        rtol, atol, dtype, problem.body.J, state0.Pi, float(np.asarray(targets)[-1] - np.asarray(t0)), where=where,
+        stacklevel=4)
     spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
                        local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
     runner = choose_executor(executor, spec)
@@ -347,7 +348,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
                                stacklevel=4)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=saveat.t0, keep_last=keep_last, frames_from="steps" if every is not None else "loop",
-                    want_dense=saveat.dense)
+                    want_dense=saveat.dense, method=pair)
     batched = state0.R.ndim == 3
     extra = (("executor", type(runner).__name__), ("rtol", local.rtol), ("atol", local.atol),
              ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())

@@ -5,7 +5,9 @@ The dense output is the cubic Hermite interpolant on SO(3) of :func:`jaxrot.driv
 the crossing is located by :data:`BISECTIONS` halvings of the step and one Newton step, as
 :mod:`jaxrot.driver.events` does, the Newton step's derivative a central difference of the
 interpolated condition over ``sqrt(eps)`` of the step (the kernel does not differentiate; the step
-only polishes a root the bisection has located to the last bits).
+only polishes a root the bisection has located to the last bits). :func:`polish_func` then takes
+:data:`POLISH` Newton steps on the method's own steps from the crossing step's start, with that
+slope, and the event state is the method's step to the final time (as ``locate`` with a method).
 """
 
 import functools
@@ -17,10 +19,12 @@ from . import event_restate
 from ._common import so3_funcs, warp
 from .torques import torque_funcs
 
-__all__ = ["BISECTIONS", "dense_funcs", "crossing"]
+__all__ = ["BISECTIONS", "POLISH", "dense_funcs", "crossing", "polish_func"]
 
 #: how many halvings of the step locate an event (as :mod:`jaxrot.driver.events`)
 BISECTIONS = 64
+#: Newton steps on the method's own steps after the dense output's root (as :mod:`jaxrot.driver.events`)
+POLISH = 2
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,8 +109,9 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
 
     @wp.func
     def locate(tk: S, h: S, R0: M, Pi0: V, R1: M, Pi1: V, J: V, P: wp.array(dtype=S), Q: wp.array(dtype=S)):
-        """``(t, R, Pi)`` of the condition's root within the step ``[tk, tk + h]`` from ``(R0, Pi0)`` to
-        ``(R1, Pi1)``: bisection of the interpolated condition to the last bit, then one Newton step."""
+        """``(s, g')``: the offset into the step ``[tk, tk + h]`` from ``(R0, Pi0)`` to ``(R1, Pi1)`` of
+        the interpolated condition's root (bisection to the last bit, then one Newton step), and the
+        condition's slope there (0 where none could be taken)."""
         w0 = wp.cw_div(Pi0, J)
         w1 = wp.cw_div(Pi1, J)
         xi1 = log(wp.transpose(R0) @ R1)
@@ -130,10 +135,34 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
         s = sb
         if gs != S(0.0) and wp.isfinite(gs):
             s = sb - gv / gs
-        R, Pi = interp(R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, s)
-        return tk + s, R, Pi
+        else:
+            gs = S(0.0)
+        return s, gs
 
     return g, locate
+
+
+def polish_func(S, one_step, g):
+    """``polish(tk, R0, Pi0, s, gs, J, P, Q) -> (t, R, Pi)``: the event's time and state after
+    :data:`POLISH` Newton steps from the dense output's root ``s`` (offset into the crossing step from
+    ``(R0, Pi0)`` at ``tk``; ``gs`` its slope, 0: none), each on ``one_step(R0, Pi0, tk, x, J, P) ->
+    (R, Pi)``, the method's step of length ``x``; the state is that step to the final offset."""
+    wp = warp()
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+
+    @wp.func
+    def polish(tk: S, R0: M, Pi0: V, s: S, gs: S, J: V, P: wp.array(dtype=S), Q: wp.array(dtype=S)):
+        x = s
+        for _k in range(POLISH):
+            Rx, Pix = one_step(R0, Pi0, tk, x, J, P)
+            gx = g(tk + x, Rx, Pix, Q)
+            if gs != S(0.0):
+                x = x - gx / gs
+        R, Pi = one_step(R0, Pi0, tk, x, J, P)
+        return tk + x, R, Pi
+
+    return polish
 
 
 @functools.lru_cache(maxsize=None)

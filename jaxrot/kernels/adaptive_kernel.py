@@ -6,7 +6,7 @@ cache of built kernels (:func:`kernel_for`).
 import functools
 
 from ._common import FUSE_FP, so3_funcs, warp
-from .adaptive_dense import crossing, dense_funcs
+from .adaptive_dense import crossing, dense_funcs, polish_func
 from .adaptive_pairs import ADAPTIVE_KERNELS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry
 
 __all__ = ["adaptive_kernel", "kernel_for"]
@@ -31,6 +31,14 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
     TERMINAL = EVENT and bool(terminal)
     crossed = crossing(S, direction)
     g, locate = dense_funcs(S, torque, K, event_key)
+
+    @wp.func
+    def one_step(R: M, Pi: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
+        """The pair's step of length ``h`` from fresh memory (the event's polish)."""
+        Rp, Pip, Ap, Rq, Piq = step_pair(R, Pi, init(R, Pi, J, P, h), t, h, J, P)
+        return Rp, Pip
+
+    polish = polish_func(S, one_step, g)
     CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
 
     @wp.func
@@ -154,7 +162,8 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
                         gb = g(t, R, Pi, Q)
                         if crossed(gprev, gb):
                             found = True
-                            tev, Rev, Piev = locate(tk, step, Rk, Pik, R, Pi, J, P, Q)
+                            sev, gs = locate(tk, step, Rk, Pik, R, Pi, J, P, Q)
+                            tev, Rev, Piev = polish(tk, Rk, Pik, sev, gs, J, P, Q)
                             if wp.static(TERMINAL):
                                 done = True
                                 if target > tev:

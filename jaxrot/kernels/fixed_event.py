@@ -1,7 +1,8 @@
 """Fixed-step fused runs with an event: the constant-step loop of :func:`jaxrot.kernels._common.loop_kernel`
 with the event condition evaluated after every step, the first crossing located on that step's dense
 output (bisection and one Newton step, :mod:`jaxrot.kernels.adaptive_dense`, as the XLA loop's
-:func:`jaxrot.driver.events.locate`), and a terminal event ending the body's thread.
+:func:`jaxrot.driver.events.locate`) and polished with the method's own steps, and a terminal event
+ending the body's thread.
 
 A terminal event leaves the frames as the XLA loop's bounded while loop leaves them: the frame in
 which the event fell holds the state after the crossing step, later frames that state too (the
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 
 from . import event_restate, host_threads
 from ._common import FUSE_FP, checked_step, nonfinite_reason, so3_funcs, warp
-from .adaptive_dense import crossing, dense_funcs
+from .adaptive_dense import crossing, dense_funcs, polish_func
 
 __all__ = ["event_loop_kernel", "launch", "why_not_event"]
 
@@ -39,6 +40,14 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
     TERMINAL = bool(terminal)
     crossed = crossing(S, direction)
     advance = checked_step(S, step, nonfinite_reason(S) if reason is None else reason)
+
+    @wp.func
+    def one_step(R: M, Pi: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
+        """The method's step of length ``h`` from fresh memory (the event's polish)."""
+        R1, Pi1, A1 = step(R, Pi, init(R, Pi, J, P, h), t, h, J, P)
+        return R1, Pi1
+
+    polish = polish_func(S, one_step, g)
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
             Jv: wp.array(dtype=V), P: wp.array(dtype=S), Q: wp.array(dtype=S), n_frames: wp.int32,
@@ -73,7 +82,8 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
                     gb = g(t + dt, R, Pi, Q)  # (the XLA loop's time of the step's end)
                     if crossed(gprev, gb):
                         found = True
-                        tev, Rev, Piev = locate(t, dt, Rk, Pik, R, Pi, J, P, Q)
+                        sev, gs = locate(t, dt, Rk, Pik, R, Pi, J, P, Q)
+                        tev, Rev, Piev = polish(t, Rk, Pik, sev, gs, J, P, Q)
                         if wp.static(TERMINAL):
                             done = True
                     gprev = gb

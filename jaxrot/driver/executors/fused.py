@@ -20,7 +20,7 @@ import equinox as eqx
 from ...geometry.state import State
 from ..adjoint import RecursiveCheckpointAdjoint
 from ..attempts import attempts_frames
-from ..events import locate
+from ..events import locate, method_step
 from ..layout import Frames, LocatedEvent, assemble
 from ..lean_jit import lean_jit
 from ..loop import empty_stats, init_carry, scan_frames
@@ -42,7 +42,7 @@ def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, 
         out = (states.R, states.Pi, carry[3], carry[4])
         if event is None:
             return out
-        t_ev, s_ev = locate(event, system, carry[6])
+        t_ev, s_ev = locate(event, system, carry[6], method_step(method))
         return (*out, t_ev, s_ev.R, s_ev.Pi, carry[2])
 
     return jax.vmap(one)(states0)
@@ -114,7 +114,7 @@ def xla_attempts(spec: AttemptSpec):
         out = (fr.states.R[:, 1:], fr.states.Pi[:, 1:], *fr.counts, fr.reason)
         if event is None:
             return out
-        t_ev, s_ev = jax.vmap(lambda ev: locate(event, system, ev))(fr.event)
+        t_ev, s_ev = jax.vmap(lambda ev: locate(event, system, ev, method_step(pair)))(fr.event)
         return (*out, t_ev, s_ev.R, s_ev.Pi)
 
     return reference
