@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -28,11 +29,43 @@ def _per_body(fn, batched: bool, stacked: bool, system, *trees):
     return jax.vmap(fn, in_axes=(0 if stacked else None,) + (0,) * len(trees))(system, *trees)
 
 
-@functools.partial(jax.jit, static_argnames=("event", "method", "batched", "stacked"))
+class _Static:
+    """The array-free part of a method as a static argument of a compiled function: matched by value
+    where it can be hashed (every registered method), by identity where it cannot."""
+
+    __slots__ = ("method",)
+
+    def __init__(self, method):
+        self.method = method
+
+    def __hash__(self):
+        try:
+            return hash(self.method)
+        except TypeError:
+            return id(self.method)
+
+    def __eq__(self, other):
+        if not isinstance(other, _Static):
+            return NotImplemented
+        if self.method is other.method:
+            return True
+        try:
+            return bool(self.method == other.method)
+        except Exception:  # noqa: BLE001 - an array field: not comparable by value
+            return False
+
+
 def _events(event, method, batched, stacked, system, ts, states, ev):
     """Event times and states per body (located on the crossing step's dense output and polished with
     ``method``'s own steps, or as the executor located them); a terminal event's later frames set to
-    its state."""
+    its state. The method's arrays (a user's method may hold some, or tracers) are arguments."""
+    arrays, rest = eqx.partition(method, eqx.is_array)
+    return _events_compiled(event, _Static(rest), batched, stacked, arrays, system, ts, states, ev)
+
+
+@functools.partial(jax.jit, static_argnames=("event", "rest", "batched", "stacked"))
+def _events_compiled(event, rest, batched, stacked, arrays, system, ts, states, ev):
+    method = eqx.combine(arrays, rest.method)
     advance = None if method is None else method_step(method)
 
     def one(system, ts, states, ev):
