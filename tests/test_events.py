@@ -55,7 +55,7 @@ def test_an_eighth_order_method_locates_at_its_own_accuracy(executor):
 class _Weighted(jaxrot.integrators.AbstractIntegrator):
     """A user's method holding an array: body-frame Euler with the angular velocity weighted by ``w``."""
 
-    order = 1
+    order = 5  # (declared above the dense output's order, so that its events are polished: the subject here)
     torque = False
     w: jax.Array
 
@@ -72,7 +72,7 @@ def test_a_method_holding_arrays_polishes_its_events_and_differentiates_through_
 
     w = jnp.ones(3)
     t = float(flip_time(w))
-    assert abs(t - 7.6768) < 0.05  # order 1 at dt = 2e-3: near the exact 7.6768
+    assert abs(t - 7.6768) < 0.05  # (first order in truth) at dt = 2e-3: near the exact 7.6768
     g = jax.jit(jax.grad(flip_time))(w)
     h = 1e-6
     fd = np.array([(float(flip_time(w.at[i].add(h))) - float(flip_time(w.at[i].add(-h)))) / (2 * h) for i in range(3)])
@@ -81,9 +81,14 @@ def test_a_method_holding_arrays_polishes_its_events_and_differentiates_through_
 
 def test_the_kernels_polish_as_the_xla_loop():
     from jaxrot.driver import events
+    from jaxrot.integrators import get
     from jaxrot.kernels import adaptive_dense
 
     assert adaptive_dense.POLISH == events.POLISH and adaptive_dense.BISECTIONS == events._BISECTIONS
+    assert adaptive_dense.DENSE_ORDER == events.DENSE_ORDER
+    for name in ("buss4", "rk4", "buss4(3)", "rkmk8", "rkmk8(5,3)", "lie_taylor5(4)"):  # polished above order 4
+        assert (events.method_step(get(name)) is not None) == adaptive_dense.polishes(get(name).order) \
+            == (get(name).order > 4), name
 
 
 def test_flip_time_gradient_matches_differences():

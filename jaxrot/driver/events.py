@@ -8,12 +8,14 @@ the first accepted step across which it changes sign (from < 0 to >= 0 for ``dir
 loop. After the loop the time is located within that step on the dense output
 (:func:`jaxrot.driver.dense.interpolate`) by bisection to the last bit of the step and one Newton
 step, ``s* = s_b - g(s_b) / g'(s_b)``. The dense output is a cubic, O(h^4) off the method's own
-trajectory within the step; where the method is given, :data:`POLISH` more Newton steps move the
-root onto that trajectory, each evaluating ``g`` at one fresh step of the method from the crossing
-step's start to the current estimate (the slope still the dense output's), and the event state is
-the method's step to the final time. Every Newton step starts from a point carrying no derivative,
-so that the derivative of the time is the implicit function theorem's, ``-(dg/dtheta) / (dg/ds)``,
-in forward and reverse mode alike. See docs/user_guide/saveat_events.md.
+trajectory within the step; for a method of higher order (:data:`DENSE_ORDER`), :data:`POLISH` more
+Newton steps move the root onto that trajectory, each evaluating ``g`` at one fresh step of the method from the crossing
+step's start to the current estimate (the slope still the dense output's). Every Newton step starts
+from a point carrying no
+derivative, so that the derivative of the time is the implicit function theorem's,
+``-(dg/dtheta) / (dg/ds)``, in forward and reverse mode alike; the event state is the last step's
+state carried along the equations of motion by the last Newton correction (round-off in value), so
+that it has the time's derivative too. See docs/user_guide/saveat_events.md.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..geometry import so3
 from ..geometry.state import State
+from ..physics.torques import body_torque
 from .dense import interpolate
 
 __all__ = ["Event", "EventCarry", "check_event", "event_start", "event_update", "locate", "method_step"]
@@ -35,6 +39,9 @@ _BISECTIONS = 64
 #: Newton steps on the method's own steps after the dense output's root (its O(h^4) error, times the
 #: dense slope's relative error per step, falls below round-off in two)
 POLISH = 2
+#: the dense output's order: only the events of a method of higher order are polished (up to order 4
+#: the method's own error is at least the interpolant's, and the polish would only cost compile time)
+DENSE_ORDER = 4
 
 
 class Event(eqx.Module):
@@ -138,7 +145,11 @@ def stopped(event: Event | None, ec) -> jax.Array:
 
 def method_step(method):
     """``advance(system, t, state, h) -> state``: one step of ``method`` (an integrator or an embedded
-    pair) from fresh memory, for :func:`locate`."""
+    pair) from fresh memory, for :func:`locate`; None where the method's order (undeclared: polished)
+    is at most :data:`DENSE_ORDER`, or no method is given."""
+    if method is None or getattr(method, "order", None) is not None and method.order <= DENSE_ORDER:
+        return None
+
     def advance(system, t, state, h):
         return method.step(system, t, state, method.init(system, t, state, h), h)[0]
 
@@ -172,13 +183,28 @@ def locate(event: Event, system, ec: EventCarry, advance=None) -> tuple[Any, Sta
     if advance is None:
         st = interpolate(system, tk, h_safe, sa, sb, s)
     else:
-        for _ in range(POLISH):
-            x = lax.stop_gradient(jnp.where(found, s, 0.0))  # (no step where nothing was found)
+        def newton(x, _):
             gx = event.cond_fn(tk + x, advance(system, tk, sa, x), None)
-            s = x - jnp.where(ok, gx, 0.0) / jnp.where(ok, gs, 1.0)
-        st = advance(system, tk, sa, jnp.where(found, s, 0.0))
+            return x - jnp.where(ok, gx, 0.0) / jnp.where(ok, gs, 1.0), None
+
+        # all but the last Newton step without derivatives (a scan: one traced step of the method);
+        # no step where nothing was found
+        x, _ = lax.scan(newton, lax.stop_gradient(jnp.where(found, s, 0.0)), None, length=POLISH - 1)
+        x = lax.stop_gradient(x)
+        sx = advance(system, tk, sa, x)
+        s = x - jnp.where(ok, event.cond_fn(tk + x, sx, None), 0.0) / jnp.where(ok, gs, 1.0)
+        # the state at the time found: the step's state moved along the equations of motion by
+        # s - x (round-off in value), which gives it the time's derivative without a further step
+        st = _moved(system, tk + x, sx, s - x)
     t_ev = jnp.where(found, tk + s, jnp.nan)
     return t_ev, jax.tree_util.tree_map(lambda x: jnp.where(found, x, jnp.nan), st)
+
+
+def _moved(system, t, state: State, ds) -> State:
+    """``state`` at ``t`` carried to ``t + ds`` to first order: ``R exp(ds omega)``, ``Pi + ds dPi/dt``."""
+    w = state.Pi / system.body.J
+    dPi = jnp.cross(state.Pi, w) + body_torque(system, t, state.R, state.Pi)
+    return State(state.R @ so3.exp(ds * w), state.Pi + ds * dPi)
 
 
 def freeze_after(ts, states: State, event_time, event_state: State) -> State:

@@ -66,7 +66,7 @@ def _events(event, method, batched, stacked, system, ts, states, ev):
 @functools.partial(jax.jit, static_argnames=("event", "rest", "batched", "stacked"))
 def _events_compiled(event, rest, batched, stacked, arrays, system, ts, states, ev):
     method = eqx.combine(arrays, rest.method)
-    advance = None if method is None else method_step(method)
+    advance = method_step(method)
 
     def one(system, ts, states, ev):
         t_ev, s_ev = (ev.time, ev.state) if isinstance(ev, LocatedEvent) else locate(event, system, ev, advance)

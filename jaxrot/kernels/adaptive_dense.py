@@ -19,12 +19,20 @@ from . import event_restate
 from ._common import so3_funcs, warp
 from .torques import torque_funcs
 
-__all__ = ["BISECTIONS", "POLISH", "dense_funcs", "crossing", "polish_func"]
+__all__ = ["BISECTIONS", "DENSE_ORDER", "POLISH", "dense_funcs", "crossing", "polish_func", "polishes"]
 
 #: how many halvings of the step locate an event (as :mod:`jaxrot.driver.events`)
 BISECTIONS = 64
 #: Newton steps on the method's own steps after the dense output's root (as :mod:`jaxrot.driver.events`)
 POLISH = 2
+#: the dense output's order: a method of higher order has its event times polished (as
+#: :mod:`jaxrot.driver.events`)
+DENSE_ORDER = 4
+
+
+def polishes(order) -> bool:
+    """Whether events of a method of this order are polished on its own steps."""
+    return order is None or order > DENSE_ORDER
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,9 +117,9 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
 
     @wp.func
     def locate(tk: S, h: S, R0: M, Pi0: V, R1: M, Pi1: V, J: V, P: wp.array(dtype=S), Q: wp.array(dtype=S)):
-        """``(s, g')``: the offset into the step ``[tk, tk + h]`` from ``(R0, Pi0)`` to ``(R1, Pi1)`` of
-        the interpolated condition's root (bisection to the last bit, then one Newton step), and the
-        condition's slope there (0 where none could be taken)."""
+        """``(s, g', R, Pi)``: the offset into the step ``[tk, tk + h]`` from ``(R0, Pi0)`` to ``(R1, Pi1)``
+        of the interpolated condition's root (bisection to the last bit, then one Newton step), the
+        condition's slope there (0 where none could be taken) and the interpolated state."""
         w0 = wp.cw_div(Pi0, J)
         w1 = wp.cw_div(Pi1, J)
         xi1 = log(wp.transpose(R0) @ R1)
@@ -137,7 +145,8 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
             s = sb - gv / gs
         else:
             gs = S(0.0)
-        return s, gs
+        R, Pi = interp(R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, s)
+        return s, gs, R, Pi
 
     return g, locate
 

@@ -6,7 +6,7 @@ cache of built kernels (:func:`kernel_for`).
 import functools
 
 from ._common import FUSE_FP, so3_funcs, warp
-from .adaptive_dense import crossing, dense_funcs, polish_func
+from .adaptive_dense import crossing, dense_funcs, polish_func, polishes
 from .adaptive_pairs import ADAPTIVE_KERNELS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry
 
 __all__ = ["adaptive_kernel", "kernel_for"]
@@ -39,6 +39,9 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
         return Rp, Pip
 
     polish = polish_func(S, one_step, g)
+    from .. import integrators
+
+    POLISHED = polishes(getattr(integrators.get(entry.high), "order", None))
     CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
 
     @wp.func
@@ -162,8 +165,10 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
                         gb = g(t, R, Pi, Q)
                         if crossed(gprev, gb):
                             found = True
-                            sev, gs = locate(tk, step, Rk, Pik, R, Pi, J, P, Q)
-                            tev, Rev, Piev = polish(tk, Rk, Pik, sev, gs, J, P, Q)
+                            sev, gs, Rev, Piev = locate(tk, step, Rk, Pik, R, Pi, J, P, Q)
+                            tev = tk + sev
+                            if wp.static(POLISHED):
+                                tev, Rev, Piev = polish(tk, Rk, Pik, sev, gs, J, P, Q)
                             if wp.static(TERMINAL):
                                 done = True
                                 if target > tev:

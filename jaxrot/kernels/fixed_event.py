@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from . import event_restate, host_threads
 from ._common import FUSE_FP, checked_step, nonfinite_reason, so3_funcs, warp
-from .adaptive_dense import crossing, dense_funcs, polish_func
+from .adaptive_dense import crossing, dense_funcs, polish_func, polishes
 
 __all__ = ["event_loop_kernel", "launch", "why_not_event"]
 
@@ -30,9 +30,10 @@ _SLICED = frozenset((0, 1)) | frozenset(range(_N_IN, _N_IN + len(_OUTPUTS)))
 
 
 def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str, direction, terminal: bool, *,
-                      key: str):
+                      key: str, polished: bool = True):
     """The fused constant-step run with an event (see the module docstring): ``init``, ``step`` and
-    ``reason`` as :func:`~jaxrot.kernels._common.loop_kernel` takes them."""
+    ``reason`` as :func:`~jaxrot.kernels._common.loop_kernel` takes them; ``polished``: the event
+    polished on the method's own steps (:func:`~jaxrot.kernels.adaptive_dense.polishes`)."""
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
@@ -82,8 +83,10 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
                     gb = g(t + dt, R, Pi, Q)  # (the XLA loop's time of the step's end)
                     if crossed(gprev, gb):
                         found = True
-                        sev, gs = locate(t, dt, Rk, Pik, R, Pi, J, P, Q)
-                        tev, Rev, Piev = polish(t, Rk, Pik, sev, gs, J, P, Q)
+                        sev, gs, Rev, Piev = locate(t, dt, Rk, Pik, R, Pi, J, P, Q)
+                        tev = t + sev
+                        if wp.static(polished):
+                            tev, Rev, Piev = polish(t, Rk, Pik, sev, gs, J, P, Q)
                         if wp.static(TERMINAL):
                             done = True
                     gprev = gb
@@ -118,7 +121,11 @@ def _kernel(dtype_name: str, name: str, torque: str, K: int, event_key: str, dir
     made = KERNELS[name].make(S, name, torque, K)
     init, step, reason = (*made, None)[:3]
     key = f"{name}_{torque.replace(':', '_')}{K}_{dtype_name}_ev{event_key}_{direction}_{int(terminal)}"
-    return S, event_loop_kernel(S, init, step, reason, torque, K, event_key, direction, terminal, key=key)
+    from .. import integrators
+
+    polished = polishes(getattr(integrators.get(name), "order", None))
+    return S, event_loop_kernel(S, init, step, reason, torque, K, event_key, direction, terminal, key=key,
+                                polished=polished)
 
 
 @functools.lru_cache(maxsize=None)
