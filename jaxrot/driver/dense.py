@@ -40,7 +40,12 @@ from ..geometry.state import State
 from ..physics.torques import body_torque
 from .precision import full_precision
 
-__all__ = ["interpolate", "DenseOutput", "StepDenseOutput", "checkpoint_interval"]
+__all__ = ["interpolate", "momentum_rate", "DenseOutput", "StepDenseOutput", "checkpoint_interval"]
+
+
+def momentum_rate(system, t, state: State):
+    """``dPi/dt = Pi x omega + tau_body``: Euler's equations for the body momentum at ``t``."""
+    return jnp.cross(state.Pi, state.Pi / system.body.J) + body_torque(system, t, state.R, state.Pi)
 
 
 def _hermite(u):
@@ -70,8 +75,8 @@ def interpolate(system, t, h, s0: State, s1: State, s) -> State:
     w0, w1 = s0.Pi / J, s1.Pi / J
     xi1 = so3.log(so3.mtm(s0.R, s1.R))
     m1 = so3.dexpinv(-xi1, w1)
-    d0 = jnp.cross(s0.Pi, w0) + body_torque(system, t, s0.R, s0.Pi)
-    d1 = jnp.cross(s1.Pi, w1) + body_torque(system, t + h, s1.R, s1.Pi)
+    d0 = momentum_rate(system, t, s0)
+    d1 = momentum_rate(system, t + h, s1)
     a, b, c, d = _hermite(s / h)
     xi = (b * h) * w0 + c * xi1 + (d * h) * m1
     R = so3.mm(s0.R, so3.exp(xi))

@@ -9,13 +9,13 @@ loop. After the loop the time is located within that step on the dense output
 (:func:`jaxrot.driver.dense.interpolate`) by bisection to the last bit of the step and one Newton
 step, ``s* = s_b - g(s_b) / g'(s_b)``. The dense output is a cubic, O(h^4) off the method's own
 trajectory within the step; for a method of higher order (:data:`DENSE_ORDER`), :data:`POLISH` more
-Newton steps move the root onto that trajectory, each evaluating ``g`` at one fresh step of the method from the crossing
-step's start to the current estimate (the slope still the dense output's). Every Newton step starts
-from a point carrying no
-derivative, so that the derivative of the time is the implicit function theorem's,
-``-(dg/dtheta) / (dg/ds)``, in forward and reverse mode alike; the event state is the last step's
-state carried along the equations of motion by the last Newton correction (round-off in value), so
-that it has the time's derivative too. See docs/user_guide/saveat_events.md.
+Newton steps move the root onto that trajectory, each evaluating ``g`` at one fresh step of the
+method from the crossing step's start to the current estimate (the slope still the dense output's).
+Every Newton step starts from a point carrying no derivative, so that the derivative of the time is
+the implicit function theorem's, ``-(dg/dtheta) / (dg/ds)``, in forward and reverse mode alike; the
+event state is the last step's state carried along the equations of motion by the last Newton
+correction (a change at round-off), so that it has the time's derivative too. See
+docs/user_guide/saveat_events.md.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from jax import lax
 
 from ..geometry import so3
 from ..geometry.state import State
-from ..physics.torques import body_torque
-from .dense import interpolate
+from .dense import interpolate, momentum_rate
 
 __all__ = ["Event", "EventCarry", "check_event", "event_start", "event_update", "locate", "method_step"]
 
@@ -202,9 +201,8 @@ def locate(event: Event, system, ec: EventCarry, advance=None) -> tuple[Any, Sta
 
 def _moved(system, t, state: State, ds) -> State:
     """``state`` at ``t`` carried to ``t + ds`` to first order: ``R exp(ds omega)``, ``Pi + ds dPi/dt``."""
-    w = state.Pi / system.body.J
-    dPi = jnp.cross(state.Pi, w) + body_torque(system, t, state.R, state.Pi)
-    return State(state.R @ so3.exp(ds * w), state.Pi + ds * dPi)
+    return State(state.R @ so3.exp(ds * state.Pi / system.body.J),
+                 state.Pi + ds * momentum_rate(system, t, state))
 
 
 def freeze_after(ts, states: State, event_time, event_state: State) -> State:

@@ -7,7 +7,10 @@ the crossing is located by :data:`BISECTIONS` halvings of the step and one Newto
 interpolated condition over ``sqrt(eps)`` of the step (the kernel does not differentiate; the step
 only polishes a root the bisection has located to the last bits). :func:`polish_func` then takes
 :data:`POLISH` Newton steps on the method's own steps from the crossing step's start, with that
-slope, and the event state is the method's step to the final time (as ``locate`` with a method).
+slope, for methods of order above :data:`DENSE_ORDER` (as ``locate`` with a method: the same
+times), and the event state is the method's step to the final time (the XLA loop, which
+differentiates, saves that step and moves its last step's state by the last correction instead:
+the two agree to round-off, ``tests/test_kernels.py``).
 """
 
 import functools
