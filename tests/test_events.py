@@ -23,7 +23,8 @@ def _flip_time(J):
 
 
 def test_flip_time_matches_the_exact_solution():
-    tr = jaxrot.simulate("buss4", P, DT, N, event=FLIP, saveat=jaxrot.SaveAt(steps=1000))
+    # both runs on XLA's loop: on a GPU the automatic choice runs the free run fused, equal only to round-off
+    tr = jaxrot.simulate("buss4", P, DT, N, event=FLIP, saveat=jaxrot.SaveAt(steps=1000), executor=jaxrot.XLA())
     t = float(tr.event_time)
     te = so.brentq(lambda s: float(exact.free_flow(P.body.J, P.state0, s).R[1, 1]), t - 0.01, t + 0.01,
                    xtol=1e-15, rtol=1e-15)
@@ -32,7 +33,7 @@ def test_flip_time_matches_the_exact_solution():
     # terminal: the frames after the event repeat the event state; those before are untouched
     after = np.asarray(tr.ts) > t
     np.testing.assert_array_equal(np.asarray(tr.states.R[after]), np.broadcast_to(tr.event_state.R, (after.sum(), 3, 3)))
-    free = jaxrot.simulate("buss4", P, DT, N, saveat=jaxrot.SaveAt(steps=1000))
+    free = jaxrot.simulate("buss4", P, DT, N, saveat=jaxrot.SaveAt(steps=1000), executor=jaxrot.XLA())
     np.testing.assert_array_equal(np.asarray(tr.states.R[~after]), np.asarray(free.states.R[~after]))
 
 
@@ -117,9 +118,9 @@ def test_direction_none_found_and_not_terminal():
     tr = jaxrot.simulate("buss4", P, 1e-2, 500, event=up, saveat=jaxrot.SaveAt(steps=50))
     assert np.isnan(float(tr.event_time)) and np.all(np.isnan(np.asarray(tr.event_state.R)))
     both = jaxrot.Event(lambda t, s, args: t - 1.2345, terminal=False)
-    tr = jaxrot.simulate("rk4", P, 1e-2, 500, event=both, saveat=jaxrot.SaveAt(steps=50))
+    tr = jaxrot.simulate("rk4", P, 1e-2, 500, event=both, saveat=jaxrot.SaveAt(steps=50), executor=jaxrot.XLA())
     assert float(tr.event_time) == pytest.approx(1.2345, abs=1e-13)
-    free = jaxrot.simulate("rk4", P, 1e-2, 500, saveat=jaxrot.SaveAt(steps=50))
+    free = jaxrot.simulate("rk4", P, 1e-2, 500, saveat=jaxrot.SaveAt(steps=50), executor=jaxrot.XLA())  # the same loop as the event run
     np.testing.assert_array_equal(np.asarray(tr.states.R), np.asarray(free.states.R))
 
 
