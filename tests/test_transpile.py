@@ -184,6 +184,31 @@ def test_an_unsupported_function_stays_on_xla(fn, names):
     assert sol.info["executor"] == "XLA" and np.all(np.isfinite(np.asarray(sol.states.Pi)))
 
 
+def test_without_warps_cpu_compiler_a_restatement_is_refused_with_the_reason(monkeypatch):
+    """A restated torque or event condition is compared with the function on the CPU, on a GPU machine
+    too: a Warp whose CPU compiler did not load gets that reason from a fixed-step, an adaptive and an
+    event run, not Warp's internal error (seen on a GPU with the compiler left out of the install)."""
+    from jaxrot.kernels import _common
+
+    monkeypatch.setattr(_common.warp(), "is_cpu_available", lambda: False)
+
+    def fn(t, R, Pi):  # a torque no other test restates, so no earlier verdict is remembered
+        return -0.0123 * Pi
+
+    body = RigidBody(J)
+    p = Problem(body, jaxrot.Torque(fn), jaxrot.State(jnp.eye(3), jnp.array([0.3, -1.0, 2.0])), t_end=1.0)
+    free = Problem(body, jaxrot.torques.FreeTorque(), p.state0, t_end=1.0)
+    flip = jaxrot.Event(lambda t, s, args: s.R[1, 1] - 0.0123)
+    for run in (lambda: jaxrot.simulate("rk4", p, 0.1, 5, executor=jaxrot.Fused()),
+                lambda: jaxrot.simulate("rkmk8(5)", p, t1=0.5, stepsize=jaxrot.Adaptive(rtol=1e-8, atol=1e-8),
+                                        executor=jaxrot.Fused()),
+                lambda: jaxrot.simulate("rk4", free, 0.1, 5, event=flip, executor=jaxrot.Fused())):
+        with pytest.raises(ValueError, match="cannot be restated in a kernel: Warp's CPU compiler"):
+            run()
+    monkeypatch.undo()  # with the compiler, the same torque runs fused
+    assert jaxrot.simulate("rk4", p, 0.1, 5, executor=jaxrot.Fused()).info["executor"] == "Fused"
+
+
 def test_fused_run_of_a_plain_function_equals_xla():
     """simulate with executor=Fused(): the plain-function torque runs in the kernel, with the XLA run's
     states; suggest names the fused executor for it."""

@@ -105,6 +105,17 @@ KERNELS: dict[str, KernelEntry] = {
 }
 
 
+def torque_refusal(torque, dtype=None) -> str:
+    """Why no kernel runs ``torque`` (for a torque :func:`torque_kind` does not recognise): a plain
+    function's restatement's failure, or the torque's type."""
+    from ..physics.torques import Torque
+
+    if type(torque) is Torque:
+        why = _transpile.reason(torque, dtype or jnp.zeros(()).dtype)
+        return f"the torque function cannot be restated in a kernel: {why}"
+    return f"no fused kernel restates the torque {type(torque).__name__}"
+
+
 def torque_kind(torque, dtype=None) -> str | None:
     """``"free"``, ``"gravity"``, ``"poly"`` or ``"gravity_gradient"`` for the torque models a kernel
     restates, ``"user:<key>"`` for a :class:`jaxrot.Torque` whose function :mod:`~jaxrot.kernels.transpile`
@@ -193,12 +204,7 @@ def why_not(method, system) -> str | None:
     dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else None
     kind = torque_kind(system.torque, dtype)
     if kind is None:
-        from ..physics.torques import Torque
-
-        if type(system.torque) is Torque:
-            why = _transpile.reason(system.torque, dtype or jnp.zeros(()).dtype)
-            return f"the torque function cannot be restated in a kernel: {why}"
-        return f"no fused kernel restates the torque {type(system.torque).__name__}"
+        return torque_refusal(system.torque, dtype)
     if _family(kind) not in KERNELS[name].torques:
         return (f"the kernel of {name} restates the torques {', '.join(KERNELS[name].torques)}, not "
                 f"{type(system.torque).__name__}")

@@ -34,6 +34,16 @@ def have_warp() -> bool:
         return False
 
 
+def no_cpu_compiler() -> str | None:
+    """Why a restated torque or event condition cannot be checked here (Warp's CPU compiler did not
+    load: the restatement is compared with the function on the CPU before a kernel uses it, on a GPU
+    machine too), or ``None``."""
+    if warp().is_cpu_available():
+        return None
+    return ("Warp's CPU compiler (warp-clang, part of the warp-lang wheel) did not load, and a restated "
+            "function is checked on the CPU before a kernel uses it; reinstall warp-lang")
+
+
 @functools.lru_cache(maxsize=None)
 def warp():
     """The ``warp`` module, imported and initialised once, quietly (an ``ImportError`` naming the extra

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import KERNELS, method_name, registered_name, torque_kind
+from . import KERNELS, method_name, registered_name, torque_kind, torque_refusal
 from . import event_restate
 from ._common import so3_funcs, warp
 
@@ -177,7 +177,7 @@ def why_not_adaptive(pair, system, event=None) -> str | None:
     dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else jnp.zeros(()).dtype
     kind = torque_kind(system.torque, dtype)
     if kind is None:
-        return f"no fused kernel restates the torque {type(system.torque).__name__}"
+        return torque_refusal(system.torque, dtype)
     if kind.split(":", 1)[0] not in ADAPTIVE_KERNELS[name].torques:
         return (f"the adaptive kernel of {name} restates the torques {', '.join(ADAPTIVE_KERNELS[name].torques)}, "
                 f"not {type(system.torque).__name__}")

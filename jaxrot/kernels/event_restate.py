@@ -122,12 +122,15 @@ def reason(cond_fn, dtype) -> str | None:
 def _check(cond_fn, dtype, hit):
     import jax
 
-    from ._common import have_warp
+    from ._common import have_warp, no_cpu_compiler
 
     key = (hit[0], np.dtype(dtype).name)
     if key not in _CHECKED:
         if not have_warp():
             return
+        why = no_cpu_compiler()
+        if why is not None:
+            raise Unsupported(why)
         concrete = not any(isinstance(c, jax.core.Tracer) for c in hit[3])
         try:
             _CHECKED[key] = _compare(cond_fn, dtype, hit, concrete)

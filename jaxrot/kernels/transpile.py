@@ -149,12 +149,15 @@ def _check_restatement(torque, dtype, hit):
     or running another torque."""
     import jax
 
-    from ._common import have_warp
+    from ._common import have_warp, no_cpu_compiler
 
     key = (hit[0], np.dtype(dtype).name)
     if key not in _CHECKED:
         if not have_warp():
             return
+        why = no_cpu_compiler()
+        if why is not None:
+            raise Unsupported(why)
         leaves = jax.tree_util.tree_leaves(torque)
         concrete = not any(isinstance(x, jax.core.Tracer) for x in [*leaves, *hit[3]])
         try:
