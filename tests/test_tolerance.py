@@ -166,6 +166,46 @@ def test_a_float32_adaptive_run_announces_the_error_it_will_end_with():
     assert 1e-5 < err <= floor, (err, floor)
 
 
+def _spun_up(dtype, T):
+    """A body spun up about its third axis by a torque along its momentum: turned (0.5 t + 5 t^2) / 1.5 rad,
+    the rotation about z by that angle exactly (a flow the methods follow to round-off in float64)."""
+    def spin_up(t, R, Pi):
+        return 10.0 * Pi / jnp.linalg.norm(Pi)
+
+    J = jnp.array([1.0, 1.2, 1.5], dtype)
+    return jaxrot.Problem(jaxrot.RigidBody(J), jaxrot.Torque(spin_up),
+                          jaxrot.State(jnp.eye(3, dtype=dtype), jnp.array([0.0, 0.0, 0.5], dtype)), T)
+
+
+def test_a_body_spun_up_by_its_torque_is_announced_after_the_run():
+    """The check before the run sees the initial spin only (1.3 rad over 4 s here: silent). Spun up to
+    55 rad, the float32 run ends 5 times its tolerance from the exact rotation; the check after the
+    run says so from the saved states, on a first call and on a repeated one; float64 is silent."""
+    T, theta = 4.0, (0.5 * 4.0 + 5.0 * 16.0) / 1.5
+    c, s = np.cos(theta), np.sin(theta)
+    exact = jnp.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    p = _spun_up(jnp.float32, T)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_over_span(1e-5, 1e-5, jnp.float32, p.body.J, p.state0.Pi, T, where="run")
+    for _ in range(2):  # the second call replays the remembered plan
+        with pytest.warns(PrecisionWarning, match=r"turned through up to 5[45]\.\d rad, more than their initial spin"
+                          r" foretold .* float32 .* expect a final error up to about") as rec:
+            tr = jaxrot.simulate("rkmk8(5,3)", p, t1=T, stepsize=jaxrot.Adaptive(rtol=1e-5, atol=1e-5))
+        assert len(rec) == 1 and rec[0].filename == __file__
+    err = float(analysis.attitude_error(jnp.asarray(tr.final.R, jnp.float64), exact))
+    assert err > 1e-5, err  # the warning was due: the tolerance was not met
+    announced = global_floor(jnp.float32, 1, angle=theta)
+    assert err <= 2 * announced, (err, announced)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrecisionWarning)
+        tr64 = jaxrot.simulate("rkmk8(5,3)", _spun_up(jnp.float64, T), t1=T,
+                               stepsize=jaxrot.Adaptive(rtol=1e-5, atol=1e-5))
+        jax.jit(lambda Pi: jaxrot.simulate("rkmk8(5,3)", p, t1=T, state0=jaxrot.State(p.state0.R, Pi),
+                                           stepsize=jaxrot.Adaptive(rtol=1e-5, atol=1e-5)).final.R)(p.state0.Pi)
+    assert float(analysis.attitude_error(tr64.final.R, exact)) < 1e-10
+
+
 def test_inside_a_trace_the_span_is_not_checked():
     """Under ``jax.jit`` the state is traced: nothing can be compared before the run, and the check
     must neither fail nor warn (a jitted gradient once failed converting the span to a float)."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import sys
 import warnings
 
 import jax
@@ -38,7 +40,7 @@ from . import replay
 from .progress import progress_report
 from .results import Provenance, Trajectory
 from .saveat import SaveAt
-from .tolerance import reachable, warn_over_span
+from .tolerance import reachable, warn_over_span, warn_turned
 
 __all__ = ["simulate", "stack_problems", "cast", "InvariantMonitor"]
 
@@ -354,11 +356,16 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
              ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given), getattr(problem, "name", None) or "(unnamed)", _dt_label(dt0), "adaptive", every,
                        str(dtype), extra)
+    # float32: the round-off over the angle the saved states show, for torques that spin a body up
+    turned = None if spoken or dtype != jnp.float32 or not is_concrete(t0) else functools.partial(
+        _warn_turned, rtol, atol, dtype, problem.body.J, t0, state0.Pi, where)
     if report is None and extra_counts is None and not spoken and (rtol, atol) == (local.rtol, local.atol):
         # a plan is remembered only where nothing was said (no tolerance raised, no calibration)
         build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
         plan = functools.partial(_carry_out, functools.partial(type(runner).run_attempts, runner, spec), build, throw,
                                  "adaptive run: ")
+        if turned is not None:
+            plan = functools.partial(_then, plan, turned)
         replay.remember(plan_key, plan, *inputs, spec, alias=value_key)
         return plan()
     frames = type(runner).run_attempts(runner, spec)
@@ -369,6 +376,20 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
                       extra_counts=extra_counts)
     if throw:
         raise_failures(traj.failed_step, traj.result, "adaptive run: ")
+    return traj if turned is None else turned(traj)
+
+
+def _then(plan, after):
+    return after(plan())
+
+
+def _warn_turned(rtol, atol, dtype, J, t0, Pi0, where, traj):
+    if is_concrete(traj.states.Pi):  # a caller's trace gives no numbers to check
+        # the warning points at the caller's line: a first call and a replay reach here at different depths
+        frame, k, package = sys._getframe(1), 1, os.path.dirname(os.path.dirname(__file__))
+        while frame is not None and frame.f_code.co_filename.startswith(package):
+            frame, k = frame.f_back, k + 1
+        warn_turned(rtol, atol, dtype, J, t0, Pi0, traj.ts, traj.states.Pi, where=where, stacklevel=1 + k)
     return traj
 
 

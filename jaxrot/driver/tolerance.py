@@ -22,6 +22,8 @@ and the commands that made them are in docs/choosing.md (*What float32 can reach
 round-off over its span (the global floor for the angle the body turns through) is above its
 tolerances: the per-step tolerances are kept (a looser step would add truncation error to round-off
 that may well be less than the envelope), and the warning states the final error to expect.
+:func:`warn_turned` makes the same check after a float32 run, from the angle the saved states show the
+bodies turned through, for torques that spun a body up beyond what its initial spin foretold.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["PrecisionWarning", "local_floor", "global_floor", "reachable", "turning_angle", "warn_over_span",
+           "warn_turned",
            "warn_precision"]
 
 #: the per-step floor in units of eps: the lowest tolerance at which every pair's step count still
@@ -185,7 +188,15 @@ def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str, stacklevel: in
     """
     if any(x is None or _is_traced(x) for x in (rtol, atol, J, Pi, span)):
         return False
-    angle = turning_angle(J, Pi, span)
+    return _announce(rtol, atol, dtype, turning_angle(J, Pi, span), where,
+                     "the tolerances are below the round-off a {dtype} run accumulates turning through {turned} rad"
+                     "{bodies}: expect a final error up to about {worst} (the global floor over the span), not the "
+                     "tolerance", stacklevel + 1)
+
+
+def _announce(rtol, atol, dtype, angle, where: str, template: str, stacklevel: int) -> bool:
+    """One warning from ``template`` (``{dtype}``, ``{turned}``, ``{bodies}``, ``{worst}``) where the
+    tolerances are below the global floor of one step and ``angle`` (per body); whether it warned."""
     floor = _global(dtype, 1.0, angle)
     tol = np.maximum(np.asarray(rtol, np.float64), np.asarray(atol, np.float64))
     low = np.broadcast_to(tol < floor, np.broadcast_shapes(np.shape(tol), np.shape(floor)))
@@ -194,7 +205,40 @@ def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str, stacklevel: in
     worst = float(np.max(np.broadcast_to(floor, low.shape)[low]))
     bodies = "" if low.ndim == 0 else f" ({int(low.sum())} of {low.size} bodies)"
     turned = float(np.max(np.broadcast_to(angle, low.shape)[low]))
-    warn_precision(where, f"the tolerances are below the round-off a {jnp.dtype(dtype).name} run accumulates "
-                   f"turning through {turned:.3g} rad{bodies}: expect a final error up to about {worst:.2g} "
-                   "(the global floor over the span), not the tolerance", stacklevel=stacklevel + 1)
+    warn_precision(where, template.format(dtype=jnp.dtype(dtype).name, turned=f"{turned:.3g}", bodies=bodies,
+                                          worst=f"{worst:.2g}"), stacklevel=stacklevel + 1)
     return True
+
+
+def warn_turned(rtol, atol, dtype, J, t0, Pi0, ts, Pi, *, where: str, stacklevel: int = 2) -> bool:
+    """After an error-controlled run, one :class:`PrecisionWarning` naming ``where`` if the angle the
+    bodies turned through puts the round-off over the run above its tolerances: the check of
+    :func:`warn_over_span`, with the angle integrated from the saved states instead of the initial
+    spin (a torque that spins a body up is not foreseen before the run). Returns whether it warned.
+
+    The angle is ``integral |Pi/J| dt`` by the trapezoid rule over ``t0`` and the saved times ``ts``,
+    so a run that saves only its final state counts the spin at its two ends.
+
+    Args:
+      rtol, atol: the run's per-step tolerances (numbers, or one per body).
+      dtype: the run's floating-point type.
+      J: the principal moments, ``(3,)`` or one row per body.
+      t0, Pi0: the initial time and angular momentum (``(3,)`` or ``(B, 3)``).
+      ts, Pi: the saved times (``(F,)``, or ``(B, F)``) and angular momenta (``(F, 3)`` or
+        ``(B, F, 3)``); non-finite entries (a failed body, unused frames) are left out.
+    """
+    if any(x is None or _is_traced(x) for x in (rtol, atol, J, t0, Pi0, ts, Pi)):
+        return False
+    J = np.asarray(J, np.float64)
+    Pi = np.asarray(Pi, np.float64)
+    speed = np.linalg.norm(Pi / (J[..., None, :] if J.ndim == 2 else J), axis=-1)  # (..., F)
+    speed0 = np.linalg.norm(np.asarray(Pi0, np.float64) / J, axis=-1)[..., None]
+    speed = np.concatenate([np.broadcast_to(speed0, speed.shape[:-1] + (1,)), speed], axis=-1)
+    ts = np.broadcast_to(np.asarray(ts, np.float64), speed.shape[:-1] + (speed.shape[-1] - 1,))
+    t = np.concatenate([np.full(ts.shape[:-1] + (1,), float(t0)), ts], axis=-1)
+    seg = 0.5 * (speed[..., 1:] + speed[..., :-1]) * np.diff(t, axis=-1)
+    angle = np.sum(np.where(np.isfinite(seg) & (seg > 0), seg, 0.0), axis=-1)
+    return _announce(rtol, atol, dtype, angle, where,
+                     "the bodies turned through up to {turned} rad{bodies}, more than their initial spin foretold "
+                     "(a torque spun them up), and a {dtype} run accumulates round-off over that angle: expect a "
+                     "final error up to about {worst}, not the tolerance", stacklevel + 1)
