@@ -206,6 +206,56 @@ def test_a_body_spun_up_by_its_torque_is_announced_after_the_run():
     assert float(analysis.attitude_error(tr64.final.R, exact)) < 1e-10
 
 
+def test_the_angle_after_the_run_counts_what_the_bodies_turned():
+    """turned_angle integrates |Pi/J| over the saved times: a terminal event caps each body's times at
+    its event, unused frames (infinite times, NaN states) count nothing, and a run that only saves
+    its end counts the spin at both ends; the check after the run stays silent where the spin did
+    not grow past the initial one, and where a run stops early at an event."""
+    from jaxrot.driver.tolerance import turned_angle, warn_turned
+
+    J = jnp.array([1.0, 1.0, 2.0])
+    ts = jnp.array([1.0, 2.0, 3.0, jnp.inf])
+    Pi = jnp.array([[0.0, 0.0, 2.0], [0.0, 0.0, 4.0], [0.0, 0.0, 6.0], [jnp.nan] * 3])  # |w| = 1, 2, 3
+    np.testing.assert_allclose(turned_angle(J, 0.0, jnp.array([0.0, 0.0, 0.0]), ts, Pi), 0.5 + 1.5 + 2.5)
+    two = turned_angle(J, 0.0, jnp.zeros((2, 3)), ts, jnp.stack([Pi, Pi]), jnp.array([2.0, jnp.nan]))
+    np.testing.assert_allclose(two, [0.5 + 1.5, 4.5])  # the first stopped at t = 2; the second found none
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_turned(1e-5, 1e-5, jnp.float32, np.array([600.0]), np.array([600.0]), where="run")
+        # the same body stopped by a terminal event at 1.5 s: 8 rad, silent (its whole run would warn)
+        p = _spun_up(jnp.float32, 4.0)
+        ev = jaxrot.Event(lambda t, s, args: t - 1.5)
+        tr = jaxrot.simulate("rkmk8(5,3)", p, t1=4.0, event=ev, stepsize=jaxrot.Adaptive(rtol=1e-5, atol=1e-5))
+        assert float(tr.event_time) == pytest.approx(1.5)
+        # every k-th step saved: frames past the last step lie at infinite times, nothing said
+        jaxrot.simulate("rkmk8(5,3)", _float32("asymmetric_top", 0.5), t1=0.5,
+                        stepsize=jaxrot.Adaptive(rtol=1e-4, atol=1e-4), saveat=jaxrot.SaveAt(steps=5))
+    assert warn_turned(1e-5, 1e-5, jnp.float32, np.array([600.0]), np.array([1.0]), where="run")
+
+
+def test_the_warnings_of_a_run_point_at_its_call():
+    """A tolerance raised to the floor and the round-off over the span: both warnings name the line of
+    the user's simulate call (once the raised one named jaxrot's own wrapper)."""
+    p = _float32("asymmetric_top", 10.0)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        jaxrot.simulate("rkmk8(5,3)", p, t1=0.2, stepsize=jaxrot.Adaptive(rtol=1e-7, atol=1e-7))
+    assert [w.category for w in rec] == [PrecisionWarning] * 2, [str(w.message) for w in rec]
+    assert [w.filename for w in rec] == [__file__] * 2
+
+
+def test_float32_save_times_end_at_t1():
+    """Save times made in float32 up to t1 = 0.2 lie just above the float 0.2: accepted; times past t1
+    are refused saying so."""
+    p = _float32("asymmetric_top", 0.2)
+    tr = jaxrot.simulate("rkmk8(5,3)", p, t1=0.2, stepsize=jaxrot.Adaptive(rtol=1e-4, atol=1e-4),
+                         saveat=jaxrot.SaveAt(ts=jnp.linspace(0.05, 0.2, 4, dtype=jnp.float32)))
+    assert tr.ts.shape == (5,)
+    with pytest.raises(ValueError, match="save times run past t1 = 0.2"):
+        jaxrot.simulate("rkmk8(5,3)", p, t1=0.2, stepsize=jaxrot.Adaptive(rtol=1e-4, atol=1e-4),
+                        saveat=jaxrot.SaveAt(ts=jnp.linspace(0.05, 0.21, 4)))
+
+
 def test_inside_a_trace_the_span_is_not_checked():
     """Under ``jax.jit`` the state is traced: nothing can be compared before the run, and the check
     must neither fail nor warn (a jitted gradient once failed converting the span to a float)."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..integrators import AbstractPair, EmbeddedPair
 from ..physics.problems import Problem
+from ..physics.torques import FreeTorque
 from .adjoint import adjoint_for, adjoint_of
 from .checks import (cast, check_capability, check_problem, checked_state0, is_concrete, prepare,
                      resolve_method, scalar, system_of, traced_checks)
@@ -40,7 +41,7 @@ from . import replay
 from .progress import progress_report
 from .results import Provenance, Trajectory
 from .saveat import SaveAt
-from .tolerance import reachable, warn_over_span, warn_turned
+from .tolerance import reachable, turned_angle, turning_angle, warn_over_span, warn_turned
 
 __all__ = ["simulate", "stack_problems", "cast", "InvariantMonitor"]
 
@@ -297,15 +298,17 @@ def _targets(saveat, t0, t1, dtype):
         times, keep_last = [t1], True
     else:
         keep_last = True
-        if t1 is not None and is_concrete(t1) and not isinstance(times, jax.core.Tracer) and \
-                not np.isclose(times[-1], float(t1)):
-            times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
+        if t1 is not None and is_concrete(t1) and not isinstance(times, jax.core.Tracer) and times.size:
+            # compared in the run's type: float32 times made from 0.2 lie just above the float 0.2
+            last, end = (float(np.asarray(x, np.float64).astype(dtype)) for x in (np.max(times), t1))
+            if last > end * (1 + 1e-12) + 1e-300:
+                raise ValueError(f"save times run past t1 = {t1} (the latest is {np.max(times):.17g})")
+            if not np.isclose(times[-1], float(t1)):
+                times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((times, t0))):
         tsn = np.asarray(times, np.float64).reshape(-1)
         if tsn.size == 0 or not np.all(np.isfinite(tsn)) or np.any(np.diff(tsn) <= 0) or tsn[0] <= float(t0):
             raise ValueError("the save times (or t1) must be finite, increasing and after t0")
-        if t1 is not None and is_concrete(t1) and tsn[-1] > float(t1) * (1 + 1e-12) + 1e-300:
-            raise ValueError(f"save times run past t1 = {t1}")
         with jax.ensure_compile_time_eval():  # concrete inside a caller's jit too
             return jnp.asarray(tsn, dtype), keep_last
     return jnp.asarray(times, dtype).reshape(-1), keep_last
@@ -332,11 +335,20 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     every = saveat.every
     # a tolerance below what the dtype resolves is raised to its floor, with a warning, before the run
     where = f"Adaptive(rtol={local.rtol!r}, atol={local.atol!r})"
-    rtol, atol = reachable(local.rtol, local.atol, dtype, where=where, stacklevel=4)
+    rtol, atol = reachable(local.rtol, local.atol, dtype, where=where, stacklevel=5)  # the caller of simulate
     # the final error cannot go below the round-off over the span: said before the run, steps unchanged
     spoken = is_concrete(targets) and is_concrete(t0) and warn_over_span(  # (NumPy: jnp ops inside a trace are traced)
         rtol, atol, dtype, problem.body.J, state0.Pi, float(np.asarray(targets)[-1] - np.asarray(t0)), where=where,
         stacklevel=4)
+    # float32 with a torque, where nothing was said: the check again after the run, from the angle the
+    # saved states show (a torque can spin a body up; a torque-free body keeps |Pi|); the tolerances
+    # asked, not a calibration's
+    turned = None if (spoken or rtol is not local.rtol or atol is not local.atol or dtype != jnp.float32
+                      or isinstance(system.torque, FreeTorque)
+                      or not all(is_concrete(x) for x in (t0, state0.Pi, targets))) \
+        else functools.partial(_warn_turned, rtol, atol, dtype, problem.body.J, t0, state0.Pi,
+                               float(np.asarray(targets)[-1] - np.asarray(t0)), event is not None and event.terminal,
+                               where)
     spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
                        local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
     runner = choose_executor(executor, spec)
@@ -347,7 +359,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     if isinstance(controller, GlobalError):
         rtol, atol, extra_counts = calibrate(spec, runner, controller)
         rtol, atol = reachable(rtol, atol, dtype, where="GlobalError: the local tolerance its calibration chose",
-                               stacklevel=4)
+                               stacklevel=5)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=saveat.t0, keep_last=keep_last, frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)
@@ -356,9 +368,6 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
              ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given), getattr(problem, "name", None) or "(unnamed)", _dt_label(dt0), "adaptive", every,
                        str(dtype), extra)
-    # float32: the round-off over the angle the saved states show, for torques that spin a body up
-    turned = None if spoken or dtype != jnp.float32 or not is_concrete(t0) else functools.partial(
-        _warn_turned, rtol, atol, dtype, problem.body.J, t0, state0.Pi, where)
     if report is None and extra_counts is None and not spoken and (rtol, atol) == (local.rtol, local.atol):
         # a plan is remembered only where nothing was said (no tolerance raised, no calibration)
         build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
@@ -383,14 +392,19 @@ def _then(plan, after):
     return after(plan())
 
 
-def _warn_turned(rtol, atol, dtype, J, t0, Pi0, where, traj):
+def _warn_turned(rtol, atol, dtype, J, t0, Pi0, span, terminal, where, traj):
     if is_concrete(traj.states.Pi):  # a caller's trace gives no numbers to check
+        stop = traj.event_time if terminal else None
+        angle = _turned(J, t0, Pi0, traj.ts, traj.states.Pi, stop)  # one number per body back from the device
         # the warning points at the caller's line: a first call and a replay reach here at different depths
-        frame, k, package = sys._getframe(1), 1, os.path.dirname(os.path.dirname(__file__))
+        frame, k, package = sys._getframe(1), 1, os.path.dirname(os.path.dirname(__file__)) + os.sep
         while frame is not None and frame.f_code.co_filename.startswith(package):
             frame, k = frame.f_back, k + 1
-        warn_turned(rtol, atol, dtype, J, t0, Pi0, traj.ts, traj.states.Pi, where=where, stacklevel=1 + k)
+        warn_turned(rtol, atol, dtype, angle, turning_angle(J, Pi0, span), where=where, stacklevel=1 + k)
     return traj
+
+
+_turned = jax.jit(turned_angle)
 
 
 def stack_problems(problems: list[Problem]) -> Problem:

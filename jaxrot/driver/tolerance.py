@@ -22,8 +22,9 @@ and the commands that made them are in docs/choosing.md (*What float32 can reach
 round-off over its span (the global floor for the angle the body turns through) is above its
 tolerances: the per-step tolerances are kept (a looser step would add truncation error to round-off
 that may well be less than the envelope), and the warning states the final error to expect.
-:func:`warn_turned` makes the same check after a float32 run, from the angle the saved states show the
-bodies turned through, for torques that spun a body up beyond what its initial spin foretold.
+:func:`warn_turned` makes the same check after a float32 run with a torque, from the angle the saved
+states show the bodies turned through (:func:`turned_angle`), for bodies whose spin grew beyond what
+their initial spin foretold.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["PrecisionWarning", "local_floor", "global_floor", "reachable", "turning_angle", "warn_over_span",
-           "warn_turned",
+           "turned_angle", "warn_turned",
            "warn_precision"]
 
 #: the per-step floor in units of eps: the lowest tolerance at which every pair's step count still
@@ -210,35 +211,51 @@ def _announce(rtol, atol, dtype, angle, where: str, template: str, stacklevel: i
     return True
 
 
-def warn_turned(rtol, atol, dtype, J, t0, Pi0, ts, Pi, *, where: str, stacklevel: int = 2) -> bool:
-    """After an error-controlled run, one :class:`PrecisionWarning` naming ``where`` if the angle the
-    bodies turned through puts the round-off over the run above its tolerances: the check of
-    :func:`warn_over_span`, with the angle integrated from the saved states instead of the initial
-    spin (a torque that spins a body up is not foreseen before the run). Returns whether it warned.
+def turned_angle(J, t0, Pi0, ts, Pi, t_stop=None):
+    """The angle (rad) each body turned through, ``integral |Pi/J| dt`` by the trapezoid rule over ``t0``
+    and the saved times: one number per body. A run that saves only its final state counts the spin at
+    its two ends; with ``SaveAt(steps=k)``, up to its last saved step. Written with ``jax.numpy``, so it
+    runs where the arrays are (and under ``jit``).
 
-    The angle is ``integral |Pi/J| dt`` by the trapezoid rule over ``t0`` and the saved times ``ts``,
-    so a run that saves only its final state counts the spin at its two ends.
+    Args:
+      J: the principal moments, ``(3,)`` or one row per body.
+      t0, Pi0: the initial time and angular momentum (``(3,)`` or ``(B, 3)``).
+      ts, Pi: the saved times (``(F,)`` or ``(B, F)``) and angular momenta (``(F, 3)`` or
+        ``(B, F, 3)``); non-finite entries (unused frames, a body that failed) are left out.
+      t_stop: a time per body after which the saved states only repeat a terminal event's state
+        (non-finite: no event); the times are capped there.
+    """
+    J = jnp.asarray(J)
+    speed = jnp.linalg.norm(Pi / (J[..., None, :] if J.ndim == 2 else J), axis=-1)  # (..., F)
+    speed0 = jnp.linalg.norm(Pi0 / J, axis=-1)[..., None]
+    speed = jnp.concatenate([jnp.broadcast_to(speed0, speed.shape[:-1] + (1,)), speed], axis=-1)
+    ts = jnp.broadcast_to(ts, speed.shape[:-1] + (speed.shape[-1] - 1,))
+    if t_stop is not None:
+        ts = jnp.minimum(ts, jnp.where(jnp.isfinite(t_stop), t_stop, jnp.inf)[..., None])
+    t = jnp.concatenate([jnp.full(ts.shape[:-1] + (1,), t0, ts.dtype), ts], axis=-1)
+    dt = jnp.diff(t, axis=-1)
+    mean = 0.5 * (speed[..., 1:] + speed[..., :-1])
+    ok = jnp.isfinite(dt) & (dt > 0) & jnp.isfinite(mean)
+    return jnp.sum(jnp.where(ok, mean * jnp.where(ok, dt, 0.0), 0.0), axis=-1)
+
+
+def warn_turned(rtol, atol, dtype, angle, foretold, *, where: str, stacklevel: int = 2) -> bool:
+    """After an error-controlled run, one :class:`PrecisionWarning` naming ``where`` for the bodies whose
+    spin grew past what the check before the run saw (``angle`` above ``foretold``) and took the
+    round-off over the run above its tolerances: the check of :func:`warn_over_span` with the angle the
+    saved states show. Returns whether it warned.
 
     Args:
       rtol, atol: the run's per-step tolerances (numbers, or one per body).
       dtype: the run's floating-point type.
-      J: the principal moments, ``(3,)`` or one row per body.
-      t0, Pi0: the initial time and angular momentum (``(3,)`` or ``(B, 3)``).
-      ts, Pi: the saved times (``(F,)``, or ``(B, F)``) and angular momenta (``(F, 3)`` or
-        ``(B, F, 3)``); non-finite entries (a failed body, unused frames) are left out.
+      angle: the angle each body turned through (:func:`turned_angle`).
+      foretold: the angle the check before the run assumed (:func:`turning_angle`).
     """
-    if any(x is None or _is_traced(x) for x in (rtol, atol, J, t0, Pi0, ts, Pi)):
+    if any(x is None or _is_traced(x) for x in (rtol, atol, angle, foretold)):
         return False
-    J = np.asarray(J, np.float64)
-    Pi = np.asarray(Pi, np.float64)
-    speed = np.linalg.norm(Pi / (J[..., None, :] if J.ndim == 2 else J), axis=-1)  # (..., F)
-    speed0 = np.linalg.norm(np.asarray(Pi0, np.float64) / J, axis=-1)[..., None]
-    speed = np.concatenate([np.broadcast_to(speed0, speed.shape[:-1] + (1,)), speed], axis=-1)
-    ts = np.broadcast_to(np.asarray(ts, np.float64), speed.shape[:-1] + (speed.shape[-1] - 1,))
-    t = np.concatenate([np.full(ts.shape[:-1] + (1,), float(t0)), ts], axis=-1)
-    seg = 0.5 * (speed[..., 1:] + speed[..., :-1]) * np.diff(t, axis=-1)
-    angle = np.sum(np.where(np.isfinite(seg) & (seg > 0), seg, 0.0), axis=-1)
-    return _announce(rtol, atol, dtype, angle, where,
+    angle = np.asarray(angle, np.float64)
+    grew = np.where(angle > np.asarray(foretold, np.float64), angle, 0.0)
+    return _announce(rtol, atol, dtype, grew, where,
                      "the bodies turned through up to {turned} rad{bodies}, more than their initial spin foretold "
-                     "(a torque spun them up), and a {dtype} run accumulates round-off over that angle: expect a "
-                     "final error up to about {worst}, not the tolerance", stacklevel + 1)
+                     "(their spin grew during the run), and a {dtype} run accumulates round-off over that angle: "
+                     "expect a final error up to about {worst}, not the tolerance", stacklevel + 1)
