@@ -125,6 +125,16 @@ def _provenance(method, problem, dt, n_steps, every, dtype, extra) -> Provenance
                            jaxrot=__version__, jax=jax.__version__, jaxlib=jaxlib.__version__, **dict(extra)))
 
 
+def _tol_label(x):
+    """A tolerance as the provenance keeps it (hashable): the number, or the range of per-body values."""
+    if isinstance(x, (int, float)) or x is None:
+        return x
+    if not is_concrete(x):
+        return "traced"
+    v = np.asarray(x, np.float64)
+    return float(v) if v.ndim == 0 else f"per body ({v.size}): {v.min():g} to {v.max():g}"
+
+
 def _dt_label(dt) -> str:
     if dt is None:
         return "None"
@@ -364,7 +374,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     finish = Finish(keep_first=saveat.t0, keep_last=keep_last, frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)
     batched = state0.R.ndim == 3
-    extra = (("executor", type(runner).__name__), ("rtol", local.rtol), ("atol", local.atol),
+    extra = (("executor", type(runner).__name__), ("rtol", _tol_label(local.rtol)), ("atol", _tol_label(local.atol)),
              ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given), getattr(problem, "name", None) or "(unnamed)", _dt_label(dt0), "adaptive", every,
                        str(dtype), extra)
