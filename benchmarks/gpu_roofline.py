@@ -39,7 +39,7 @@ import jaxrot  # noqa: E402
 from jaxrot import kernels, problems  # noqa: E402
 from jaxrot.integrators import get as get_method  # noqa: E402
 from jaxrot.kernels import _common  # noqa: E402
-from jaxrot.present import output, provenance  # noqa: E402
+from jaxrot.present import provenance  # noqa: E402
 from jaxrot.studies.timing import median_seconds_interleaved  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -134,19 +134,12 @@ def markdown(res) -> str:
 
 
 def main(out_dir, bodies, steps, reps, variants):
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     dev = jax.devices()[0]
     res = {"device": str(dev), "device_kind": getattr(dev, "device_kind", ""), "jax": jax.__version__,
            "warp": _common.warp().config.version, "bodies": bodies, "steps": steps, "reps": reps,
            "rows": measure(bodies, steps, reps, variants)}
-    files = [out_dir / "gpu_roofline.json", out_dir / "gpu_roofline.md"]
-    with output.atomic(files[0]) as tmp:
-        tmp.write_text(json.dumps(res, indent=1))
-    with output.atomic(files[1]) as tmp:
-        tmp.write_text(markdown(res))
+    provenance.write_record(out_dir, "gpu_roofline", res, markdown(res), command="python " + " ".join(sys.argv))
     print(markdown(res))
-    provenance.record(out_dir, files, command="python " + " ".join(sys.argv), quick=False)
     return res
 
 

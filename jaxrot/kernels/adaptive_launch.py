@@ -43,8 +43,9 @@ def _ffi(*key):
 SORT_MIN_BODIES = 64
 #: the fewest bodies a slice is given
 MIN_BODIES_PER_SLICE = 16
-#: slices per core: a thread that finishes early takes the next slice
-SLICES_PER_CORE = 8
+#: slices per core: a thread that finishes early takes the next slice; each slice's launch costs a fixed
+#: time, so more slices than needed for balance only add to a call's cost (benchmarks/adaptive_slices.py)
+SLICES_PER_CORE = 4
 
 
 def slices_for(bodies: int) -> int:

@@ -64,6 +64,20 @@ def record(folder, files, *, command: str, quick: bool) -> pathlib.Path:
     return manifest
 
 
+def write_record(folder, stem: str, data, text: str, *, command: str) -> list[pathlib.Path]:
+    """``stem.json`` (``data`` as JSON) and ``stem.md`` (``text``) in ``folder``, each written atomically,
+    and their entry in its ``provenance.json`` (a full run's); the two paths."""
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [folder / f"{stem}.json", folder / f"{stem}.md"]
+    with output.atomic(files[0]) as tmp:
+        tmp.write_text(json.dumps(data, indent=1))
+    with output.atomic(files[1]) as tmp:
+        tmp.write_text(text)
+    record(folder, files, command=command, quick=False)
+    return files
+
+
 def check(folder, *, suffixes=(".png", ".gif", ".json", ".md")) -> list[str]:
     """The problems with the result files of ``folder`` (empty when every file with one of
     ``suffixes`` was written by a full run, is unchanged since, and its run's JSON numbers are the
