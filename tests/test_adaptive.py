@@ -345,3 +345,16 @@ def test_per_body_tolerances_through_simulate():
         for c in counts.values():
             assert c[b] == int(one.controller.n_accepted)
     assert len(set(counts["XLA"].tolist())) == 3
+
+
+def test_per_body_tolerances_below_the_floor_are_raised_each():
+    """One body's tolerance below float64's floor is raised with a warning naming the range; the other
+    body's is kept, and the run goes on (the raised tolerances once broke the call's bookkeeping)."""
+    p = problems.get("asymmetric_top")
+    S = jaxrot.State(jnp.broadcast_to(p.state0.R, (2, 3, 3)), p.state0.Pi * jnp.array([1.0, 1.5])[:, None])
+    tol = jnp.array([1e-16, 1e-8])
+    with pytest.warns(jaxrot.PrecisionWarning, match=r"per body \(2\): 1e-16 to 1e-08.*down to 1e-16"):
+        tr = jaxrot.simulate("rkmk8(5,3)", p, t1=0.01, state0=S, stepsize=jaxrot.Adaptive(rtol=tol, atol=tol),
+                             executor=jaxrot.XLA())
+    n = np.asarray(tr.controller.n_accepted)
+    assert n[0] > n[1] >= 1 and np.all(np.isfinite(np.asarray(tr.final.R)))

@@ -254,6 +254,10 @@ def test_float32_save_times_end_at_t1():
     with pytest.raises(ValueError, match="save times run past t1 = 0.2"):
         jaxrot.simulate("rkmk8(5,3)", p, t1=0.2, stepsize=jaxrot.Adaptive(rtol=1e-4, atol=1e-4),
                         saveat=jaxrot.SaveAt(ts=jnp.linspace(0.05, 0.21, 4)))
+    # the last save time 1.5e-6 short of t1: the run still goes on to t1 (it once stopped there)
+    tr = jaxrot.simulate("rkmk8(5,3)", p, t1=0.2, stepsize=jaxrot.Adaptive(rtol=1e-4, atol=1e-4),
+                         saveat=jaxrot.SaveAt(ts=[0.1, 0.1999985]))
+    np.testing.assert_allclose(np.asarray(tr.ts), [0.0, 0.1, 0.1999985, 0.2], rtol=1e-7)
 
 
 def test_inside_a_trace_the_span_is_not_checked():

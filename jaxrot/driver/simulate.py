@@ -313,7 +313,8 @@ def _targets(saveat, t0, t1, dtype):
             last, end = (float(np.asarray(x, np.float64).astype(dtype)) for x in (np.max(times), t1))
             if last > end * (1 + 1e-12) + 1e-300:
                 raise ValueError(f"save times run past t1 = {t1} (the latest is {np.max(times):.17g})")
-            if not np.isclose(times[-1], float(t1)):
+            final = float(np.asarray(times[-1], np.float64).astype(dtype))
+            if not abs(final - end) <= 1e-12 * abs(end) + 1e-300:  # the run goes on to t1
                 times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((times, t0))):
         tsn = np.asarray(times, np.float64).reshape(-1)
@@ -344,7 +345,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     adjoint = adjoint_for(adjoint, jax.tree_util.tree_leaves((system, state0, t0, dt0, targets, event, local)))
     every = saveat.every
     # a tolerance below what the dtype resolves is raised to its floor, with a warning, before the run
-    where = f"Adaptive(rtol={local.rtol!r}, atol={local.atol!r})"
+    where = f"Adaptive(rtol={_tol_label(local.rtol)!r}, atol={_tol_label(local.atol)!r})"
     rtol, atol = reachable(local.rtol, local.atol, dtype, where=where, stacklevel=5)  # the caller of simulate
     # the final error cannot go below the round-off over the span: said before the run, steps unchanged
     spoken = is_concrete(targets) and is_concrete(t0) and warn_over_span(  # (NumPy: jnp ops inside a trace are traced)
@@ -378,7 +379,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
              ("controller", type(controller).__name__)) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given), getattr(problem, "name", None) or "(unnamed)", _dt_label(dt0), "adaptive", every,
                        str(dtype), extra)
-    if report is None and extra_counts is None and not spoken and (rtol, atol) == (local.rtol, local.atol):
+    if report is None and extra_counts is None and not spoken and rtol is local.rtol and atol is local.atol:
         # a plan is remembered only where nothing was said (no tolerance raised, no calibration)
         build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
         plan = functools.partial(_carry_out, functools.partial(type(runner).run_attempts, runner, spec), build, throw,
