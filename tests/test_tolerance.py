@@ -245,8 +245,8 @@ def test_the_warnings_of_a_run_point_at_its_call():
 
 
 def test_float32_save_times_end_at_t1():
-    """Save times made in float32 up to t1 = 0.2 lie just above the float 0.2: accepted; times past t1
-    are refused saying so."""
+    """Save times made in float32 up to t1 = 0.2 lie just above the float 0.2: accepted, with error
+    control and with constant steps; times past t1 are refused saying so."""
     p = _float32("asymmetric_top", 0.2)
     tr = jaxrot.simulate("rkmk8(5,3)", p, t1=0.2, stepsize=jaxrot.Adaptive(rtol=1e-4, atol=1e-4),
                          saveat=jaxrot.SaveAt(ts=jnp.linspace(0.05, 0.2, 4, dtype=jnp.float32)))
@@ -258,6 +258,12 @@ def test_float32_save_times_end_at_t1():
     tr = jaxrot.simulate("rkmk8(5,3)", p, t1=0.2, stepsize=jaxrot.Adaptive(rtol=1e-4, atol=1e-4),
                          saveat=jaxrot.SaveAt(ts=[0.1, 0.1999985]))
     np.testing.assert_allclose(np.asarray(tr.ts), [0.0, 0.1, 0.1999985, 0.2], rtol=1e-7)
+    # constant steps: 20 steps of 0.01 end at float32's 0.19999999, and a save time of float32's 0.2 is
+    # that end; a time past the span by more than round-off is refused
+    tr = jaxrot.simulate("rk4", p, 0.01, 20, saveat=jaxrot.SaveAt(ts=jnp.linspace(0.05, 0.2, 4, dtype=jnp.float32)))
+    assert tr.ts.shape == (5,) and float(tr.ts[-1]) == pytest.approx(0.2, rel=1e-6)
+    with pytest.raises(ValueError, match="must lie within the span"):
+        jaxrot.simulate("rk4", p, 0.01, 20, saveat=jaxrot.SaveAt(ts=[0.1, 0.2001]))
 
 
 def test_inside_a_trace_the_span_is_not_checked():

@@ -231,7 +231,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     runner = choose_executor(executor, spec)
     ts_out = None
     if saveat.ts is not None:
-        ts_out = jnp.asarray(_output_times(saveat, float(t0), float(t0) + n_steps * float(dt)), dt.dtype)
+        ts_out = jnp.asarray(_output_times(saveat, float(t0), float(t0) + n_steps * float(dt), dt.dtype), dt.dtype)
     finish = Finish(keep_first=saveat.t0, keep_last=True, ts_out=ts_out, n_steps=n_steps, want_dense=saveat.dense,
                     dense_fixed=(method, t0, dt, every, n_steps) if dense_run else None, method=method)
     extra = (("executor", type(runner).__name__),) + ((("batch", state0.R.shape[0]),) if batched else ())
@@ -258,9 +258,10 @@ def _carry_out(run, build, throw, where) -> Trajectory:
     return traj
 
 
-def _output_times(saveat, t0: float, t_end: float):
+def _output_times(saveat, t0: float, t_end: float, dtype=np.float64):
     """The output times of ``SaveAt(t0, t1, ts)`` with constant steps: ``[t0] + ts + [t_end]`` (as
-    flagged), checked."""
+    flagged), checked; a time past the span by the run's round-off (float32 0.2 after 20 steps of 0.01)
+    is taken as its end."""
     out = []
     if saveat.ts is not None:
         if isinstance(saveat.ts, jax.core.Tracer):
@@ -268,7 +269,7 @@ def _output_times(saveat, t0: float, t_end: float):
         ts = np.asarray(saveat.ts, np.float64).reshape(-1)
         if ts.size == 0 or not np.all(np.isfinite(ts)) or np.any(np.diff(ts) <= 0):
             raise ValueError("SaveAt.ts must be finite and increasing")
-        tol = 1e-9 * max(1.0, abs(t0), abs(t_end))
+        tol = max(1e-9, 8 * float(np.finfo(dtype).eps)) * max(1.0, abs(t0), abs(t_end))
         if ts[0] < t0 - tol or ts[-1] > t_end + tol:
             raise ValueError(f"SaveAt.ts must lie within the span [{t0}, {t_end}], got [{ts[0]}, {ts[-1]}]")
         out = list(np.clip(ts, t0, t_end))
