@@ -85,8 +85,10 @@ def test_the_kernels_polish_as_the_xla_loop():
     from jaxrot.integrators import get
     from jaxrot.kernels import adaptive_dense
 
-    assert adaptive_dense.POLISH == events.POLISH and adaptive_dense.BISECTIONS == events._BISECTIONS
-    assert adaptive_dense.DENSE_ORDER == events.DENSE_ORDER
+    # the kernels build from the XLA loop's rule and constants, not a copy of the rule
+    assert adaptive_dense.polishes is events.polishes
+    assert (adaptive_dense.POLISH, adaptive_dense.BISECTIONS, adaptive_dense.DENSE_ORDER) == (
+        events.POLISH, events.BISECTIONS, events.DENSE_ORDER)
     for name in ("buss4", "rk4", "buss4(3)", "rkmk8", "rkmk8(5,3)", "lie_taylor5(4)"):  # polished above order 4
         assert (events.method_step(get(name)) is not None) == adaptive_dense.polishes(get(name).order) \
             == (get(name).order > 4), name

@@ -32,9 +32,11 @@ from ..geometry import so3
 from ..geometry.state import State
 from .dense import interpolate, momentum_rate
 
-__all__ = ["Event", "EventCarry", "check_event", "event_start", "event_update", "locate", "method_step"]
+__all__ = ["Event", "EventCarry", "check_event", "event_start", "event_update", "locate", "method_step",
+           "polishes", "BISECTIONS", "DENSE_ORDER", "POLISH"]
 
-_BISECTIONS = 64
+#: how many halvings of the crossing step locate an event on its dense output
+BISECTIONS = 64
 #: Newton steps on the method's own steps after the dense output's root (its O(h^4) error, times the
 #: dense slope's relative error per step, falls below round-off in two)
 POLISH = 2
@@ -142,11 +144,17 @@ def stopped(event: Event | None, ec) -> jax.Array:
     return jnp.asarray(False) if event is None or not event.terminal else ec.found
 
 
+def polishes(order) -> bool:
+    """Whether the events of a method of this order (None: undeclared) are polished on its own steps:
+    above :data:`DENSE_ORDER`. The rule of the XLA loop and of the fused kernels alike."""
+    return order is None or order > DENSE_ORDER
+
+
 def method_step(method):
     """``advance(system, t, state, h) -> state``: one step of ``method`` (an integrator or an embedded
-    pair) from fresh memory, for :func:`locate`; None where the method's order (undeclared: polished)
-    is at most :data:`DENSE_ORDER`, or no method is given."""
-    if method is None or getattr(method, "order", None) is not None and method.order <= DENSE_ORDER:
+    pair) from fresh memory, for :func:`locate`; None where its events are not polished
+    (:func:`polishes`) or no method is given."""
+    if method is None or not polishes(getattr(method, "order", None)):
         return None
 
     def advance(system, t, state, h):
@@ -174,7 +182,7 @@ def locate(event: Event, system, ec: EventCarry, advance=None) -> tuple[Any, Sta
         return (jnp.where(same, mid, lo), jnp.where(same, hi, mid)), None
 
     hs = lax.stop_gradient(h_safe)
-    (lo, hi), _ = lax.scan(bisect, (jnp.zeros_like(hs), hs), None, length=_BISECTIONS)
+    (lo, hi), _ = lax.scan(bisect, (jnp.zeros_like(hs), hs), None, length=BISECTIONS)
     sb_ = lax.stop_gradient(0.5 * (lo + hi))
     gv, gs = jax.value_and_grad(g)(sb_)
     ok = found & (gs != 0) & jnp.isfinite(gs)

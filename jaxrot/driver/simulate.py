@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import sys
 import warnings
 
 import jax
@@ -347,20 +345,19 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     every = saveat.every
     # a tolerance below what the dtype resolves is raised to its floor, with a warning, before the run
     where = f"Adaptive(rtol={_tol_label(local.rtol)!r}, atol={_tol_label(local.atol)!r})"
-    rtol, atol = reachable(local.rtol, local.atol, dtype, where=where, stacklevel=5)  # the caller of simulate
+    rtol, atol = reachable(local.rtol, local.atol, dtype, where=where)
     # the final error cannot go below the round-off over the span: said before the run, steps unchanged
-    spoken = is_concrete(targets) and is_concrete(t0) and warn_over_span(  # (NumPy: jnp ops inside a trace are traced)
-        rtol, atol, dtype, problem.body.J, state0.Pi, float(np.asarray(targets)[-1] - np.asarray(t0)), where=where,
-        stacklevel=4)
+    concrete = all(is_concrete(x) for x in (t0, targets))  # (NumPy: jnp ops inside a trace are traced)
+    span = float(np.asarray(targets)[-1] - np.asarray(t0)) if concrete else None
+    spoken = concrete and warn_over_span(rtol, atol, dtype, problem.body.J, state0.Pi, span, where=where)
     # float32 with a torque, where nothing was said: the check again after the run, from the angle the
     # saved states show (a torque can spin a body up; a torque-free body keeps |Pi|); the tolerances
     # asked, not a calibration's
     turned = None if (spoken or rtol is not local.rtol or atol is not local.atol or dtype != jnp.float32
                       or isinstance(system.torque, FreeTorque)
-                      or not all(is_concrete(x) for x in (t0, state0.Pi, targets))) \
-        else functools.partial(_warn_turned, rtol, atol, dtype, problem.body.J, t0, state0.Pi,
-                               float(np.asarray(targets)[-1] - np.asarray(t0)), event is not None and event.terminal,
-                               where)
+                      or not concrete or not is_concrete(state0.Pi)) \
+        else functools.partial(_warn_turned, rtol, atol, dtype, problem.body.J, t0, state0.Pi, span,
+                               event is not None and event.terminal, where)
     spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
                        local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
     runner = choose_executor(executor, spec)
@@ -370,8 +367,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     extra_counts = None
     if isinstance(controller, GlobalError):
         rtol, atol, extra_counts = calibrate(spec, runner, controller)
-        rtol, atol = reachable(rtol, atol, dtype, where="GlobalError: the local tolerance its calibration chose",
-                               stacklevel=5)
+        rtol, atol = reachable(rtol, atol, dtype, where="GlobalError: the local tolerance its calibration chose")
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=saveat.t0, keep_last=keep_last, frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)
@@ -408,11 +404,7 @@ def _warn_turned(rtol, atol, dtype, J, t0, Pi0, span, terminal, where, traj):
     if is_concrete(traj.states.Pi):  # a caller's trace gives no numbers to check
         stop = traj.event_time if terminal else None
         angle = _turned(J, t0, Pi0, traj.ts, traj.states.Pi, stop)  # one number per body back from the device
-        # the warning points at the caller's line: a first call and a replay reach here at different depths
-        frame, k, package = sys._getframe(1), 1, os.path.dirname(os.path.dirname(__file__)) + os.sep
-        while frame is not None and frame.f_code.co_filename.startswith(package):
-            frame, k = frame.f_back, k + 1
-        warn_turned(rtol, atol, dtype, angle, turning_angle(J, Pi0, span), where=where, stacklevel=1 + k)
+        warn_turned(rtol, atol, dtype, angle, turning_angle(J, Pi0, span), where=where)
     return traj
 
 

@@ -29,6 +29,8 @@ their initial spin foretold.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 import jax
@@ -117,15 +119,27 @@ def _raised(x, floor: float):
     return float(new), True
 
 
-def warn_precision(where: str, message: str, *, stacklevel: int = 2) -> None:
+def warn_precision(where: str, message: str) -> None:
     """One :class:`PrecisionWarning`: ``"{where}: {message} (<where the floors are measured>); <how to
-    get more>"``; ``stacklevel`` as ``warnings.warn``'s, as if it were called in place of this."""
+    get more>"``, attributed to the first caller outside jaxrot (the user's line, however deep inside
+    the package the check runs: a first call and a replayed one reach it at different depths)."""
     warnings.warn(f"{where}: {message} (docs/choosing.md, 'What float32 can reach'); {_X64_ADVICE}",
-                  PrecisionWarning, stacklevel=stacklevel + 1)
+                  PrecisionWarning, stacklevel=_outside_package())
 
 
-def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0,
-              stacklevel: int = 2) -> tuple:
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _outside_package() -> int:
+    """``warnings.warn``'s stacklevel, called from :func:`warn_precision`, of the first frame whose code
+    lies outside the jaxrot package."""
+    frame, level = sys._getframe(2), 2  # warn_precision's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0) -> tuple:
     """``(rtol, atol)`` raised to what a run in ``dtype`` can reach, with one :class:`PrecisionWarning`
     naming ``where`` where either was below it; unchanged, without a warning, otherwise.
 
@@ -138,7 +152,6 @@ def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0
       n_steps: for tolerances on the *global* error of a run of about ``n_steps`` steps, the floor is
         also at least :func:`global_floor` (``angle`` as there); None: per-step tolerances, the floor
         is :func:`local_floor`.
-      stacklevel: as ``warnings.warn``'s, counted from the caller of ``reachable``.
 
     Returns:
       ``(rtol, atol)``, each a number where a number was given, else an array of the same kind.
@@ -169,12 +182,11 @@ def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0
             low.append(f"{name}={float(v):g}" if v.ndim == 0 else f"{name} (down to {float(v[v > 0].min()):g})")
     if low:
         verb = "is" if len(low) == 1 else "are"
-        warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}",
-                       stacklevel=stacklevel)
+        warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}")
     return out[0], out[1]
 
 
-def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str, stacklevel: int = 2) -> bool:
+def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str) -> bool:
     """One :class:`PrecisionWarning` naming ``where`` if an error-controlled run's tolerances are below
     the round-off it will accumulate over ``span``: the :func:`global_floor` of one step and the angle
     each body turns through (:func:`turning_angle`). Returns whether it warned. Nothing is changed:
@@ -192,10 +204,10 @@ def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str, stacklevel: in
     return _announce(rtol, atol, dtype, turning_angle(J, Pi, span), where,
                      "the tolerances are below the round-off a {dtype} run accumulates turning through {turned} rad"
                      "{bodies}: expect a final error up to about {worst} (the global floor over the span), not the "
-                     "tolerance", stacklevel + 1)
+                     "tolerance")
 
 
-def _announce(rtol, atol, dtype, angle, where: str, template: str, stacklevel: int) -> bool:
+def _announce(rtol, atol, dtype, angle, where: str, template: str) -> bool:
     """One warning from ``template`` (``{dtype}``, ``{turned}``, ``{bodies}``, ``{worst}``) where the
     tolerances are below the global floor of one step and ``angle`` (per body); whether it warned."""
     floor = _global(dtype, 1.0, angle)
@@ -207,7 +219,7 @@ def _announce(rtol, atol, dtype, angle, where: str, template: str, stacklevel: i
     bodies = "" if low.ndim == 0 else f" ({int(low.sum())} of {low.size} bodies)"
     turned = float(np.max(np.broadcast_to(angle, low.shape)[low]))
     warn_precision(where, template.format(dtype=jnp.dtype(dtype).name, turned=f"{turned:.3g}", bodies=bodies,
-                                          worst=f"{worst:.2g}"), stacklevel=stacklevel + 1)
+                                          worst=f"{worst:.2g}"))
     return True
 
 
@@ -239,7 +251,7 @@ def turned_angle(J, t0, Pi0, ts, Pi, t_stop=None):
     return jnp.sum(jnp.where(ok, mean * jnp.where(ok, dt, 0.0), 0.0), axis=-1)
 
 
-def warn_turned(rtol, atol, dtype, angle, foretold, *, where: str, stacklevel: int = 2) -> bool:
+def warn_turned(rtol, atol, dtype, angle, foretold, *, where: str) -> bool:
     """After an error-controlled run, one :class:`PrecisionWarning` naming ``where`` for the bodies whose
     spin grew past what the check before the run saw (``angle`` above ``foretold``) and took the
     round-off over the run above its tolerances: the check of :func:`warn_over_span` with the angle the
@@ -258,4 +270,4 @@ def warn_turned(rtol, atol, dtype, angle, foretold, *, where: str, stacklevel: i
     return _announce(rtol, atol, dtype, grew, where,
                      "the bodies turned through up to {turned} rad{bodies}, more than their initial spin foretold "
                      "(their spin grew during the run), and a {dtype} run accumulates round-off over that angle: "
-                     "expect a final error up to about {worst}, not the tolerance", stacklevel + 1)
+                     "expect a final error up to about {worst}, not the tolerance")
