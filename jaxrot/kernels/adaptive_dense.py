@@ -18,12 +18,26 @@ import math
 
 import numpy as np
 
-from ..driver.events import BISECTIONS, DENSE_ORDER, POLISH, polishes  # one rule for the XLA loop and the kernels
 from . import event_restate
 from ._common import so3_funcs, warp
 from .torques import torque_funcs
 
 __all__ = ["BISECTIONS", "DENSE_ORDER", "POLISH", "dense_funcs", "crossing", "polish_func", "polishes"]
+
+#: how many halvings of the step locate an event (as :mod:`jaxrot.driver.events`)
+BISECTIONS = 64
+#: Newton steps on the method's own steps after the dense output's root (as :mod:`jaxrot.driver.events`)
+POLISH = 2
+#: the dense output's order: a method of higher order has its event times polished (as
+#: :mod:`jaxrot.driver.events`)
+DENSE_ORDER = 4
+
+
+def polishes(order) -> bool:
+    """Whether events of a method of this order are polished on its own steps (the rule of
+    :func:`jaxrot.driver.events.polishes`, restated here: the kernels lie below the driver)."""
+    return order is None or order > DENSE_ORDER
+
 
 @functools.lru_cache(maxsize=None)
 def dense_funcs(S, torque: str, K: int, event_key: str | None):
