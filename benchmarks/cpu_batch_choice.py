@@ -28,7 +28,7 @@ jax.config.update("jax_platforms", "cpu")
 import jaxrot  # noqa: E402
 from jaxrot import problems  # noqa: E402
 from jaxrot.experiments._common import md_table  # noqa: E402
-from jaxrot.present import output, provenance  # noqa: E402
+from jaxrot.present import provenance  # noqa: E402
 from jaxrot.studies.timing import median_seconds  # noqa: E402
 
 from gpu_fused import gravity_as_function, random_states  # noqa: E402  (beside this script)
@@ -84,12 +84,8 @@ def main(out_dir, reps=5):
             row.update(measure(method, p, dt, B, n, every, reps))
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
-    for name, text in (("cpu_batch_choice.json", json.dumps(res, indent=1)), ("cpu_batch_choice.md", markdown(res))):
-        with output.atomic(out_dir / name) as tmp:  # never half a file
-            tmp.write_text(text)
+    provenance.write_record(out_dir, "cpu_batch_choice", res, markdown(res), command="python " + " ".join(sys.argv))
     print(markdown(res))
-    provenance.record(out_dir, [out_dir / "cpu_batch_choice.json", out_dir / "cpu_batch_choice.md"],
-                      command="python " + " ".join(sys.argv), quick=False)
     return res
 
 

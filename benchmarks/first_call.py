@@ -144,7 +144,7 @@ def markdown(res: dict) -> str:
 
 
 def main(out_dir, pages=None) -> dict:
-    from jaxrot.present import output, provenance
+    from jaxrot.present import provenance
 
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -171,13 +171,8 @@ def main(out_dir, pages=None) -> dict:
               f"{', '.join(f'{t:.1f}' for t in warm)} s from a filled one (load {before[0]:.1f} -> {after[0]:.1f}; "
               f"{time.perf_counter() - t0:.0f} s)", flush=True)
     res["load_end"] = list(os.getloadavg())
-    files = []
-    for name, text in (("first_call.json", json.dumps(res, indent=1)), ("first_call.md", markdown(res))):
-        with output.atomic(out_dir / name) as tmp:  # never half a file
-            tmp.write_text(text)
-        files.append(out_dir / name)
+    provenance.write_record(out_dir, "first_call", res, markdown(res), command=res["command"])
     print(markdown(res))
-    provenance.record(out_dir, files, command=res["command"], quick=False)
     return res
 
 

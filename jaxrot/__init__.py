@@ -96,7 +96,8 @@ from .driver.progress import TextProgressMeter, TqdmProgressMeter
 from .driver.results import AdaptiveStats, Trajectory, load
 from .driver.saveat import SaveAt
 from .driver.sharding import gather, use_cpu_cores
-from .driver.simulate import simulate, stack_problems
+from .driver.simulate import simulate
+from .physics.stacking import stack_problems
 from .driver.tolerance import PrecisionWarning
 
 #: loaded on first use: the studies (optax for the fits) and the deprecated spellings

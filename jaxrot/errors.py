@@ -29,9 +29,10 @@ from jax import lax
 __all__ = ["UnknownNameError", "unknown_name", "run_time_check", "from_host", "host_error_in"]
 
 
-class UnknownNameError(KeyError):
-    """An unknown method or problem name. A ``KeyError`` (a lookup by name failed), whose text is the
-    message itself: ``KeyError`` would print it quoted, as the missing key."""
+class UnknownNameError(KeyError, ValueError):
+    """An unknown method or problem name. A ``KeyError`` (a lookup by name failed) and a ``ValueError``
+    (a bad argument, as every other input check raises), whose text is the message itself: ``KeyError``
+    would print it quoted, as the missing key."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""

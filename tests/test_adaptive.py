@@ -358,3 +358,25 @@ def test_per_body_tolerances_below_the_floor_are_raised_each():
                              executor=jaxrot.XLA())
     n = np.asarray(tr.controller.n_accepted)
     assert n[0] > n[1] >= 1 and np.all(np.isfinite(np.asarray(tr.final.R)))
+
+
+def test_tolerances_of_the_wrong_shape_are_named():
+    p = problems.get("free_body_mz")
+    batch = jaxrot.State(jnp.broadcast_to(p.state0.R, (3, 3, 3)), p.state0.Pi * jnp.array([1.0, 1.5, 2.0])[:, None])
+    two = jnp.array([1e-6, 1e-7])
+    with pytest.raises(ValueError, match=r"rtol must be one number or one per body, shape \(3,\); got shape \(2,\)"):
+        jaxrot.simulate("buss4(3)", p, t1=1.0, state0=batch, stepsize=jaxrot.Adaptive(two, 1e-9))
+    with pytest.raises(ValueError, match=r"atol must be one number for one body; got shape \(2,\)"):
+        jaxrot.simulate("buss4(3)", p, t1=1.0, stepsize=jaxrot.Adaptive(1e-9, two))
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_save_time_at_t0_is_the_initial_frame_with_either_controller(first):
+    p = problems.get("free_body_mz")
+    saveat = jaxrot.SaveAt(t0=first, ts=[0.0, 1.0, 2.0])
+    const = jaxrot.simulate("rk4", p, 0.01, t1=2.0, saveat=saveat)
+    adapt = jaxrot.simulate("rkmk8(5)", p, t1=2.0, saveat=saveat, stepsize=jaxrot.Adaptive(1e-10, 1e-10))
+    np.testing.assert_array_equal(np.asarray(adapt.ts), [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(const.ts), np.asarray(adapt.ts))
+    np.testing.assert_array_equal(np.asarray(adapt.states.R[0]), np.asarray(p.state0.R))
+    np.testing.assert_allclose(np.asarray(adapt.states.R), np.asarray(const.states.R), atol=1e-8)

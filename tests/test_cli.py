@@ -2,6 +2,7 @@
 message, no traceback), and arguments are checked before anything is computed."""
 
 import pathlib
+import warnings
 
 import jax
 import numpy as np
@@ -240,6 +241,26 @@ def test_run_auto_with_a_tolerance_uses_the_suggestion(capsys):
     assert rc == 2 and "run auto PROBLEM --tol" in err
     rc, _, err = _run(capsys, "run", "buss4", "t_handle")
     assert rc == 2 and "--dt and --steps" in err
+
+
+def test_run_auto_sizes_its_steps_for_the_float64_run_it_makes(capsys, tmp_path):
+    # the command runs in float64: its suggestion must not be made for float32 first (it was, when x64
+    # was off as the process started, and the run ended 1e4 times off the tolerance)
+    from jaxrot.driver.tolerance import PrecisionWarning
+
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrecisionWarning)
+            rc, out, _ = _run(capsys, "--quiet", "run", "auto", "gravity_gradient", "--tol", "1e-6")
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert rc == 0 and "float32" not in out, out
+    assert float(out.split("attitude error vs reference: final")[1].split()[0]) <= 3e-6
+    # an output path that cannot be written is refused before the suggestion's trial runs
+    rc, out, err = _run(capsys, "--quiet", "run", "auto", "gravity_gradient", "--tol", "1e-6", "--save",
+                        str(tmp_path / "missing" / "x.npz"))
+    assert rc == 2 and "--save" in err and "suggested" not in out, (out, err)
 
 
 def test_compilation_cache_folder_choice(tmp_path):

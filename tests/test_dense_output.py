@@ -108,3 +108,58 @@ def test_bad_times():
         jaxrot.simulate("buss4", P, 0.01, 100).evaluate(0.5)
     with pytest.raises(ValueError, match="save_every"):
         jaxrot.simulate("buss4", P, 0.01, 100, saveat=jaxrot.SaveAt(dense=True), save_every=2)
+
+
+@pytest.mark.parametrize("adaptive", [False, True], ids=["constant", "adaptive"])
+def test_after_a_terminal_event_the_dense_output_holds_the_event_state(adaptive):
+    # as the saved frames do; before the event it is the run's own, each body of a batch up to its own event
+    ev = jaxrot.Event(lambda t, s, a: t - jnp.linalg.norm(s.Pi), terminal=True)  # at t = |Pi|: about 1 and 2
+    Pi = P.state0.Pi * jnp.array([1.0, 2.0])[:, None]
+    batch = jaxrot.State(jnp.broadcast_to(P.state0.R, (2, 3, 3)), Pi)
+    kw = (dict(stepsize=jaxrot.Adaptive(1e-10, 1e-10)) if adaptive else dict(dt=0.01))
+    tr = jaxrot.simulate("rkmk8(5)" if adaptive else "rkmk8", P, t1=3.0, state0=batch, event=ev,
+                         saveat=jaxrot.SaveAt(dense=True), **kw)
+    t_ev = np.asarray(tr.event_time)
+    assert np.all(np.isfinite(t_ev)) and 0.5 < t_ev[0] < t_ev[1] - 0.5 < 2.0, t_ev
+    ts = jnp.array([0.25, float(t_ev[0]) + 0.05, float(t_ev[1]) + 0.05, 3.0])
+    got = tr.evaluate(ts)
+    for b in range(2):
+        for k, t in enumerate(np.asarray(ts)):
+            if t < t_ev[b]:
+                want = exact.free_flow(P.body.J, jaxrot.State(P.state0.R, Pi[b]), t).Pi
+                np.testing.assert_allclose(np.asarray(got.Pi[b, k]), np.asarray(want), atol=1e-6)
+            else:
+                np.testing.assert_array_equal(np.asarray(got.Pi[b, k]), np.asarray(tr.event_state.Pi[b]))
+                np.testing.assert_array_equal(np.asarray(got.R[b, k]), np.asarray(tr.event_state.R[b]))
+    with pytest.raises(ValueError, match="within the run's span"):
+        tr.evaluate(3.5)
+
+
+def test_a_high_order_method_keeps_its_accuracy_between_the_steps():
+    # its dense output is one step of its own to the query time: the cubic interpolant alone was 1e-8 off
+    # on rkmk8(5)'s long steps at 1e-12
+    ts = jnp.linspace(0.1, 1.9, 19)
+    exact_R = jnp.stack([exact.free_flow(P.body.J, P.state0, t).R for t in ts])
+    adaptive = jaxrot.simulate("rkmk8(5)", P, t1=2.0, stepsize=jaxrot.Adaptive(1e-12, 1e-12),
+                               saveat=jaxrot.SaveAt(dense=True))
+    assert float(jnp.abs(adaptive.evaluate(ts).R - exact_R).max()) <= 1e-12
+    constant = jaxrot.simulate("rkmk8", P, 0.1, 20, saveat=jaxrot.SaveAt(dense=True, steps=True))
+    at_steps = float(jnp.abs(constant.states.R[-1] - exact.free_flow(P.body.J, P.state0, 2.0).R).max())
+    between = float(jnp.abs(constant.evaluate(ts + 0.05).R - jnp.stack(
+        [exact.free_flow(P.body.J, P.state0, t).R for t in ts + 0.05])).max())
+    assert between <= 10 * at_steps + 1e-14, (between, at_steps)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_dense_alone_keeps_the_frames_of_saveat_with_either_controller(first):
+    # SaveAt(dense=True) adds the dense output; the frames stay SaveAt's (the constant-step run's
+    # checkpoints are not returned as frames)
+    saveat = jaxrot.SaveAt(dense=True, t0=first)
+    const = jaxrot.simulate("rk4", P, 0.01, t1=2.0, saveat=saveat)
+    adapt = jaxrot.simulate("rkmk8(5)", P, t1=2.0, saveat=saveat, stepsize=jaxrot.Adaptive(1e-10, 1e-10))
+    want = [0.0, 2.0] if first else [2.0]
+    for tr in (const, adapt):
+        np.testing.assert_array_equal(np.asarray(tr.ts), want)
+        assert tr.states.R.shape == (len(want), 3, 3)
+    np.testing.assert_allclose(np.asarray(const.final.R), np.asarray(adapt.final.R), atol=1e-8)
+    np.testing.assert_allclose(np.asarray(const.evaluate(1.0).R), np.asarray(adapt.evaluate(1.0).R), atol=1e-8)

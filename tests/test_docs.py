@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -85,6 +86,21 @@ def test_user_guide_blocks_run_in_order(name, every_block):
     for k, (block, slow) in enumerate(blocks):
         if every_block or not slow:
             exec(compile(block, f"{name} block {k}", "exec"), scope)
+
+
+# The examples of the reference pages outside the user guide, run as written (the page assumes
+# ``import jaxrot``); a deprecated spelling in them is an error
+REFERENCE_EXAMPLES = [("choosing.md", 0, False), ("kernels.md", 0, True), ("kernels.md", 1, True)]
+
+
+@pytest.mark.parametrize("name,index,needs_warp", REFERENCE_EXAMPLES, ids=[f"{n}-{k}" for n, k, _ in REFERENCE_EXAMPLES])
+def test_reference_page_examples_run(name, index, needs_warp):
+    if needs_warp:
+        pytest.importorskip("warp")
+    block, _ = _python_blocks((DOCS / name).read_text())[index]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        exec(compile(block, f"{name} block {index}", "exec"), {"__name__": "__doc__", "jaxrot": jaxrot})
 
 
 # What a clean build prints (MkDocs logs at INFO without -v); any other line is a finding

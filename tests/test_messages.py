@@ -176,3 +176,34 @@ def test_vmap_names_the_bad_body():
     # a shared (unbatched) dt is not a body's
     with pytest.raises(ValueError, match=r"^dt must be finite and > 0, got 0.0$"), jaxrot.simulation_errors():
         jax.block_until_ready(jax.jit(jax.vmap(_run, in_axes=(None, 0)))(0.0, Pi[::2]))
+
+
+# --- wording found in a new user's trial -------------------------------------------------------------------------
+def test_an_unknown_name_is_a_value_error_too():
+    with pytest.raises(ValueError, match="unknown method 'bus4'"):
+        jaxrot.simulate("bus4", P, 0.01, 10)
+    with pytest.raises(ValueError, match="unknown problem"):
+        problems.get("fast_tops")
+
+
+def test_a_span_that_ends_before_it_starts_says_so():
+    with pytest.raises(ValueError, match=r"^t1 must be after t0 \(runs go forward in time\), got t0 = 0.0, t1 = -1.0$"):
+        jaxrot.simulate("buss4", P, 0.01, t1=-1.0)
+
+
+def test_a_file_in_place_of_the_output_folder_is_named_as_such(tmp_path):
+    from jaxrot.present import output
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(output.OutputError, match="is a file, not a folder"):
+        output.check_file(tmp_path / "afile" / "x.npz", "--save")
+    with pytest.raises(output.OutputError, match="does not exist"):
+        output.check_file(tmp_path / "nothing" / "x.npz", "--save")
+
+
+def test_problems_that_cannot_be_stacked_say_where_they_differ():
+    lean = jaxrot.Problem(jaxrot.RigidBody(P.body.J, physical=False), P.torque, P.state0, P.t_end)
+    with pytest.raises(ValueError, match=r"problem 1's body has physical=False, problem 0's physical=True"):
+        jaxrot.stack_problems([P, lean, P])
+    with pytest.raises(ValueError, match=r"problem 1's torque is a GravityTorque, problem 0's a FreeTorque"):
+        jaxrot.stack_problems([P, problems.get("fast_top")])

@@ -70,7 +70,7 @@ def test_grad_wrt_dt():
         (dict(dt=-1e-3), "dt must be finite and > 0"),
         (dict(dt=float("nan")), "dt must be finite"),
         (dict(n_steps=0), "n_steps must be >= 1"),
-        (dict(n_steps=10, save_every=3), "multiple of save_every"),
+        (dict(n_steps=10, save_every=3), r"multiple of the steps between frames \(SaveAt\(steps=3\)\)"),
         (dict(save_every=0), "steps must be True, False or a positive int"),
         (dict(dt=np.array([1e-3])), "dt must be a scalar"),
         (dict(t0=float("nan")), "t0 must be a finite scalar"),

@@ -1,6 +1,7 @@
 """The precision floors of a floating-point type (jaxrot.driver.tolerance): what they are, how a
 tolerance below them is raised with one warning, and that the floors hold on float32 runs."""
 
+import re
 import warnings
 
 import jax
@@ -204,6 +205,29 @@ def test_a_body_spun_up_by_its_torque_is_announced_after_the_run():
         jax.jit(lambda Pi: jaxrot.simulate("rkmk8(5,3)", p, t1=T, state0=jaxrot.State(p.state0.R, Pi),
                                            stepsize=jaxrot.Adaptive(rtol=1e-5, atol=1e-5)).final.R)(p.state0.Pi)
     assert float(analysis.attitude_error(tr64.final.R, exact)) < 1e-10
+
+
+def test_a_spin_up_is_announced_after_the_run_whatever_was_said_before_it():
+    """The same body over 8 s (216 rad turned, 2.7 foreseen) at 1e-7: the error-controlled run raises its
+    tolerance before the run, and the fixed steps of suggest announce an error for the angle foreseen;
+    both say again after the run what it will end with, and end within that."""
+    T, theta = 8.0, (0.5 * 8.0 + 5.0 * 64.0) / 1.5
+    c, s = np.cos(theta), np.sin(theta)
+    exact = jnp.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    p = _spun_up(jnp.float32, T)
+    runs = {"Adaptive": lambda: jaxrot.simulate("rkmk8(5,3)", p, t1=T, stepsize=jaxrot.Adaptive(rtol=1e-7, atol=1e-7)),
+            "Suggestion.run": lambda: jaxrot.suggest(p, 1e-7).run(p)}
+    for name, run in runs.items():
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always", PrecisionWarning)
+            tr = run()
+        said = [str(w.message) for w in rec if issubclass(w.category, PrecisionWarning)]
+        assert len(said) == 2, (name, said)  # one before the run, one after it
+        after = said[-1]
+        assert after.startswith(name) and re.search(r"turned through (up to )?21\d rad", after), after
+        announced = float(re.search(r"expect a final error up to about ([0-9.e+-]+)", after).group(1))
+        err = float(analysis.attitude_error(jnp.asarray(tr.final.R, jnp.float64), exact))
+        assert 1e-5 < err <= 1.5 * announced, (name, err, announced)
 
 
 def test_the_angle_after_the_run_counts_what_the_bodies_turned():

@@ -54,7 +54,8 @@ def resolve_method(method) -> AbstractIntegrator:
     return method
 
 
-def check_counts(n_steps, save_every):
+def check_counts(n_steps, save_every, spelling="save_every={}"):
+    """``spelling``: how the caller's user wrote the frame interval (``"SaveAt(steps={})"`` in simulate)."""
     if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
         raise TypeError(f"n_steps must be an int, got {n_steps!r}")
     if isinstance(save_every, bool) or not isinstance(save_every, (int, np.integer)):
@@ -65,7 +66,7 @@ def check_counts(n_steps, save_every):
         raise ValueError(f"save_every must be >= 1, got {save_every}")
     if n_steps % save_every:
         raise ValueError(
-            f"n_steps ({n_steps}) must be a multiple of save_every ({save_every}); "
+            f"n_steps ({n_steps}) must be a multiple of the steps between frames ({spelling.format(save_every)}); "
             f"e.g. n_steps={n_steps - n_steps % save_every or save_every}"
         )
 
@@ -298,13 +299,13 @@ def checked_state0(problem, state0, t0) -> State:
     return state0
 
 
-def prepare(method, problem, state0, dt, t0, n_steps, save_every):
+def prepare(method, problem, state0, dt, t0, n_steps, save_every, spelling="save_every={}"):
     """Every host check of a fixed-step run; returns ``(method, state0, dt, t0, system)`` with ``dt``,
     ``t0`` and the system in the dtype of the initial state."""
     method = resolve_method(method)
     check_problem(problem)
     check_capability(method, problem)
-    check_counts(n_steps, save_every)
+    check_counts(n_steps, save_every, spelling)
     check_dt(dt)
     state0 = checked_state0(problem, state0, t0)
     dtype = state0.R.dtype

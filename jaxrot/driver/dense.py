@@ -1,4 +1,4 @@
-"""Dense output on SO(3): states between the steps of a fixed-step run.
+"""Dense output on SO(3): states between the steps of a run.
 
 Between two step endpoints ``(R0, Pi0)`` at ``t`` and ``(R1, Pi1)`` at ``t + h`` the attitude is
 ``R(s) = R0 exp(hat xi(s))`` with ``xi`` the cubic Hermite interpolant in the Lie algebra,
@@ -9,8 +9,10 @@ Between two step endpoints ``(R0, Pi0)`` at ``t`` and ``(R1, Pi1)`` at ``t + h``
 Jacobian, :func:`jaxrot.so3.dexpinv` at ``-v``), and the body momentum is the cubic Hermite
 interpolant with the derivatives of Euler's equations ``Pi' = Pi x Omega + R^T tau(t, R, Pi)``.
 Both interpolate the exact flow to O(h^4) locally, so the dense output of a method of order
-``p <= 4`` converges at order ``p`` (order 4 for a method of higher order). Cost: one ``log``, one
-``exp``, one inverse Jacobian (matrix-free) and two torque evaluations per query. Finite values and
+``p <= 4`` converges at order ``p``. A method of higher order (:func:`polishes`) has its dense output
+from one step of its own from the step's start to the query time instead: its own accuracy, at the
+cost of one step per query. Interpolation costs one ``log``, one ``exp``, one inverse Jacobian
+(matrix-free) and two torque evaluations per query. Finite values and
 gradients at zero angle (``log``, ``exp`` and the inverse Jacobian switch to their Taylor series).
 
 What the loop collects for it: with constant steps, checkpoint frames every ``c`` steps (``c`` the
@@ -40,7 +42,31 @@ from ..geometry.state import State
 from ..physics.torques import body_torque
 from .precision import full_precision
 
-__all__ = ["interpolate", "momentum_rate", "DenseOutput", "StepDenseOutput", "checkpoint_interval"]
+__all__ = ["interpolate", "momentum_rate", "DenseOutput", "StepDenseOutput", "StoppedDenseOutput",
+           "checkpoint_interval", "DENSE_ORDER", "polishes", "method_step"]
+
+#: the interpolant's order: a method of higher order has its dense output, and its events, taken from
+#: its own steps (up to order 4 the method's own error is at least the interpolant's, and its step
+#: would only cost compile time)
+DENSE_ORDER = 4
+
+
+def polishes(order) -> bool:
+    """Whether a method of this order (None: undeclared) has its dense output and its events taken from
+    its own steps: above :data:`DENSE_ORDER`. The rule of the XLA loop and of the fused kernels alike."""
+    return order is None or order > DENSE_ORDER
+
+
+def method_step(method):
+    """``advance(system, t, state, h) -> state``: one step of ``method`` (an integrator or an embedded
+    pair) from fresh memory; None where the interpolant serves (:func:`polishes`) or no method is given."""
+    if method is None or not polishes(getattr(method, "order", None)):
+        return None
+
+    def advance(system, t, state, h):
+        return method.step(system, t, state, method.init(system, t, state, h), h)[0]
+
+    return advance
 
 
 def momentum_rate(system, t, state: State):
@@ -122,6 +148,9 @@ def _state_at(method, system, ckpt: State, t0, dt, c: int, n_steps: int, t):
 
     (sk, auxk), _ = lax.scan(body, (s0, aux0), jnp.arange(c, dtype=jnp.int32))
     tk = t0 + k.astype(dt.dtype) * dt
+    advance = method_step(method)
+    if advance is not None:  # a step of the method itself to t: its own accuracy, not the interpolant's
+        return advance(system, tk, sk, t - tk)
     sk1, _, _ = method.step(system, tk, sk, auxk, dt)
     return interpolate(system, tk, dt, sk, sk1, t - tk)
 
@@ -151,17 +180,20 @@ class DenseOutput(eqx.Module):
             _check_in_span(np.asarray(t), lo, hi)
         return _evaluate(self, t)
 
-    def _at(self, t) -> State:
+    def _at(self, t, upto=None) -> State:
+        """The states at ``t``; ``upto``: a time per body (``()`` or ``(B,)``) the queries are capped at."""
         flat = t.reshape(-1)
         batched = self.checkpoints.R.ndim == 4
         stacked = batched and jnp.ndim(self.system.body.J) == 2
+        upto = jnp.full(self.checkpoints.R.shape[:-3], jnp.inf, flat.dtype) if upto is None else upto
 
-        def one(system, ckpt):
-            f = lambda s: _state_at(self.method, system, ckpt, self.t0, self.dt, self.every, self.n_steps, s)  # noqa: E731
+        def one(system, ckpt, cap):
+            f = lambda s: _state_at(self.method, system, ckpt, self.t0, self.dt, self.every, self.n_steps,  # noqa: E731
+                                    jnp.minimum(s, cap))
             return jax.vmap(f)(flat)
 
-        out = jax.vmap(one, in_axes=(0 if stacked else None, 0))(self.system, self.checkpoints) if batched \
-            else one(self.system, self.checkpoints)
+        out = jax.vmap(one, in_axes=(0 if stacked else None, 0, 0))(self.system, self.checkpoints, upto) if batched \
+            else one(self.system, self.checkpoints, upto)
         lead = out.R.shape[:1] if batched else ()
         return State(out.R.reshape(lead + t.shape + (3, 3)), out.Pi.reshape(lead + t.shape + (3,)))
 
@@ -171,11 +203,13 @@ class StepDenseOutput(eqx.Module):
     (``(n,)``, unused entries +inf after the last) and state, after the initial one, per body.
 
     Calling it with times ``t`` within the run's span interpolates within the step that brackets each
-    (:func:`interpolate`); differentiable in ``t`` and in the run's inputs."""
+    (:func:`interpolate`), or, for a ``method`` of order above :data:`DENSE_ORDER`, takes one step of the
+    method from the step's start to ``t``; differentiable in ``t`` and in the run's inputs."""
 
     system: Any
     times: jax.Array
     states: State
+    method: Any = None
 
     @full_precision
     def __call__(self, t) -> State:
@@ -188,24 +222,59 @@ class StepDenseOutput(eqx.Module):
             _check_in_span(np.asarray(t), lo, hi)
         return _evaluate(self, t)
 
-    def _at(self, t) -> State:
+    def _at(self, t, upto=None) -> State:
+        """The states at ``t``; ``upto``: a time per body (``()`` or ``(B,)``) the queries are capped at."""
         batched = self.states.R.ndim == 4
         stacked = batched and jnp.ndim(self.system.body.J) == 2
         flat = t.reshape(-1)
+        upto = jnp.full(self.times.shape[:-1], jnp.inf, flat.dtype) if upto is None else upto
+        advance = method_step(self.method)
 
-        def one(system, times, states):
+        def one(system, times, states, cap):
             def at(s):
+                s = jnp.minimum(s, cap)
                 k = jnp.clip(jnp.searchsorted(times, s, side="left") - 1, 0, times.shape[0] - 2)
                 a, b = (jax.tree_util.tree_map(lambda x: x[i], states) for i in (k, k + 1))
+                if advance is not None:
+                    return advance(system, times[k], a, s - times[k])
                 h = times[k + 1] - times[k]
                 h = jnp.where(jnp.isfinite(h) & (h > 0), h, 1.0)
                 return interpolate(system, times[k], h, a, b, s - times[k])
             return jax.vmap(at)(flat)
 
-        out = jax.vmap(one, in_axes=(0 if stacked else None, 0, 0))(self.system, self.times, self.states) if batched \
-            else one(self.system, self.times, self.states)
+        out = jax.vmap(one, in_axes=(0 if stacked else None, 0, 0, 0))(self.system, self.times, self.states, upto) \
+            if batched else one(self.system, self.times, self.states, upto)
         lead = out.R.shape[:1] if batched else ()
         return State(out.R.reshape(lead + t.shape + (3, 3)), out.Pi.reshape(lead + t.shape + (3,)))
+
+
+class StoppedDenseOutput(eqx.Module):
+    """The dense output of a run with a terminal event: the run's own (``inner``) up to each body's event
+    time ``stop`` (``()`` or ``(B,)``; non-finite where the body found none), and the event's state
+    ``state`` after it, as the saved frames hold it; queries within ``[t0, t_end]``, the span asked for."""
+
+    inner: Any
+    stop: jax.Array
+    state: State
+    t_end: jax.Array
+
+    @full_precision
+    def __call__(self, t) -> State:
+        t = jnp.asarray(t, self.stop.dtype)
+        if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((t, self))):
+            inner = self.inner
+            lo = float(inner.t0) if isinstance(inner, DenseOutput) else float(np.asarray(inner.times)[..., 0].max())
+            _check_in_span(np.asarray(t), lo, float(self.t_end))
+        return _evaluate(self, t)
+
+    def _at(self, t) -> State:
+        stop = jnp.where(jnp.isfinite(self.stop), self.stop, jnp.inf)
+        out = self.inner._at(t, stop)  # (capped at the event: no query past the steps a body took)
+        after = t.reshape(-1) >= stop[..., None]  # (..., T)
+        after = after.reshape(after.shape[:-1] + t.shape)
+        frozen = State(jnp.expand_dims(self.state.R, tuple(range(stop.ndim, stop.ndim + t.ndim))),
+                       jnp.expand_dims(self.state.Pi, tuple(range(stop.ndim, stop.ndim + t.ndim))))
+        return State(jnp.where(after[..., None, None], frozen.R, out.R), jnp.where(after[..., None], frozen.Pi, out.Pi))
 
 
 @eqx.filter_jit  # one compiled program per output shape (eager, the interpolation is dozens of dispatches)

@@ -10,9 +10,10 @@ loop. After the loop the time is located within that step on the dense output
 step, ``s* = s_b - g(s_b) / g'(s_b)``. The dense output is a cubic, O(h^4) off the method's own
 trajectory within the step; for a method of higher order (:data:`DENSE_ORDER`), :data:`POLISH` more
 Newton steps move the root onto that trajectory, each evaluating ``g`` at one fresh step of the
-method from the crossing step's start to the current estimate (the slope still the dense output's).
+method from the crossing step's start to the current estimate (the slope the dense output's, but for the last step's).
 Every Newton step starts from a point carrying no derivative, so that the derivative of the time is
-the implicit function theorem's, ``-(dg/dtheta) / (dg/ds)``, in forward and reverse mode alike; the
+the implicit function theorem's, ``-(dg/dtheta) / (dg/ds)``, in forward and reverse mode alike (the
+last step's slope ``dg/ds`` the condition's along the method's own step); the
 event state is the last step's state carried along the equations of motion by the last Newton
 correction (a change at round-off), so that it has the time's derivative too. See
 docs/user_guide/saveat_events.md.
@@ -30,7 +31,7 @@ from jax import lax
 
 from ..geometry import so3
 from ..geometry.state import State
-from .dense import interpolate, momentum_rate
+from .dense import DENSE_ORDER, interpolate, method_step, momentum_rate, polishes  # noqa: F401 (this module's too)
 
 __all__ = ["Event", "EventCarry", "check_event", "event_start", "event_update", "locate", "method_step",
            "polishes", "BISECTIONS", "DENSE_ORDER", "POLISH"]
@@ -40,9 +41,6 @@ BISECTIONS = 64
 #: Newton steps on the method's own steps after the dense output's root (its O(h^4) error, times the
 #: dense slope's relative error per step, falls below round-off in two)
 POLISH = 2
-#: the dense output's order: only the events of a method of higher order are polished (up to order 4
-#: the method's own error is at least the interpolant's, and the polish would only cost compile time)
-DENSE_ORDER = 4
 
 
 class Event(eqx.Module):
@@ -144,25 +142,6 @@ def stopped(event: Event | None, ec) -> jax.Array:
     return jnp.asarray(False) if event is None or not event.terminal else ec.found
 
 
-def polishes(order) -> bool:
-    """Whether the events of a method of this order (None: undeclared) are polished on its own steps:
-    above :data:`DENSE_ORDER`. The rule of the XLA loop and of the fused kernels alike."""
-    return order is None or order > DENSE_ORDER
-
-
-def method_step(method):
-    """``advance(system, t, state, h) -> state``: one step of ``method`` (an integrator or an embedded
-    pair) from fresh memory, for :func:`locate`; None where its events are not polished
-    (:func:`polishes`) or no method is given."""
-    if method is None or not polishes(getattr(method, "order", None)):
-        return None
-
-    def advance(system, t, state, h):
-        return method.step(system, t, state, method.init(system, t, state, h), h)[0]
-
-    return advance
-
-
 def locate(event: Event, system, ec: EventCarry, advance=None) -> tuple[Any, State]:
     """``(event time, event state)`` of one body (NaN where none was found), by bisection on the
     crossing step's dense output and one Newton step (implicit-function derivatives), then, with
@@ -199,7 +178,14 @@ def locate(event: Event, system, ec: EventCarry, advance=None) -> tuple[Any, Sta
         x, _ = lax.scan(newton, lax.stop_gradient(jnp.where(found, s, 0.0)), None, length=POLISH - 1)
         x = lax.stop_gradient(x)
         sx = advance(system, tk, sa, x)
-        s = x - jnp.where(ok, event.cond_fn(tk + x, sx, None), 0.0) / jnp.where(ok, gs, 1.0)
+        # the last step's slope is the condition's along the method's own step (its derivative in the step's
+        # length), not the interpolant's: it is the denominator of the time's implicit-function derivative,
+        # which with the interpolant's would keep its O(h^4) error; this one makes it the derivative of the
+        # root the method's steps have (its own derivative is multiplied by g, zero at the root: left out)
+        slope = lax.stop_gradient(jax.jvp(lambda y: event.cond_fn(tk + y, advance(system, tk, sa, y), None),
+                                          (x,), (jnp.ones_like(x),))[1])
+        ok = ok & (slope != 0) & jnp.isfinite(slope)
+        s = x - jnp.where(ok, event.cond_fn(tk + x, sx, None), 0.0) / jnp.where(ok, slope, 1.0)
         # the state at the time found: the step's state moved along the equations of motion by
         # s - x (round-off in value), which gives it the time's derivative without a further step
         st = _moved(system, tk + x, sx, s - x)

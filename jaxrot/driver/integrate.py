@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from ..geometry.state import State
-from .dense import DenseOutput, StepDenseOutput
+from .dense import DenseOutput, StepDenseOutput, StoppedDenseOutput
 from .events import freeze_after, locate, method_step
 from .failures import result_of
 from .layout import Frames, LocatedEvent
@@ -77,6 +77,13 @@ def _events_compiled(event, rest, batched, stacked, arrays, system, ts, states, 
     return _per_body(one, batched, stacked, system, ts, states, ev)
 
 
+@jax.jit
+def _ends(ts, x: State):
+    """The first and last frames (of the dense output's checkpoints)."""
+    pick = jnp.array([0, ts.shape[-1] - 1])
+    return ts[..., pick], State(x.R[..., pick, :, :], x.Pi[..., pick, :])
+
+
 @functools.partial(jax.jit, static_argnames=("keep_first", "keep_last"))
 def _drop(ts, x: State, keep_first: bool, keep_last: bool):
     """The frames ``SaveAt`` kept (the first and last are the loop's), in one compiled call rather than
@@ -93,11 +100,14 @@ class Finish:
     output, or None; ``keep_first``/``keep_last``: whether the loop's first (t0) and last frames are
     kept; ``frames_from``: ``"loop"`` (the loop's frames), ``"steps"`` or ``"dense"`` (an
     error-controlled run's kept steps); ``n_steps``: a constant-step run's count; ``method``: the
-    integrator or pair whose own steps polish an event's time (None: the dense output's root)."""
+    integrator or pair whose own steps polish an event's time (None: the dense output's root); ``t_end``:
+    the end of the span asked for (a run stopped by a terminal event has its dense output up to there);
+    ``ends_only``: the loop's frames are the dense output's checkpoints, and only its first and last are
+    the run's (constant steps with ``SaveAt(dense=True)`` alone)."""
 
     def __init__(self, *, keep_first=True, keep_last=True, ts_out=None, dense_fixed=None, frames_from="loop",
-                 want_dense=False, n_steps=None, method=None):
-        self.method = method
+                 want_dense=False, n_steps=None, method=None, t_end=None, ends_only=False):
+        self.method, self.t_end, self.ends_only = method, t_end, ends_only
         self.keep_first, self.keep_last, self.ts_out = keep_first, keep_last, ts_out
         self.dense_fixed, self.frames_from, self.want_dense, self.n_steps = dense_fixed, frames_from, want_dense, n_steps
 
@@ -115,7 +125,9 @@ def trajectory(fr: Frames, finish: Finish, *, system, event, batched: bool, stac
         method, t0, dt, c, n = finish.dense_fixed
         dense = DenseOutput(method, system, states, t0, dt, c, n)
     elif fr.dense is not None and fr.dense[1] is not None:
-        dense = StepDenseOutput(system, *fr.dense[1])
+        dense = StepDenseOutput(system, *fr.dense[1], method=finish.method)
+    if dense is not None and event is not None and event.terminal:  # the event's state after it, as the frames
+        dense = StoppedDenseOutput(dense, event_time, event_state, finish.t_end)
     if finish.ts_out is not None:  # constant steps: the outputs from the dense output
         out = dense(finish.ts_out)
         if event is not None and event.terminal:
@@ -130,6 +142,8 @@ def trajectory(fr: Frames, finish: Finish, *, system, event, batched: bool, stac
                        jnp.concatenate([states.Pi[..., :1, :], kept.Pi], axis=-2))
         if event is not None and event.terminal:
             states = (jax.vmap(freeze_after) if batched else freeze_after)(ts, states, event_time, event_state)
+    if finish.ends_only:
+        ts, states = _ends(ts, states)
     if finish.ts_out is None and not (finish.keep_first and finish.keep_last):
         ts, states = _drop(ts, states, keep_first=finish.keep_first, keep_last=finish.keep_last)
     counts = fr.counts

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..integrators import AbstractPair, EmbeddedPair
 from ..physics.problems import Problem
+from ..physics.stacking import stack_problems
 from ..physics.torques import FreeTorque
 from .adjoint import adjoint_for, adjoint_of
 from .checks import (cast, check_capability, check_problem, checked_state0, is_concrete, prepare,
@@ -57,6 +58,8 @@ def _counts(dt, n_steps, t0, t1):
     if not (is_concrete(t1) and is_concrete(dt) and is_concrete(t0)):
         raise ValueError("with a traced dt, t0 or t1 give n_steps (the number of steps is static)")
     span, h = float(t1) - float(t0), float(dt)
+    if not span > 0:
+        raise ValueError(f"t1 must be after t0 (runs go forward in time), got t0 = {float(t0)!r}, t1 = {float(t1)!r}")
     n = round(span / h)
     if n < 1 or abs(n * h - span) > 1e-9 * max(abs(span), h):
         raise ValueError(f"t1 - t0 = {span!r} is not a whole number of steps dt = {h!r} "
@@ -215,7 +218,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         every = every or checkpoint_interval(int(n_steps))
     final_only = every is None
     every = int(n_steps) if final_only else every
-    method, state0, dt, t0, system = prepare(method, problem, state0, dt, t0, n_steps, every)
+    method, state0, dt, t0, system = prepare(method, problem, state0, dt, t0, n_steps, every, "SaveAt(steps={})")
     if event is not None:
         check_event(event, state0, state0.R.dtype)
     system, state0, dt, t0 = traced_checks(system, state0, dt, t0)
@@ -231,7 +234,8 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     if saveat.ts is not None:
         ts_out = jnp.asarray(_output_times(saveat, float(t0), float(t0) + n_steps * float(dt), dt.dtype), dt.dtype)
     finish = Finish(keep_first=saveat.t0, keep_last=True, ts_out=ts_out, n_steps=n_steps, want_dense=saveat.dense,
-                    dense_fixed=(method, t0, dt, every, n_steps) if dense_run else None, method=method)
+                    dense_fixed=(method, t0, dt, every, n_steps) if dense_run else None, method=method,
+                    t_end=t0 + n_steps * dt, ends_only=saveat.dense and saveat.ts is None and saveat.every is None)
     extra = (("executor", type(runner).__name__),) + ((("batch", state0.R.shape[0]),) if batched else ())
     prov = _provenance(_name(given[0]), getattr(given[1], "name", None) or "(unnamed)", _dt_label(given[2]), n_steps,
                        every, str(state0.R.dtype), extra)
@@ -298,7 +302,8 @@ def _pair(method):
 
 
 def _targets(saveat, t0, t1, dtype):
-    """The output times of an error-controlled run (the last ends it) and whether the last is kept."""
+    """The output times of an error-controlled run after t0 (the last ends it), whether the last is kept,
+    and whether the initial state is (``SaveAt.t0``, or a save time at t0 itself, as with constant steps)."""
     times = None if saveat.ts is None else np.asarray(saveat.ts, np.float64).reshape(-1) if not isinstance(
         saveat.ts, jax.core.Tracer) else saveat.ts
     if times is None:
@@ -315,13 +320,16 @@ def _targets(saveat, t0, t1, dtype):
             final = float(np.asarray(times[-1], np.float64).astype(dtype))
             if not abs(final - end) <= 1e-12 * abs(end) + 1e-300:  # the run goes on to t1
                 times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
+    keep_first = saveat.t0
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((times, t0))):
         tsn = np.asarray(times, np.float64).reshape(-1)
+        if tsn.size > 1 and tsn[0] == float(t0):  # the initial state's frame, asked for by its time
+            tsn, keep_first = tsn[1:], True
         if tsn.size == 0 or not np.all(np.isfinite(tsn)) or np.any(np.diff(tsn) <= 0) or tsn[0] <= float(t0):
             raise ValueError("the save times (or t1) must be finite, increasing and after t0")
         with jax.ensure_compile_time_eval():  # concrete inside a caller's jit too
-            return jnp.asarray(tsn, dtype), keep_last
-    return jnp.asarray(times, dtype).reshape(-1), keep_last
+            return jnp.asarray(tsn, dtype), keep_last, keep_first
+    return jnp.asarray(times, dtype).reshape(-1), keep_last, keep_first
 
 
 def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, adjoint, executor, progress, throw,
@@ -337,7 +345,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         raise ValueError(f"dt (the first trial step) must be finite and > 0, got {dt0!r}")
     if event is not None:
         check_event(event, state0, dtype)
-    targets, keep_last = _targets(saveat, t0, t1, dtype)
+    targets, keep_last, keep_first = _targets(saveat, t0, t1, dtype)
     system = system_of(problem, dtype)
     system, state0, _, t0 = traced_checks(system, state0, scalar(1.0, dtype), scalar(t0, dtype))
     local = controller.controller if isinstance(controller, GlobalError) else controller
@@ -345,16 +353,16 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     every = saveat.every
     # a tolerance below what the dtype resolves is raised to its floor, with a warning, before the run
     where = f"Adaptive(rtol={_tol_label(local.rtol)!r}, atol={_tol_label(local.atol)!r})"
+    _check_tolerance_shapes(local, state0, where)
     rtol, atol = reachable(local.rtol, local.atol, dtype, where=where)
     # the final error cannot go below the round-off over the span: said before the run, steps unchanged
     concrete = all(is_concrete(x) for x in (t0, targets))  # (NumPy: jnp ops inside a trace are traced)
     span = float(np.asarray(targets)[-1] - np.asarray(t0)) if concrete else None
     spoken = concrete and warn_over_span(rtol, atol, dtype, problem.body.J, state0.Pi, span, where=where)
-    # float32 with a torque, where nothing was said: the check again after the run, from the angle the
-    # saved states show (a torque can spin a body up; a torque-free body keeps |Pi|); the tolerances
-    # asked, not a calibration's
-    turned = None if (spoken or rtol is not local.rtol or atol is not local.atol or dtype != jnp.float32
-                      or isinstance(system.torque, FreeTorque)
+    # float32 with a torque: the check again after the run, from the angle the saved states show (a
+    # torque can spin a body up; a torque-free body keeps |Pi|), whatever was said before it (the angle
+    # seen before the run may be far short of the one turned); the tolerances as raised, not a calibration's
+    turned = None if (dtype != jnp.float32 or isinstance(system.torque, FreeTorque)
                       or not concrete or not is_concrete(state0.Pi)) \
         else functools.partial(_warn_turned, rtol, atol, dtype, problem.body.J, t0, state0.Pi, span,
                                event is not None and event.terminal, where)
@@ -369,7 +377,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         rtol, atol, extra_counts = calibrate(spec, runner, controller)
         rtol, atol = reachable(rtol, atol, dtype, where="GlobalError: the local tolerance its calibration chose")
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
-    finish = Finish(keep_first=saveat.t0, keep_last=keep_last, frames_from="steps" if every is not None else "loop",
+    finish = Finish(keep_first=keep_first, keep_last=keep_last, t_end=targets[-1], frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)
     batched = state0.R.ndim == 3
     extra = (("executor", type(runner).__name__), ("rtol", _tol_label(local.rtol)), ("atol", _tol_label(local.atol)),
@@ -396,6 +404,16 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     return traj if turned is None else turned(traj)
 
 
+def _check_tolerance_shapes(local, state0, where) -> None:
+    """Tolerances are one number, or one per body of a batch."""
+    bodies = state0.R.shape[0] if state0.R.ndim == 3 else None
+    for name in ("rtol", "atol"):
+        shape = np.shape(getattr(local, name))
+        if shape != () and not (bodies is not None and shape == (bodies,)) and int(np.prod(shape)) != 1:
+            per = f"or one per body, shape ({bodies},)" if bodies is not None else "for one body"
+            raise ValueError(f"{where}: {name} must be one number {per}; got shape {shape}")
+
+
 def _then(plan, after):
     return after(plan())
 
@@ -409,21 +427,3 @@ def _warn_turned(rtol, atol, dtype, J, t0, Pi0, span, terminal, where, traj):
 
 
 _turned = jax.jit(turned_angle)
-
-
-def stack_problems(problems: list[Problem]) -> Problem:
-    """Stack problems with the same kind of torque (e.g. different J, torque parameters or initial
-    states) along a batch axis. The span, name and description are not per body: the stack takes
-    the longest span and joins the names."""
-    if not problems:
-        raise ValueError("stack_problems needs at least one problem")
-    if isinstance(problems[0], Problem):
-        first = problems[0]
-        t_end = max(q.t_end for q in problems)
-        name = "+".join(dict.fromkeys(q.name for q in problems))
-        problems = [Problem(q.body, q.torque, q.state0, t_end, name, first.description) for q in problems]
-    try:
-        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
-    except ValueError as e:
-        raise ValueError(f"stack_problems needs problems of the same structure (the same kind of torque): {e}") \
-            from None

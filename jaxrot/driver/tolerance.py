@@ -48,6 +48,9 @@ LOCAL_FLOOR_EPS = 32.0
 #: margin, of the float32 round-off measured on well-conditioned problems (docs/choosing.md)
 GLOBAL_FLOOR_EPS_PER_STEP = 2.0
 GLOBAL_FLOOR_EPS_PER_RADIAN = 8.0
+#: after a run, a body is announced again where its round-off floor over the angle it turned is this many
+#: times the floor over the angle its initial spin foretold
+GREW = 1.25
 
 _X64_ADVICE = ('for less, run in float64: jax.config.update("jax_enable_x64", True) before any array is '
                'made, and a float64 initial state (jaxrot.cast(problem, jnp.float64))')
@@ -253,7 +256,8 @@ def turned_angle(J, t0, Pi0, ts, Pi, t_stop=None):
 
 def warn_turned(rtol, atol, dtype, angle, foretold, *, where: str) -> bool:
     """After an error-controlled run, one :class:`PrecisionWarning` naming ``where`` for the bodies whose
-    spin grew past what the check before the run saw (``angle`` above ``foretold``) and took the
+    spin grew past what the check before the run saw (``angle`` so far above ``foretold`` that the
+    round-off floor is :data:`GREW` times the one foreseen, or more) and took the
     round-off over the run above its tolerances: the check of :func:`warn_over_span` with the angle the
     saved states show. Returns whether it warned.
 
@@ -266,7 +270,10 @@ def warn_turned(rtol, atol, dtype, angle, foretold, *, where: str) -> bool:
     if any(x is None or _is_traced(x) for x in (rtol, atol, angle, foretold)):
         return False
     angle = np.asarray(angle, np.float64)
-    grew = np.where(angle > np.asarray(foretold, np.float64), angle, 0.0)
+    # a floor a quarter above the one foreseen: a run that turned a little more than its initial spin
+    # said is not announced again
+    before = _global(dtype, 1.0, np.asarray(foretold, np.float64))
+    grew = np.where(_global(dtype, 1.0, angle) > GREW * before, angle, 0.0)
     return _announce(rtol, atol, dtype, grew, where,
                      "the bodies turned through up to {turned} rad{bodies}, more than their initial spin foretold "
                      "(their spin grew during the run), and a {dtype} run accumulates round-off over that angle: "

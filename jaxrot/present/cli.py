@@ -77,6 +77,9 @@ def _check_run_args(args) -> int:
 
     if args.problem not in problems.PROBLEMS:
         problems.get(args.problem)  # the helpful KeyError
+    # the output paths before the suggestion's trial runs
+    args.plot = _check_out_path(args.plot, "--plot", (".png", ".pdf", ".svg"))
+    args.save = _check_out_path(args.save, "--save", (".npz",))
     if args.tol is not None or args.method == "auto":
         _choose(args, problems.get(args.problem))
     integrators.info(args.method)
@@ -89,8 +92,6 @@ def _check_run_args(args) -> int:
     save = args.save_every if args.save_every is not None else _default_save_every(args.steps)
     if save < 1 or args.steps % save:
         raise ValueError(f"--save-every {save} does not divide --steps {args.steps} (it must be >= 1 and divide it)")
-    args.plot = _check_out_path(args.plot, "--plot", (".png", ".pdf", ".svg"))
-    args.save = _check_out_path(args.save, "--save", (".npz",))
     if args.save_every is None and args.steps // save < 200 and args.steps > 200:
         print(f"note: keeping {args.steps // save + 1} frames (every {save} steps): {args.steps} has no divisor "
               f"giving 200-{MAX_FRAMES} frames; pass --save-every to choose", flush=True)
@@ -133,10 +134,11 @@ def _default_save_every(n: int) -> int:
 
 
 def _run(args) -> int:
-    save = _check_run_args(args)
     import jax
 
+    # before the checks: --tol's suggestion is sized for the type the run is made in
     jax.config.update("jax_enable_x64", True)
+    save = _check_run_args(args)
     import numpy as np
 
     import jaxrot

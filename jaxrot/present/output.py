@@ -133,7 +133,8 @@ def check_file(path, option: str = "output") -> pathlib.Path:
     path = pathlib.Path(path).expanduser()
     folder = path.parent
     if not folder.is_dir():
-        raise OutputError(f"{option}: cannot write {shown!r}: the folder {str(folder.absolute())!r} does not exist")
+        why = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise OutputError(f"{option}: cannot write {shown!r}: {str(folder.absolute())!r} {why}")
     try:
         try:
             mode = path.stat().st_mode

@@ -132,7 +132,9 @@ def steps_for_tolerance(method: str, problem, tol: float, *, t1: float | None = 
         # rate then gives the (larger) estimate and the (larger) count
         q = observed if observed is not None and 1.0 <= observed < p else float(p)
         est = d / (2.0 ** q - 1.0)
-        if (np.isfinite(d) and est <= tol and observed is not None) or asymptotic:
+        # a small difference counts only where the differences fall (at first order at least): two coarse
+        # runs may land close by chance, and the next halving then shows the error growing
+        if (np.isfinite(d) and est <= tol and observed is not None and observed >= 1.0) or asymptotic:
             N = max(1, math.ceil(2 * n * (est / tol) ** (1.0 / q))) if est > 0 else 1
             return StepCount(N, est, trial, observed, q, 2 * n)
         # differences that stop halving near the round-off floor are round-off: more steps add to it

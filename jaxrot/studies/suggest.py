@@ -39,7 +39,8 @@ class Suggestion:
     """A registered method, its constant step ``dt``, the executor to run it on (None: jaxrot's choice) and why;
     ``expected_error``: the final attitude error (rad) the run is expected to end with in ``dtype``, the
     floating-point type it was chosen for (the tolerance asked, or more where round-off in ``dtype``
-    does not allow it)."""
+    does not allow it); ``angle``: the angle (rad) the body was expected to turn through, from its
+    initial spin (the scale of the run's round-off)."""
 
     method: str
     dt: float
@@ -47,17 +48,43 @@ class Suggestion:
     executor: Any = None
     expected_error: float | None = None
     dtype: Any = None
+    angle: float | None = None
 
     def run(self, problem: Problem, **kw):
         """``jaxrot.simulate`` with this choice over ``[0, problem.t_end]`` in ``dtype`` (``kw`` passed on;
-        an ``executor`` there replaces the suggested one)."""
+        an ``executor`` there replaces the suggested one). Where a torque spun the body up, so that it
+        turned through more than ``angle`` and the round-off over the run takes the error well above
+        ``expected_error``, a :class:`~jaxrot.driver.tolerance.PrecisionWarning` says so after the run."""
         from ..driver.simulate import simulate
 
         if self.executor is not None:
             kw.setdefault("executor", self.executor)
         if self.dtype is not None:
             problem, kw["state0"] = _in_dtype(problem, kw.get("state0"), self.dtype)
-        return simulate(self.method, problem, self.dt, None, t1=problem.t_end, **kw)
+        traj = simulate(self.method, problem, self.dt, None, t1=problem.t_end, **kw)
+        self._check_turned(problem, kw["state0"] if self.dtype is not None else kw.get("state0"), traj)
+        return traj
+
+    def _check_turned(self, problem: Problem, state0, traj) -> None:
+        """The round-off check of the suggestion made again with the angle the run's frames show."""
+        from ..driver.checks import is_concrete
+        from ..driver.tolerance import global_floor, turned_angle, warn_precision
+
+        if (self.angle is None or self.expected_error is None or problem.torque.is_free
+                or not is_concrete(traj.states.Pi)):
+            return
+        s = problem.state0 if state0 is None else state0
+        turned = float(np.max(np.asarray(turned_angle(problem.body.J, 0.0, s.Pi, traj.ts, traj.states.Pi))))
+        if not turned > self.angle:
+            return
+        n = max(1, round(float(problem.t_end) / self.dt))
+        dtype = jnp.dtype(traj.states.R.dtype)
+        more = global_floor(dtype, n, angle=turned) - global_floor(dtype, n, angle=self.angle)
+        if more > 0.25 * self.expected_error:  # float64's eps keeps this below any tolerance it takes
+            warn_precision("Suggestion.run", f"the body turned through {turned:.3g} rad, more than the "
+                           f"{self.angle:.3g} rad its initial spin foretold (a torque spun it up), and a {dtype.name} "
+                           f"run accumulates round-off over that angle: expect a final error up to about "
+                           f"{self.expected_error + more:.2g} rad, not {self.expected_error:.2g}")
 
 
 def _in_dtype(problem: Problem, state0, dtype):
@@ -117,6 +144,10 @@ _MEASURE_BELOW = 100.0
 #: the measured round-off (the largest difference of runs from the initial state and from two
 #: perturbed by 4 eps) times this bounds the run's own: docs/choosing.md, 'What float32 can reach'
 _MEASURED_MARGIN = 3.0
+#: a spread of the measuring runs above this many times the round-off floor is checked with twice the
+#: steps (it may be truncation); the most steps that check doubles to
+_SPREAD_OF_TRUNCATION = 10.0
+_MAX_STEPS = 1 << 20
 
 
 def _roundoff(method, problem, state, n: int, executor) -> float:
@@ -210,7 +241,7 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
                            f"after turning {angle:.3g} rad (round-off), above the tolerance")
         return Suggestion("exact_free", float(T),
                           "no torque: the exact flow (elliptic functions) in one step, exact to round-off"
-                          + expected_line(expected, roundoff, False), None, expected, dtype)
+                          + expected_line(expected, roundoff, False), None, expected, dtype, angle)
     if _lagrange_top(problem):
         method, why = ("exact_split_kl8", "a Lagrange top (axisymmetric body, centre of mass on its axis): the "
                        "exact free flow is two rotations, so the splitting kick - exact flow - kick composed to "
@@ -228,7 +259,17 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
     roundoff = global_floor(dtype, N, angle=angle)
     measured = tol < _MEASURE_BELOW * roundoff
     if measured:
-        roundoff = max(roundoff, _MEASURED_MARGIN * _roundoff(method, problem, state, N, executor))
+        spread = _roundoff(method, problem, state, N, executor)
+        # runs from initial states a few roundings apart that fail, or end far apart, may say the steps
+        # are too long for the motion though the trial runs happened to agree (a body spun up about an
+        # axis of symmetry by its torque): the steps are doubled while that spread falls (truncation);
+        # where it does not, it is round-off the problem amplifies, and more steps would not help
+        while 2 * N <= _MAX_STEPS and not spread <= _SPREAD_OF_TRUNCATION * global_floor(dtype, N, angle=angle):
+            wider = _roundoff(method, problem, state, 2 * N, executor)
+            if np.isfinite(spread) and not wider < spread / 4:
+                break
+            N, spread = 2 * N, wider
+        roundoff = max(global_floor(dtype, N, angle=angle), _MEASURED_MARGIN * spread)
     if n.roundoff_limited:
         # the trial runs reached round-off before the tolerance: the count's truncation error is at most
         # their last difference, and more steps do not lower it
@@ -254,4 +295,4 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
     on = "; run in its fused kernel (executor=jaxrot.Fused())" if executor is not None else ""
     return Suggestion(method, float(T / N),
                       f"{why}; {N} steps for {tol:g} ({how}){on}" + expected_line(expected, roundoff, measured),
-                      executor, expected, dtype)
+                      executor, expected, dtype, angle)
