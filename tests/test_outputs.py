@@ -180,6 +180,17 @@ def test_ctrl_c_during_reproduce_leaves_nothing(tmp_path, sig, code, word):
     assert not out.exists()  # no file, no staging folder, and not the (empty) folder it made
 
 
+def test_an_interrupt_after_the_command_finished_does_not_cut_its_exit_short():
+    # Ctrl-C just as a command ends (its files written) came during the interpreter's exit: a traceback
+    # from an exit handler, or 130 after a complete run; the command's process now ignores it there
+    code = ("import os, signal, sys; from jaxrot.present import cli; sys.argv = ['jaxrot', 'list', 'problems']; "
+            "c = cli.main(); os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGTERM); "
+            "print('exit', c, file=sys.stderr); sys.exit(c)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert r.returncode == 0 and r.stderr.strip().endswith("exit 0") and "Traceback" not in r.stderr, r.stderr
+
+
 def test_ctrl_c_inside_a_long_compiled_call_ends_at_once(tmp_path):
     """One compiled call of minutes (2e9 steps, no progress reports to split it): the interrupt must
     not wait for it to return."""

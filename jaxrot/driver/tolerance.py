@@ -206,8 +206,9 @@ def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str) -> bool:
         return False
     return _announce(rtol, atol, dtype, turning_angle(J, Pi, span), where,
                      "the tolerances are below the round-off a {dtype} run accumulates turning through {turned} rad"
-                     "{bodies}: expect a final error up to about {worst} (the global floor over the span), not the "
-                     "tolerance")
+                     "{bodies}: expect a final error up to about {worst} (the global floor over the span; more on a "
+                     "problem that amplifies perturbations, such as a body near its intermediate axis or a top falling "
+                     "from near its vertical, which jaxrot.suggest measures), not the tolerance")
 
 
 def _announce(rtol, atol, dtype, angle, where: str, template: str) -> bool:

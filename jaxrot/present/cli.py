@@ -319,6 +319,11 @@ def main(argv=None) -> int:
     try:
         code = interrupts.call_interruptibly(_main, argv, argv is None)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
+        if argv is None:
+            # the command is done and its files written: an interrupt from here on would only cut short
+            # the interpreter's exit (a traceback from an exit handler, or 130 after a complete run)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return code
     except KeyboardInterrupt as e:
         kept = ", ".join(str(p) for p in output.WRITTEN)
