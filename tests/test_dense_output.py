@@ -117,7 +117,7 @@ def test_after_a_terminal_event_the_dense_output_holds_the_event_state(adaptive)
     Pi = P.state0.Pi * jnp.array([1.0, 2.0])[:, None]
     batch = jaxrot.State(jnp.broadcast_to(P.state0.R, (2, 3, 3)), Pi)
     kw = (dict(stepsize=jaxrot.Adaptive(1e-10, 1e-10)) if adaptive else dict(dt=0.01))
-    tr = jaxrot.simulate("rkmk8(5)" if adaptive else "rkmk8", P, t1=3.0, state0=batch, event=ev,
+    tr = jaxrot.simulate("rkmk8(5)" if adaptive else "rk4", P, t1=3.0, state0=batch, event=ev,
                          saveat=jaxrot.SaveAt(dense=True), **kw)
     t_ev = np.asarray(tr.event_time)
     assert np.all(np.isfinite(t_ev)) and 0.5 < t_ev[0] < t_ev[1] - 0.5 < 2.0, t_ev
