@@ -163,3 +163,14 @@ def test_dense_alone_keeps_the_frames_of_saveat_with_either_controller(first):
         assert tr.states.R.shape == (len(want), 3, 3)
     np.testing.assert_allclose(np.asarray(const.final.R), np.asarray(adapt.final.R), atol=1e-8)
     np.testing.assert_allclose(np.asarray(const.evaluate(1.0).R), np.asarray(adapt.evaluate(1.0).R), atol=1e-8)
+
+
+def test_a_run_that_failed_before_its_event_has_no_dense_output_past_its_last_step():
+    h = problems.get("t_handle")
+    never = jaxrot.Event(lambda t, s, a: s.Pi[0] - 100.0)  # terminal, never crosses
+    for ev in (None, never):
+        tr = jaxrot.simulate("rkmk8(5)", h, t1=10.0, event=ev, throw=False, saveat=jaxrot.SaveAt(dense=True),
+                             stepsize=jaxrot.Adaptive(1e-10, 1e-10, max_steps=20))
+        assert tr.result == jaxrot.RESULTS.max_steps_reached
+        with pytest.raises(ValueError, match="within the run's span"):
+            tr.evaluate(10.0)

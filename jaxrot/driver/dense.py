@@ -263,8 +263,16 @@ class StoppedDenseOutput(eqx.Module):
         t = jnp.asarray(t, self.stop.dtype)
         if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((t, self))):
             inner = self.inner
-            lo = float(inner.t0) if isinstance(inner, DenseOutput) else float(np.asarray(inner.times)[..., 0].max())
-            _check_in_span(np.asarray(t), lo, float(self.t_end))
+            if isinstance(inner, DenseOutput):
+                lo = float(inner.t0)
+                last = lo + inner.n_steps * float(inner.dt)
+            else:
+                times = np.asarray(inner.times)
+                lo, last = float(times[..., 0].max()), np.where(np.isfinite(times), times, -np.inf).max(axis=-1)
+            # a body that found its event reaches the span's end (its state held); one that did not, as far
+            # as its steps went (short of it after a failure)
+            reached = np.where(np.isfinite(np.asarray(self.stop)), float(self.t_end), last)
+            _check_in_span(np.asarray(t), lo, float(np.min(reached)))
         return _evaluate(self, t)
 
     def _at(self, t) -> State:
