@@ -136,8 +136,7 @@ def _default_save_every(n: int) -> int:
 def _run(args) -> int:
     import jax
 
-    # before the checks: --tol's suggestion is sized for the type the run is made in
-    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_x64", True)  # before the checks: --tol's suggestion is sized for this type
     save = _check_run_args(args)
     import numpy as np
 
@@ -319,9 +318,7 @@ def main(argv=None) -> int:
     try:
         code = interrupts.call_interruptibly(_main, argv, argv is None)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at exit
-        if argv is None:
-            # the command is done and its files written: an interrupt from here on would only cut short
-            # the interpreter's exit (a traceback from an exit handler, or 130 after a complete run)
+        if argv is None:  # done, files written: an interrupt now would only cut the interpreter's exit short
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return code
