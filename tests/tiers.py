@@ -42,6 +42,8 @@ SLOW: dict[str, str] = {
     # energy projection
     "tests/test_energy_projection.py::test_degenerate_cases_have_finite_values_and_gradients[zero momentum]":
         "the other degenerate cases",
+    "tests/test_energy_projection.py::test_degenerate_cases_have_finite_values_and_gradients[sphere]":
+        "the principal-axis and symmetric-body cases",
     "tests/test_energy_projection.py::test_ep_gradient_matches_finite_differences":
         "test_integrators.py::test_gradients_finite of an EP method in turn; test_simulate.py's gradient check",
     "tests/test_energy_projection.py::test_ep_float32[split4_231_ep]": "the buss2p_ep case",
