@@ -241,7 +241,9 @@ def turned_angle(J, t0, Pi0, ts, Pi, t_stop=None):
       t_stop: a time per body after which the saved states only repeat a terminal event's state
         (non-finite: no event); the times are capped there.
     """
-    J = jnp.asarray(J)
+    # in the run's type (a float32 run of a problem with float64 moments: no mixed types)
+    J, Pi0, ts = (jnp.asarray(x, Pi.dtype) for x in (J, Pi0, ts))
+    t_stop = None if t_stop is None else jnp.asarray(t_stop, Pi.dtype)
     speed = jnp.linalg.norm(Pi / (J[..., None, :] if J.ndim == 2 else J), axis=-1)  # (..., F)
     speed0 = jnp.linalg.norm(Pi0 / J, axis=-1)[..., None]
     speed = jnp.concatenate([jnp.broadcast_to(speed0, speed.shape[:-1] + (1,)), speed], axis=-1)
