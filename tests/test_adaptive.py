@@ -1,6 +1,7 @@
 """Error-controlled stepping: jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(...))."""
 
 import contextlib
+import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -380,3 +381,26 @@ def test_a_save_time_at_t0_is_the_initial_frame_with_either_controller(first):
     np.testing.assert_array_equal(np.asarray(const.ts), np.asarray(adapt.ts))
     np.testing.assert_array_equal(np.asarray(adapt.states.R[0]), np.asarray(p.state0.R))
     np.testing.assert_allclose(np.asarray(adapt.states.R), np.asarray(const.states.R), atol=1e-8)
+
+
+@pytest.mark.parametrize("executor", ["XLA", "Fused"])
+def test_traced_save_times_may_begin_at_t0(executor):
+    """Under jit the save times are not known before the run: a time at t0 is written as its own frame
+    (the initial state, without a step), and the run equals one that keeps its initial frame by SaveAt.t0."""
+    if executor == "Fused" and not kernels.have_warp():
+        pytest.skip("needs warp-lang (the fast extra)")
+    p = problems.get("free_body_mz")
+    ts = jnp.asarray([0.0, 1.0, 2.0])
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def run(ts, first):
+        return jaxrot.simulate("rkmk8(5)", p, t1=2.0, saveat=jaxrot.SaveAt(t0=first, ts=ts),
+                               stepsize=jaxrot.Adaptive(1e-10, 1e-10), executor=getattr(jaxrot, executor)(), throw=False)
+
+    at_t0, kept = run(ts, False), run(ts[1:], True)
+    assert at_t0.result == RESULTS.successful and dict(at_t0.provenance)["executor"] == executor
+    np.testing.assert_array_equal(np.asarray(at_t0.ts), [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(at_t0.states.R[0]), np.asarray(p.state0.R))
+    np.testing.assert_array_equal(np.asarray(at_t0.states.R), np.asarray(kept.states.R))
+    assert int(at_t0.controller.n_accepted) == int(kept.controller.n_accepted)
+    assert int(at_t0.controller.n_rejected) == int(kept.controller.n_rejected)

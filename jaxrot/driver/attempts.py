@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from ..geometry.state import State
 from ..physics.flow import pack_body
-from .controllers import adapt, first_step
+from .controllers import adapt, first_interval, first_step
 from .events import event_start, event_update, stopped
 from .failures import MAX_STEPS_REACHED, SUCCESSFUL
 from .layout import Frames
@@ -59,7 +59,7 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     q = method.error_order()
     n_out = targets.shape[0]
     t0 = jnp.asarray(t0, dtype)
-    h0 = first_step(q, system.body.J, state0.Pi, rtol, targets[0] - t0) if dt0 is None else dt0
+    h0 = first_step(q, system.body.J, state0.Pi, rtol, first_interval(t0, targets)) if dt0 is None else dt0
     z32 = jnp.asarray(0, jnp.int32)
 
     def frames(n):
@@ -87,6 +87,10 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
         yp, aux_p, stats, y_err = method.step_with_error(system, t, state, aux, step)
         err = method.error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
         ok, h_new, err_new = adapt(q, err, err_prev, h, step, hit)
+        # a save time at t itself (a traced SaveAt(ts) beginning at t0): its frame is the state as it is,
+        # written without a step that would count or move the controller
+        now = target <= t
+        ok, h_new, err_new = ok & ~now, jnp.where(now, h, h_new), jnp.where(now, err_prev, err_new)
         t_new = jnp.where(ok, jnp.where(hit, target, t + step), t)
         state_new, aux_new = _where(ok, yp, state), _where(ok, aux_p, aux)
         r = step_reason(system, t + step, yp, stats, ref, monitor)
@@ -94,7 +98,7 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
         failed, reason = jnp.where(first, acc + 1, failed), jnp.where(first, r, reason)
         if event is not None:
             ev = event_update(event, ev, t, step, state, yp, ok)
-        save = ok & hit
+        save = (ok & hit) | now
         folded_new = _where(ok, fold(folded, stats), folded)
         out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x, pred=save), (state_new, folded_new), out)
         folded_new = _where(save, empty_stats(), folded_new)
@@ -106,7 +110,7 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
         if dbuf is not None:
             dbuf = jax.tree_util.tree_map(lambda x, o: o.at[n].set(x, pred=ok), (t_new, state_new), dbuf)
         return (t_new, state_new, aux_new, h_new, err_new, i + save.astype(jnp.int32), out, n,
-                rej + (~ok).astype(jnp.int32), folded_new, failed, reason, ev, sbuf, dbuf, consts)
+                rej + (~ok & ~now).astype(jnp.int32), folded_new, failed, reason, ev, sbuf, dbuf, consts)
 
     # the problem's arrays travel in the loop state (unchanged) rather than by closure: their
     # cotangents then accumulate through the checkpointed loop's recomputations

@@ -135,6 +135,12 @@ def first_step(q: int, J, Pi0, rtol, t_first):
     return jnp.minimum(h0, t_first)
 
 
+def first_interval(t0, targets):
+    """The time from ``t0`` to the first output time after it (``targets`` increasing; a traced
+    ``SaveAt(ts)`` may begin at ``t0`` itself, whose frame the loop writes with a step of length 0)."""
+    return targets[jnp.argmax(targets > t0)] - t0
+
+
 #: the default scaled error of an attempt (a pair's ``error_norm`` may measure its estimate otherwise)
 error_norm = scaled_rms
 

@@ -21,7 +21,8 @@ over the 12 numbers of ``(R, Pi)`` (non-finite: infinite); accepted where ``err 
 ``max(h, step fac)`` after an accepted step that landed on an output time, else ``step fac``; a
 state saved at each output time reached; the loop ends at the last output time or after
 ``max_steps`` attempts. The first step, when not given, is ``min(0.1 max(rtol, 1e-16)^(1/(q+1)) /
-max(|Pi/J|, 1e-12), ts[0] - t0)``, computed by JAX as the XLA run computes it.
+max(|Pi/J|, 1e-12), t_1 - t0)`` (``t_1`` the first save time after ``t0``; save times at ``t0``
+itself are the initial state), computed by JAX as the XLA run computes it.
 
 Events (``event=jaxrot.Event(...)``): the condition is evaluated after every accepted step; at its
 first sign change the crossing is located on the step's dense output (the cubic Hermite interpolant
@@ -71,13 +72,13 @@ def _check(pair, system, states0, ts, max_steps, event):
 
 def first_step(q: int, system, states0, t0, ts, rtol):
     """The XLA run's first trial step per body: ``min(0.1 max(rtol, 1e-16)^(1/(q+1)) / max(|Pi/J|,
-    1e-12), ts[0] - t0)``, with the same operations (``rtol`` (B,) in the run's dtype)."""
+    1e-12), t_1 - t0)`` (``t_1`` the first save time after ``t0``), with the same operations (``rtol`` (B,) in the run's dtype)."""
     J = jnp.asarray(system.body.J, states0.Pi.dtype)
 
     def one(Pi, rtol):
         w = jnp.linalg.norm(Pi / J)
         h0 = 0.1 * jnp.maximum(rtol, 1e-16) ** (1.0 / (float(q) + 1.0)) / jnp.maximum(w, 1e-12)
-        return jnp.minimum(h0, ts[0] - t0)
+        return jnp.minimum(h0, ts[jnp.argmax(ts > t0)] - t0)  # the first save time after t0
 
     return jax.vmap(one)(states0.Pi, rtol)
 

@@ -119,6 +119,11 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
             done = True
         if wp.static(EVENT):
             gprev = g(t, R, Pi, Q)
+        # save times at t0 itself (a traced SaveAt(ts) may begin there): the initial state, without a step
+        while i < n_out and ts[i] <= t:
+            R_out[b, i] = R
+            Pi_out[b, i] = Pi
+            i = i + 1
         while (not done) and i < n_out and acc + rej < max_steps:
             target = ts[i]
             hit = t + h >= target - S(1e-12) * wp.max(S(1.0), wp.abs(target))
