@@ -325,3 +325,30 @@ def test_a_suggestion_keeps_the_steps_its_measuring_runs_needed():
     q = problems.get("asymmetric_top")
     stacked = jaxrot.stack_problems([q, jaxrot.Problem(jaxrot.RigidBody(q.body.J * 1.1), q.torque, q.state0, q.t_end)])
     assert jaxrot.suggest(stacked, 1e-6).run(stacked).final.R.shape == (2, 3, 3)
+
+
+def test_a_global_error_run_raised_to_the_floor_reports_the_error_its_law_predicts_there():
+    """GlobalError in float32 whose calibration chose a local tolerance below the per-step floor: the
+    warning and the trajectory's statistics give the global error the calibration's law puts at the
+    raised tolerance (not the aim), and the run ends near it."""
+    from jaxrot.driver.global_error import scaled_difference
+
+    p = _float32("asymmetric_top", 2.0)
+    q = problems.get("asymmetric_top")
+    ref = jaxrot.simulate("rkmk8(5)", jaxrot.Problem(q.body, q.torque, q.state0, 2.0), t1=2.0, stepsize=jaxrot.Adaptive(1e-13, 1e-13),
+                          saveat=jaxrot.SaveAt(t0=False))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        tr = jaxrot.simulate("buss4(3)", p, t1=2.0, stepsize=jaxrot.GlobalError(jaxrot.Adaptive(1e-5, 1e-5)),
+                             saveat=jaxrot.SaveAt(t0=False))
+    said = [str(x.message) for x in w if "calibration chose" in str(x.message)]
+    assert len(said) == 1, [str(x.message) for x in w]
+    chosen = float(re.search(r"rtol=([0-9.e+-]+)", said[0]).group(1))
+    predicted = float(tr.controller.global_error)
+    # buss4(3): the law's least exponent p / (q + 1) = 1
+    assert predicted == pytest.approx(local_floor(jnp.float32) / chosen, rel=1e-4) and predicted > 1.5
+    assert f"about {predicted:.2g} times the tolerance asked" in said[0]
+    assert float(tr.controller.tolerance) == pytest.approx(local_floor(jnp.float32))
+    final = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), tr.states)
+    error = float(scaled_difference(final, ref.states, 1e-5, 1e-5))
+    assert 0.5 * predicted < error < 2.0 * predicted

@@ -26,6 +26,7 @@ from .attempts import attempts_frames_on
 from .controllers import AbstractController, Adaptive
 from .failures import SUCCESSFUL
 from .results import AdaptiveStats
+from .tolerance import local_floor, reachable
 
 
 class GlobalError(AbstractController):
@@ -222,6 +223,32 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
     # of the final run at it (through the calibration, reverse mode gave NaN)
     B = state0.R.shape[0]
     return lax.stop_gradient(scale), predicted, (spent + more) / B  # the calibration's cost shared out
+
+
+def raised_to_floor(rtol, atol, counts: dict, dtype, method):
+    """The calibrated tolerances raised to what ``dtype`` can reach per step
+    (:func:`~jaxrot.driver.tolerance.reachable`), with the global error the calibration's law predicts
+    at them: ``e (raised / chosen)^alpha``, ``alpha = p / (q + 1)`` (the least growth of the exponents
+    the calibration allows). The warning states it, and ``counts`` hold it and the tolerance used, so
+    that a float32 run does not report the aim it can no longer reach. Returns ``(rtol, atol, counts)``."""
+    where = "GlobalError: the local tolerance its calibration chose"
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((rtol, atol, counts))):
+        return reachable(rtol, atol, dtype, where=where) + (counts,)
+    alpha = float(method.order) / (float(method.error_order()) + 1.0)
+    floor = local_floor(dtype)
+    growth = np.ones(np.broadcast_shapes(np.shape(rtol), np.shape(atol)))
+    for x in (rtol, atol):
+        x = np.asarray(x, np.float64)
+        growth = np.maximum(growth, np.where((x > 0) & (x < floor), floor / np.where(x > 0, x, 1.0), 1.0))
+    predicted = np.asarray(counts["global_error"], np.float64) * growth ** alpha
+    then = "" if not np.any(growth > 1.0) else (
+        f"; its calibration's law then puts the global error at about {float(np.max(predicted)):.2g} times the "
+        f"tolerance asked, not the aim")
+    rtol, atol = reachable(rtol, atol, dtype, where=where, then=then)
+    like = jnp.asarray(counts["global_error"]).dtype
+    counts = dict(counts, global_error=jnp.asarray(predicted, like),
+                  tolerance=jnp.broadcast_to(jnp.asarray(rtol, like), jnp.shape(counts["tolerance"])))
+    return rtol, atol, counts
 
 
 def calibrate(spec, executor, controller: GlobalError, ratio=10.0):

@@ -31,7 +31,7 @@ from .events import check_event
 from .executors import choose_executor
 from .executors.base import AttemptSpec, RunSpec
 from .failures import raise_failures
-from .global_error import GlobalError, calibrate
+from .global_error import GlobalError, calibrate, raised_to_floor
 from .integrate import Finish, trajectory, trajectory_of
 from .lean_jit import Bound
 from .loop import InvariantMonitor
@@ -374,8 +374,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         report(None, 0.0)
     extra_counts = None
     if isinstance(controller, GlobalError):
-        rtol, atol, extra_counts = calibrate(spec, runner, controller)
-        rtol, atol = reachable(rtol, atol, dtype, where="GlobalError: the local tolerance its calibration chose")
+        rtol, atol, extra_counts = raised_to_floor(*calibrate(spec, runner, controller), dtype, pair)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=keep_first, keep_last=keep_last, t_end=targets[-1], frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)

@@ -142,7 +142,7 @@ def _outside_package() -> int:
     return level
 
 
-def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0) -> tuple:
+def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0, then: str = "") -> tuple:
     """``(rtol, atol)`` raised to what a run in ``dtype`` can reach, with one :class:`PrecisionWarning`
     naming ``where`` where either was below it; unchanged, without a warning, otherwise.
 
@@ -155,6 +155,7 @@ def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0
       n_steps: for tolerances on the *global* error of a run of about ``n_steps`` steps, the floor is
         also at least :func:`global_floor` (``angle`` as there); None: per-step tolerances, the floor
         is :func:`local_floor`.
+      then: what the raise means for the run, appended to the warning (``"; expect ..."``).
 
     Returns:
       ``(rtol, atol)``, each a number where a number was given, else an array of the same kind.
@@ -185,7 +186,7 @@ def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0
             low.append(f"{name}={float(v):g}" if v.ndim == 0 else f"{name} (down to {float(v[v > 0].min()):g})")
     if low:
         verb = "is" if len(low) == 1 else "are"
-        warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}")
+        warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}{then}")
     return out[0], out[1]
 
 
