@@ -352,3 +352,22 @@ def test_a_global_error_run_raised_to_the_floor_reports_the_error_its_law_predic
     final = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), tr.states)
     error = float(scaled_difference(final, ref.states, 1e-5, 1e-5))
     assert 0.5 * predicted < error < 2.0 * predicted
+
+
+def test_a_calibrated_batch_whose_check_runs_stall_in_float32_keeps_its_prediction():
+    """GlobalError on a batch calibrated on a subset: where the law's tolerance lies far below the
+    calibration runs, the worst bodies are run there to check it; in float32 below the per-step floor
+    those runs stall, and the law's prediction (raised with the tolerance) is reported, not 0."""
+    p = _float32("asymmetric_top", 2.0)
+    B = 256
+    S = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)),
+                     p.state0.Pi * jnp.linspace(0.5, 1.5, B, dtype=jnp.float32)[:, None])
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        tr = jaxrot.simulate("buss4(3)", p, t1=2.0, state0=S, stepsize=jaxrot.GlobalError(jaxrot.Adaptive(1e-5, 1e-5)),
+                             saveat=jaxrot.SaveAt(t0=False))
+    said = [str(x.message) for x in w if "calibration chose" in str(x.message)]
+    assert len(said) == 1
+    predicted = np.asarray(tr.controller.global_error)
+    assert predicted.shape == (B,) and np.all(predicted > 1.0)
+    assert f"about {float(predicted.max()):.2g} times the tolerance asked" in said[0]

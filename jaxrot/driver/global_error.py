@@ -152,7 +152,7 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
         # non-finite, does not: that body is left out; it fails again in the final run, and is
         # reported there)
         d1, d2 = (scaled_difference(a[0], b[0], rtol, atol, measure) for a, b in zip(runs, runs[1:]))
-        a = jnp.log(jnp.maximum(d1, tiny) / jnp.maximum(d2, tiny)) / np.log(ratio)
+        a = jnp.log(jnp.maximum(d1, tiny) / jnp.maximum(d2, tiny)) / float(np.log(ratio))
         # not below the law's alpha: a smaller ratio means the coarsest run is not yet asymptotic (the
         # error grows more slowly there), and extrapolating with it would give a needlessly tight run
         a = jnp.where((d1 > 0) & (d2 > 0), jnp.clip(a, alpha, 1.5 * alpha), alpha)
@@ -165,7 +165,7 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
         steps = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in runs)
         return a, est, ok, least, steps
 
-    tiny = jnp.finfo(state0.R.dtype).tiny
+    tiny = float(jnp.finfo(state0.R.dtype).tiny)  # a weak type: the differences are in the tolerances' type
     runs = [run_pair(spec, cal, rtol * f, atol * f, executor) for f in factors]
     a, est, valid, least, spent = law(runs)
     # no looser than the coarsest calibration run (unless calibrated again above it, below)
@@ -214,7 +214,10 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
         moved = jnp.min(jnp.where(good, scale * (aim / e) ** (1.0 / a_here), jnp.inf))
         new = jnp.where(jnp.isfinite(moved), jnp.minimum(moved, factors[0]), scale)
         steps = sum(jnp.sum(r[2].n_accepted + r[2].n_rejected) for r in pair).astype(est.dtype)
-        return new, jnp.max(jnp.where(good, e * (new / scale) ** a_here, 0.0)), steps
+        # no checked body measured (their runs failed: a float32 check below the per-step floor stalls):
+        # the calibration's own prediction stands
+        checked_error = jnp.max(jnp.where(good, e * (new / scale) ** a_here, 0.0))
+        return new, jnp.where(jnp.any(good), checked_error, predicted), steps
 
     branch = jnp.where(scale * ratio < 1.0, 1, jnp.where(least > factors[0], 2, 0))
     scale, predicted, more = lax.switch(branch, [lambda s: (s, predicted, jnp.zeros((), est.dtype)), checked, looser],
