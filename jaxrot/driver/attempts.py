@@ -9,11 +9,13 @@ checked as every step of a constant-step run is (:func:`~jaxrot.driver.loop.step
 the event (:func:`~jaxrot.driver.events.event_update`) and writes what :class:`~jaxrot.SaveAt` asks:
 the state at an output time, every ``k``-th step, every step for the dense output. The loop ends at
 the last output time, at a terminal event, at a failed step, or after ``max_steps`` attempts.
+In reverse mode the loop is differentiated along the steps it accepted (:func:`_recorded`).
 """
 
 from __future__ import annotations
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 
@@ -48,6 +50,120 @@ def _where(c, a, b):
     return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
 
 
+def _buffers(c):
+    # the outputs are the loop's buffers: written in place, not copied into every checkpoint
+    return c[6], c[13], c[14], c[16]
+
+
+def _cond(event, n_out, max_steps):
+    def cond(c):
+        (_, _, _, _, _, i, _, acc, rej, _, failed, _, ev, _, _, _, _) = c
+        return (i < n_out) & (acc + rej < max_steps) & (failed < 0) & ~stopped(event, ev)
+    return cond
+
+
+def _body(method, event, monitor, shape, replay=None):
+    """The loop's body. ``replay``: the signed steps a recorded run accepted (negative: landed on an
+    output time), taken again in order without the controller (see :func:`_recorded`)."""
+    q, every, n_out, max_steps = shape
+
+    def body(c):
+        t, state, aux, h, err_prev, i, out, acc, rej, folded, failed, reason, ev, sbuf, dbuf, consts, rec = c
+        system, targets, rtol, atol, ref = consts
+        target = targets[i]
+        if replay is None:
+            hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
+            step = jnp.where(hit, target - t, h)
+        else:
+            taken = replay[jnp.minimum(acc, replay.shape[0] - 1)]
+            hit = taken < 0
+            step = jnp.where(hit, target - t, taken)
+        yp, aux_p, stats, y_err = method.step_with_error(system, t, state, aux, step)
+        if replay is None:
+            err = method.error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
+            ok, h_new, err_new = adapt(q, err, err_prev, h, step, hit)
+        else:
+            ok, h_new, err_new = jnp.asarray(True), h, err_prev
+        # a save time at t itself (a traced SaveAt(ts) beginning at t0): its frame is the state as it is,
+        # written without a step that would count or move the controller
+        now = target <= t
+        ok, h_new, err_new = ok & ~now, jnp.where(now, h, h_new), jnp.where(now, err_prev, err_new)
+        t_new = jnp.where(ok, jnp.where(hit, target, t + step), t)
+        state_new, aux_new = _where(ok, yp, state), _where(ok, aux_p, aux)
+        r = step_reason(system, t + step, yp, stats, ref, monitor)
+        first = ok & (failed < 0) & (r != SUCCESSFUL)
+        failed, reason = jnp.where(first, acc + 1, failed), jnp.where(first, r, reason)
+        if event is not None:
+            ev = event_update(event, ev, t, step, state, yp, ok)
+        save = (ok & hit) | now
+        folded_new = _where(ok, fold(folded, stats), folded)
+        out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x, pred=save), (state_new, folded_new), out)
+        folded_new = _where(save, empty_stats(), folded_new)
+        if rec is not None:
+            rec = rec.at[acc].set(jnp.where(hit, -step, step), pred=ok)
+        n = acc + ok.astype(jnp.int32)
+        if sbuf is not None:
+            keep = ok & (n % every == 0)
+            j = jnp.maximum(n // every - 1, 0)
+            sbuf = jax.tree_util.tree_map(lambda x, o: o.at[j].set(x, pred=keep), (t_new, state_new), sbuf)
+        if dbuf is not None:
+            dbuf = jax.tree_util.tree_map(lambda x, o: o.at[n].set(x, pred=ok), (t_new, state_new), dbuf)
+        return (t_new, state_new, aux_new, h_new, err_new, i + save.astype(jnp.int32), out, n,
+                rej + (~ok & ~now).astype(jnp.int32), folded_new, failed, reason, ev, sbuf, dbuf, consts, rec)
+
+    return body
+
+
+@eqx.filter_custom_vjp
+def _recorded(args, adjoint, shape):
+    """The loop in reverse mode: the run as it is, differentiated along the steps it accepted.
+
+    A reverse pass recomputes the loop from checkpoints, and a recomputation rounds differently from
+    the run it repeats (another compiled program): an error estimate near round-off then moves the
+    next step, the recomputed steps drift from the run's, and the derivative is taken along other
+    steps than the run's (docs/user_guide/saveat_events.md, "Gradients of adaptive runs"). So the run records the step it accepts each time (``max_steps`` numbers per body), and the
+    backward pass differentiates the loop that takes exactly those steps again (``adjoint``'s kind
+    of while loop, checkpointed or bounded), the step to each output time still its distance from it.
+    The controller's choice carries no derivative in either (as diffrax's PIDController).
+    """
+    c0, method, event, monitor = args
+    q, every, n_out, max_steps = shape
+    return eqxi.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
+                           max_steps=max_steps, buffers=_buffers, kind="lax")
+
+
+@_recorded.def_fwd
+def _recorded_fwd(perturbed, args, adjoint, shape):
+    c0, method, event, monitor = args
+    q, every, n_out, max_steps = shape
+    c0 = c0[:16] + (jnp.zeros((max_steps,), c0[0].dtype),)
+    final = eqxi.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
+                            max_steps=max_steps, buffers=_buffers, kind="lax")
+    return final[:16] + (None,), (final[16], final[7])
+
+
+@_recorded.def_bwd
+def _recorded_bwd(residuals, grad_obj, perturbed, args, adjoint, shape):
+    taken, n_taken = residuals
+    q, every, n_out, max_steps = shape
+
+    def again(args):
+        c0, method, event, monitor = args
+
+        def cond(c):
+            return c[7] < n_taken
+
+        return adjoint.while_loop(cond, _body(method, event, monitor, shape, replay=taken), c0, max_steps=max_steps,
+                                  buffers=_buffers)
+
+    out, vjp = eqx.filter_vjp(again, args)
+    zero = jax.tree_util.tree_map(
+        lambda o, g: g if g is not None else (jnp.zeros_like(o) if eqx.is_inexact_array(o) else None),
+        out, grad_obj, is_leaf=lambda x: x is None)
+    (grad,) = vjp(zero)
+    return grad
+
+
 def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, max_steps: int, adjoint, *,
                    monitor=None, event=None, every: int | None = None, dense: bool = False) -> Attempts:
     """One body's run over the output times ``targets`` (increasing, after ``t0``; the last is the end
@@ -74,52 +190,18 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     ref = invariants(system, t0, state0) if monitor is not None else None
     ev = event_start(event, t0, state0) if event is not None else None
 
-    def cond(c):
-        (_, _, _, _, _, i, _, acc, rej, _, failed, _, ev, _, _, _) = c
-        return (i < n_out) & (acc + rej < max_steps) & (failed < 0) & ~stopped(event, ev)
-
-    def body(c):
-        t, state, aux, h, err_prev, i, out, acc, rej, folded, failed, reason, ev, sbuf, dbuf, consts = c
-        system, targets, rtol, atol, ref = consts
-        target = targets[i]
-        hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
-        step = jnp.where(hit, target - t, h)
-        yp, aux_p, stats, y_err = method.step_with_error(system, t, state, aux, step)
-        err = method.error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
-        ok, h_new, err_new = adapt(q, err, err_prev, h, step, hit)
-        # a save time at t itself (a traced SaveAt(ts) beginning at t0): its frame is the state as it is,
-        # written without a step that would count or move the controller
-        now = target <= t
-        ok, h_new, err_new = ok & ~now, jnp.where(now, h, h_new), jnp.where(now, err_prev, err_new)
-        t_new = jnp.where(ok, jnp.where(hit, target, t + step), t)
-        state_new, aux_new = _where(ok, yp, state), _where(ok, aux_p, aux)
-        r = step_reason(system, t + step, yp, stats, ref, monitor)
-        first = ok & (failed < 0) & (r != SUCCESSFUL)
-        failed, reason = jnp.where(first, acc + 1, failed), jnp.where(first, r, reason)
-        if event is not None:
-            ev = event_update(event, ev, t, step, state, yp, ok)
-        save = (ok & hit) | now
-        folded_new = _where(ok, fold(folded, stats), folded)
-        out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x, pred=save), (state_new, folded_new), out)
-        folded_new = _where(save, empty_stats(), folded_new)
-        n = acc + ok.astype(jnp.int32)
-        if sbuf is not None:
-            keep = ok & (n % every == 0)
-            j = jnp.maximum(n // every - 1, 0)
-            sbuf = jax.tree_util.tree_map(lambda x, o: o.at[j].set(x, pred=keep), (t_new, state_new), sbuf)
-        if dbuf is not None:
-            dbuf = jax.tree_util.tree_map(lambda x, o: o.at[n].set(x, pred=ok), (t_new, state_new), dbuf)
-        return (t_new, state_new, aux_new, h_new, err_new, i + save.astype(jnp.int32), out, n,
-                rej + (~ok & ~now).astype(jnp.int32), folded_new, failed, reason, ev, sbuf, dbuf, consts)
-
     # the problem's arrays travel in the loop state (unchanged) rather than by closure: their
     # cotangents then accumulate through the checkpointed loop's recomputations
     c0 = (t0, state0, method.init(system, t0, state0, h0), jnp.asarray(h0, dtype), jnp.asarray(1.0, dtype), z32,
           out0, z32, z32, empty_stats(), jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), ev, sbuf,
-          dbuf, (system, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref))
-    # the outputs are the loop's buffers: written in place, not copied into every checkpoint
-    t, state, _, _, err, i, (out, stats), acc, rej, _, failed, reason, ev, sbuf, dbuf, _ = adjoint.while_loop(
-        cond, body, c0, max_steps=max_steps, buffers=lambda c: (c[6], c[13], c[14]))
+          dbuf, (system, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref), None)
+    shape = (q, every, n_out, max_steps)
+    if adjoint.kind == "lax":
+        final = adjoint.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
+                                   max_steps=max_steps, buffers=_buffers)
+    else:
+        final = _recorded((c0, method, event, monitor), adjoint, shape)
+    t, state, _, _, err, i, (out, stats), acc, rej, _, failed, reason, ev, sbuf, dbuf, _, _ = final
 
     def hold(frames, reached):  # frames never reached hold the last state
         return jax.tree_util.tree_map(

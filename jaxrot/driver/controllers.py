@@ -18,6 +18,7 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ..integrators.pairs import scaled_rms
 
@@ -132,7 +133,7 @@ def first_step(q: int, J, Pi0, rtol, t_first):
     body turns through ``rtol^(1/(q+1))`` radians, at most up to the first output time."""
     w = jnp.linalg.norm(Pi0 / J)
     h0 = 0.1 * jnp.maximum(rtol, 1e-16) ** (1.0 / (float(q) + 1.0)) / jnp.maximum(w, 1e-12)
-    return jnp.minimum(h0, t_first)
+    return lax.stop_gradient(jnp.minimum(h0, t_first))
 
 
 def first_interval(t0, targets):
@@ -158,6 +159,9 @@ def adapt(q: int, err, err_prev, h, step, hit):
     ok = err <= 1.0
     e = jnp.maximum(err, ERROR_FLOOR)
     fac = jnp.where(ok, SAFETY * e ** (-alpha) * err_prev ** beta, SAFETY * e ** (-alpha))
-    fac = jnp.clip(fac, FACTOR_MIN, FACTOR_MAX)
+    # no derivative through the step-size choice (as diffrax's PIDController): an error estimate near
+    # round-off has a derivative that is noise, and a reverse pass, which recomputes the loop from
+    # checkpoints, may see other round-off; the run's derivative is that of its steps as taken
+    fac = lax.stop_gradient(jnp.clip(fac, FACTOR_MIN, FACTOR_MAX))
     h_new = jnp.where(ok & hit, jnp.maximum(h, step * fac), step * fac)
-    return ok, h_new, jnp.where(ok, e, err_prev)
+    return ok, h_new, lax.stop_gradient(jnp.where(ok, e, err_prev))
