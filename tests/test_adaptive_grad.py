@@ -44,14 +44,36 @@ def test_grad_matches_the_exact_flow():
 
 @pytest.mark.parametrize("adjoint", [jaxrot.DirectAdjoint(), jaxrot.RecursiveCheckpointAdjoint(checkpoints=4)])
 def test_every_reverse_adjoint_equals_forward_mode_also_through_jit(adjoint):
-    def loss(J, adjoint):
-        return _loss(J, adjoint, t1=1.5, max_steps=300, pair="buss4(3)")
+    """The run traced by jit, then differentiated; its save times traced too, the last two equal (the
+    frame written after the last step, without one, still has its derivative)."""
+    def loss(J, ts, adjoint):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 1.5)
+        tr = jaxrot.simulate("buss4(3)", q, adjoint=adjoint, stepsize=jaxrot.Adaptive(1e-10, 1e-10, max_steps=300),
+                             saveat=jaxrot.SaveAt(t0=False, ts=ts))
+        return jnp.sum(tr.states.Pi[-1] * W) + jnp.sum(tr.states.Pi[0])
 
-    g = jax.grad(jax.jit(lambda J: loss(J, adjoint)))(P.body.J)  # the run traced by jit, then differentiated
-    gf = jax.jacfwd(lambda J: loss(J, jaxrot.ForwardMode()))(P.body.J)
+    ts = jnp.asarray([0.5, 1.5, 1.5])
+    g = jax.grad(jax.jit(lambda J, ts: loss(J, ts, adjoint)))(P.body.J, ts)
+    gf = jax.jacfwd(jax.jit(lambda J, ts: loss(J, ts, jaxrot.ForwardMode())))(P.body.J, ts)
     np.testing.assert_allclose(np.asarray(g), np.asarray(gf), rtol=1e-9, atol=1e-13)
     if isinstance(adjoint, jaxrot.DirectAdjoint):  # both modes
-        np.testing.assert_array_equal(np.asarray(jax.jacfwd(lambda J: loss(J, adjoint))(P.body.J)), np.asarray(gf))
+        gd = jax.jacfwd(jax.jit(lambda J, ts: loss(J, ts, adjoint)))(P.body.J, ts)
+        np.testing.assert_allclose(np.asarray(gd), np.asarray(gf), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.slow  # a second-order derivative through the bounded loop
+def test_direct_adjoint_differentiates_reverse_over_forward():
+    v = jnp.array([1.0, -0.5, 0.25])
+
+    def f(J, adjoint):
+        return _loss(J, adjoint, t1=1.5, max_steps=300, pair="buss4(3)")
+
+    def hvp(J):
+        return jax.jvp(lambda J: f(J, jaxrot.DirectAdjoint()), (J,), (v,))[1]
+
+    got = jax.grad(hvp)(P.body.J)
+    want = jax.jacfwd(lambda J: jax.jvp(lambda J: f(J, jaxrot.ForwardMode()), (J,), (v,))[1])(P.body.J)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-8, atol=1e-12)
 
 
 @pytest.mark.slow  # the attitude's path of the momentum check

@@ -15,7 +15,8 @@ as the adjoint says (the names and meanings of diffrax's adjoints):
 
 The derivative is that of the steps the run took, in every mode: the controller's choice of the next
 step carries none, and in reverse mode the run records its accepted steps and the backward pass
-differentiates the loop that takes them again (:func:`jaxrot.driver.attempts._recorded`; why:
+differentiates the loop that takes them again (``DirectAdjoint``: the tangent of that loop, in both
+modes; :func:`jaxrot.driver.attempts._recorded`; why:
 docs/user_guide/saveat_events.md, "Gradients of adaptive runs").
 
 Reference: Griewank & Walther, Algorithm 799 (treeverse); equinox's ``while_loop``; diffrax's
@@ -121,10 +122,6 @@ def adjoint_for(adjoint, leaves) -> AbstractAdjoint:
     mode = _mode(leaves)
     if adjoint is None:
         return ForwardMode() if mode == "forward" else RecursiveCheckpointAdjoint()
-    if mode == "forward" and isinstance(adjoint, DirectAdjoint):
-        # the same derivative: reverse mode differentiates the steps the run took again (see
-        # jaxrot.driver.attempts), a rule forward mode cannot go through
-        return ForwardMode()
     if mode == "forward" and isinstance(adjoint, RecursiveCheckpointAdjoint):
         raise ValueError("jax.jvp / jax.jacfwd of a run whose loop is a while loop (error-controlled steps or a "
                          "terminal event) needs adjoint=jaxrot.ForwardMode() or jaxrot.DirectAdjoint(); "

@@ -114,54 +114,82 @@ def _body(method, event, monitor, shape, replay=None):
     return body
 
 
+def _outputs(final):
+    # what the loop hands on: its carry without the problem's arrays (not JAX types throughout) and the record
+    return final[:15] + (None, None)
+
+
+def _plain(args, shape, record: bool = False):
+    """The loop itself (a plain while loop: no derivative through it); with ``record``, also the signed
+    step each accepted attempt took, the steps accepted and the output frames written."""
+    c0, method, event, monitor = args
+    q, every, n_out, max_steps = shape
+    if record:
+        c0 = c0[:16] + (jnp.zeros((max_steps,), c0[0].dtype),)
+    final = eqxi.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
+                            max_steps=max_steps, buffers=_buffers, kind="lax")
+    return (_outputs(final), (final[16], final[7], final[5])) if record else _outputs(final)
+
+
+def _again(args, adjoint, shape, record):
+    """The loop that takes the recorded steps again, in order, through ``adjoint``'s while loop; it also
+    writes the frames a recorded run wrote after its last step (save times equal in the run's type)."""
+    c0, method, event, monitor = args
+    taken, n_taken, i_final = record
+    max_steps = shape[3]
+
+    def cond(c):
+        return (c[7] < n_taken) | (c[5] < i_final)
+
+    return _outputs(adjoint.while_loop(cond, _body(method, event, monitor, shape, replay=taken), c0,
+                                       max_steps=max_steps, buffers=_buffers))
+
+
 @eqx.filter_custom_vjp
 def _recorded(args, adjoint, shape):
-    """The loop in reverse mode: the run as it is, differentiated along the steps it accepted.
+    """The loop under a reverse-mode adjoint: the run as it is, differentiated along the steps it accepted.
 
     A reverse pass recomputes the loop from checkpoints, and a recomputation rounds differently from
     the run it repeats (another compiled program): an error estimate near round-off then moves the
     next step, the recomputed steps drift from the run's, and the derivative is taken along other
-    steps than the run's (docs/user_guide/saveat_events.md, "Gradients of adaptive runs"). So the run records the step it accepts each time (``max_steps`` numbers per body), and the
-    backward pass differentiates the loop that takes exactly those steps again (``adjoint``'s kind
-    of while loop, checkpointed or bounded), the step to each output time still its distance from it.
-    The controller's choice carries no derivative in either (as diffrax's PIDController).
+    steps than the run's (docs/user_guide/saveat_events.md, "Gradients of adaptive runs"). So the run
+    records the step it accepts each time (``max_steps`` numbers per body), and the backward pass
+    differentiates the loop that takes exactly those steps again (:func:`_again`, ``adjoint``'s
+    checkpointed while loop), the step to each output time still its distance from it. The
+    controller's choice carries no derivative in any mode (as diffrax's PIDController).
     """
-    c0, method, event, monitor = args
-    q, every, n_out, max_steps = shape
-    return eqxi.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
-                           max_steps=max_steps, buffers=_buffers, kind="lax")
+    return _plain(args, shape)
 
 
 @_recorded.def_fwd
 def _recorded_fwd(perturbed, args, adjoint, shape):
-    c0, method, event, monitor = args
-    q, every, n_out, max_steps = shape
-    c0 = c0[:16] + (jnp.zeros((max_steps,), c0[0].dtype),)
-    final = eqxi.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
-                            max_steps=max_steps, buffers=_buffers, kind="lax")
-    return final[:16] + (None,), (final[16], final[7])
+    return _plain(args, shape, record=True)
 
 
 @_recorded.def_bwd
 def _recorded_bwd(residuals, grad_obj, perturbed, args, adjoint, shape):
-    taken, n_taken = residuals
-    q, every, n_out, max_steps = shape
-
-    def again(args):
-        c0, method, event, monitor = args
-
-        def cond(c):
-            return c[7] < n_taken
-
-        return adjoint.while_loop(cond, _body(method, event, monitor, shape, replay=taken), c0, max_steps=max_steps,
-                                  buffers=_buffers)
-
-    out, vjp = eqx.filter_vjp(again, args)
+    out, vjp = eqx.filter_vjp(lambda a: _again(a, adjoint, shape, residuals), args)
     zero = jax.tree_util.tree_map(
         lambda o, g: g if g is not None else (jnp.zeros_like(o) if eqx.is_inexact_array(o) else None),
         out, grad_obj, is_leaf=lambda x: x is None)
     (grad,) = vjp(zero)
     return grad
+
+
+@eqx.filter_custom_jvp
+def _recorded_both(args, *, adjoint, shape):
+    """:func:`_recorded` for an adjoint that differentiates in both modes (``DirectAdjoint``, a bounded
+    loop): the tangent is that of the loop taking the recorded steps again, which reverse mode
+    transposes."""
+    return _plain(args, shape)
+
+
+@_recorded_both.def_jvp
+def _recorded_both_jvp(primals, tangents, *, adjoint, shape):
+    (args,), (t_args,) = primals, tangents
+    out, record = _plain(args, shape, record=True)
+    _, t_out = eqx.filter_jvp(lambda a: _again(a, adjoint, shape, record), (args,), (t_args,))
+    return out, t_out
 
 
 def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, max_steps: int, adjoint, *,
@@ -175,7 +203,9 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     q = method.error_order()
     n_out = targets.shape[0]
     t0 = jnp.asarray(t0, dtype)
-    h0 = first_step(q, system.body.J, state0.Pi, rtol, first_interval(t0, targets)) if dt0 is None else dt0
+    # the first trial step is the controller's choice, as every later one: no derivative through it
+    h0 = first_step(q, system.body.J, state0.Pi, rtol, first_interval(t0, targets)) if dt0 is None \
+        else jax.lax.stop_gradient(dt0)
     z32 = jnp.asarray(0, jnp.int32)
 
     def frames(n):
@@ -196,11 +226,14 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
           out0, z32, z32, empty_stats(), jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), ev, sbuf,
           dbuf, (system, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref), None)
     shape = (q, every, n_out, max_steps)
+    args = (c0, method, event, monitor)
     if adjoint.kind == "lax":
-        final = adjoint.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
-                                   max_steps=max_steps, buffers=_buffers)
+        final = _outputs(adjoint.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
+                                            max_steps=max_steps, buffers=_buffers))
+    elif adjoint.kind == "bounded":
+        final = _recorded_both(args, adjoint=adjoint, shape=shape)
     else:
-        final = _recorded((c0, method, event, monitor), adjoint, shape)
+        final = _recorded(args, adjoint, shape)
     t, state, _, _, err, i, (out, stats), acc, rej, _, failed, reason, ev, sbuf, dbuf, _, _ = final
 
     def hold(frames, reached):  # frames never reached hold the last state

@@ -163,5 +163,5 @@ def adapt(q: int, err, err_prev, h, step, hit):
     # round-off has a derivative that is noise, and a reverse pass, which recomputes the loop from
     # checkpoints, may see other round-off; the run's derivative is that of its steps as taken
     fac = lax.stop_gradient(jnp.clip(fac, FACTOR_MIN, FACTOR_MAX))
-    h_new = jnp.where(ok & hit, jnp.maximum(h, step * fac), step * fac)
+    h_new = lax.stop_gradient(jnp.where(ok & hit, jnp.maximum(h, step * fac), step * fac))
     return ok, h_new, lax.stop_gradient(jnp.where(ok, e, err_prev))
