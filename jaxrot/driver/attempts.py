@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from ..geometry.state import State
+from ..integrators.pairs import first_interval, first_step
 from ..physics.flow import pack_body
-from .controllers import adapt, first_interval, first_step
+from .controllers import adapt
 from .events import event_start, event_update, stopped
 from .failures import MAX_STEPS_REACHED, SUCCESSFUL
 from .layout import Frames

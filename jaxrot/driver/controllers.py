@@ -128,20 +128,6 @@ class Adaptive(AbstractController):
             raise ValueError(f"calibration_bodies must be an integer >= 2 or None, got {b!r}")
 
 
-def first_step(q: int, J, Pi0, rtol, t_first):
-    """The first trial step of a pair whose estimate has order ``q + 1``: a tenth of the time the
-    body turns through ``rtol^(1/(q+1))`` radians, at most up to the first output time."""
-    w = jnp.linalg.norm(Pi0 / J)
-    h0 = 0.1 * jnp.maximum(rtol, 1e-16) ** (1.0 / (float(q) + 1.0)) / jnp.maximum(w, 1e-12)
-    return lax.stop_gradient(jnp.minimum(h0, t_first))
-
-
-def first_interval(t0, targets):
-    """The time from ``t0`` to the first output time after it (``targets`` increasing; a traced
-    ``SaveAt(ts)`` may begin at ``t0`` itself, whose frame the loop writes with a step of length 0)."""
-    return targets[jnp.argmax(targets > t0)] - t0
-
-
 #: the default scaled error of an attempt (a pair's ``error_norm`` may measure its estimate otherwise)
 error_norm = scaled_rms
 

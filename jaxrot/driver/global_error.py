@@ -23,6 +23,7 @@ from ..geometry import so3
 from ..geometry.state import State
 from ..physics.flow import pack_body
 from .attempts import attempts_frames_on
+from .checks import is_concrete
 from .controllers import AbstractController, Adaptive
 from .failures import SUCCESSFUL
 from .results import AdaptiveStats
@@ -235,7 +236,7 @@ def raised_to_floor(rtol, atol, counts: dict, dtype, method):
     the calibration allows). The warning states it, and ``counts`` hold it and the tolerance used, so
     that a float32 run does not report the aim it can no longer reach. Returns ``(rtol, atol, counts)``."""
     where = "GlobalError: the local tolerance its calibration chose"
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((rtol, atol, counts))):
+    if not all(is_concrete(x) for x in jax.tree_util.tree_leaves((rtol, atol, counts))):
         return reachable(rtol, atol, dtype, where=where) + (counts,)
     alpha = float(method.order) / (float(method.error_order()) + 1.0)
     floor = local_floor(dtype)

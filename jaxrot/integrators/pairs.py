@@ -54,6 +54,22 @@ def scaled_rms(y, y1, y_err, rtol, atol):
     return jnp.where(jnp.isfinite(err), err, jnp.inf)
 
 
+def first_step(q: int, J, Pi0, rtol, t_first):
+    """The first trial step of a pair whose estimate has order ``q + 1``: a tenth of the time the
+    body turns through ``rtol^(1/(q+1))`` radians, at most up to the first output time. The XLA loop
+    and the fused adaptive kernels both take it from here (the same operations, the same steps); a
+    choice of the controller, it carries no derivative."""
+    w = jnp.linalg.norm(Pi0 / J)
+    h0 = 0.1 * jnp.maximum(rtol, 1e-16) ** (1.0 / (float(q) + 1.0)) / jnp.maximum(w, 1e-12)
+    return jax.lax.stop_gradient(jnp.minimum(h0, t_first))
+
+
+def first_interval(t0, targets):
+    """The time from ``t0`` to the first output time after it (``targets`` increasing; a traced
+    ``SaveAt(ts)`` may begin at ``t0`` itself, whose frame is the initial state, written without a step)."""
+    return targets[jnp.argmax(targets > t0)] - t0
+
+
 class AbstractPair(AbstractIntegrator):
     """An integrator whose step also estimates its local error (see the module docstring).
 

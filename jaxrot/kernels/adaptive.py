@@ -45,10 +45,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..integrators.pairs import first_interval
+from ..integrators.pairs import first_step as pair_first_step
+from ._common import warp
 from .adaptive_launch import launch
 from .adaptive_pairs import (ADAPTIVE_KERNELS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry,
                              AdaptiveRun, pair_name, supports_adaptive, why_not_adaptive)
-from ._common import warp
 
 __all__ = ["ADAPTIVE_KERNELS", "AdaptiveEntry", "AdaptiveRun", "fused_adaptive", "supports_adaptive",
            "why_not_adaptive", "pair_name", "first_step", "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
@@ -71,16 +73,10 @@ def _check(pair, system, states0, ts, max_steps, event):
 
 
 def first_step(q: int, system, states0, t0, ts, rtol):
-    """The XLA run's first trial step per body: ``min(0.1 max(rtol, 1e-16)^(1/(q+1)) / max(|Pi/J|,
-    1e-12), t_1 - t0)`` (``t_1`` the first save time after ``t0``), with the same operations (``rtol`` (B,) in the run's dtype)."""
+    """The XLA run's first trial step per body (:func:`jaxrot.integrators.pairs.first_step`, the same
+    function; ``rtol`` (B,) in the run's dtype)."""
     J = jnp.asarray(system.body.J, states0.Pi.dtype)
-
-    def one(Pi, rtol):
-        w = jnp.linalg.norm(Pi / J)
-        h0 = 0.1 * jnp.maximum(rtol, 1e-16) ** (1.0 / (float(q) + 1.0)) / jnp.maximum(w, 1e-12)
-        return jnp.minimum(h0, ts[jnp.argmax(ts > t0)] - t0)  # the first save time after t0
-
-    return jax.vmap(one)(states0.Pi, rtol)
+    return jax.vmap(lambda Pi, r: pair_first_step(q, J, Pi, r, first_interval(t0, ts)))(states0.Pi, rtol)
 
 
 
