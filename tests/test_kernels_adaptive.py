@@ -487,6 +487,27 @@ def test_a_terminal_event_in_the_kernel_stops_each_body(pair):
     np.testing.assert_allclose(np.asarray(tr.event_state.R), np.asarray(at.final.R), rtol=0, atol=1e-7)
 
 
+def test_a_save_time_at_a_terminal_event_holds_the_step_landing_there():
+    """A terminal event whose time is a save time: the step that lands there is the crossing step, and
+    that frame is the step's state, as in a run without the event (bit for bit), and as XLA's loop
+    writes it; the frames after it hold the event state. The kernel locates a terminal event after its
+    loop, taking the crossing step again: this checks that the step taken again is the same step."""
+    p = problems.get("asymmetric_top")
+    S = _batch(p, jnp.float64, n=3)
+    ts = np.array([0.25, 0.5, 1.0])
+    stop = jaxrot.Event(lambda t, s, args: t - 0.5)
+    run = dict(t1=2.0, state0=S, stepsize=jaxrot.Adaptive(1e-9, 1e-9), saveat=jaxrot.SaveAt(ts=ts))
+    pair = "rkmk8(5,3)"
+    free = jaxrot.simulate(pair, p, executor=jaxrot.Fused(), **run)
+    fused, xla = (jaxrot.simulate(pair, p, event=stop, executor=ex, **run) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert fused.info["executor"] == "Fused"
+    np.testing.assert_array_equal(np.asarray(fused.event_time), 0.5)
+    np.testing.assert_array_equal(np.asarray(fused.states.R[:, :3]), np.asarray(free.states.R[:, :3]))
+    np.testing.assert_array_equal(np.asarray(fused.states.R[:, 3]), np.asarray(fused.event_state.R))
+    np.testing.assert_allclose(np.asarray(fused.states.R), np.asarray(xla.states.R), rtol=0, atol=1e-13)
+    np.testing.assert_array_equal(np.asarray(fused.controller.n_accepted), np.asarray(xla.controller.n_accepted))
+
+
 def _flip_loss():
     """A loss of an error-controlled run of two T-handles with an event (its time, final momentum and
     attitude) as a function of the initial momenta and the executor, and those momenta."""

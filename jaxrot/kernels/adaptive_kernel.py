@@ -113,6 +113,8 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
         Piev = V(nan, nan, nan)
         found = bool(False)
         gprev = S(0.0)
+        h_cross = S(0.0)
+        hit_cross = bool(False)
         if not wp.isfinite(R[0, 0] + R[0, 1] + R[0, 2] + R[1, 0] + R[1, 1] + R[1, 2] + R[2, 0] + R[2, 1]
                             + R[2, 2] + Pi[0] + Pi[1] + Pi[2]):
             code = CODE_NONFINITE
@@ -152,37 +154,44 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
             if ok and hit:
                 h_new = wp.max(h, step * fac)
             if ok:
-                tk = t
-                Rk = R
-                Pik = Pi
+                t_next = t + step
                 if hit:
-                    t = target
-                else:
-                    t = t + step
-                R = Rp
-                Pi = Pip
-                A = Ap
-                err_prev = e
-                acc = acc + 1
-                save = hit
+                    t_next = target
+                cross = bool(False)
                 if wp.static(EVENT):
                     if not found:
-                        gb = g(t, R, Pi, Q)
-                        if crossed(gprev, gb):
+                        gb = g(t_next, Rp, Pip, Q)
+                        cross = crossed(gprev, gb)
+                        gprev = gb
+                err_prev = e
+                acc = acc + 1
+                if wp.static(TERMINAL) and cross:
+                    # the body stops here: t, R, Pi (and the pair's memory) stay at the crossing step's
+                    # start and the event is located after the loop, where the threads of a GPU warp
+                    # locate theirs together instead of one after another while the rest wait
+                    found = True
+                    done = True
+                    h_cross = step
+                    hit_cross = hit
+                else:
+                    tk = t
+                    Rk = R
+                    Pik = Pi
+                    t = t_next
+                    R = Rp
+                    Pi = Pip
+                    A = Ap
+                    if wp.static(EVENT and not TERMINAL):
+                        if cross:
                             found = True
                             sev, gs, Rev, Piev = locate(tk, step, Rk, Pik, R, Pi, J, P, Q)
                             tev = tk + sev
                             if wp.static(POLISHED):
                                 tev, Rev, Piev = polish(tk, Rk, Pik, sev, gs, J, P, Q)
-                            if wp.static(TERMINAL):
-                                done = True
-                                if target > tev:
-                                    save = False
-                        gprev = gb
-                if save:
-                    R_out[b, i] = R
-                    Pi_out[b, i] = Pi
-                    i = i + 1
+                    if hit:
+                        R_out[b, i] = R
+                        Pi_out[b, i] = Pi
+                        i = i + 1
             else:
                 rej = rej + 1
             h = h_new
@@ -192,6 +201,20 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
         stopped = bool(False)
         if wp.static(TERMINAL):
             if found:
+                # the crossing step again, from the same state and memory (the same values), then
+                # the event located on it; a save time it landed on at or before the event is written
+                Aa = A
+                if wp.static(PER_ATTEMPT):
+                    Aa = init(R, Pi, J, P, h_cross)
+                Rp, Pip, Ap, Rq, Piq = step_pair(R, Pi, Aa, t, h_cross, J, P)
+                sev, gs, Rev, Piev = locate(t, h_cross, R, Pi, Rp, Pip, J, P, Q)
+                tev = t + sev
+                if wp.static(POLISHED):
+                    tev, Rev, Piev = polish(t, R, Pi, sev, gs, J, P, Q)
+                if hit_cross and not (ts[i] > tev):
+                    R_out[b, i] = Rp
+                    Pi_out[b, i] = Pip
+                    i = i + 1
                 Rf = Rev
                 Pif = Piev
                 stopped = True
