@@ -30,6 +30,11 @@ SLOW: dict[str, str] = {
         "the other pairs of the same test",
     "tests/test_adaptive.py::test_forward_mode_derivative_matches_the_exact_flow":
         "test_adaptive_grad.py::test_forward_mode_is_taken_by_itself_without_an_adjoint",
+    # closures over traced values
+    "tests/test_closures.py::test_derivatives_reach_an_event_level_the_condition_closes_over[adaptive-Fused-batch]":
+        "its constant-Fused-batch case (the same event arrays through a fused run's custom derivative rule)",
+    "tests/test_closures.py::test_derivatives_reach_an_event_level_the_condition_closes_over[adaptive-XLA-one]":
+        "test_derivatives_reach_a_parameter_the_torque_closes_over[adaptive-XLA] (the recorded adaptive loop)",
     # Buss
     "tests/test_buss.py::test_float32_keeps_momentum_and_orthogonality_for_a_million_steps[buss3_ep]":
         "the buss2p case (the same float32 scan)",

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..closures import hoist
 from ..geometry import so3
 from ..geometry.state import State
 from .dense import DENSE_ORDER, interpolate, method_step, momentum_rate, polishes  # noqa: F401 (this module's too)
@@ -61,6 +62,13 @@ class Event(eqx.Module):
     cond_fn: Callable
     direction: int | None = eqx.field(static=True, default=None)
     terminal: bool = eqx.field(static=True, default=True)
+
+    def __init__(self, cond_fn: Callable, direction: int | None = None, terminal: bool = True):
+        # a condition closing over a value that jax.grad/jit traces (a threshold being differentiated,
+        # say): that value becomes a leaf of the event, so derivatives reach it
+        self.cond_fn = hoist(cond_fn)
+        self.direction = direction
+        self.terminal = terminal
 
     def __check_init__(self):
         if not callable(self.cond_fn):

@@ -30,7 +30,7 @@ def _per_body(fn, batched: bool, stacked: bool, system, *trees):
 
 
 class _Static:
-    """The array-free part of a method as a static argument of a compiled function: matched by value
+    """The array-free part of a method or an event as a static argument of a compiled function: matched by value
     where it can be hashed (every registered method), by identity where it cannot."""
 
     __slots__ = ("method",)
@@ -60,12 +60,15 @@ def _events(event, method, batched, stacked, system, ts, states, ev):
     ``method``'s own steps, or as the executor located them); a terminal event's later frames set to
     its state. The method's arrays (a user's method may hold some, or tracers) are arguments."""
     arrays, rest = eqx.partition(method, eqx.is_array)
-    return _events_compiled(event, _Static(rest), batched, stacked, arrays, system, ts, states, ev)
+    ev_arrays, ev_rest = eqx.partition(event, eqx.is_array)  # (a condition's closed-over traced values)
+    return _events_compiled(_Static(ev_rest), _Static(rest), batched, stacked, ev_arrays, arrays, system, ts, states,
+                            ev)
 
 
-@functools.partial(jax.jit, static_argnames=("event", "rest", "batched", "stacked"))
-def _events_compiled(event, rest, batched, stacked, arrays, system, ts, states, ev):
+@functools.partial(jax.jit, static_argnames=("event_rest", "rest", "batched", "stacked"))
+def _events_compiled(event_rest, rest, batched, stacked, ev_arrays, arrays, system, ts, states, ev):
     method = eqx.combine(arrays, rest.method)
+    event = eqx.combine(ev_arrays, event_rest.method)
     advance = method_step(method)
 
     def one(system, ts, states, ev):

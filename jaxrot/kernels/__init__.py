@@ -357,20 +357,19 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
 
     import equinox as eqx
 
-    arrays, static = eqx.partition((method, system), eqx.is_array)
-
-    kw = {} if event is None else {"event": event}
+    # the event's arrays (values its condition closes over) are inputs too, not constants of the rule
+    arrays, static = eqx.partition((method, system, event), eqx.is_array)
 
     def ref(arrays, states0, dt, t0):
-        m, s = eqx.combine(arrays, static)
-        return reference(m, s, states0, dt, t0, n_frames, save_every, **kw)
+        m, s, ev = eqx.combine(arrays, static)
+        return reference(m, s, states0, dt, t0, n_frames, save_every, **({} if ev is None else {"event": ev}))
 
     # a custom JVP rather than a custom VJP: forward mode (jax.jvp, jacfwd) then works too, and reverse
     # mode follows by JAX's linearisation and transposition of the reference's (linear) tangent program
     @jax.custom_jvp
     def run(arrays, states0, dt, t0):
-        m, s = eqx.combine(arrays, static)
-        return _forward(m, s, states0, dt, t0, n_frames, save_every, event)
+        m, s, ev = eqx.combine(arrays, static)
+        return _forward(m, s, states0, dt, t0, n_frames, save_every, ev)
 
     @run.defjvp
     def run_jvp(primals, tangents):

@@ -144,7 +144,7 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         return jax.tree_util.tree_map(
             lambda x: x.astype(dtype) if eqx_float(x) else x, system)
 
-    def forward(system, states0, t0, ts, rtol, atol, dt0):
+    def forward(system, states0, t0, ts, rtol, atol, dt0, event=event):
         system = to_dtype(system)
         t0 = jnp.asarray(t0, dtype)
         ts = jnp.asarray(ts, dtype).reshape(-1)
@@ -165,16 +165,20 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
     dyn = {k: v for k, v in given.items() if isinstance(v, jax.Array)}
     const = {k: v for k, v in given.items() if k not in dyn}
     arrays, static = eqx.partition(system, eqx.is_array)
-    kw = {} if event is None else {"event": event}
+    # the event's arrays (values its condition closes over, traced where they are being differentiated)
+    # are inputs too, not constants of the custom rule
+    ev_arrays, ev_static = eqx.partition(event, eqx.is_array)
 
-    def ref(arrays, states0, dyn):
+    def ref(arrays, states0, dyn, ev_arrays):
         g = {**const, **dyn}
+        kw = {} if event is None else {"event": eqx.combine(ev_arrays, ev_static)}
         out = reference(pair, eqx.combine(arrays, static), states0, g["t0"], g["ts"], g["rtol"], g["atol"],
                         g["dt0"], max_steps, **kw)
         return out if isinstance(out, AdaptiveRun) else AdaptiveRun(*out)
 
-    def fwd_run(arrays, states0, dyn):
-        return forward(eqx.combine(arrays, static), states0, **{**const, **dyn})
+    def fwd_run(arrays, states0, dyn, ev_arrays):
+        ev = None if event is None else eqx.combine(ev_arrays, ev_static)
+        return forward(eqx.combine(arrays, static), states0, **{**const, **dyn}, event=ev)
 
     if adjoint == "forward":
         # tangents from the reference: jax.jvp and jax.jacfwd, and reverse mode wherever the
@@ -186,19 +190,19 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
             _, t_out = jax.jvp(ref, primals, tangents)
             return run(*primals), t_out
 
-        return run(arrays, states0, dyn)
+        return run(arrays, states0, dyn, ev_arrays)
 
     run = jax.custom_vjp(fwd_run)
 
-    def run_fwd(arrays, states0, dyn):
-        return fwd_run(arrays, states0, dyn), (arrays, states0, dyn)
+    def run_fwd(arrays, states0, dyn, ev_arrays):
+        return fwd_run(arrays, states0, dyn, ev_arrays), (arrays, states0, dyn, ev_arrays)
 
     def run_bwd(res, ct):
         _, pullback = jax.vjp(ref, *res)
         return pullback(ct)
 
     run.defvjp(run_fwd, run_bwd)
-    return run(arrays, states0, dyn)
+    return run(arrays, states0, dyn, ev_arrays)
 
 
 def eqx_float(x) -> bool:

@@ -15,6 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ..closures import hoist
 from ..geometry import so3
 
 _EZ = (0.0, 0.0, 1.0)
@@ -225,7 +226,10 @@ class Torque(AbstractTorque):
     momentum ``J * Omega``; ``args`` is any PyTree of parameters, passed through unchanged. Its
     array leaves are leaves of the torque (and so of the :class:`~jaxrot.Problem`): ``jax.grad``
     with respect to them works through :func:`jaxrot.simulate`, and ``simulate_batch`` can batch
-    them. ``fn`` itself is static (compiled into the program; a new function object compiles anew).
+    them. ``fn`` itself is static (compiled into the program; a new function object compiles anew),
+    except for values it closes over that a transformation traces (a parameter being differentiated,
+    written inside the differentiated function): those become leaves of the torque
+    (:func:`jaxrot.closures.hoist`), so ``jax.grad`` and ``jax.jvp`` reach them too.
 
     ``frame="world"`` (default): ``fn`` returns the spatial torque ``tau_w`` (the library's
     convention, ``dL/dt = tau_w`` with ``L = R Pi``). ``frame="body"``: ``fn`` returns the body torque
@@ -264,6 +268,9 @@ class Torque(AbstractTorque):
     potential_fn: Callable | None = eqx.field(static=True)
     fn_takes_args: bool = eqx.field(static=True)
     potential_takes_args: bool = eqx.field(static=True)
+    #: ``fn`` as a :class:`jaxrot.closures.Closure` where it closes over traced values (then ``fn``
+    #: holds its code alone), else None
+    closed: Any
 
     def __init__(self, fn: Callable, frame: str = "world", args: Any = None, potential: Callable | None = None):
         if frame not in _FRAMES:
@@ -271,7 +278,10 @@ class Torque(AbstractTorque):
         sig = "fn(t, R, Pi, args) -> torque of shape (3,)" if args is not None else \
             "fn(t, R, Pi) or fn(t, R, Pi, args) -> torque of shape (3,)"
         self.fn_takes_args = _takes_args(fn, 3, args, "the torque function", sig)
-        self.fn = fn
+        # a function closing over a value that jax.grad/jit traces: that value becomes a leaf
+        hoisted = hoist(fn)
+        self.fn = fn if hoisted is fn else hoisted.code
+        self.closed = None if hoisted is fn else hoisted
         self.frame = frame
         self.args = args
         if potential is None:
@@ -304,7 +314,8 @@ class Torque(AbstractTorque):
             _check_output(v, self.potential_fn, "the potential", (), psig)
 
     def _raw(self, t, R, Pi, args):
-        return self.fn(t, R, Pi, args) if self.fn_takes_args else self.fn(t, R, Pi)
+        fn = self.fn if self.closed is None else self.closed
+        return fn(t, R, Pi, args) if self.fn_takes_args else fn(t, R, Pi)
 
     def _raw_potential(self, t, R, args):
         return self.potential_fn(t, R, args) if self.potential_takes_args else self.potential_fn(t, R)
