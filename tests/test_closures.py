@@ -98,14 +98,13 @@ def _momentum(k, stepsize, executor):
 @pytest.mark.parametrize("stepsize,executor", [(jaxrot.Adaptive(1e-10, 1e-10), jaxrot.XLA()),
                                                (jaxrot.Fixed(0.01), jaxrot.Fused())], ids=["adaptive-XLA", "constant-Fused"])
 def test_derivatives_reach_a_parameter_the_torque_closes_over(stepsize, executor):
-    """The damping rate of a torque written as a plain function closing over it: the derivative in both
-    modes is the exact one, d/dk (exp(-k) w.Pi0) = -exp(-k) w.Pi0, to the run's accuracy."""
+    """The damping rate of a torque written as a plain function closing over it (the top spins about a
+    principal axis, so Pi(1) = exp(-k) Pi0): the derivative is the exact one, -exp(-k) w.Pi0, to the
+    run's accuracy."""
     f = functools.partial(_momentum, stepsize=stepsize, executor=executor)
     k = 0.1
     exact = -np.exp(-k) * float(jnp.sum(TOP.state0.Pi * jnp.array([1.0, 2.0, 3.0])))
     g = float(jax.grad(f)(k))
-    d = float(jax.jvp(f, (k,), (1.0,))[1])
-    # each mode differentiates the steps its own program took; two programs round differently, and an
-    # error-controlled run's accepted steps may then differ, and its derivative at the tolerance's level
-    np.testing.assert_allclose(d, g, rtol=1e-12 if isinstance(stepsize, jaxrot.Fixed) else 1e-9)
     np.testing.assert_allclose(g, exact, rtol=1e-8)
+    if isinstance(stepsize, jaxrot.Fixed):  # (forward mode of an error-controlled run: the event cases)
+        np.testing.assert_allclose(float(jax.jvp(f, (k,), (1.0,))[1]), g, rtol=1e-12)
