@@ -287,6 +287,36 @@ def test_to_tolerance_on_the_fast_top_and_under_jit():
     np.testing.assert_allclose(np.asarray(traced.R), np.asarray(sol.final.R), atol=1e-14)
 
 
+def test_a_calibration_outside_its_law_says_so_and_reports_a_larger_error():
+    """One T-handle over 20 s at 1e-3: the calibration runs at 100 and 10 times the tolerance are not in
+    the law's regime (the flip time off by a large fraction), and the run ends far above the aim. The
+    finer calibration run, measured against the final run, shows it: a PrecisionWarning, and a reported
+    global error that is a lower estimate of the error against a much tighter run of the same pair. At
+    1e-5 the law holds well enough and nothing is said."""
+    from jaxrot.driver.global_error import scaled_difference
+
+    p = problems.get("t_handle")
+    ts = jnp.linspace(2.0, 20.0, 10)
+
+    def run(stepsize):
+        return jaxrot.simulate("buss4(3)", p, t1=20.0, stepsize=stepsize, saveat=SaveAt(ts=ts, t0=False),
+                               executor=jaxrot.XLA())
+
+    with pytest.warns(jaxrot.PrecisionWarning, match="not in the regime of its law") as record:
+        loose = run(jaxrot.GlobalError(Adaptive(1e-3, 1e-3)))
+    assert len([w for w in record if "GlobalError" in str(w.message)]) == 1
+    truth = run(Adaptive(1e-10, 1e-10))
+    err = float(scaled_difference(loose.states, truth.states, 1e-3, 1e-3))
+    reported = float(loose.controller.global_error)
+    assert 10.0 < reported <= err  # (measured: 19 against 239)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", jaxrot.PrecisionWarning)
+        tight = run(jaxrot.GlobalError(Adaptive(1e-5, 1e-5)))
+    assert float(tight.controller.global_error) == 1.0
+
+
 def test_global_error_on_the_attitude_alone():
     """``measure="attitude"``: the attitude within the tolerance (in radians), with fewer steps than a
     run that also holds the momentum to it, and not bought by a needlessly tight run."""

@@ -27,7 +27,7 @@ from .checks import is_concrete
 from .controllers import AbstractController, Adaptive
 from .failures import SUCCESSFUL
 from .results import AdaptiveStats
-from .tolerance import local_floor, reachable
+from .tolerance import local_floor, reachable, warn_expected
 
 
 class GlobalError(AbstractController):
@@ -257,7 +257,9 @@ def raised_to_floor(rtol, atol, counts: dict, dtype, method):
 
 def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
     """The tolerances of the run whose *global* error is about ``aim`` times the tolerance, by tolerance
-    calibration: ``(rtol, atol, AdaptiveStats fields (global_error, tolerance, n_calibration))``.
+    calibration: ``(rtol, atol, AdaptiveStats fields (global_error, tolerance, n_calibration), check)``,
+    ``check(final states at the output times, counts) -> counts`` (:func:`check_law`) for a calibration
+    body by body, else None.
 
     The pair's global error follows its tolerance as ``e(tau) = C tau^alpha`` with ``alpha = p / (q + 1)``
     (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
@@ -277,7 +279,8 @@ def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
         scale, predicted, spent = _on_subset(spec, executor, measure, bodies, ratio, aim)
         B = state0.R.shape[0]
         return rtol * scale, atol * scale, dict(global_error=jnp.full((B,), predicted),
-                                                tolerance=jnp.full((B,), rtol * scale), n_calibration=jnp.full((B,), spent))
+                                                tolerance=jnp.full((B,), rtol * scale),
+                                                n_calibration=jnp.full((B,), spent)), None
     alpha = float(spec.method.order) / (float(spec.method.error_order()) + 1.0)
     runs = [run_pair(spec, state0, rtol * f, atol * f, executor) for f in (ratio * ratio, ratio)]
     est = scaled_difference(runs[0][0], runs[1][0], rtol, atol, measure) / (ratio ** alpha - 1.0)
@@ -286,5 +289,38 @@ def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
     # the second calibration run's tolerance
     scale = ratio * jnp.where(est > aim, (aim / jnp.maximum(est, jnp.finfo(dtype).tiny)) ** (1.0 / alpha), 1.0)
     scale = lax.stop_gradient(scale)  # (as in _on_subset)
-    return rtol * scale, atol * scale, dict(global_error=jnp.minimum(est, aim), tolerance=rtol * scale,
-                                            n_calibration=spent)
+    counts = dict(global_error=jnp.minimum(est, aim), tolerance=rtol * scale, n_calibration=spent)
+    check = functools.partial(check_law, runs[1][0], est, scale / ratio, alpha, rtol, atol, measure, aim)
+    return rtol * scale, atol * scale, counts, check
+
+
+#: the factor by which the error of the finer calibration run, measured against the final run, may
+#: exceed what the law put there before the run is said to be outside the law's regime
+LAW_MISS = 10.0
+
+
+def check_law(states_fine, est, shrink, alpha, rtol, atol, measure, aim, final: State, counts: dict):
+    """After a run calibrated body by body: the finer calibration run's error measured against the
+    final run (which is ``1 / shrink`` times tighter, so its own error is small beside it) and set
+    beside the law's estimate ``est`` there. Where it exceeds ``LAW_MISS`` times the estimate the
+    calibration runs were not in the law's regime (the T-handle at loose tolerances, its flip time
+    off by a large fraction), the final run's error is likely well above the aim: a
+    :class:`~jaxrot.PrecisionWarning` says so and ``counts["global_error"]`` becomes the measured error
+    carried down by the law's exponent, ``measured shrink^alpha`` (a lower estimate: the error fell
+    more slowly than the law between the calibration runs). Returns the counts."""
+    if not all(is_concrete(x) for x in jax.tree_util.tree_leaves((states_fine, est, final))):
+        return counts
+    measured = np.asarray(scaled_difference(states_fine, final, rtol, atol, measure), np.float64)
+    est = np.asarray(est, np.float64)
+    missed = (measured > LAW_MISS * est) & (measured > LAW_MISS * aim)
+    if not np.any(missed):
+        return counts
+    likely = np.where(missed, measured * np.asarray(shrink, np.float64) ** alpha,
+                      np.asarray(counts["global_error"], np.float64))
+    warn_expected("GlobalError", f"the calibration runs were not in the regime of its law: the finer one's "
+                  f"error, measured against the final run, is {float(np.max(measured / est)):.3g} times what "
+                  f"the law put there, so the run's global error is likely at least "
+                  f"{float(np.max(likely)):.2g} times the tolerance, not {aim:g} (docs/architecture.md, "
+                  f"'The global-error driver'); ask a tighter tolerance, or check against a tighter run")
+    like = jnp.asarray(counts["global_error"]).dtype
+    return dict(counts, global_error=jnp.asarray(likely, like))

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..geometry.state import State
 from ..integrators import AbstractPair, EmbeddedPair
 from ..physics.problems import Problem
 from ..physics.stacking import stack_problems
@@ -372,9 +373,10 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     report = progress_report(progress, 1, 1, 1)
     if report is not None:
         report(None, 0.0)
-    extra_counts = None
+    extra_counts = check = None
     if isinstance(controller, GlobalError):
-        rtol, atol, extra_counts = raised_to_floor(*calibrate(spec, runner, controller), dtype, pair)
+        rtol, atol, counts, check = calibrate(spec, runner, controller)
+        rtol, atol, extra_counts = raised_to_floor(rtol, atol, counts, dtype, pair)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=keep_first, keep_last=keep_last, t_end=targets[-1], frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)
@@ -396,6 +398,9 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     if report is not None:
         jax.block_until_ready(frames.states.R)
         report(1)
+    if check is not None and event is None and every is None and not saveat.dense:
+        # the calibration's law against the final run's states at the output times (after the first)
+        extra_counts = check(State(frames.states.R[..., 1:, :, :], frames.states.Pi[..., 1:, :]), extra_counts)
     traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov,
                       extra_counts=extra_counts)
     if throw:

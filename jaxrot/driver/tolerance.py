@@ -130,6 +130,13 @@ def warn_precision(where: str, message: str) -> None:
                   PrecisionWarning, stacklevel=_outside_package())
 
 
+def warn_expected(where: str, message: str) -> None:
+    """One :class:`PrecisionWarning` that a run is expected to end above the tolerance asked for a
+    reason other than the floating-point type (``"{where}: {message}"``), attributed as
+    :func:`warn_precision`'s."""
+    warnings.warn(f"{where}: {message}", PrecisionWarning, stacklevel=_outside_package())
+
+
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
