@@ -53,6 +53,30 @@ def test_a_closure_over_a_traced_value_calls_the_same_code_with_it():
     np.testing.assert_allclose(float(jax.grad(f)(k)), 4.0 * k + 1.0, rtol=1e-14)  # d/dk (2k^2 + k)
 
 
+def test_keyword_defaults_partials_and_functions_held_in_containers_are_hoisted():
+    def kwonly(k):
+        def f(x, *, scale=k):
+            return scale * x
+        return f
+
+    def partial(k):
+        return functools.partial(lambda x, scale: scale * x, scale=k)
+
+    def held(k):
+        helpers = {"scale": lambda: k}
+        return lambda x: helpers["scale"]() * x
+
+    for make in (kwonly, partial, held):
+        def f(k, make=make):
+            h = closures.hoist(make(k))
+            assert isinstance(h, (closures.Closure, closures.Partial)), make.__name__
+            assert any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(h)), make.__name__
+            return h(3.0)
+
+        assert float(jax.jit(f)(2.0)) == 6.0
+        assert float(jax.grad(f)(2.0)) == 3.0, make.__name__
+
+
 def _event_time(c, stepsize, executor, batch):
     # the flip of the T-handle's long axis past the level c, c closed over
     flip = jaxrot.Event(lambda t, s, args: s.R[1, 1] - c, direction=-1)
@@ -108,3 +132,20 @@ def test_derivatives_reach_a_parameter_the_torque_closes_over(stepsize, executor
     np.testing.assert_allclose(g, exact, rtol=1e-8)
     if isinstance(stepsize, jaxrot.Fixed):  # (forward mode of an error-controlled run: the event cases)
         np.testing.assert_allclose(float(jax.jvp(f, (k,), (1.0,))[1]), g, rtol=1e-12)
+
+
+@pytest.mark.slow  # an error-controlled reverse-mode compilation with a monitor (~20 s)
+def test_a_potential_closing_over_a_traced_value_is_differentiable_with_a_monitor():
+    """The energy monitor of an error-controlled run evaluates the torque's potential in the loop; a
+    potential closing over the differentiated value reaches the custom derivative rule as a leaf."""
+    def final(k):
+        torque = jaxrot.Torque(lambda t, R, Pi: -k * jnp.cross(R[:, 2], jnp.array([0.0, 0.0, 1.0])),
+                               potential=lambda t, R: k * R[2, 2])
+        q = jaxrot.Problem(TOP.body, torque, TOP.state0, 1.0)
+        tr = jaxrot.simulate("rkmk8(5,3)", q, t1=1.0, stepsize=jaxrot.Adaptive(1e-10, 1e-10),
+                             monitor=jaxrot.InvariantMonitor(energy_rtol=1e-3))
+        return jnp.sum(tr.final.Pi)
+
+    g = float(jax.grad(final)(2.0))
+    fd = (float(final(2.0 + 1e-5)) - float(final(2.0 - 1e-5))) / 2e-5
+    np.testing.assert_allclose(g, fd, rtol=1e-5)

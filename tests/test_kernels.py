@@ -460,3 +460,28 @@ def test_jaxrot_imports_without_warp_and_a_kernel_names_the_extra():
     assert "jaxrot[fast]" in out
     out = _python("import sys, jaxrot; print('warp' in sys.modules)", JAX_PLATFORMS="cpu")
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("stepsize", [jaxrot.Fixed(0.01), jaxrot.Adaptive(1e-9, 1e-9)], ids=["constant", "adaptive"])
+def test_jax_vmap_over_a_torque_parameter_and_an_event_level_runs_each_element(stepsize):
+    """``jax.vmap`` over a torque's ``args`` and an event's level through a fused run: each element is
+    its own run (the kernels' custom calls are mapped one element after another), equal to a loop of
+    fused runs. (Warp's default mapping handed the kernel the whole batch as if it were one element:
+    every element got the first one's result.)"""
+    p = problems.get("t_handle")
+    S = jaxrot.State(jnp.stack([p.state0.R] * 2), jnp.stack([p.state0.Pi, 1.1 * p.state0.Pi]))
+    method = "rkmk8(5,3)" if isinstance(stepsize, jaxrot.Adaptive) else "rk4"
+
+    def run(k, c):
+        q = jaxrot.Problem(p.body, jaxrot.Torque(lambda t, R, Pi, k: -k * (R @ Pi), args=k), p.state0, 1.0)
+        flip = jaxrot.Event(lambda t, s, args: s.R[1, 1] - c, direction=-1)
+        tr = jaxrot.simulate(method, q, t1=10.0, state0=S, stepsize=stepsize, event=flip, executor=jaxrot.Fused())
+        return tr.event_time, tr.final.Pi
+
+    ks, cs = jnp.array([0.0, 0.01]), jnp.array([0.0, 0.2])
+    mapped = jax.vmap(run)(ks, cs)
+    for i in range(2):
+        one = run(ks[i], cs[i])
+        np.testing.assert_allclose(np.asarray(mapped[0][i]), np.asarray(one[0]), rtol=1e-13)
+        np.testing.assert_allclose(np.asarray(mapped[1][i]), np.asarray(one[1]), rtol=1e-12, atol=1e-12)
+    assert abs(float(mapped[0][1, 0] - mapped[0][0, 0])) > 1e-3  # the two elements differ (equal before)

@@ -508,6 +508,23 @@ def test_a_save_time_at_a_terminal_event_holds_the_step_landing_there():
     np.testing.assert_array_equal(np.asarray(fused.controller.n_accepted), np.asarray(xla.controller.n_accepted))
 
 
+def test_an_event_on_a_landing_step_is_evaluated_at_the_save_time_in_both_loops():
+    """A step that lands on a save time ends at the save time, not at ``t + (target - t)``, which can
+    round below it: both loops evaluate the condition there, so a clock event at the save time is
+    crossed on the same step in the kernel and in XLA's loop (the same accepted steps)."""
+    p = problems.get("t_handle")
+    S = _batch(p, jnp.float64, n=2)
+    t0, tg = 0.3935491537443417, 0.9433740520564143
+    assert t0 + (tg - t0) < tg  # the case: the step's end rounds below the save time
+    ev = jaxrot.Event(lambda t, s, a: t - tg)
+    runs = [jaxrot.simulate("rkmk8(5,3)", p, t0=t0, t1=2.0, state0=S, stepsize=jaxrot.Adaptive(1e-6, 1e-6, dt0=1.0),
+                            saveat=jaxrot.SaveAt(ts=np.array([tg, 1.5, 2.0])), event=ev, executor=ex)
+            for ex in (jaxrot.Fused(), jaxrot.XLA())]
+    np.testing.assert_array_equal(np.asarray(runs[0].controller.n_accepted), np.asarray(runs[1].controller.n_accepted))
+    np.testing.assert_array_equal(np.asarray(runs[0].controller.n_accepted), [1, 2])
+    np.testing.assert_allclose(np.asarray(runs[0].states.R), np.asarray(runs[1].states.R), rtol=0, atol=1e-13)
+
+
 def _flip_loss():
     """A loss of an error-controlled run of two T-handles with an event (its time, final momentum and
     attitude) as a function of the initial momenta and the executor, and those momenta."""

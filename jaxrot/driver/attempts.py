@@ -95,7 +95,7 @@ def _body(method, event, monitor, shape, replay=None):
         first = ok & (failed < 0) & (r != SUCCESSFUL)
         failed, reason = jnp.where(first, acc + 1, failed), jnp.where(first, r, reason)
         if event is not None:
-            ev = event_update(event, ev, t, step, state, yp, ok)
+            ev = event_update(event, ev, t, step, state, yp, ok, t_end=jnp.where(hit, target, t + step))
         save = (ok & hit) | now
         folded_new = _where(ok, fold(folded, stats), folded)
         out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x, pred=save), (state_new, folded_new), out)

@@ -132,10 +132,12 @@ def _crossed(event, ga, gb):
     return up if event.direction == 1 else down if event.direction == -1 else up | down
 
 
-def event_update(event: Event, ec: EventCarry, t, h, s0: State, s1: State, accepted=True) -> EventCarry:
+def event_update(event: Event, ec: EventCarry, t, h, s0: State, s1: State, accepted=True, t_end=None) -> EventCarry:
     """After an attempted step ``[t, t + h]`` from ``s0`` to ``s1``: the crossing recorded if it is the
-    first, the last value moved on if the step was ``accepted``."""
-    g1 = _g(event, t + h, s1, ec.g.dtype)
+    first, the last value moved on if the step was ``accepted``. ``t_end``: the time the loop puts the
+    step's end at, where that is not ``t + h`` in floating point (a step that lands on a save time ends
+    at the save time; the fused kernels evaluate the condition there too)."""
+    g1 = _g(event, t + h if t_end is None else t_end, s1, ec.g.dtype)
     new = accepted & (~ec.found) & _crossed(event, ec.g, g1)
 
     def pick(a, b):

@@ -245,7 +245,7 @@ def _kernel(dtype_name: str, name: str, torque: str, K: int):
 @functools.lru_cache(maxsize=None)
 def _ffi(dtype_name: str, name: str, torque: str, K: int):
     """The JAX-callable kernel of (dtype, method, torque), built and compiled once."""
-    return warp().jax_kernel(_kernel(dtype_name, name, torque, K)[1], num_outputs=4)
+    return warp().jax_kernel(_kernel(dtype_name, name, torque, K)[1], num_outputs=4, vmap_method="sequential")
 
 
 def _check(method, system, states0, n_frames, save_every, event=None):

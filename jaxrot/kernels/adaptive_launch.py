@@ -32,7 +32,7 @@ def _output_dims(B, n_out):
 @functools.lru_cache(maxsize=None)
 def _ffi(*key):
     """Warp's JAX custom call of the kernel (CUDA, and a CPU batch too small to split)."""
-    return warp().jax_kernel(kernel_for(*key)[1], num_outputs=len(_OUTPUTS))
+    return warp().jax_kernel(kernel_for(*key)[1], num_outputs=len(_OUTPUTS), vmap_method="sequential")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -131,7 +131,7 @@ def _kernel(dtype_name: str, name: str, torque: str, K: int, event_key: str, dir
 @functools.lru_cache(maxsize=None)
 def _ffi(*key):
     """Warp's JAX custom call of the kernel (CUDA, and a CPU batch too small to split)."""
-    return warp().jax_kernel(_kernel(*key)[1], num_outputs=len(_OUTPUTS))
+    return warp().jax_kernel(_kernel(*key)[1], num_outputs=len(_OUTPUTS), vmap_method="sequential")
 
 
 @functools.lru_cache(maxsize=None)

@@ -268,9 +268,10 @@ class Torque(AbstractTorque):
     potential_fn: Callable | None = eqx.field(static=True)
     fn_takes_args: bool = eqx.field(static=True)
     potential_takes_args: bool = eqx.field(static=True)
-    #: ``fn`` as a :class:`jaxrot.closures.Closure` where it closes over traced values (then ``fn``
-    #: holds its code alone), else None
+    #: ``fn`` (``potential``) as a :class:`jaxrot.closures.Closure` where it closes over traced values
+    #: (then ``fn`` holds its code alone), else None
     closed: Any
+    closed_potential: Any
 
     def __init__(self, fn: Callable, frame: str = "world", args: Any = None, potential: Callable | None = None):
         if frame not in _FRAMES:
@@ -280,17 +281,20 @@ class Torque(AbstractTorque):
         self.fn_takes_args = _takes_args(fn, 3, args, "the torque function", sig)
         # a function closing over a value that jax.grad/jit traces: that value becomes a leaf
         hoisted = hoist(fn)
-        self.fn = fn if hoisted is fn else hoisted.code
+        self.fn = fn if hoisted is fn else getattr(hoisted, "code", fn)
         self.closed = None if hoisted is fn else hoisted
         self.frame = frame
         self.args = args
+        self.closed_potential = None
         if potential is None:
             self.potential_fn, self.potential_takes_args = None, False
         else:
             psig = "potential(t, R, args) -> scalar" if args is not None else \
                 "potential(t, R) or potential(t, R, args) -> scalar"
             self.potential_takes_args = _takes_args(potential, 2, args, "the potential", psig)
-            self.potential_fn = potential
+            hoisted = hoist(potential)
+            self.potential_fn = potential if hoisted is potential else getattr(hoisted, "code", potential)
+            self.closed_potential = None if hoisted is potential else hoisted
         self._check(None)
 
     def _check(self, dtype):
@@ -318,7 +322,8 @@ class Torque(AbstractTorque):
         return fn(t, R, Pi, args) if self.fn_takes_args else fn(t, R, Pi)
 
     def _raw_potential(self, t, R, args):
-        return self.potential_fn(t, R, args) if self.potential_takes_args else self.potential_fn(t, R)
+        fn = self.potential_fn if self.closed_potential is None else self.closed_potential
+        return fn(t, R, args) if self.potential_takes_args else fn(t, R)
 
     def __call__(self, t, R, Pi):
         tau = jnp.asarray(self._raw(t, R, Pi, self.args), Pi.dtype)
