@@ -517,7 +517,7 @@ def test_an_event_on_a_landing_step_is_evaluated_at_the_save_time_in_both_loops(
     t0, tg = 0.3935491537443417, 0.9433740520564143
     assert t0 + (tg - t0) < tg  # the case: the step's end rounds below the save time
     ev = jaxrot.Event(lambda t, s, a: t - tg)
-    runs = [jaxrot.simulate("rkmk8(5,3)", p, t0=t0, t1=2.0, state0=S, stepsize=jaxrot.Adaptive(1e-6, 1e-6, dt0=1.0),
+    runs = [jaxrot.simulate("rkmk8(5,3)", p, t0=t0, t1=2.0, state0=S, dt=1.0, stepsize=jaxrot.Adaptive(1e-6, 1e-6),
                             saveat=jaxrot.SaveAt(ts=np.array([tg, 1.5, 2.0])), event=ev, executor=ex)
             for ex in (jaxrot.Fused(), jaxrot.XLA())]
     np.testing.assert_array_equal(np.asarray(runs[0].controller.n_accepted), np.asarray(runs[1].controller.n_accepted))
