@@ -32,7 +32,7 @@ from typing import Any, Callable
 import equinox as eqx
 import jax
 
-__all__ = ["Closure", "Partial", "hoist", "closes_over_tracers"]
+__all__ = ["Closure", "Partial", "hoist"]
 
 
 def _has_tracer(value) -> bool:
@@ -101,12 +101,6 @@ class Partial(eqx.Module):
     @property
     def __name__(self):
         return getattr(self.func, "__name__", type(self.func).__name__)
-
-
-def closes_over_tracers(fn) -> bool:
-    """Whether ``fn`` (a Python function) closes over a JAX tracer, directly or through a function it
-    closes over (its closure cells and default arguments)."""
-    return hoist(fn) is not fn
 
 
 def hoist(fn: Any, _seen=None) -> Any:
