@@ -10,7 +10,11 @@ round (A then B) so that load on a shared machine hits both alike:
 - ``import``: seconds to ``import jaxrot`` in a fresh interpreter, and to import jax and equinox alone;
   whether optax, the studies or Warp's code generators were loaded;
 - ``small_call_ms``: a compiled ``simulate("buss4", fast_top, 1e-3, 10)`` (one body), per call, the
-  same call repeated; ``small_call_new_ms``: the same run with a new ``SaveAt()`` object per call (a
+  same call repeated, after a second of such calls; ``small_call_after_idle_ms``: the first 100 calls
+  after two seconds idle; ``python_after_idle_ratio``: the same for a unit of plain Python arithmetic,
+  its time after idling over its time busy (where both ratios are about 2 the cause is the processor's
+  state, not the library); ``small_call_new_ms``: the
+  same run with a new ``SaveAt()`` object per call (a
   call not made before, so checked and set up again);
 - ``terminal_one`` / ``terminal_batch``: the time of a run with a terminal event at T/10 over the time
   of the same run without it (``rk4`` on the T-handle: one body of 400 000 steps; 1 000 bodies of
@@ -60,8 +64,11 @@ def measure(repo: str) -> dict:
 
     assert jaxrot.__file__.startswith(str(Path(repo).resolve())), jaxrot.__file__
 
-    def median(f, k):
+    def median(f, k, warm_s=0.0):
         f()
+        t = time.perf_counter()
+        while time.perf_counter() - t < warm_s:
+            jax.block_until_ready(f().states.R)
         xs = []
         for _ in range(k):
             t = time.perf_counter()
@@ -70,7 +77,27 @@ def measure(repo: str) -> dict:
         return statistics.median(xs)
 
     p = jaxrot.problems.get("fast_top")
-    small = median(lambda: jaxrot.simulate("buss4", p, 1e-3, 10), 300)
+    # the first ~50 ms of calls after the machine idled run at about twice the time of later ones (so
+    # does a bare busy loop in Python: the processor's clock, not the library): both are reported
+    small_call = lambda: jaxrot.simulate("buss4", p, 1e-3, 10)  # noqa: E731
+    time.sleep(2.0)
+    small_idle = median(small_call, 100)
+    small = median(small_call, 300, warm_s=1.0)
+
+    def python_work(k, warm_s=0.0):  # the same idle-then-busy pattern on plain Python arithmetic
+        t = time.perf_counter()
+        while time.perf_counter() - t < warm_s:
+            sum(range(5000))
+        xs = []
+        for _ in range(k):
+            t = time.perf_counter()
+            sum(range(5000))
+            xs.append(time.perf_counter() - t)
+        return statistics.median(xs)
+
+    time.sleep(2.0)
+    python_idle = python_work(100)
+    python_warm = python_work(300, warm_s=1.0)
     # the same run, but a new SaveAt object each call: not the same call, so checked and set up again
     small_new = median(lambda: jaxrot.simulate("buss4", p, 1e-3, 10, saveat=jaxrot.SaveAt()), 300)
     th = jaxrot.problems.get("t_handle")
@@ -98,7 +125,9 @@ def measure(repo: str) -> dict:
 
     for d in (1e-3, 2e-3, 5e-4):
         f(jaxrot.simulate("buss4", p, d, 10))
-    return dict(small_call_ms=1e3 * small, small_call_new_ms=1e3 * small_new, terminal_one=cut1 / full1, terminal_one_s=(cut1, full1),
+    return dict(small_call_ms=1e3 * small, small_call_after_idle_ms=1e3 * small_idle, small_call_new_ms=1e3 * small_new,
+                python_after_idle_ratio=python_idle / python_warm,
+                terminal_one=cut1 / full1, terminal_one_s=(cut1, full1),
                 terminal_batch=cutB / fullB, terminal_batch_s=(cutB, fullB), terminal_batch_blocked=cutC / fullC,
                 terminal_batch_blocked_s=(cutC, fullC), traces=count[0])
 
@@ -127,9 +156,9 @@ def main():
             print(f"round {r + 1} {k}: {runs[k][-1]}", flush=True)
     summary = {}
     for k in repos:
-        summary[k] = {f: statistics.median(x[f] for x in runs[k]) for f in ("small_call_ms", "small_call_new_ms",
-                                                                            "terminal_one", "terminal_batch_blocked",
-                                                                            "terminal_batch", "traces")}
+        fields = ("small_call_ms", "small_call_after_idle_ms", "python_after_idle_ratio", "small_call_new_ms",
+                  "terminal_one", "terminal_batch_blocked", "terminal_batch", "traces")
+        summary[k] = {f: statistics.median(x[f] for x in runs[k]) for f in fields}
         summary[k].update({f: statistics.median(x[f] for x in imports[k]) for f in ("jax_equinox_s", "jaxrot_s")})
         summary[k].update({f: imports[k][-1][f] for f in ("loads_optax", "loads_studies", "loads_transpiler")})
     print(json.dumps(summary, indent=1))

@@ -162,7 +162,9 @@ def test_to_tolerance_brings_the_free_body_global_error_within_the_tolerance():
     assert err.max() <= 3, err
     assert err.max() >= 0.05, err  # not bought by a needlessly tight run
     c = sol.controller
-    assert np.all(np.asarray(c.global_error) <= 1) and np.all(np.asarray(c.tolerance) < tol)
+    # the law's figure, raised where the finer calibration run's error measured against the final run
+    # was above what the law put there (measured: 1.01-1.10)
+    assert np.all(np.asarray(c.global_error) <= 2) and np.all(np.asarray(c.tolerance) < tol)
     # the calibration runs (at 100 and 10 times the tolerance) cost less than the final run
     assert np.all(0 < np.asarray(c.n_calibration)) and np.all(np.asarray(c.n_calibration) < np.asarray(c.n_accepted))
     assert bool(jnp.all(sol.result == RESULTS.successful))
@@ -302,19 +304,40 @@ def test_a_calibration_outside_its_law_says_so_and_reports_a_larger_error():
         return jaxrot.simulate("buss4(3)", p, t1=20.0, stepsize=stepsize, saveat=SaveAt(ts=ts, t0=False),
                                executor=jaxrot.XLA())
 
-    with pytest.warns(jaxrot.PrecisionWarning, match="not in the regime of its law") as record:
+    with pytest.warns(jaxrot.PrecisionWarning, match="did not follow its law") as record:
         loose = run(jaxrot.GlobalError(Adaptive(1e-3, 1e-3)))
     assert len([w for w in record if "GlobalError" in str(w.message)]) == 1
     truth = run(Adaptive(1e-10, 1e-10))
     err = float(scaled_difference(loose.states, truth.states, 1e-3, 1e-3))
     reported = float(loose.controller.global_error)
-    assert 10.0 < reported <= err  # (measured: 19 against 239)
+    assert 10.0 < reported <= err  # the law carried down from the measured miss (measured: 19 against 239)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", jaxrot.PrecisionWarning)
         tight = run(jaxrot.GlobalError(Adaptive(1e-5, 1e-5)))
-    assert float(tight.controller.global_error) == 1.0
+    assert 1.0 <= float(tight.controller.global_error) < 2.0  # (measured: 1.5, against 0.13)
+
+
+def test_a_calibration_missing_its_law_by_a_few_times_reports_the_likely_error():
+    """The slow top over 10 s at 1e-3 with buss4(3): the finer calibration run's error, measured against
+    the final run, is a few times what the law put there (the error falls more slowly than the law),
+    and the run ends at a few times the tolerance. The report carries the miss (within 3x of the error
+    against a much tighter run) and a warning says the aim is missed."""
+    from jaxrot.driver.global_error import scaled_difference
+
+    p = problems.get("slow_top")
+    saveat = SaveAt(ts=jnp.linspace(1.0, 10.0, 10), t0=False)
+
+    def run(method, stepsize):
+        return jaxrot.simulate(method, p, t1=10.0, stepsize=stepsize, saveat=saveat, executor=jaxrot.XLA())
+
+    with pytest.warns(jaxrot.PrecisionWarning, match="did not follow its law"):
+        tr = run("buss4(3)", jaxrot.GlobalError(Adaptive(1e-3, 1e-3)))
+    err = float(scaled_difference(tr.states, run("rkmk8(5)", Adaptive(1e-13, 1e-13)).states, 1e-3, 1e-3))
+    reported = float(tr.controller.global_error)
+    assert err > 2.0 and reported > 2.0
+    assert 1 / 3 < reported / err < 3  # (measured: 3.5 against 2.9)
 
 
 def test_global_error_on_the_attitude_alone():

@@ -278,6 +278,29 @@ def test_traced_call_runs_exactly_its_frames_and_equals_the_plain_call():
     np.testing.assert_allclose(np.asarray(both[1]), np.asarray(plain.final.Pi), rtol=0, atol=1e-15)
 
 
+def test_traced_save_times_with_error_control_go_on_to_t1_as_concrete_ones():
+    """Save times traced by jit cannot be compared with t1 before the run: the run still goes on to t1
+    and keeps its state there, as with the same times concrete (same frames); a traced last save time
+    equal to t1 is written, then t1's frame again, without a step."""
+    p = problems.get("asymmetric_top")
+    run = dict(t1=2.0, stepsize=jaxrot.Adaptive(1e-8, 1e-8))
+    ts = np.array([0.25, 0.5, 1.0])
+    plain = jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=ts), **run)
+    traced = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x), **run))(jnp.asarray(ts))
+    np.testing.assert_array_equal(np.asarray(traced.ts), [0.0, 0.25, 0.5, 1.0, 2.0])
+    np.testing.assert_allclose(np.asarray(traced.states.R), np.asarray(plain.states.R), rtol=0, atol=1e-12)
+    assert int(traced.controller.n_accepted) == int(plain.controller.n_accepted)
+    at_end = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x), **run))(
+        jnp.asarray([1.0, 2.0]))
+    np.testing.assert_array_equal(np.asarray(at_end.ts), [0.0, 1.0, 2.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(at_end.states.R[-1]), np.asarray(at_end.states.R[-2]))
+    same = jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=np.array([1.0, 2.0])), **run)
+    np.testing.assert_allclose(np.asarray(at_end.states.R[:3]), np.asarray(same.states.R), rtol=0, atol=1e-12)
+    dropped = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x, t1=False), **run))(
+        jnp.asarray(ts))
+    np.testing.assert_array_equal(np.asarray(dropped.ts), [0.0, 0.25, 0.5, 1.0])
+
+
 def test_repeated_calls_reuse_the_system_per_problem_and_dtype_but_see_numpy_changes():
     """simulate remembers a problem's cast System by identity (a loop of calls builds it once): per
     dtype, and never for a problem holding NumPy arrays, which can change in place."""

@@ -321,6 +321,11 @@ def _targets(saveat, t0, t1, dtype):
             final = float(np.asarray(times[-1], np.float64).astype(dtype))
             if not abs(final - end) <= 1e-12 * abs(end) + 1e-300:  # the run goes on to t1
                 times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
+        elif t1 is not None and isinstance(times, jax.core.Tracer):
+            # traced save times cannot be compared with t1: the run goes on to t1 (a save time at t1 is
+            # then written twice, the second without a step), as it would past concrete ones before it
+            times = jnp.concatenate([jnp.reshape(times, (-1,)), jnp.reshape(jnp.asarray(t1, times.dtype), (1,))])
+            keep_last = saveat.t1
     keep_first = saveat.t0
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((times, t0))):
         tsn = np.asarray(times, np.float64).reshape(-1)
