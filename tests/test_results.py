@@ -59,6 +59,29 @@ def test_results_survive_save_and_load(tmp_path):
     assert jaxrot.load(tmp_path / "f.npz").result == RESULTS.solve_failed
 
 
+def test_an_event_a_free_system_and_the_want_of_a_dense_output_survive_save_and_load(tmp_path):
+    """The event's time and state come back bit for bit; a torque-free run's system comes back (its
+    physics works on the loaded trajectory); a torqued one's does not (its torque may be a function);
+    a dense output is not stored, and evaluate on the loaded trajectory says so."""
+    th = jaxrot.problems.get("t_handle")
+    flip = jaxrot.Event(lambda t, s, a: s.R[2, 2], direction=-1)
+    t = jaxrot.simulate("buss4", th, 1e-2, 1000, event=flip, saveat=jaxrot.SaveAt(dense=True))
+    t.save(tmp_path / "e.npz")
+    u = jaxrot.load(tmp_path / "e.npz")
+    assert np.isfinite(float(t.event_time))
+    np.testing.assert_array_equal(np.asarray(u.event_time), np.asarray(t.event_time))
+    np.testing.assert_array_equal(np.asarray(u.event_state.R), np.asarray(t.event_state.R))
+    np.testing.assert_array_equal(np.asarray(u.energy), np.asarray(t.energy))
+    with pytest.raises(ValueError, match="read from a file, which keeps no dense output"):
+        u.evaluate(0.5)
+    g = jaxrot.simulate("buss4", jaxrot.problems.get("fast_top"), 1e-2, 10)
+    g.save(tmp_path / "g.npz")
+    v = jaxrot.load(tmp_path / "g.npz")
+    assert v.system is None and v.event_time is None
+    with pytest.raises(ValueError, match="has no system"):
+        v.energy
+
+
 def test_traced_failures_name_the_step_body_and_reason():
     """Under jit the failure carries the plain call's message (step, body, reason) inside JAX's
     runtime error, and jaxrot.simulation_errors() re-raises it as the SimulationError itself; under

@@ -113,9 +113,10 @@ class SimulationError(RuntimeError):
         self.step, self.body, self.reason = step, body, reason
 
 
-_MAX_STEPS = ("Raise jaxrot.Adaptive(max_steps=...) or loosen rtol/atol; float32 resolves relative errors of "
-              "about 1e-6 at best, so a tighter tolerance cannot be met in float32 (enable float64: "
-              "jax.config.update(\"jax_enable_x64\", True))")
+_MAX_STEPS = "Raise jaxrot.Adaptive(max_steps=...) or loosen rtol/atol"
+#: added for a run that is not float64 (or whose type is not known)
+_MAX_STEPS_FLOAT32 = ("; float32 resolves relative errors of about 1e-6 at best, so a tighter tolerance cannot be "
+                      "met in float32 (enable float64: jax.config.update(\"jax_enable_x64\", True))")
 #: what to do about a failure, by reason, for fixed steps and for an error-controlled (adaptive) run;
 #: one line each (simulation_errors() reads the message back line by line)
 _ADVICE = {
@@ -135,13 +136,17 @@ _ADVICE = {
 _QUIET = "; or pass throw=False to get the per-body flags."
 
 
-def advice(name: str, adaptive: bool) -> str:
-    """What to do about a failure of reason ``name`` (a :class:`RESULTS` member name)."""
+def advice(name: str, adaptive: bool, dtype=None) -> str:
+    """What to do about a failure of reason ``name`` (a :class:`RESULTS` member name) in a run of
+    floating-point type ``dtype`` (None: not known)."""
     fixed, controlled = _ADVICE.get(name, ("Reduce dt", "Tighten rtol/atol"))
-    return (controlled if adaptive else fixed) + _QUIET
+    more = _MAX_STEPS_FLOAT32 if name == "max_steps_reached" and (
+        dtype is None or np.finfo(dtype).eps > np.finfo(np.float64).eps) else ""
+    return (controlled if adaptive else fixed) + more + _QUIET
 
 
-def failure_error(failed: np.ndarray, result, where: str = "", adaptive: bool | None = None) -> SimulationError | None:
+def failure_error(failed: np.ndarray, result, where: str = "", adaptive: bool | None = None,
+                  dtype=None) -> SimulationError | None:
     """The :class:`SimulationError` for per-body first-failed steps ``failed`` (-1: none), or None.
     ``adaptive``: the run was error-controlled (None: an adaptive run's ``where`` says so), which
     changes the advice (tolerances, not dt)."""
@@ -158,7 +163,7 @@ def failure_error(failed: np.ndarray, result, where: str = "", adaptive: bool | 
     if adaptive is None:
         adaptive = where.startswith("adaptive")
     return SimulationError(f"{where}step {step}{at} failed: {RESULTS[item_of(code)]} ({name}). "
-                           f"{advice(name, adaptive)}",
+                           f"{advice(name, adaptive, dtype)}",
                            step=step, body=body, reason=item_of(code))
 
 
@@ -166,9 +171,9 @@ def failure_error(failed: np.ndarray, result, where: str = "", adaptive: bool | 
 _MESSAGE = re.compile(r"step (?P<step>\d+)(?: \(body \((?P<body>[\d, ]+)\)[^)]*\))? failed: .*? \((?P<name>\w+)\)\. ")
 
 
-def _raise_traced(failed, result, where):
+def _raise_traced(failed, result, where, dtype=None):
     """Host callback of a traced run: raise the same :class:`SimulationError` as a plain call."""
-    err = failure_error(np.asarray(failed), None if result is None else np.asarray(result), where)
+    err = failure_error(np.asarray(failed), None if result is None else np.asarray(result), where, dtype=dtype)
     if err is not None:
         raise from_host(err)
 
@@ -190,9 +195,10 @@ def _max_flag(failed):
     return jnp.max(failed)
 
 
-def raise_failures(failed, result, where: str = "") -> None:
+def raise_failures(failed, result, where: str = "", dtype=None) -> None:
     """Raise the :class:`SimulationError` of the first failed step, if any: at once for concrete
-    flags, from a host callback when the run is traced (under jit/grad/vmap; same message)."""
+    flags, from a host callback when the run is traced (under jit/grad/vmap; same message).
+    ``dtype``: the run's floating-point type, for the advice (None: not known)."""
     codes = None if result is None else codes_of(result)
     if not isinstance(failed, jax.core.Tracer):
         if _on_accelerator(failed) and int(_max_flag(failed)) < 0:
@@ -201,9 +207,9 @@ def raise_failures(failed, result, where: str = "") -> None:
         # fetched only when a step failed (one transfer fewer on the common path)
         f = np.asarray(failed) if getattr(failed, "is_fully_addressable", False) else np.asarray(gather(failed))
         if (f.item() if f.size == 1 else f.max(initial=-1)) >= 0:
-            raise failure_error(f, None if codes is None else gather(codes), where)
+            raise failure_error(f, None if codes is None else gather(codes), where, dtype=dtype)
     else:
-        jax.debug.callback(functools.partial(_raise_traced, where=where), failed, codes)
+        jax.debug.callback(functools.partial(_raise_traced, where=where, dtype=dtype), failed, codes)
 
 
 @contextlib.contextmanager

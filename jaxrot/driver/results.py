@@ -103,6 +103,9 @@ class Trajectory(eqx.Module):
             mid = traj.evaluate(0.505)
         """
         if self.dense is None:
+            if self.info.get("dense_output") == "not stored":
+                raise ValueError("this trajectory was read from a file, which keeps no dense output: run again "
+                                 "with saveat=jaxrot.SaveAt(dense=True) to evaluate between its frames")
             raise ValueError("evaluate needs a run with saveat=jaxrot.SaveAt(dense=True)")
         return self.dense(t)
 
@@ -117,8 +120,11 @@ class Trajectory(eqx.Module):
         return dataclasses.replace(self, provenance=Provenance(merged))
 
     def save(self, path) -> None:
-        """Write the trajectory and its provenance to ``path`` (``.npz``, uncompressed, exact). The
-        system is not stored (its torque may be a function); only its moments ``J``, for reference.
+        """Write the trajectory and its provenance to ``path`` (``.npz``, uncompressed, exact): frames,
+        statistics, outcome and an event's time and state. Of the system only the moments ``J`` are
+        stored, and the whole system where it is torque-free (a torque may be a function: attach it
+        again with ``dataclasses.replace(traj, system=problem.system)``); a dense output is not stored
+        (its provenance says so, and :meth:`evaluate` of the loaded trajectory explains).
 
         Example::
 
@@ -126,7 +132,14 @@ class Trajectory(eqx.Module):
         """
         if not str(path).endswith(".npz"):
             raise ValueError(f"trajectory files end in .npz, got {path!r}")
+        from ..physics.torques import FreeTorque
+
         arrays = {"ts": self.ts, "R": self.states.R, "Pi": self.states.Pi, "failed_step": self.failed_step}
+        info = dict(self.info)
+        if self.event_time is not None:
+            arrays.update({"event.time": self.event_time, "event.R": self.event_state.R, "event.Pi": self.event_state.Pi})
+        if self.dense is not None:
+            info["dense_output"] = "not stored"
         if self.result is not None:
             arrays["result"] = codes_of(self.result)
         arrays.update({f"stats.{f.name}": getattr(self.stats, f.name) for f in dataclasses.fields(self.stats)})
@@ -135,8 +148,9 @@ class Trajectory(eqx.Module):
                            for f in dataclasses.fields(self.controller) if getattr(self.controller, f.name) is not None})
         if self.system is not None:
             arrays["system.J"] = self.system.body.J
-        np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()},
-                 provenance=np.asarray(json.dumps(self.info)))
+            if isinstance(self.system.torque, FreeTorque):
+                arrays["system.torque_free"] = np.asarray(self.system.body.physical)  # (the flag RigidBody keeps)
+        np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()}, provenance=np.asarray(json.dumps(info)))
 
     @property
     def final(self) -> State:
@@ -247,7 +261,8 @@ def _last_frame(states: State) -> State:
 
 
 def load(path) -> Trajectory:
-    """Read a trajectory written by :meth:`Trajectory.save` (arrays bit for bit, provenance kept)."""
+    """Read a trajectory written by :meth:`Trajectory.save` (arrays bit for bit, provenance kept; the
+    system where it was torque-free, else None)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no trajectory file {path!r}")
     with np.load(path, allow_pickle=False) as z:
@@ -259,9 +274,20 @@ def load(path) -> Trajectory:
         result = result_of(z["result"]) if "result" in z.files else None
         ctrl = {k.split(".", 1)[1]: jnp.asarray(z[k]) for k in z.files if k.startswith("controller.")}
         controller = AdaptiveStats(**ctrl) if ctrl else None
+        event = {}
+        if "event.time" in z.files:
+            event = dict(event_time=jnp.asarray(z["event.time"]),
+                         event_state=State(jnp.asarray(z["event.R"]), jnp.asarray(z["event.Pi"])))
+        system = None
+        if "system.torque_free" in z.files:
+            from ..geometry.body import RigidBody
+            from ..physics.problems import System
+            from ..physics.torques import FreeTorque
+
+            system = System(RigidBody(jnp.asarray(z["system.J"]), bool(z["system.torque_free"])), FreeTorque())
         return Trajectory(ts=jnp.asarray(z["ts"]), states=State(jnp.asarray(z["R"]), jnp.asarray(z["Pi"])),
                           stats=stats, failed_step=jnp.asarray(z["failed_step"]), result=result, controller=controller,
-                          provenance=Provenance(info))
+                          system=system, provenance=Provenance(info), **event)
 
 
 #: (the static field, or None; the fields' structure) -> (that static value, the instance's structure)

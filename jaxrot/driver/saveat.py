@@ -19,7 +19,8 @@ class SaveAt(eqx.Module):
         output between the steps; error-controlled steps land on them. A time at ``t0`` is the
         initial frame; under ``jit`` with traced times (error-controlled steps) it cannot be known
         before the run and is a frame of its own, and so is a ``t1`` given to the run (which goes on
-        to it): ``SaveAt(t0=False, t1=False, ts=ts)`` keeps exactly ``ts``.
+        to it; without ``t1`` the run ends at the last save time): ``SaveAt(t0=False, t1=False, ts=ts)``
+        keeps exactly ``ts``.
       steps: ``True`` keeps the state after every step, an integer ``k`` after every ``k``-th step
         (constant steps: ``k`` divides the step count; error-controlled: every ``k``-th accepted
         step, up to ``max_steps // k`` frames, the unused ones at time +inf).

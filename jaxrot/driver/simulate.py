@@ -32,7 +32,7 @@ from .events import check_event
 from .executors import choose_executor
 from .executors.base import AttemptSpec, RunSpec
 from .failures import raise_failures
-from .global_error import GlobalError, calibrate, raised_to_floor
+from .global_error import GlobalError, calibrate, raised_to_floor, request_lift
 from .integrate import Finish, trajectory, trajectory_of
 from .lean_jit import Bound
 from .loop import InvariantMonitor
@@ -41,7 +41,7 @@ from . import replay
 from .progress import progress_report
 from .results import Provenance, Trajectory
 from .saveat import SaveAt
-from .tolerance import reachable, turned_angle, turning_angle, warn_over_span, warn_turned
+from .tolerance import reachable_over_span, turned_angle, turning_angle, warn_turned
 
 __all__ = ["simulate", "stack_problems", "cast", "InvariantMonitor"]
 
@@ -257,7 +257,7 @@ def _carry_out(run, build, throw, where) -> Trajectory:
     else:
         traj = build(run())
     if throw:
-        raise_failures(traj.failed_step, traj.result, where)
+        raise_failures(traj.failed_step, traj.result, where, traj.states.R.dtype)
     return traj
 
 
@@ -360,11 +360,11 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     # a tolerance below what the dtype resolves is raised to its floor, with a warning, before the run
     where = f"Adaptive(rtol={_tol_label(local.rtol)!r}, atol={_tol_label(local.atol)!r})"
     _check_tolerance_shapes(local, state0, where)
-    rtol, atol = reachable(local.rtol, local.atol, dtype, where=where)
     # the final error cannot go below the round-off over the span: said before the run, steps unchanged
     concrete = all(is_concrete(x) for x in (t0, targets))  # (NumPy: jnp ops inside a trace are traced)
     span = float(np.asarray(targets)[-1] - np.asarray(t0)) if concrete else None
-    spoken = concrete and warn_over_span(rtol, atol, dtype, problem.body.J, state0.Pi, span, where=where)
+    rtol, atol, spoken = reachable_over_span(local.rtol, local.atol, dtype, problem.body.J, state0.Pi, span,
+                                             where=where)
     # float32 with a torque: the check again after the run, from the angle the saved states show (a
     # torque can spin a body up; a torque-free body keeps |Pi|), whatever was said before it (the angle
     # seen before the run may be far short of the one turned); the tolerances as raised, not a calibration's
@@ -379,9 +379,11 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     if report is not None:
         report(None, 0.0)
     extra_counts = check = None
+    lift = 1.0
     if isinstance(controller, GlobalError):
+        lift = request_lift(local.rtol, local.atol, rtol, atol)  # the request raised to the floor: by this
         rtol, atol, counts, check = calibrate(spec, runner, controller)
-        rtol, atol, extra_counts = raised_to_floor(rtol, atol, counts, dtype, pair)
+        rtol, atol, extra_counts = raised_to_floor(rtol, atol, counts, dtype, pair, lift)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=keep_first, keep_last=keep_last, t_end=targets[-1], frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)
@@ -405,11 +407,15 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         report(1)
     if check is not None and event is None and every is None and not saveat.dense:
         # the calibration's law against the final run's states at the output times (after the first)
-        extra_counts = check(State(frames.states.R[..., 1:, :, :], frames.states.Pi[..., 1:, :]), extra_counts)
+        extra_counts = check(State(frames.states.R[..., 1:, :, :], frames.states.Pi[..., 1:, :]), extra_counts,
+                             lift=lift)
+    if extra_counts is not None and not (np.ndim(lift) == 0 and lift == 1.0):  # in units of the tolerance asked
+        g = extra_counts["global_error"]
+        extra_counts = dict(extra_counts, global_error=g * jnp.asarray(lift, jnp.asarray(g).dtype))
     traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov,
                       extra_counts=extra_counts)
     if throw:
-        raise_failures(traj.failed_step, traj.result, "adaptive run: ")
+        raise_failures(traj.failed_step, traj.result, "adaptive run: ", traj.states.R.dtype)
     return traj if turned is None else turned(traj)
 
 

@@ -122,11 +122,13 @@ def _raised(x, floor: float):
     return float(new), True
 
 
-def warn_precision(where: str, message: str) -> None:
+def warn_precision(where: str, message: str, dtype=None) -> None:
     """One :class:`PrecisionWarning`: ``"{where}: {message} (<where the floors are measured>); <how to
-    get more>"``, attributed to the first caller outside jaxrot (the user's line, however deep inside
-    the package the check runs: a first call and a replayed one reach it at different depths)."""
-    warnings.warn(f"{where}: {message} (docs/choosing.md, 'What float32 can reach'); {_X64_ADVICE}",
+    get more>"`` (how to run in float64, unless ``dtype`` is float64 already), attributed to the first
+    caller outside jaxrot (the user's line, however deep inside the package the check runs: a first
+    call and a replayed one reach it at different depths)."""
+    more = "" if dtype is not None and _eps(dtype) <= _eps(jnp.float64) else f"; {_X64_ADVICE}"
+    warnings.warn(f"{where}: {message} (docs/choosing.md, 'What float32 can reach'){more}",
                   PrecisionWarning, stacklevel=_outside_package())
 
 
@@ -162,7 +164,8 @@ def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0
       n_steps: for tolerances on the *global* error of a run of about ``n_steps`` steps, the floor is
         also at least :func:`global_floor` (``angle`` as there); None: per-step tolerances, the floor
         is :func:`local_floor`.
-      then: what the raise means for the run, appended to the warning (``"; expect ..."``).
+      then: what the raise means for the run, appended to the warning (``"; expect ..."``), or a
+        function of the raised ``(rtol, atol)`` that returns it (called only when something was raised).
 
     Returns:
       ``(rtol, atol)``, each a number where a number was given, else an array of the same kind.
@@ -193,7 +196,8 @@ def reachable(rtol, atol, dtype, *, where: str, n_steps=None, angle: float = 0.0
             low.append(f"{name}={float(v):g}" if v.ndim == 0 else f"{name} (down to {float(v[v > 0].min()):g})")
     if low:
         verb = "is" if len(low) == 1 else "are"
-        warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}{then}")
+        then = then(out[0], out[1]) if callable(then) else then
+        warn_precision(where, f"{' and '.join(low)} {verb} below {what}; raised to {floor:.2g}{then}", dtype)
     return out[0], out[1]
 
 
@@ -210,29 +214,58 @@ def warn_over_span(rtol, atol, dtype, J, Pi, span, *, where: str) -> bool:
         traced values are skipped.
       span: ``t1 - t0``.
     """
+    note = span_note(rtol, atol, dtype, J, Pi, span)
+    if note is not None:
+        warn_precision(where, note, dtype)
+    return note is not None
+
+
+def reachable_over_span(rtol, atol, dtype, J, Pi, span, *, where: str) -> tuple:
+    """:func:`reachable` (per-step floor) then :func:`warn_over_span`, in one warning where both have
+    something to say (tolerances raised to the floor and still below the span's round-off):
+    ``(rtol, atol, whether anything was said)``."""
+    said = []
+
+    def then(r, a):
+        said.append(span_note(r, a, dtype, J, Pi, span, subject="even so they are"))
+        return "" if said[0] is None else "; " + said[0]
+
+    rtol, atol = reachable(rtol, atol, dtype, where=where, then=then)
+    return rtol, atol, bool(said) or warn_over_span(rtol, atol, dtype, J, Pi, span, where=where)
+
+
+def span_note(rtol, atol, dtype, J, Pi, span, *, subject: str = "the tolerances are") -> str | None:
+    """What :func:`warn_over_span` says (None: nothing to say), without saying it: for a warning that
+    joins it to another (a tolerance raised to the floor and then still below the span's round-off)."""
     if any(x is None or _is_traced(x) for x in (rtol, atol, J, Pi, span)):
-        return False
-    return _announce(rtol, atol, dtype, turning_angle(J, Pi, span), where,
-                     "the tolerances are below the round-off a {dtype} run accumulates turning through {turned} rad"
-                     "{bodies}: expect a final error up to about {worst} (the global floor over the span; more on a "
-                     "problem that amplifies perturbations, such as a body near its intermediate axis or a top falling "
-                     "from near its vertical, which jaxrot.suggest measures), not the tolerance")
+        return None
+    return _note(rtol, atol, dtype, turning_angle(J, Pi, span),
+                 subject + " below the round-off a {dtype} run accumulates turning through {turned} rad"
+                 "{bodies}: expect a final error up to about {worst} (the global floor over the span; more on a "
+                 "problem that amplifies perturbations, such as a body near its intermediate axis or a top falling "
+                 "from near its vertical, which jaxrot.suggest measures), not the tolerance")
 
 
-def _announce(rtol, atol, dtype, angle, where: str, template: str) -> bool:
-    """One warning from ``template`` (``{dtype}``, ``{turned}``, ``{bodies}``, ``{worst}``) where the
-    tolerances are below the global floor of one step and ``angle`` (per body); whether it warned."""
+def _note(rtol, atol, dtype, angle, template: str) -> str | None:
+    """``template`` (``{dtype}``, ``{turned}``, ``{bodies}``, ``{worst}``) filled in where the tolerances are
+    below the global floor of one step and ``angle`` (per body), else None."""
     floor = _global(dtype, 1.0, angle)
     tol = np.maximum(np.asarray(rtol, np.float64), np.asarray(atol, np.float64))
     low = np.broadcast_to(tol < floor, np.broadcast_shapes(np.shape(tol), np.shape(floor)))
     if not np.any(low):
-        return False
+        return None
     worst = float(np.max(np.broadcast_to(floor, low.shape)[low]))
     bodies = "" if low.ndim == 0 else f" ({int(low.sum())} of {low.size} bodies)"
     turned = float(np.max(np.broadcast_to(angle, low.shape)[low]))
-    warn_precision(where, template.format(dtype=jnp.dtype(dtype).name, turned=f"{turned:.3g}", bodies=bodies,
-                                          worst=f"{worst:.2g}"))
-    return True
+    return template.format(dtype=jnp.dtype(dtype).name, turned=f"{turned:.3g}", bodies=bodies, worst=f"{worst:.2g}")
+
+
+def _announce(rtol, atol, dtype, angle, where: str, template: str) -> bool:
+    """One warning from ``template`` (as :func:`_note`); whether it warned."""
+    note = _note(rtol, atol, dtype, angle, template)
+    if note is not None:
+        warn_precision(where, note, dtype)
+    return note is not None
 
 
 def turned_angle(J, t0, Pi0, ts, Pi, t_stop=None):

@@ -241,7 +241,7 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
         expected = max(tol, roundoff)
         if expected > tol:
             warn_precision(where, f"the exact flow in {dtype.name} ends about {expected:.2g} rad from the truth "
-                           f"after turning {angle:.3g} rad (round-off), above the tolerance")
+                           f"after turning {angle:.3g} rad (round-off), above the tolerance", dtype)
         return Suggestion("exact_free", float(T),
                           "no torque: the exact flow (elliptic functions) in one step, exact to round-off"
                           + expected_line(expected, roundoff, False), None, expected, dtype, angle)
@@ -290,7 +290,7 @@ def suggest(problem: Problem, tol: float, *, state0=None, dtype=None) -> Suggest
     if expected > tol:
         warn_precision(where, f"a {dtype.name} run of {method} on this problem is expected to end about "
                        f"{expected:.2g} rad from the truth (round-off up to {roundoff:.2g} after turning "
-                       f"{angle:.3g} rad), above the tolerance; suggested for that")
+                       f"{angle:.3g} rad), above the tolerance; suggested for that", dtype)
     else:
         expected = tol
     how = (f"estimated from trial runs of {n.trial_steps} steps in all, observed order {n.observed_order:.1f}"
