@@ -11,9 +11,10 @@ round (A then B) so that load on a shared machine hits both alike:
   whether optax, the studies or Warp's code generators were loaded;
 - ``small_call_ms``: a compiled ``simulate("buss4", fast_top, 1e-3, 10)`` (one body), per call, the
   same call repeated, after a second of such calls; ``small_call_after_idle_ms``: the first 100 calls
-  after two seconds idle; ``python_after_idle_ratio``: the same for a unit of plain Python arithmetic,
-  its time after idling over its time busy (where both ratios are about 2 the cause is the processor's
-  state, not the library); ``small_call_new_ms``: the
+  after two seconds idle (JAX runs a CPU program on a worker thread, parked after an idle spell:
+  waking it costs about as much again); ``sync``: both for this checkout with JAX's asynchronous CPU
+  dispatch off (``jax_cpu_enable_async_dispatch=False``: the program on the calling thread, no
+  wake-up, no overlap of the Python work with the program either); ``small_call_new_ms``: the
   same run with a new ``SaveAt()`` object per call (a
   call not made before, so checked and set up again);
 - ``terminal_one`` / ``terminal_batch``: the time of a run with a terminal event at T/10 over the time
@@ -53,11 +54,13 @@ def import_times(repo: str, n: int = 5) -> dict:
                 loads_transpiler=rows[-1][4] == "True")
 
 
-def measure(repo: str) -> dict:
+def measure(repo: str, small_only: bool = False) -> dict:
     sys.path.insert(0, repo)
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    if small_only:  # JAX's asynchronous CPU dispatch off: the program runs on the calling thread
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     import jax.numpy as jnp
 
     import jaxrot
@@ -77,27 +80,15 @@ def measure(repo: str) -> dict:
         return statistics.median(xs)
 
     p = jaxrot.problems.get("fast_top")
-    # the first ~50 ms of calls after the machine idled run at about twice the time of later ones (so
-    # does a bare busy loop in Python: the processor's clock, not the library): both are reported
+    # JAX runs a CPU program on a worker thread (asynchronous dispatch): after the process idled, that
+    # thread is parked and waking it costs about as much as the call; after ~50 ms of calls it is not.
+    # Both are reported, and (small_only) the same with that dispatch off
     small_call = lambda: jaxrot.simulate("buss4", p, 1e-3, 10)  # noqa: E731
     time.sleep(2.0)
     small_idle = median(small_call, 100)
     small = median(small_call, 300, warm_s=1.0)
-
-    def python_work(k, warm_s=0.0):  # the same idle-then-busy pattern on plain Python arithmetic
-        t = time.perf_counter()
-        while time.perf_counter() - t < warm_s:
-            sum(range(5000))
-        xs = []
-        for _ in range(k):
-            t = time.perf_counter()
-            sum(range(5000))
-            xs.append(time.perf_counter() - t)
-        return statistics.median(xs)
-
-    time.sleep(2.0)
-    python_idle = python_work(100)
-    python_warm = python_work(300, warm_s=1.0)
+    if small_only:
+        return dict(small_call_ms=1e3 * small, small_call_after_idle_ms=1e3 * small_idle)
     # the same run, but a new SaveAt object each call: not the same call, so checked and set up again
     small_new = median(lambda: jaxrot.simulate("buss4", p, 1e-3, 10, saveat=jaxrot.SaveAt()), 300)
     th = jaxrot.problems.get("t_handle")
@@ -126,7 +117,6 @@ def measure(repo: str) -> dict:
     for d in (1e-3, 2e-3, 5e-4):
         f(jaxrot.simulate("buss4", p, d, 10))
     return dict(small_call_ms=1e3 * small, small_call_after_idle_ms=1e3 * small_idle, small_call_new_ms=1e3 * small_new,
-                python_after_idle_ratio=python_idle / python_warm,
                 terminal_one=cut1 / full1, terminal_one_s=(cut1, full1),
                 terminal_batch=cutB / fullB, terminal_batch_s=(cutB, fullB), terminal_batch_blocked=cutC / fullC,
                 terminal_batch_blocked_s=(cutC, fullC), traces=count[0])
@@ -138,14 +128,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--small-only", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(measure(a.child)))
+        print(json.dumps(measure(a.child, a.small_only)))
         return
     here = str(Path(__file__).resolve().parents[1])
     repos = {"this": here} if not a.base else {"base": str(Path(a.base).resolve()), "this": here}
     runs = {k: [] for k in repos}
     imports = {k: [] for k in repos}
+    sync = []
     for r in range(a.rounds):
         for k, repo in repos.items():
             imports[k].append(import_times(repo))
@@ -154,19 +146,26 @@ def main():
                 sys.exit(f"{k}: {out.stderr[-2000:]}")
             runs[k].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1} {k}: {runs[k][-1]}", flush=True)
+        out = subprocess.run([sys.executable, __file__, "--child", here, "--small-only"], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"sync: {out.stderr[-2000:]}")
+        sync.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"round {r + 1} this, synchronous dispatch: {sync[-1]}", flush=True)
     summary = {}
     for k in repos:
-        fields = ("small_call_ms", "small_call_after_idle_ms", "python_after_idle_ratio", "small_call_new_ms",
-                  "terminal_one", "terminal_batch_blocked", "terminal_batch", "traces")
+        fields = ("small_call_ms", "small_call_after_idle_ms", "small_call_new_ms", "terminal_one",
+                  "terminal_batch_blocked", "terminal_batch", "traces")
         summary[k] = {f: statistics.median(x[f] for x in runs[k]) for f in fields}
         summary[k].update({f: statistics.median(x[f] for x in imports[k]) for f in ("jax_equinox_s", "jaxrot_s")})
         summary[k].update({f: imports[k][-1][f] for f in ("loads_optax", "loads_studies", "loads_transpiler")})
+    summary["this_sync"] = {f: statistics.median(x[f] for x in sync) for f in ("small_call_ms", "small_call_after_idle_ms")}
     print(json.dumps(summary, indent=1))
     if a.out:
         from jaxrot.present import output, provenance
 
         command = "python " + shlex.join(sys.argv)
-        record = dict(summary=summary, runs=runs, imports=imports, load=list(os.getloadavg()), command=command)
+        record = dict(summary=summary, runs=dict(runs, this_sync=sync), imports=imports, load=list(os.getloadavg()),
+                      command=command)
         a.out.parent.mkdir(parents=True, exist_ok=True)
         with output.atomic(a.out) as tmp:  # whole or not at all
             tmp.write_text(json.dumps(record, indent=1))
