@@ -61,6 +61,18 @@ def test_every_reverse_adjoint_equals_forward_mode_also_through_jit(adjoint):
         np.testing.assert_allclose(np.asarray(gd), np.asarray(gf), rtol=1e-12, atol=1e-15)
 
 
+def test_jax_linearize_of_an_adaptive_run_works_with_the_direct_adjoint():
+    """jax.linearize traces a run as jax.grad does; with DirectAdjoint its linear function evaluates,
+    and equals jax.jacfwd's product."""
+    def f(Pi):
+        return jaxrot.simulate("buss4(3)", P, t1=0.2, state0=jaxrot.State(P.state0.R, Pi), adjoint=jaxrot.DirectAdjoint(),
+                               stepsize=jaxrot.Adaptive(1e-6, 1e-6, max_steps=24)).final.Pi
+
+    v = jnp.array([1.0, -0.5, 0.25])
+    _, lin = jax.linearize(f, P.state0.Pi)
+    np.testing.assert_allclose(np.asarray(lin(v)), np.asarray(jax.jacfwd(f)(P.state0.Pi) @ v), rtol=1e-10, atol=1e-13)
+
+
 @pytest.mark.slow  # a second-order derivative through the bounded loop
 def test_direct_adjoint_differentiates_reverse_over_forward():
     v = jnp.array([1.0, -0.5, 0.25])

@@ -30,6 +30,9 @@ SLOW: dict[str, str] = {
         "the other pairs of the same test",
     "tests/test_adaptive.py::test_forward_mode_derivative_matches_the_exact_flow":
         "test_adaptive_grad.py::test_forward_mode_is_taken_by_itself_without_an_adjoint",
+    "tests/test_adaptive_grad.py::test_jax_linearize_of_an_adaptive_run_works_with_the_direct_adjoint":
+        "test_adaptive_grad.py::test_every_reverse_adjoint_equals_forward_mode_also_through_jit[adjoint0] "
+        "(the direct adjoint in both modes)",
     # closures over traced values
     "tests/test_closures.py::test_derivatives_reach_an_event_level_the_condition_closes_over[adaptive-Fused-batch]":
         "its constant-Fused-batch case (the same event arrays through a fused run's custom derivative rule)",
