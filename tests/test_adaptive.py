@@ -380,6 +380,8 @@ def test_global_error_rejects_bad_settings(kw):
         jaxrot.GlobalError(Adaptive(), **kw)
     with pytest.raises(TypeError, match="wraps a jaxrot.Adaptive"):
         jaxrot.GlobalError(jaxrot.Fixed())
+    with pytest.raises(ValueError, match="one rtol and one atol"):
+        jaxrot.GlobalError(Adaptive(np.array([1e-6, 1e-7]), 1e-6))
 
 
 def test_per_body_tolerances_through_simulate():

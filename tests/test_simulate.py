@@ -280,16 +280,30 @@ def test_traced_call_runs_exactly_its_frames_and_equals_the_plain_call():
 
 def test_traced_save_times_with_error_control_go_on_to_t1_as_concrete_ones():
     """Save times traced by jit cannot be compared with t1 before the run: the run still goes on to t1
-    and keeps its state there, as with the same times concrete (same frames); a traced last save time
-    equal to t1 is written, then t1's frame again, without a step."""
+    and keeps its state there, as with the same times concrete (same frames). The times are checked as
+    the run starts (decreasing, or past t1: the plain call's ValueError)."""
     p = problems.get("asymmetric_top")
     run = dict(t1=2.0, stepsize=jaxrot.Adaptive(1e-8, 1e-8))
     ts = np.array([0.25, 0.5, 1.0])
     plain = jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=ts), **run)
-    traced = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x), **run))(jnp.asarray(ts))
+    traced_run = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x), **run))
+    traced = traced_run(jnp.asarray(ts))
     np.testing.assert_array_equal(np.asarray(traced.ts), [0.0, 0.25, 0.5, 1.0, 2.0])
     np.testing.assert_allclose(np.asarray(traced.states.R), np.asarray(plain.states.R), rtol=0, atol=1e-12)
     assert int(traced.controller.n_accepted) == int(plain.controller.n_accepted)
+    # checked as the run starts: past t1, or decreasing
+    for bad in ([0.25, 0.5, 2.5], [0.5, 0.25, 1.0]):
+        with pytest.raises(ValueError, match="save times must be finite, not decreasing and within the span"), \
+                jaxrot.simulation_errors():
+            jax.block_until_ready(traced_run(jnp.asarray(bad)).ts)
+
+
+def test_traced_save_times_ending_at_t1_without_t1_or_of_integers():
+    """The cases beside: a traced last save time equal to t1 is written, then t1's frame again without
+    a step; SaveAt(t1=False) keeps exactly the traced times; integer times with t1 in the run's type."""
+    p = problems.get("asymmetric_top")
+    run = dict(t1=2.0, stepsize=jaxrot.Adaptive(1e-8, 1e-8))
+    ts = np.array([0.25, 0.5, 1.0])
     at_end = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x), **run))(
         jnp.asarray([1.0, 2.0]))
     np.testing.assert_array_equal(np.asarray(at_end.ts), [0.0, 1.0, 2.0, 2.0])
@@ -299,6 +313,10 @@ def test_traced_save_times_with_error_control_go_on_to_t1_as_concrete_ones():
     dropped = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x, t1=False), **run))(
         jnp.asarray(ts))
     np.testing.assert_array_equal(np.asarray(dropped.ts), [0.0, 0.25, 0.5, 1.0])
+    # integer save times: t1 kept in the run's type
+    ints = jax.jit(lambda x: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x), **dict(run, t1=2.5)))(
+        jnp.arange(1, 3))
+    np.testing.assert_array_equal(np.asarray(ints.ts), [0.0, 1.0, 2.0, 2.5])
 
 
 def test_repeated_calls_reuse_the_system_per_problem_and_dtype_but_see_numpy_changes():

@@ -30,6 +30,8 @@ SLOW: dict[str, str] = {
         "the other pairs of the same test",
     "tests/test_adaptive.py::test_forward_mode_derivative_matches_the_exact_flow":
         "test_adaptive_grad.py::test_forward_mode_is_taken_by_itself_without_an_adjoint",
+    "tests/test_simulate.py::test_traced_save_times_ending_at_t1_without_t1_or_of_integers":
+        "test_simulate.py::test_traced_save_times_with_error_control_go_on_to_t1_as_concrete_ones (the same path)",
     "tests/test_adaptive_grad.py::test_jax_linearize_of_an_adaptive_run_works_with_the_direct_adjoint":
         "test_adaptive_grad.py::test_every_reverse_adjoint_equals_forward_mode_also_through_jit[adjoint0] "
         "(the direct adjoint in both modes)",

@@ -3,7 +3,8 @@ mkdocstrings' Google-style parser, made readable.
 
 - a cross-reference role, ``:class:`~jaxrot.State```, arrives as ``:class:<code>~jaxrot.State</code>``:
   it becomes ``<code>State</code>`` (the last name after ``~``, the whole path otherwise);
-- ``Example::`` before a code block (reStructuredText's literal-block marker) becomes ``Example:``.
+- a paragraph ending in ``::`` (reStructuredText's literal-block marker, as in ``Example::``) ends in
+  ``:``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 
 _ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|data|mod|exc|obj|const|ref):<code>(~?)([^<]*)</code>")
-_LITERAL = re.compile(r"<p>([^<]*?):(:</p>)")
+_LITERAL = re.compile(r"::</p>")
 
 
 def _name(match: re.Match) -> str:
@@ -20,4 +21,4 @@ def _name(match: re.Match) -> str:
 
 
 def on_page_content(html: str, page, config, files) -> str:
-    return _LITERAL.sub(r"<p>\1\2", _ROLE.sub(_name, html))
+    return _LITERAL.sub(":</p>", _ROLE.sub(_name, html))

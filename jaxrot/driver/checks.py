@@ -333,3 +333,21 @@ def system_of(problem: Problem, dtype):
     return system
 
 
+def checked_traced_times(ts, t0, t1):
+    """Save times ``ts`` traced by someone's ``jit`` (1-D, in the run's type), checked as the run starts
+    (:func:`~jaxrot.errors.run_time_check`): finite, not decreasing (a time may repeat), none before
+    ``t0`` nor after ``t1`` (None: no end given) beyond round-off; a ``ValueError`` as for concrete
+    times otherwise. Returns ``ts``."""
+    t0 = jnp.asarray(t0, ts.dtype)
+    slack = 1e-12 * jnp.maximum(1.0, jnp.abs(t0))
+    bad = ~jnp.all(jnp.isfinite(ts)) | jnp.any(jnp.diff(ts) < 0) | (ts[0] < t0 - slack)
+    if t1 is not None:
+        end = jnp.asarray(t1, ts.dtype)
+        bad = bad | (ts[-1] > end + 1e-12 * jnp.maximum(1.0, jnp.abs(end)))
+
+    def message(times, start, end):
+        return (f"the save times must be finite, not decreasing and within the span [{start}, "
+                f"{'...' if np.isnan(end) else end}], got {np.asarray(times)}")
+
+    return run_time_check(ts, bad, message, (ts, t0, jnp.asarray(jnp.nan if t1 is None else t1, ts.dtype)))
+

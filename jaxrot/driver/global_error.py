@@ -35,7 +35,8 @@ class GlobalError(AbstractController):
     tolerance of the wrapped controller, by calibration runs at looser tolerances.
 
     Args:
-      controller: the :class:`~jaxrot.Adaptive` controller (its rtol, atol, max_steps).
+      controller: the :class:`~jaxrot.Adaptive` controller (its rtol, atol, max_steps; one rtol and one
+        atol for the whole batch: the calibration chooses each body's tolerance).
       aim: the global error aimed at, as a fraction of the tolerance (1: the middle, on a log scale,
         of half and twice it; smaller buys a margin at the cost of about ``aim^(-1/p)`` times the
         steps of a pair of order ``p``).
@@ -66,6 +67,9 @@ class GlobalError(AbstractController):
             raise ValueError(f"GlobalError.measure must be 'state' or 'attitude', got {self.measure!r}")
         if isinstance(self.aim, (int, float, np.floating)) and not (np.isfinite(self.aim) and self.aim > 0):
             raise ValueError(f"GlobalError.aim must be a finite number > 0, got {self.aim!r}")
+        if np.ndim(self.controller.rtol) or np.ndim(self.controller.atol):
+            raise ValueError("GlobalError takes one rtol and one atol (it chooses each body's local tolerance "
+                             "itself); got per-body tolerances")
         b = self.calibration_bodies
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 2):
             raise ValueError(f"GlobalError.calibration_bodies must be an integer >= 2 or None, got {b!r}")
@@ -126,7 +130,7 @@ CHECK_BODIES = 8
 
 
 @eqx.filter_jit  # one dispatch for the calibration runs
-def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
+def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0, units=None):
     """:func:`calibrate` for a batch of at least ``4 bodies`` bodies: calibration on ``bodies`` of them
     (:func:`calibration_set`) at 100, 10 and 1 times the tolerance, each calibrated body's exponent
     of the law read from its two differences, ``a = log(d_1 / d_2) / log(ratio)`` (kept within 1-1.5
@@ -140,8 +144,10 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
     predicted worst run at it and at ``sqrt(ratio)`` times it, their difference and their error at
     the finest calibration run give their error there and their exponent in between (within 1-2
     times ``alpha``), and the tolerance moves to put the largest at ``aim``. Returns ``(the tolerances'
-    factor, the predicted global error, attempts spent per body)``."""
+    factor, the predicted global error, attempts spent per body)``; errors in units of ``units``
+    (``(rtol, atol)``; None: the run's own tolerances)."""
     method, system, state0, rtol, atol = spec.method, spec.system, spec.state0, spec.rtol, spec.atol
+    ur, ua = (rtol, atol) if units is None else units
     alpha = float(method.order) / (float(method.error_order()) + 1.0)
     idx = calibration_set(state0, system.body.J, bodies)
     cal = State(state0.R[idx], state0.Pi[idx])
@@ -152,7 +158,7 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
         # error at base, and whether the three runs say anything (a run that failed, max_steps or
         # non-finite, does not: that body is left out; it fails again in the final run, and is
         # reported there)
-        d1, d2 = (scaled_difference(a[0], b[0], rtol, atol, measure) for a, b in zip(runs, runs[1:]))
+        d1, d2 = (scaled_difference(a[0], b[0], ur, ua, measure) for a, b in zip(runs, runs[1:]))
         a = jnp.log(jnp.maximum(d1, tiny) / jnp.maximum(d2, tiny)) / float(np.log(ratio))
         # not below the law's alpha: a smaller ratio means the coarsest run is not yet asymptotic (the
         # error grows more slowly there), and extrapolating with it would give a needlessly tight run
@@ -201,7 +207,7 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
         sub = State(cal.R[worst], cal.Pi[worst])
         rho = float(np.sqrt(ratio))
         pair = [run_pair(spec, sub, rtol * scale * f, atol * scale * f, executor) for f in (rho, 1.0)]
-        d = scaled_difference(pair[0][0], pair[1][0], rtol, atol, measure)
+        d = scaled_difference(pair[0][0], pair[1][0], ur, ua, measure)
         good = valid[worst] & pair[0][3] & pair[1][3] & jnp.isfinite(d) & (d > 0)
         d = jnp.where(good, d, 1.0)
         target = jnp.log(jnp.maximum(est[worst], tiny) / d)
@@ -229,26 +235,11 @@ def _on_subset(spec, executor, measure, bodies, ratio=10.0, aim=1.0):
     return lax.stop_gradient(scale), predicted, (spent + more) / B  # the calibration's cost shared out
 
 
-def request_lift(asked_rtol, asked_atol, rtol, atol):
-    """How many times the tolerances a run uses (``rtol``, ``atol``: raised to its dtype's floor) are
-    above those asked: the larger factor of the two, per body where they are per body (1 where nothing
-    was raised, or inside a trace). A global error in units of the tolerances used is this many times
-    as large in units of those asked (at most: the mixed norm weighs the two terms)."""
-    if not all(is_concrete(x) for x in jax.tree_util.tree_leaves((asked_rtol, asked_atol, rtol, atol))):
-        return 1.0
-    lift = 1.0
-    for asked, used in ((asked_rtol, rtol), (asked_atol, atol)):
-        asked, used = np.asarray(asked, np.float64), np.asarray(used, np.float64)
-        lift = np.maximum(lift, np.where(asked > 0, used / np.where(asked > 0, asked, 1.0), 1.0))
-    return lift if np.ndim(lift) else float(lift)
-
-
-def raised_to_floor(rtol, atol, counts: dict, dtype, method, lift=1.0):
+def raised_to_floor(rtol, atol, counts: dict, dtype, method):
     """The calibrated tolerances raised to what ``dtype`` can reach per step
     (:func:`~jaxrot.driver.tolerance.reachable`), with the global error the calibration's law predicts
     at them: ``e (raised / chosen)^alpha``, ``alpha = p / (q + 1)`` (the least growth of the exponents
-    the calibration allows). The warning states it (times ``lift``, :func:`request_lift`, in units of
-    the tolerance asked), and ``counts`` hold it and the tolerance used, so
+    the calibration allows). The warning states it, and ``counts`` hold it and the tolerance used, so
     that a float32 run does not report the aim it can no longer reach. Returns ``(rtol, atol, counts)``."""
     where = "GlobalError: the local tolerance its calibration chose"
     if not all(is_concrete(x) for x in jax.tree_util.tree_leaves((rtol, atol, counts))):
@@ -261,7 +252,7 @@ def raised_to_floor(rtol, atol, counts: dict, dtype, method, lift=1.0):
         growth = np.maximum(growth, np.where((x > 0) & (x < floor), floor / np.where(x > 0, x, 1.0), 1.0))
     predicted = np.asarray(counts["global_error"], np.float64) * growth ** alpha
     then = "" if not np.any(growth > 1.0) else (
-        f"; its calibration's law then puts the global error at about {float(np.max(predicted * lift)):.2g} "
+        f"; its calibration's law then puts the global error at about {float(np.max(predicted)):.2g} "
         f"times the tolerance asked, not the aim")
     rtol, atol = reachable(rtol, atol, dtype, where=where, then=then)
     like = jnp.asarray(counts["global_error"]).dtype
@@ -270,7 +261,7 @@ def raised_to_floor(rtol, atol, counts: dict, dtype, method, lift=1.0):
     return rtol, atol, counts
 
 
-def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
+def calibrate(spec, executor, controller: GlobalError, ratio=10.0, units=None):
     """The tolerances of the run whose *global* error is about ``aim`` times the tolerance, by tolerance
     calibration: ``(rtol, atol, AdaptiveStats fields (global_error, tolerance, n_calibration), check)``,
     ``check(final states at the output times, counts) -> counts`` (:func:`check_law`) for a calibration
@@ -280,7 +271,10 @@ def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
     (steps ``h ~ tau^(1/(q+1))`` set by the order-q estimate, global error ``h^p`` of the order-p result
     kept). Two runs a factor ``ratio`` apart in tolerance give the finer one's error from their
     difference, ``e_2 = |y_1 - y_2| / (ratio^alpha - 1)``, and the returned tolerance is where the law
-    puts ``e = aim``. A batch of at least ``4 calibration_bodies`` bodies: :func:`_on_subset`. A
+    puts ``e = aim``. Errors are in units of ``units``, the ``(rtol, atol)`` asked (None: the run's own;
+    the two differ where the request was raised to the dtype's floor before the calibration, and the
+    error is then still reported against the request). A batch of at least ``4 calibration_bodies``
+    bodies: :func:`_on_subset`. A
     smaller batch (or ``calibration_bodies=None``) is calibrated body by body at 100 and 10 times the
     tolerance with the law's ``alpha``, each body then at its own tolerance."""
     if spec.stacked:
@@ -288,24 +282,25 @@ def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
                          "pass a batch of initial states (state0=) instead")
     rtol, atol, aim, measure, bodies = spec.rtol, spec.atol, controller.aim, controller.measure, \
         controller.calibration_bodies
+    ur, ua = (rtol, atol) if units is None else units
     state0 = spec.state0
     dtype = state0.R.dtype
     if state0.R.ndim == 3 and bodies is not None and state0.R.shape[0] >= 4 * bodies:
-        scale, predicted, spent = _on_subset(spec, executor, measure, bodies, ratio, aim)
+        scale, predicted, spent = _on_subset(spec, executor, measure, bodies, ratio, aim, (ur, ua))
         B = state0.R.shape[0]
         return rtol * scale, atol * scale, dict(global_error=jnp.full((B,), predicted),
                                                 tolerance=jnp.full((B,), rtol * scale),
                                                 n_calibration=jnp.full((B,), spent)), None
     alpha = float(spec.method.order) / (float(spec.method.error_order()) + 1.0)
     runs = [run_pair(spec, state0, rtol * f, atol * f, executor) for f in (ratio * ratio, ratio)]
-    est = scaled_difference(runs[0][0], runs[1][0], rtol, atol, measure) / (ratio ** alpha - 1.0)
+    est = scaled_difference(runs[0][0], runs[1][0], ur, ua, measure) / (ratio ** alpha - 1.0)
     spent = sum(r[2].n_accepted + r[2].n_rejected for r in runs)
     # per body: the tolerance whose predicted global error is `aim`; a body already within it runs at
     # the second calibration run's tolerance
     scale = ratio * jnp.where(est > aim, (aim / jnp.maximum(est, jnp.finfo(dtype).tiny)) ** (1.0 / alpha), 1.0)
     scale = lax.stop_gradient(scale)  # (as in _on_subset)
     counts = dict(global_error=jnp.minimum(est, aim), tolerance=rtol * scale, n_calibration=spent)
-    check = functools.partial(check_law, runs[1][0], est, scale / ratio, alpha, rtol, atol, measure, aim)
+    check = functools.partial(check_law, runs[1][0], est, scale / ratio, alpha, ur, ua, measure, aim)
     return rtol * scale, atol * scale, counts, check
 
 
@@ -315,7 +310,7 @@ def calibrate(spec, executor, controller: GlobalError, ratio=10.0):
 LAW_MISS = 2.0
 
 
-def check_law(states_fine, est, shrink, alpha, rtol, atol, measure, aim, final: State, counts: dict, lift=1.0):
+def check_law(states_fine, est, shrink, alpha, rtol, atol, measure, aim, final: State, counts: dict):
     """After a run calibrated body by body: the finer calibration run's error measured against the
     final run (which is ``1 / shrink`` times tighter, so its own error is small beside it) and set
     beside the law's estimate ``est`` there. Where the measured error is ``m > 1`` times the estimate
@@ -324,9 +319,10 @@ def check_law(states_fine, est, shrink, alpha, rtol, atol, measure, aim, final: 
     ``counts["global_error"]`` then reports. Where that is more than ``LAW_MISS`` times the aim (the
     T-handle at loose tolerances, its flip time off by a large fraction, or a run whose error falls
     more slowly than the law; more than twice the figure already announced where the tolerance was
-    raised to the dtype's floor) a :class:`~jaxrot.PrecisionWarning` says so, in units of the tolerance
-    asked (``lift``: :func:`request_lift`). An estimate, not a bound: the error may fall more slowly
-    still below the calibration runs (docs/architecture.md). Returns the counts."""
+    raised to the dtype's floor) a :class:`~jaxrot.PrecisionWarning` says so. An estimate, not a
+    bound: the error may fall more slowly still below the calibration runs, and where the law put the
+    body within the aim at the finer calibration run's tolerance, the final run is that run and
+    nothing is measured (docs/architecture.md). Returns the counts."""
     if not all(is_concrete(x) for x in jax.tree_util.tree_leaves((states_fine, est, final))):
         return counts
     measured = np.asarray(scaled_difference(states_fine, final, rtol, atol, measure), np.float64)
@@ -341,7 +337,7 @@ def check_law(states_fine, est, shrink, alpha, rtol, atol, measure, aim, final: 
         worst = np.max(np.where(missed, measured / np.where(est > 0, est, 1.0), 0.0))
         warn_expected("GlobalError", f"the calibration runs did not follow its law: the finer one's error, "
                       f"measured against the final run, is {worst:.3g} times what the law put there, so the "
-                      f"run's global error is likely about {float(np.max(likely * lift)):.2g} times the tolerance "
+                      f"run's global error is likely about {float(np.max(likely)):.2g} times the tolerance "
                       f"asked, not {aim:g} (docs/architecture.md, 'The global-error driver'); ask a tighter tolerance, or "
                       f"check against a tighter run")
     return counts

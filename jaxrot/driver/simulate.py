@@ -24,15 +24,15 @@ from ..physics.problems import Problem
 from ..physics.stacking import stack_problems
 from ..physics.torques import FreeTorque
 from .adjoint import adjoint_for, adjoint_of
-from .checks import (cast, check_capability, check_problem, checked_state0, is_concrete, prepare,
-                     resolve_method, scalar, system_of, traced_checks)
+from .checks import (cast, check_capability, check_problem, checked_state0, checked_traced_times, is_concrete,
+                     prepare, resolve_method, scalar, system_of, traced_checks)
 from .controllers import Adaptive, Fixed
 from .dense import checkpoint_interval
 from .events import check_event
 from .executors import choose_executor
 from .executors.base import AttemptSpec, RunSpec
 from .failures import raise_failures
-from .global_error import GlobalError, calibrate, raised_to_floor, request_lift
+from .global_error import GlobalError, calibrate, raised_to_floor
 from .integrate import Finish, trajectory, trajectory_of
 from .lean_jit import Bound
 from .loop import InvariantMonitor
@@ -321,11 +321,13 @@ def _targets(saveat, t0, t1, dtype):
             final = float(np.asarray(times[-1], np.float64).astype(dtype))
             if not abs(final - end) <= 1e-12 * abs(end) + 1e-300:  # the run goes on to t1
                 times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
-        elif t1 is not None and isinstance(times, jax.core.Tracer):
-            # traced save times cannot be compared with t1: the run goes on to t1 (a save time at t1 is
-            # then written twice, the second without a step), as it would past concrete ones before it
-            times = jnp.concatenate([jnp.reshape(times, (-1,)), jnp.reshape(jnp.asarray(t1, times.dtype), (1,))])
-            keep_last = saveat.t1
+        elif isinstance(times, jax.core.Tracer):
+            # traced save times are checked as the run starts; they cannot be compared with t1 before:
+            # the run goes on to t1 (a save time at t1 is then written twice, the second without a step)
+            times = checked_traced_times(jnp.reshape(times, (-1,)).astype(dtype), t0, t1)
+            if t1 is not None:
+                times = jnp.concatenate([times, jnp.reshape(jnp.asarray(t1, dtype), (1,))])
+                keep_last = saveat.t1
     keep_first = saveat.t0
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((times, t0))):
         tsn = np.asarray(times, np.float64).reshape(-1)
@@ -379,11 +381,10 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     if report is not None:
         report(None, 0.0)
     extra_counts = check = None
-    lift = 1.0
     if isinstance(controller, GlobalError):
-        lift = request_lift(local.rtol, local.atol, rtol, atol)  # the request raised to the floor: by this
-        rtol, atol, counts, check = calibrate(spec, runner, controller)
-        rtol, atol, extra_counts = raised_to_floor(rtol, atol, counts, dtype, pair, lift)
+        # errors against the tolerance asked, where it was raised to the floor before the calibration
+        rtol, atol, counts, check = calibrate(spec, runner, controller, units=(local.rtol, local.atol))
+        rtol, atol, extra_counts = raised_to_floor(rtol, atol, counts, dtype, pair)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=keep_first, keep_last=keep_last, t_end=targets[-1], frames_from="steps" if every is not None else "loop",
                     want_dense=saveat.dense, method=pair)
@@ -407,11 +408,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         report(1)
     if check is not None and event is None and every is None and not saveat.dense:
         # the calibration's law against the final run's states at the output times (after the first)
-        extra_counts = check(State(frames.states.R[..., 1:, :, :], frames.states.Pi[..., 1:, :]), extra_counts,
-                             lift=lift)
-    if extra_counts is not None and not (np.ndim(lift) == 0 and lift == 1.0):  # in units of the tolerance asked
-        g = extra_counts["global_error"]
-        extra_counts = dict(extra_counts, global_error=g * jnp.asarray(lift, jnp.asarray(g).dtype))
+        extra_counts = check(State(frames.states.R[..., 1:, :, :], frames.states.Pi[..., 1:, :]), extra_counts)
     traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov,
                       extra_counts=extra_counts)
     if throw:
