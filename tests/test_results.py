@@ -82,6 +82,15 @@ def test_an_event_a_free_system_and_the_want_of_a_dense_output_survive_save_and_
         v.energy
 
 
+def test_evaluate_past_a_run_that_stopped_early_says_so():
+    p = jaxrot.problems.get("fast_top")
+    tr = jaxrot.simulate("rkmk8(5)", p, t1=1.0, stepsize=jaxrot.Adaptive(1e-8, 1e-8, max_steps=5),
+                         saveat=jaxrot.SaveAt(dense=True), throw=False)
+    assert tr.result == RESULTS.max_steps_reached
+    with pytest.raises(ValueError, match="stopped before the end of its span: a step failed"):
+        tr.evaluate(0.9)
+
+
 def test_traced_failures_name_the_step_body_and_reason():
     """Under jit the failure carries the plain call's message (step, body, reason) inside JAX's
     runtime error, and jaxrot.simulation_errors() re-raises it as the SimulationError itself; under

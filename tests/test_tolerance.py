@@ -355,7 +355,7 @@ def test_a_global_error_run_raised_to_the_floor_reports_the_error_its_law_predic
     assert 0.5 * predicted < error < 2.0 * predicted
 
 
-@pytest.mark.parametrize("rtol, atol", [(1e-6, 1e-6), (1e-8, 1e-6)])
+@pytest.mark.parametrize("rtol, atol", [(1e-6, 1e-6), pytest.param(1e-8, 1e-6, marks=pytest.mark.slow)])
 def test_a_global_error_request_below_the_floor_reports_in_units_of_the_tolerance_asked(rtol, atol):
     """GlobalError(Adaptive(rtol, atol)) in float32 below the per-step floor: the request itself is
     raised to the floor before the calibration; the global error reported, and the one the warning

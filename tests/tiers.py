@@ -30,6 +30,9 @@ SLOW: dict[str, str] = {
         "the other pairs of the same test",
     "tests/test_adaptive.py::test_forward_mode_derivative_matches_the_exact_flow":
         "test_adaptive_grad.py::test_forward_mode_is_taken_by_itself_without_an_adjoint",
+    "tests/test_simulate.py::test_gradient_matches_finite_differences":
+        "test_simulate.py::test_grad_wrt_dt (jax.grad of a constant-step run against a finite difference) and "
+        "test_exact.py::test_free_flow_gradients_match_finite_differences",
     "tests/test_simulate.py::test_traced_save_times_ending_at_t1_without_t1_or_of_integers":
         "test_simulate.py::test_traced_save_times_with_error_control_go_on_to_t1_as_concrete_ones (the same path)",
     "tests/test_adaptive_grad.py::test_jax_linearize_of_an_adaptive_run_works_with_the_direct_adjoint":

@@ -107,7 +107,14 @@ class Trajectory(eqx.Module):
                 raise ValueError("this trajectory was read from a file, which keeps no dense output: run again "
                                  "with saveat=jaxrot.SaveAt(dense=True) to evaluate between its frames")
             raise ValueError("evaluate needs a run with saveat=jaxrot.SaveAt(dense=True)")
-        return self.dense(t)
+        try:
+            return self.dense(t)
+        except ValueError as e:
+            failed = self.failed_step
+            if isinstance(failed, jax.core.Tracer) or not np.any(np.asarray(failed) >= 0):
+                raise
+            raise ValueError(f"{e}; the run stopped before the end of its span: a step failed "
+                             f"(traj.failed_step, traj.result)") from None
 
     @property
     def info(self) -> dict:
