@@ -57,7 +57,8 @@ def rows(pairs, tols, problems=PROBLEMS):
 
 
 def table(rs) -> str:
-    lines = ["| problem | pair | tol | error / tol | reported | warned | error / reported |", "|---|---|---|---|---|---|---|"]
+    lines = ["| problem | pair | tol | error / tol | reported | warned | error / reported |",
+             "|---|---|---|---|---|---|---|"]
     for r in rs:
         lines.append(f"| {r['problem']} | {r['pair']} | {r['tol']:.0e} | {r['error']:.3g} | {r['reported']:.3g} | "
                      f"{'yes' if r['warned'] else ''} | {r['error'] / r['reported']:.2g} |")

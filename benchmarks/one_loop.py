@@ -146,7 +146,8 @@ def main():
                 sys.exit(f"{k}: {out.stderr[-2000:]}")
             runs[k].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1} {k}: {runs[k][-1]}", flush=True)
-        out = subprocess.run([sys.executable, __file__, "--child", here, "--small-only"], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, __file__, "--child", here, "--small-only"], capture_output=True,
+                             text=True)
         if out.returncode:
             sys.exit(f"sync: {out.stderr[-2000:]}")
         sync.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -158,7 +159,8 @@ def main():
         summary[k] = {f: statistics.median(x[f] for x in runs[k]) for f in fields}
         summary[k].update({f: statistics.median(x[f] for x in imports[k]) for f in ("jax_equinox_s", "jaxrot_s")})
         summary[k].update({f: imports[k][-1][f] for f in ("loads_optax", "loads_studies", "loads_transpiler")})
-    summary["this_sync"] = {f: statistics.median(x[f] for x in sync) for f in ("small_call_ms", "small_call_after_idle_ms")}
+    summary["this_sync"] = {f: statistics.median(x[f] for x in sync)
+                            for f in ("small_call_ms", "small_call_after_idle_ms")}
     print(json.dumps(summary, indent=1))
     if a.out:
         from jaxrot.present import output, provenance

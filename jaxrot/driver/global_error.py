@@ -338,6 +338,6 @@ def check_law(states_fine, est, shrink, alpha, rtol, atol, measure, aim, final: 
         warn_expected("GlobalError", f"the calibration runs did not follow its law: the finer one's error, "
                       f"measured against the final run, is {worst:.3g} times what the law put there, so the "
                       f"run's global error is likely about {float(np.max(likely)):.2g} times the tolerance "
-                      f"asked, not {aim:g} (docs/architecture.md, 'The global-error driver'); ask a tighter tolerance, or "
-                      f"check against a tighter run")
+                      f"asked, not {aim:g} (docs/architecture.md, 'The global-error driver'); ask a tighter "
+                      f"tolerance, or check against a tighter run")
     return counts

@@ -144,7 +144,8 @@ class Trajectory(eqx.Module):
         arrays = {"ts": self.ts, "R": self.states.R, "Pi": self.states.Pi, "failed_step": self.failed_step}
         info = dict(self.info)
         if self.event_time is not None:
-            arrays.update({"event.time": self.event_time, "event.R": self.event_state.R, "event.Pi": self.event_state.Pi})
+            arrays.update({"event.time": self.event_time, "event.R": self.event_state.R,
+                           "event.Pi": self.event_state.Pi})
         if self.dense is not None:
             info["dense_output"] = "not stored"
         if self.result is not None:
@@ -156,7 +157,7 @@ class Trajectory(eqx.Module):
         if self.system is not None:
             arrays["system.J"] = self.system.body.J
             if isinstance(self.system.torque, FreeTorque):
-                arrays["system.torque_free"] = np.asarray(self.system.body.physical)  # (the flag RigidBody keeps)
+                arrays["system.torque_free"] = np.asarray(self.system.body.physical)  # (RigidBody's flag)
         np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()}, provenance=np.asarray(json.dumps(info)))
 
     @property
