@@ -145,6 +145,8 @@ def test_bad_events():
         jaxrot.Event(lambda t, s, a: t, direction=2)
     with pytest.raises(TypeError, match="cond_fn"):
         jaxrot.Event(3.0)
+    with pytest.raises(TypeError, match=r"take \(t, state, args\); <lambda> has the signature \(t, s\)"):
+        jaxrot.Event(lambda t, s: s.R[2, 2])  # refused where it is made
     with pytest.raises(TypeError, match="event"):
         jaxrot.simulate("buss4", P, 1e-2, 10, event=lambda t, s, a: t)
     # a condition that is not one number, or that takes other arguments: refused before anything runs

@@ -64,6 +64,8 @@ class Event(eqx.Module):
     terminal: bool = eqx.field(static=True, default=True)
 
     def __init__(self, cond_fn: Callable, direction: int | None = None, terminal: bool = True):
+        if callable(cond_fn):  # (a non-callable: __check_init__ says so)
+            _takes_three(cond_fn)
         # a condition closing over a value that jax.grad/jit traces (a threshold being differentiated,
         # say): that value becomes a leaf of the event, so derivatives reach it
         self.cond_fn = hoist(cond_fn)
@@ -79,19 +81,26 @@ class Event(eqx.Module):
             raise TypeError(f"Event.terminal must be a bool, got {self.terminal!r}")
 
 
+def _takes_three(fn) -> None:
+    """A ``TypeError`` where ``fn``'s signature cannot take ``(t, state, args)`` (nothing where it has no
+    signature to read: a builtin is checked by evaluating it)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(0.0, None, None)
+    except TypeError:
+        raise TypeError(f"Event.cond_fn must take (t, state, args); {getattr(fn, '__name__', 'it')} has the "
+                        f"signature {sig}") from None
+
+
 def check_event(event, state0: State, dtype) -> None:
     """Refuse, before anything is traced, an event that is not an :class:`Event`, whose ``cond_fn``
     does not take ``(t, state, args)`` or does not return one real number."""
     if not isinstance(event, Event):
         raise TypeError(f"event must be a jaxrot.Event, got {event!r}")
-    try:
-        sig = inspect.signature(event.cond_fn)
-        sig.bind(0.0, state0, None)
-    except TypeError:
-        raise TypeError(f"Event.cond_fn must take (t, state, args); {getattr(event.cond_fn, '__name__', 'it')} has "
-                        f"the signature {sig}") from None
-    except ValueError:  # no signature (a builtin): the evaluation below says what is wrong
-        pass
+    _takes_three(event.cond_fn)  # (made otherwise than by Event(...): by tree_unflatten, say)
     one = State(state0.R[0], state0.Pi[0]) if state0.R.ndim == 3 else state0
     try:
         out = jax.eval_shape(lambda t, s: event.cond_fn(t, s, None), jax.ShapeDtypeStruct((), dtype), one)
