@@ -27,7 +27,7 @@ from .checks import is_concrete
 from .controllers import AbstractController, Adaptive
 from .failures import SUCCESSFUL
 from .results import AdaptiveStats
-from .tolerance import local_floor, reachable, warn_expected
+from .tolerance import reachable, warn_expected
 
 
 class GlobalError(AbstractController):
@@ -245,15 +245,18 @@ def raised_to_floor(rtol, atol, counts: dict, dtype, method):
     if not all(is_concrete(x) for x in jax.tree_util.tree_leaves((rtol, atol, counts))):
         return reachable(rtol, atol, dtype, where=where) + (counts,)
     alpha = float(method.order) / (float(method.error_order()) + 1.0)
-    floor = local_floor(dtype)
-    growth = np.ones(np.broadcast_shapes(np.shape(rtol), np.shape(atol)))
-    for x in (rtol, atol):
-        x = np.asarray(x, np.float64)
-        growth = np.maximum(growth, np.where((x > 0) & (x < floor), floor / np.where(x > 0, x, 1.0), 1.0))
-    predicted = np.asarray(counts["global_error"], np.float64) * growth ** alpha
-    then = "" if not np.any(growth > 1.0) else (
-        f"; its calibration's law then puts the global error at about {float(np.max(predicted)):.2g} "
-        f"times the tolerance asked, not the aim")
+    predicted = np.asarray(counts["global_error"], np.float64)
+
+    def then(raised_rtol, raised_atol):  # called by reachable where it raised either: the growth it made
+        nonlocal predicted
+        growth = 1.0
+        for chosen, raised in ((rtol, raised_rtol), (atol, raised_atol)):
+            chosen, raised = np.asarray(chosen, np.float64), np.asarray(raised, np.float64)
+            growth = np.maximum(growth, np.where(chosen > 0, raised / np.where(chosen > 0, chosen, 1.0), 1.0))
+        predicted = predicted * growth ** alpha
+        return (f"; its calibration's law then puts the global error at about {float(np.max(predicted)):.2g} "
+                f"times the tolerance asked, not the aim")
+
     rtol, atol = reachable(rtol, atol, dtype, where=where, then=then)
     like = jnp.asarray(counts["global_error"]).dtype
     counts = dict(counts, global_error=jnp.asarray(predicted, like),

@@ -205,6 +205,14 @@ def _takes_args(fn, n_base: int, args, what: str, signature: str) -> bool:
     raise TypeError(f"{what} {_name(fn)} takes {n} positional arguments; expected {signature}")
 
 
+def _code_and_closure(fn):
+    """``(the static part of fn, its Closure or None)``: where ``fn`` closes over traced values
+    (:func:`jaxrot.closures.hoist`), its code alone is static and the closure, holding those values as
+    leaves, is what is called."""
+    hoisted = hoist(fn)
+    return (fn, None) if hoisted is fn else (getattr(hoisted, "code", fn), hoisted)
+
+
 def _dummy_inputs(dtype=None):
     dtype = jnp.zeros(()).dtype if dtype is None else dtype  # float64 under jax_enable_x64, else float32
     return (jax.ShapeDtypeStruct((), dtype), jax.ShapeDtypeStruct((3, 3), dtype), jax.ShapeDtypeStruct((3,), dtype))
@@ -280,9 +288,7 @@ class Torque(AbstractTorque):
             "fn(t, R, Pi) or fn(t, R, Pi, args) -> torque of shape (3,)"
         self.fn_takes_args = _takes_args(fn, 3, args, "the torque function", sig)
         # a function closing over a value that jax.grad/jit traces: that value becomes a leaf
-        hoisted = hoist(fn)
-        self.fn = fn if hoisted is fn else getattr(hoisted, "code", fn)
-        self.closed = None if hoisted is fn else hoisted
+        self.fn, self.closed = _code_and_closure(fn)
         self.frame = frame
         self.args = args
         self.closed_potential = None
@@ -292,9 +298,7 @@ class Torque(AbstractTorque):
             psig = "potential(t, R, args) -> scalar" if args is not None else \
                 "potential(t, R) or potential(t, R, args) -> scalar"
             self.potential_takes_args = _takes_args(potential, 2, args, "the potential", psig)
-            hoisted = hoist(potential)
-            self.potential_fn = potential if hoisted is potential else getattr(hoisted, "code", potential)
-            self.closed_potential = None if hoisted is potential else hoisted
+            self.potential_fn, self.closed_potential = _code_and_closure(potential)
         self._check(None)
 
     def _check(self, dtype):
