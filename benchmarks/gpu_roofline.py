@@ -133,22 +133,35 @@ def markdown(res) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(out_dir, bodies, steps, reps, variants):
+def write(out_dir, stem: str, rows, markdown, **fields):
+    """The record ``stem`` of ``rows`` (with the device and versions, and ``fields``) written to
+    ``out_dir`` with its provenance, and printed."""
     dev = jax.devices()[0]
     res = {"device": str(dev), "device_kind": getattr(dev, "device_kind", ""), "jax": jax.__version__,
-           "warp": _common.warp().config.version, "bodies": bodies, "steps": steps, "reps": reps,
-           "rows": measure(bodies, steps, reps, variants)}
-    provenance.write_record(out_dir, "gpu_roofline", res, markdown(res), command="python " + " ".join(sys.argv))
+           "warp": _common.warp().config.version, **fields, "rows": rows}
+    provenance.write_record(out_dir, stem, res, markdown(res), command="python " + " ".join(sys.argv))
     print(markdown(res))
     return res
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(out_dir, bodies, steps, reps, variants):
+    return write(out_dir, "gpu_roofline", measure(bodies, steps, reps, variants), markdown, bodies=bodies, steps=steps,
+                 reps=reps)
+
+
+def arguments(doc: str, reps: int) -> argparse.ArgumentParser:
+    """The command line shared by the GPU benchmarks of one batch: ``--out``, ``--bodies``, ``--steps``,
+    ``--reps``."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", default="jaxrot-results")
     ap.add_argument("--bodies", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=reps)
+    return ap
+
+
+if __name__ == "__main__":
+    ap = arguments(__doc__, 5)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, the first the baseline")
     ap.add_argument("--profile", action="store_true", help="only run the as-built kernel twice per dtype")
     ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")

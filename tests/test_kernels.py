@@ -226,11 +226,19 @@ def test_supports_and_bad_input():
     assert R.shape == (3, 0, 3, 3) and np.all(np.asarray(failed) == -1)
 
 
-def test_the_fused_executor_equals_xla():
+def test_the_fused_executor_equals_xla(monkeypatch):
+    from jaxrot.driver.executors import fused
+
     p = problems.get("fast_top")
     _, states = _setup("gravity", n=4)
     for state0 in (states, jaxrot.State(states.R[1], states.Pi[1])):
         a = jaxrot.simulate("buss4", p, 1e-3, 300, state0=state0, saveat=jaxrot.SaveAt(steps=100), executor=jaxrot.Fused())
+        with monkeypatch.context() as m:  # repeated, the call goes straight to the program bound the first time
+            m.setattr(fused, "_program", lambda *a: pytest.fail("a repeated call was planned again"))
+            again = jaxrot.simulate("buss4", p, 1e-3, 300, state0=state0, saveat=jaxrot.SaveAt(steps=100),
+                                    executor=jaxrot.Fused())
+        np.testing.assert_array_equal(np.asarray(again.states.R), np.asarray(a.states.R))
+        np.testing.assert_array_equal(np.asarray(again.ts), np.asarray(a.ts))
         b = jaxrot.simulate("buss4", p, 1e-3, 300, state0=state0, saveat=jaxrot.SaveAt(steps=100), executor=jaxrot.XLA())
         assert a.info["executor"] == "Fused"
         for x, y in ((a.states.R, b.states.R), (a.states.Pi, b.states.Pi), (a.ts, b.ts)):

@@ -47,7 +47,10 @@ def test_batch_reports_per_body_and_keeps_the_good_bodies():
     assert list(np.asarray(b.result == RESULTS.successful)) == [True, False, True]
     assert np.asarray(b.failed_step)[1] > 0
     good = jaxrot.simulate_batch("midpoint_exp", P, 2.0, 10, states0=jaxrot.State(s.R[::2], s.Pi[::2]))
-    np.testing.assert_array_equal(np.asarray(b.states.R)[::2], np.asarray(good.states.R))
+    # the good bodies' states are kept, to the Newton tolerance: the batched Newton iterates until every
+    # body of its batch has converged, so a body's extra (contracting) iterations depend on its batch
+    # (equal on a CPU, 1.5e-13 apart on an H200)
+    np.testing.assert_allclose(np.asarray(b.states.R)[::2], np.asarray(good.states.R), rtol=0, atol=1e-12)
     with pytest.raises(jaxrot.SimulationError, match=r"\(body \(1,\)\) failed") as e:
         jaxrot.simulate_batch("midpoint_exp", P, 2.0, 10, states0=s)
     assert e.value.body == (1,) and e.value.reason == RESULTS.solve_failed
@@ -128,8 +131,14 @@ def test_large_batches_on_an_accelerator_are_checked_on_the_device_first(monkeyp
 
     monkeypatch.setattr(failures, "_on_accelerator", lambda failed: True)
     reads = []
-    real = failures._max_flag
-    monkeypatch.setattr(failures, "_max_flag", lambda f: reads.append(f.shape) or real(f))
+    real = failures._max_flag_into_host
+
+    def spied(device):  # the reduction compiled to write into the host's memory, its inputs recorded
+        reduce = real(device)
+        assert reduce is not None, "the CPU has pinned host memory too"
+        return lambda f: reads.append(f.shape) or reduce(f)
+
+    monkeypatch.setattr(failures, "_max_flag_into_host", spied)
     n = failures.ACCELERATOR_CHECK_MIN
     flags = jnp.full((n,), -1, jnp.int32)
     failures.raise_failures(flags, jnp.zeros((n,), jnp.int32))

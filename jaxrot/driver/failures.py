@@ -195,13 +195,37 @@ def _max_flag(failed):
     return jnp.max(failed)
 
 
+@functools.lru_cache(maxsize=None)
+def _max_flag_into_host(device):
+    """``jnp.max`` of an array on ``device``, compiled to write its result into the host's pinned
+    memory, or None where the device has none. The copy to the host is then part of the program, run
+    as soon as the device is done, and reading the number waits for nothing more; a separate transfer
+    asked for afterwards is dispatched only once the device has finished, which on a GPU costs about
+    a quarter of a short run."""
+    if "pinned_host" not in {m.kind for m in device.addressable_memories()}:
+        return None
+    return jax.jit(jnp.max, out_shardings=jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host"))
+
+
+def largest_flag(failed) -> int:
+    """The largest of a batch's failed-step flags on an accelerator, reduced there (one number over
+    the link instead of every body's flag)."""
+    devices = failed.devices()
+    reduce = _max_flag_into_host(next(iter(devices))) if len(devices) == 1 else None
+    if reduce is not None:
+        return int(reduce(failed))
+    flag = _max_flag(failed)
+    flag.copy_to_host_async()  # queued behind the reduction, not after the host asks
+    return int(flag)
+
+
 def raise_failures(failed, result, where: str = "", dtype=None) -> None:
     """Raise the :class:`SimulationError` of the first failed step, if any: at once for concrete
     flags, from a host callback when the run is traced (under jit/grad/vmap; same message).
     ``dtype``: the run's floating-point type, for the advice (None: not known)."""
     codes = None if result is None else codes_of(result)
     if not isinstance(failed, jax.core.Tracer):
-        if _on_accelerator(failed) and int(_max_flag(failed)) < 0:
+        if _on_accelerator(failed) and largest_flag(failed) < 0:
             return  # a large batch on a GPU: one number over the link instead of every body's flag
         # every process sees every body's flag (a collective under jax.distributed); the codes are
         # fetched only when a step failed (one transfer fewer on the common path)

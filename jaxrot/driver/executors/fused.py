@@ -27,6 +27,7 @@ from ..loop import empty_stats, init_carry, scan_frames
 from ..sharding import per_device
 from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .batch import place_batch
+from .xla import traced
 
 
 def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, event=None):
@@ -204,18 +205,20 @@ class Fused(AbstractExecutor):
         located in the kernel."""
         return _attempts_program(spec)
 
-    def _devices(self) -> list:
-        if self.devices is not None:
-            return list(self.devices)
-        devices = jax.devices()
-        # one CPU device's launch of 64 bodies or more already runs on every core (kernels.host_threads):
-        # more CPU devices would only share the same cores
-        return devices[:1] if devices[0].platform == "cpu" else list(devices)
+    def plan(self, spec: RunSpec):
+        """A run on one device without an event or progress report is bound to its compiled program
+        once: a repeated call goes straight to the launch (on a GPU the time before the launch is
+        spent with the device idle)."""
+        batch = spec.state0.R.shape[0] if spec.batched else 1
+        if spec.event is None and spec.report is None and len(_devices(self)[:batch]) == 1 and not traced(spec):
+            return _program.bind(spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.n_frames,
+                                 spec.save_every, None, batch, not spec.batched)
+        return super().plan(spec)
 
     def run(self, spec: RunSpec) -> Frames:
         states0 = spec.state0
         batch = states0.R.shape[0] if spec.batched else 1
-        devices = self._devices()[:batch]
+        devices = _devices(self)[:batch]
         mesh = None
         if len(devices) > 1:
             placed = RunSpec(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_steps, spec.save_every)
@@ -226,12 +229,23 @@ class Fused(AbstractExecutor):
             traj = _program_event(spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.n_frames,
                                   spec.save_every, batch, not spec.batched, spec.event)
         else:
-                traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every,
+            traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every,
                             mesh, batch, not spec.batched)
         if spec.report is not None:
             jax.block_until_ready(traj.states.R)
             spec.report(spec.n_frames)
         return traj
+
+
+def _devices(executor: Fused) -> list:
+    """The devices a fused run is split over (a function, not a method: a method looked up on a module
+    instance is built anew on every call)."""
+    if executor.devices is not None:
+        return list(executor.devices)
+    devices = jax.devices()
+    # one CPU device's launch of 64 bodies or more already runs on every core (kernels.host_threads):
+    # more CPU devices would only share the same cores
+    return devices[:1] if devices[0].platform == "cpu" else list(devices)
 
 
 def _attempts_refusal(spec: AttemptSpec) -> str | None:
