@@ -58,6 +58,31 @@ def test_option_objects_made_anew_are_matched_by_value(monkeypatch):
     assert replay.by_value(("k",) * 8, None, jaxrot.SaveAt(ts=ts), None, None, None) is None
 
 
+def test_a_step_given_as_a_new_device_array_is_matched_by_value(monkeypatch):
+    """``dt`` (or ``t1``) passed as a JAX scalar made anew for every call replays the plan when its value,
+    type and placement are the same; another value or type is another call."""
+    from jaxrot.driver import simulate as sim
+
+    replay.forget()
+    first = jaxrot.simulate("buss4", P, jnp.asarray(1e-3), 20)
+    adaptive = dict(stepsize=jaxrot.Adaptive(1e-9, 1e-9), saveat=jaxrot.SaveAt(t1=True))
+    first_adaptive = jaxrot.simulate("buss4(3)", P, t1=jnp.asarray(0.05), **adaptive)
+
+    def full_path(*a, **k):
+        raise AssertionError("the call was carried out in full")
+
+    with monkeypatch.context() as m:
+        m.setattr(sim, "_controller", full_path)
+        _same(first, jaxrot.simulate("buss4", P, jnp.asarray(1e-3), 20))
+        _same(first_adaptive, jaxrot.simulate("buss4(3)", P, t1=jnp.asarray(0.05), **adaptive))
+        for dt in (jnp.asarray(2e-3), jnp.asarray(1e-3, jnp.float32)):
+            with pytest.raises(AssertionError, match="in full"):
+                jaxrot.simulate("buss4", P, dt, 20)
+    other = jaxrot.simulate("buss4", P, jnp.asarray(2e-3), 20)
+    assert not np.array_equal(np.asarray(other.states.R), np.asarray(first.states.R))
+    assert replay.key("buss4", P, jnp.ones(2), 20, 0.0, None, *(None,) * 7, True, None, 1, None) is None
+
+
 def test_a_failing_call_fails_again():
     th = problems.get("t_handle")
     for _ in range(2):

@@ -7,7 +7,8 @@ arrays, which can be changed in place, nor tracers), Python numbers and strings,
 (frozen) holding them; objects are matched by identity, and the plan keeps a reference to each, so
 no other object can take its id while the plan lives. Option objects made anew for every call
 (``saveat=jaxrot.SaveAt(t0=False)``, ``executor=jaxrot.Fused()`` written in the call) are matched by
-value where they hold only Python numbers, strings and None (:func:`by_value`). A call with a
+value where they hold only Python numbers, strings and None (:func:`by_value`), and so are a step and
+times given as JAX scalars (their value read once a call, with their type and placement). A call with a
 progress meter or a deprecated spelling (which warns) is always carried out in full.
 """
 
@@ -35,8 +36,10 @@ def key(method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, a
     whether the objects' leaves are immutable is checked once, in :func:`remember`."""
     if progress is not None or save_every is not None:
         return None
-    if type(dt) not in _NUMBER or type(t0) not in _NUMBER or type(t1) not in _NUMBER \
-            or type(n_steps) not in _NUMBER or type(unroll) is not int or type(throw) is not bool:
+    if type(n_steps) not in _NUMBER or type(unroll) is not int or type(throw) is not bool:
+        return None
+    dt, t0, t1 = _number(dt), _number(t0), _number(t1)
+    if _NOT_A_NUMBER in (dt, t0, t1):
         return None
     name = method if type(method) is str else id(method)
     # the options last, in by_value's order
@@ -48,6 +51,19 @@ def key(method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, a
 
 
 _SCALAR = (int, float, bool, type(None), str)
+_NOT_A_NUMBER = ("not a number",)
+
+
+def _number(x):
+    """A time or step as a key: a Python number itself; a concrete scalar JAX array by its value, type
+    and placement (a step given as a new device array on every call is the same call again; reading
+    the value costs a transfer from the device, a small part of the checks it saves); anything else
+    :data:`_NOT_A_NUMBER`."""
+    if type(x) in _NUMBER:
+        return x
+    if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0 and not x.is_deleted():
+        return ("array", x.dtype.name, x.weak_type, x.sharding, x.item())
+    return _NOT_A_NUMBER
 
 
 def _value(obj):
