@@ -59,14 +59,16 @@ def test_option_objects_made_anew_are_matched_by_value(monkeypatch):
 
 
 def test_a_step_given_as_a_new_device_array_is_matched_by_value(monkeypatch):
-    """``dt`` (or ``t1``) passed as a JAX scalar made anew for every call replays the plan when its value,
-    type and placement are the same; another value or type is another call."""
+    """``dt`` (or ``t0``, ``t1``) passed as a JAX scalar made anew for every call (or a NumPy scalar)
+    replays the plan when its value, type and placement are the same; another value or type is another
+    call."""
     from jaxrot.driver import simulate as sim
 
     replay.forget()
     first = jaxrot.simulate("buss4", P, jnp.asarray(1e-3), 20)
     adaptive = dict(stepsize=jaxrot.Adaptive(1e-9, 1e-9), saveat=jaxrot.SaveAt(t1=True))
     first_adaptive = jaxrot.simulate("buss4(3)", P, t1=jnp.asarray(0.05), **adaptive)
+    first_numpy = jaxrot.simulate("buss4", P, np.float64(1e-3), 20, t0=np.float64(0.5))
 
     def full_path(*a, **k):
         raise AssertionError("the call was carried out in full")
@@ -75,6 +77,7 @@ def test_a_step_given_as_a_new_device_array_is_matched_by_value(monkeypatch):
         m.setattr(sim, "_controller", full_path)
         _same(first, jaxrot.simulate("buss4", P, jnp.asarray(1e-3), 20))
         _same(first_adaptive, jaxrot.simulate("buss4(3)", P, t1=jnp.asarray(0.05), **adaptive))
+        _same(first_numpy, jaxrot.simulate("buss4", P, np.float64(1e-3), 20, t0=np.float64(0.5)))
         for dt in (jnp.asarray(2e-3), jnp.asarray(1e-3, jnp.float32)):
             with pytest.raises(AssertionError, match="in full"):
                 jaxrot.simulate("buss4", P, dt, 20)

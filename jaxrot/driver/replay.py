@@ -8,7 +8,8 @@ arrays, which can be changed in place, nor tracers), Python numbers and strings,
 no other object can take its id while the plan lives. Option objects made anew for every call
 (``saveat=jaxrot.SaveAt(t0=False)``, ``executor=jaxrot.Fused()`` written in the call) are matched by
 value where they hold only Python numbers, strings and None (:func:`by_value`), and so are a step and
-times given as JAX scalars (their value read once a call, with their type and placement). A call with a
+times given as NumPy scalars or JAX scalars (a JAX scalar's value read once a call, with its type and
+placement). A call with a
 progress meter or a deprecated spelling (which warns) is always carried out in full.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import collections
 
 import jax
+import numpy as np
 
 from .checks import is_concrete
 
@@ -55,12 +57,14 @@ _NOT_A_NUMBER = ("not a number",)
 
 
 def _number(x):
-    """A time or step as a key: a Python number itself; a concrete scalar JAX array by its value, type
-    and placement (a step given as a new device array on every call is the same call again; reading
-    the value costs a transfer from the device, a small part of the checks it saves); anything else
-    :data:`_NOT_A_NUMBER`."""
+    """A time or step as a key: a Python number itself; a NumPy scalar (immutable) by its value and
+    type; a concrete scalar JAX array by its value, type and placement (a step given as a new device
+    array on every call is the same call again; reading the value costs a transfer from the device, a
+    small part of the checks it saves); anything else :data:`_NOT_A_NUMBER`."""
     if type(x) in _NUMBER:
         return x
+    if isinstance(x, np.generic):
+        return ("numpy", x.dtype.name, x.item())
     if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0 and not x.is_deleted():
         return ("array", x.dtype.name, x.weak_type, x.sharding, x.item())
     return _NOT_A_NUMBER
