@@ -83,6 +83,20 @@ def test_a_step_given_as_a_new_device_array_is_matched_by_value(monkeypatch):
                 jaxrot.simulate("buss4", P, dt, 20)
     other = jaxrot.simulate("buss4", P, jnp.asarray(2e-3), 20)
     assert not np.array_equal(np.asarray(other.states.R), np.asarray(first.states.R))
+    # the plan keeps its own copy: the caller's array deleted, a new one of the same value still replays
+    dt = jnp.asarray(3e-3, jnp.float64)  # (the run's type: taken as it is, not cast)
+    kept = jaxrot.simulate("buss4", P, dt, 20)
+    dt.delete()
+    _same(kept, jaxrot.simulate("buss4", P, jnp.asarray(3e-3, jnp.float64), 20))
+    # a zero's sign is part of its value (the frames keep it); placement too (a committed array's run is
+    # committed to its device); an array that is not a number is refused as it was before
+    for zero in (jnp.asarray(-0.0), np.float64(-0.0), -0.0):
+        assert np.signbit(jaxrot.simulate("buss4", P, 1e-3, 2, t0=zero).ts[0])
+        assert not np.signbit(jaxrot.simulate("buss4", P, 1e-3, 2, t0=abs(zero)).ts[0])
+    x = jnp.asarray(1e-3, jnp.float64)
+    assert replay._number(x) != replay._number(jax.device_put(x, jax.devices()[0]))
+    with pytest.raises(TypeError):
+        jaxrot.simulate("buss4", P, jax.random.key(0), 2)
     assert replay.key("buss4", P, jnp.ones(2), 20, 0.0, None, *(None,) * 7, True, None, 1, None) is None
 
 

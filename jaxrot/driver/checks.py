@@ -18,6 +18,7 @@ so a loop of calls on the same arrays pays each check once.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import weakref
 from typing import NamedTuple
@@ -276,7 +277,7 @@ def cast(tree, dtype):
 
 
 @functools.lru_cache(maxsize=64)
-def _scalar_of_float(x: float, dtype) -> jax.Array:
+def _scalar_of_float(x: float, dtype, sign: float) -> jax.Array:
     with jax.ensure_compile_time_eval():  # concrete even when first made inside someone's trace
         return jnp.asarray(x, dtype)
 
@@ -285,7 +286,8 @@ def scalar(x, dtype):
     """``jnp.asarray(x, dtype)``; a Python float's device array is reused (arrays are immutable;
     creating one is a noticeable part of a small simulate call)."""
     if type(x) in (float, int):
-        return _scalar_of_float(x, jnp.dtype(dtype))
+        # the sign in the key too: -0.0 == 0.0 would share an entry (a time's sign shows in the frames)
+        return _scalar_of_float(x, jnp.dtype(dtype), math.copysign(1.0, x))
     return jnp.asarray(x, dtype)
 
 

@@ -16,6 +16,7 @@ progress meter or a deprecated spelling (which warns) is always carried out in f
 from __future__ import annotations
 
 import collections
+import math
 
 import jax
 import numpy as np
@@ -57,17 +58,33 @@ _NOT_A_NUMBER = ("not a number",)
 
 
 def _number(x):
-    """A time or step as a key: a Python number itself; a NumPy scalar (immutable) by its value and
-    type; a concrete scalar JAX array by its value, type and placement (a step given as a new device
-    array on every call is the same call again; reading the value costs a transfer from the device, a
-    small part of the checks it saves); anything else :data:`_NOT_A_NUMBER`."""
+    """A time or step as a key: a Python number itself; a numeric NumPy scalar (immutable) by its value
+    and type; a concrete numeric scalar JAX array by its value, type and placement (a step given as a
+    new device array on every call is the same call again; reading the value costs a transfer from the
+    device, a small part of the checks it saves); anything else :data:`_NOT_A_NUMBER`. A zero keeps
+    its sign (-0.0 and 0.0 are equal keys otherwise, and a time's sign is kept in the frames)."""
     if type(x) in _NUMBER:
-        return x
+        return _signed(x)
     if isinstance(x, np.generic):
-        return ("numpy", x.dtype.name, x.item())
-    if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0 and not x.is_deleted():
-        return ("array", x.dtype.name, x.weak_type, x.sharding, x.item())
+        if not np.issubdtype(x.dtype, np.number):
+            return _NOT_A_NUMBER
+        return ("numpy", x.dtype.name, _signed(x.item()))
+    if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0 and not x.is_deleted() \
+            and jax.numpy.issubdtype(x.dtype, jax.numpy.number):
+        return ("array", x.dtype.name, x.weak_type, x.committed, x.sharding, _signed(x.item()))
     return _NOT_A_NUMBER
+
+
+def _signed(v):
+    return (v, math.copysign(1.0, v)) if isinstance(v, float) and v == 0.0 else v
+
+
+def own(x):
+    """A JAX scalar the call's plan may keep (:func:`key` matched it by value): a copy of ``x`` on its
+    device, so that deleting or donating the caller's array leaves the plan whole; anything else as is."""
+    if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0:
+        return jax.numpy.array(x, copy=True)
+    return x
 
 
 def _value(obj):

@@ -197,6 +197,8 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     if plan is not None:
         return plan()
     inputs = (method, problem, state0, stepsize, saveat, event, adjoint, executor, monitor)
+    if plan_key is not None:  # a plan that may be remembered keeps its own copy of a scalar matched by value
+        dt, t0, t1 = replay.own(dt), replay.own(t0), replay.own(t1)
     controller, dt = _controller(stepsize, dt)
     saveat = _saveat(saveat, save_every)
     adjoint = adjoint_of(adjoint)

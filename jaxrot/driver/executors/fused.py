@@ -210,9 +210,10 @@ class Fused(AbstractExecutor):
         once: a repeated call goes straight to the launch (on a GPU the time before the launch is
         spent with the device idle)."""
         batch = spec.state0.R.shape[0] if spec.batched else 1
-        if spec.event is None and spec.report is None and len(_devices(self)[:batch]) == 1 and not traced(spec):
-            return _program.bind(spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.n_frames,
-                                 spec.save_every, None, batch, not spec.batched)
+        devices = _devices(self)[:batch]
+        if spec.event is None and spec.report is None and len(devices) == 1 and not traced(spec):
+            return _program.bind(spec.method, spec.system, _placed(self, spec.state0), spec.dt, spec.t0,
+                                 spec.n_frames, spec.save_every, None, batch, not spec.batched)
         return super().plan(spec)
 
     def run(self, spec: RunSpec) -> Frames:
@@ -223,6 +224,8 @@ class Fused(AbstractExecutor):
         if len(devices) > 1:
             placed = RunSpec(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_steps, spec.save_every)
             _, states0, _, mesh = place_batch(placed, devices)
+        else:
+            states0 = _placed(self, states0)
         if spec.report is not None:
             spec.report(0)  # one launch: the whole run is one "chunk"
         if spec.event is not None:  # on one device (devices is not used)
@@ -246,6 +249,13 @@ def _devices(executor: Fused) -> list:
     # one CPU device's launch of 64 bodies or more already runs on every core (kernels.host_threads):
     # more CPU devices would only share the same cores
     return devices[:1] if devices[0].platform == "cpu" else list(devices)
+
+
+def _placed(executor: Fused, states0):
+    """The initial states on the first device an executor was given, for a run on one device (the run
+    follows them there); as they are where no device was named."""
+    named = None if executor.devices is None else list(executor.devices)
+    return jax.device_put(states0, named[0]) if named else states0
 
 
 def _attempts_refusal(spec: AttemptSpec) -> str | None:
