@@ -97,6 +97,15 @@ def test_a_step_given_as_a_new_device_array_is_matched_by_value(monkeypatch):
     assert replay._number(x) != replay._number(jax.device_put(x, jax.devices()[0]))
     with pytest.raises(TypeError):
         jaxrot.simulate("buss4", P, jax.random.key(0), 2)
+    # numbers keyed with their types: a call the checks refuse does not replay an equal accepted one
+    jaxrot.simulate("buss4", P, 1.0, 1)
+    for dt, n in ((1.0, True), (True, 1), (1.0, 1.0)):
+        with pytest.raises(TypeError):
+            jaxrot.simulate("buss4", P, dt, n)
+    # a scalar closed over by someone's jit is keyed and copied concretely, not staged into the trace
+    dt = jnp.asarray(1e-3)
+    inside = jax.jit(lambda: jaxrot.simulate("buss4", P, dt, t1=0.02))()
+    np.testing.assert_array_equal(np.asarray(inside.ts), [0.0, 0.02])
     assert replay.key("buss4", P, jnp.ones(2), 20, 0.0, None, *(None,) * 7, True, None, 1, None) is None
 
 

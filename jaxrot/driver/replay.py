@@ -41,7 +41,8 @@ def key(method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, a
         return None
     if type(n_steps) not in _NUMBER or type(unroll) is not int or type(throw) is not bool:
         return None
-    dt, t0, t1 = _number(dt), _number(t0), _number(t1)
+    # typed: 20 and 20.0, 1.0 and True are equal keys otherwise, and a call the checks refuse would replay
+    n_steps, dt, t0, t1 = (type(n_steps), n_steps), _number(dt), _number(t0), _number(t1)
     if _NOT_A_NUMBER in (dt, t0, t1):
         return None
     name = method if type(method) is str else id(method)
@@ -61,10 +62,11 @@ def _number(x):
     """A time or step as a key: a Python number itself; a numeric NumPy scalar (immutable) by its value
     and type; a concrete numeric scalar JAX array by its value, type and placement (a step given as a
     new device array on every call is the same call again; reading the value costs a transfer from the
-    device, a small part of the checks it saves); anything else :data:`_NOT_A_NUMBER`. A zero keeps
-    its sign (-0.0 and 0.0 are equal keys otherwise, and a time's sign is kept in the frames)."""
+    device, a small part of the checks it saves); anything else :data:`_NOT_A_NUMBER`. A number's type
+    and a zero's sign are part of its key (1 == 1.0 == True and -0.0 == 0.0: a call the checks refuse
+    would replay an accepted one, and a time's sign is kept in the frames)."""
     if type(x) in _NUMBER:
-        return _signed(x)
+        return type(x), _signed(x)
     if isinstance(x, np.generic):
         if not np.issubdtype(x.dtype, np.number):
             return _NOT_A_NUMBER
@@ -83,7 +85,8 @@ def own(x):
     """A JAX scalar the call's plan may keep (:func:`key` matched it by value): a copy of ``x`` on its
     device, so that deleting or donating the caller's array leaves the plan whole; anything else as is."""
     if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0:
-        return jax.numpy.array(x, copy=True)
+        with jax.ensure_compile_time_eval():  # a concrete copy inside a caller's jit too, not a staged one
+            return jax.numpy.array(x, copy=True)
     return x
 
 
