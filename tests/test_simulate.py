@@ -291,16 +291,17 @@ def test_traced_save_times_with_error_control_go_on_to_t1_as_concrete_ones():
     np.testing.assert_array_equal(np.asarray(traced.ts), [0.0, 0.25, 0.5, 1.0, 2.0])
     np.testing.assert_allclose(np.asarray(traced.states.R), np.asarray(plain.states.R), rtol=0, atol=1e-12)
     assert int(traced.controller.n_accepted) == int(plain.controller.n_accepted)
-    # concrete save times and a traced t1 (an argument, or an array closed over): on to t1 as well
-    traced_end = jax.jit(lambda t1: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=ts), t1=t1,
-                                                    stepsize=run["stepsize"]))
+    # concrete save times and a t1 array closed over by the jit (a concrete value): on to t1 as well
     end = jnp.asarray(2.0)
     closed_over = jax.jit(lambda: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=ts), t1=end,
-                                                  stepsize=run["stepsize"]))
-    for other in (traced_end(end), closed_over()):
-        np.testing.assert_array_equal(np.asarray(other.ts), [0.0, 0.25, 0.5, 1.0, 2.0])
-        np.testing.assert_allclose(np.asarray(other.states.R), np.asarray(plain.states.R), rtol=0, atol=1e-12)
-    # checked as the run starts: past t1, or decreasing
+                                                  stepsize=run["stepsize"]))()
+    np.testing.assert_array_equal(np.asarray(closed_over.ts), [0.0, 0.25, 0.5, 1.0, 2.0])
+    np.testing.assert_allclose(np.asarray(closed_over.states.R), np.asarray(plain.states.R), rtol=0, atol=1e-12)
+    # checked as the run starts: past t1, or decreasing; under vmap too, the ends batched as well
+    with pytest.raises(ValueError, match="save times must be finite, not decreasing"), jaxrot.simulation_errors():
+        both = jax.vmap(lambda x, t1: jaxrot.simulate("rkmk8(5,3)", p, saveat=jaxrot.SaveAt(ts=x), t1=t1,
+                                                       stepsize=run["stepsize"]).final.Pi)
+        jax.block_until_ready(both(jnp.asarray([[0.25, 0.5], [0.25, 0.5]]), jnp.asarray([1.0, 0.4])))
     for bad in ([0.25, 0.5, 2.5], [0.5, 0.25, 1.0]):
         with pytest.raises(ValueError, match="save times must be finite, not decreasing and within the span"), \
                 jaxrot.simulation_errors():

@@ -347,9 +347,10 @@ def checked_traced_times(ts, t0, t1):
         end = jnp.asarray(t1, ts.dtype)
         bad = bad | (ts[-1] > end + 1e-12 * jnp.maximum(1.0, jnp.abs(end)))
 
-    def message(times, start, end):
+    def message(times, start, end):  # (under vmap the values come batched)
+        end = np.asarray(end)
         return (f"the save times must be finite, not decreasing and within the span [{start}, "
-                f"{'...' if np.isnan(end) else end}], got {np.asarray(times)}")
+                f"{'...' if np.all(np.isnan(end)) else end}], got {np.asarray(times)}")
 
     return run_time_check(ts, bad, message, (ts, t0, jnp.asarray(jnp.nan if t1 is None else t1, ts.dtype)))
 

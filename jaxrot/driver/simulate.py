@@ -323,10 +323,10 @@ def _targets(saveat, t0, t1, dtype):
             final = float(np.asarray(times[-1], np.float64).astype(dtype))
             if not abs(final - end) <= 1e-12 * abs(end) + 1e-300:  # the run goes on to t1
                 times, keep_last = np.concatenate([times, [float(t1)]]), saveat.t1
-        elif isinstance(times, jax.core.Tracer) or (t1 is not None and not is_concrete(t1) and times.size):
-            # traced save times (or concrete ones and a traced t1) are checked as the run starts; they cannot
-            # be compared with t1 before: the run goes on to t1 (a save time at t1 is then written twice, the
-            # second without a step)
+        elif isinstance(times, jax.core.Tracer):
+            # traced save times are checked as the run starts; they cannot be compared with t1 before:
+            # the run goes on to t1 (a save time at t1 is then written twice, the second without a step).
+            # Concrete times with a traced t1 end the run at the last of them (docs: saveat_events.md)
             times = checked_traced_times(jnp.reshape(times, (-1,)).astype(dtype), t0, t1)
             if t1 is not None:
                 times = jnp.concatenate([times, jnp.reshape(jnp.asarray(t1, dtype), (1,))])
