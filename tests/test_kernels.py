@@ -448,6 +448,9 @@ def test_two_cpu_devices_one_launch_each():
             c = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, saveat=jaxrot.SaveAt(steps=100),
                                 executor=jaxrot.Fused([jax.devices()[1]]))
             assert c.states.R.devices() == {jax.devices()[1]}, c.states.R.devices()
+        ev = jaxrot.Event(lambda t, s, args: s.R[1, 1])  # with an event as well
+        c = jaxrot.simulate("buss2p", p, 1e-3, 40, state0=s, event=ev, executor=jaxrot.Fused([jax.devices()[1]]))
+        assert c.states.R.devices() == {jax.devices()[1]}, c.states.R.devices()
         print(float(np.max(np.abs(np.asarray(a.states.R) - np.asarray(b.states.R)))))
         """, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     diffs = [float(x) for x in out.strip().splitlines()[-2:]]

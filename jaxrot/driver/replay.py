@@ -59,8 +59,8 @@ _NOT_A_NUMBER = ("not a number",)
 
 
 def _number(x):
-    """A time or step as a key: a Python number itself; a numeric NumPy scalar (immutable) by its value
-    and type; a concrete numeric scalar JAX array by its value, type and placement (a step given as a
+    """A time or step as a key: a Python number itself; a real NumPy scalar (immutable) by its value
+    and type; a concrete real scalar JAX array by its value, type and placement (a step given as a
     new device array on every call is the same call again; reading the value costs a transfer from the
     device, a small part of the checks it saves); anything else :data:`_NOT_A_NUMBER`. A number's type
     and a zero's sign are part of its key (1 == 1.0 == True and -0.0 == 0.0: a call the checks refuse
@@ -68,11 +68,11 @@ def _number(x):
     if type(x) in _NUMBER:
         return type(x), _signed(x)
     if isinstance(x, np.generic):
-        if not np.issubdtype(x.dtype, np.number):
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
             return _NOT_A_NUMBER
         return ("numpy", x.dtype.name, _signed(x.item()))
     if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0 and not x.is_deleted() \
-            and jax.numpy.issubdtype(x.dtype, jax.numpy.number):
+            and (jax.numpy.issubdtype(x.dtype, jax.numpy.floating) or jax.numpy.issubdtype(x.dtype, jax.numpy.integer)):
         return ("array", x.dtype.name, x.weak_type, x.committed, x.sharding, _signed(x.item()))
     return _NOT_A_NUMBER
 

@@ -228,8 +228,8 @@ class Fused(AbstractExecutor):
             states0 = _placed(self, states0)
         if spec.report is not None:
             spec.report(0)  # one launch: the whole run is one "chunk"
-        if spec.event is not None:  # on one device (devices is not used)
-            traj = _program_event(spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.n_frames,
+        if spec.event is not None:  # on one device (the first named, if any)
+            traj = _program_event(spec.method, spec.system, _placed(self, spec.state0), spec.dt, spec.t0, spec.n_frames,
                                   spec.save_every, batch, not spec.batched, spec.event)
         else:
             traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every,
