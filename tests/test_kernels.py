@@ -448,6 +448,12 @@ def test_two_cpu_devices_one_launch_each():
             c = jaxrot.simulate("buss2p", p, 1e-3, 400, state0=s, saveat=jaxrot.SaveAt(steps=100),
                                 executor=jaxrot.Fused([jax.devices()[1]]))
             assert c.states.R.devices() == {jax.devices()[1]}, c.states.R.devices()
+        # a failure flag spread over both devices: reduced there, the largest read back
+        from jaxrot.driver import failures
+        mesh = jax.sharding.Mesh(np.array(jax.devices()), ("b",))
+        flags = jax.device_put(jax.numpy.full((8,), -1, jax.numpy.int32).at[5].set(3),
+                               jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("b")))
+        assert len(flags.devices()) == 2 and failures.largest_flag(flags) == 3
         ev = jaxrot.Event(lambda t, s, args: s.R[1, 1])  # with an event as well
         c = jaxrot.simulate("buss2p", p, 1e-3, 40, state0=s, event=ev, executor=jaxrot.Fused([jax.devices()[1]]))
         assert c.states.R.devices() == {jax.devices()[1]}, c.states.R.devices()

@@ -200,8 +200,8 @@ def _max_flag_into_host(device):
     """``jnp.max`` of an array on ``device``, compiled to write its result into the host's pinned
     memory, or None where the device has none. The copy to the host is then part of the program, run
     as soon as the device is done, and reading the number waits for nothing more; a separate transfer
-    asked for afterwards is dispatched only once the device has finished, which on a GPU costs about
-    a quarter of a short run."""
+    asked for afterwards is dispatched only once the device has finished (measured in
+    ``benchmarks/gpu_call_overhead.py``)."""
     if "pinned_host" not in {m.kind for m in device.addressable_memories()}:
         return None
     return jax.jit(jnp.max, out_shardings=jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host"))
@@ -212,11 +212,7 @@ def largest_flag(failed) -> int:
     the link instead of every body's flag)."""
     devices = failed.devices()
     reduce = _max_flag_into_host(next(iter(devices))) if len(devices) == 1 else None
-    if reduce is not None:
-        return int(reduce(failed))
-    flag = _max_flag(failed)
-    flag.copy_to_host_async()  # queued behind the reduction, not after the host asks
-    return int(flag)
+    return int(_max_flag(failed) if reduce is None else reduce(failed))
 
 
 def raise_failures(failed, result, where: str = "", dtype=None) -> None:

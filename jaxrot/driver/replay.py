@@ -67,14 +67,16 @@ def _number(x):
     would replay an accepted one, and a time's sign is kept in the frames)."""
     if type(x) in _NUMBER:
         return type(x), _signed(x)
-    if isinstance(x, np.generic):
-        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-            return _NOT_A_NUMBER
+    if isinstance(x, np.generic) and _real(x.dtype):
         return ("numpy", x.dtype.name, _signed(x.item()))
-    if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0 and not x.is_deleted() \
-            and (jax.numpy.issubdtype(x.dtype, jax.numpy.floating) or jax.numpy.issubdtype(x.dtype, jax.numpy.integer)):
+    if isinstance(x, jax.Array) and is_concrete(x) and x.ndim == 0 and not x.is_deleted() and _real(x.dtype):
         return ("array", x.dtype.name, x.weak_type, x.committed, x.sharding, _signed(x.item()))
     return _NOT_A_NUMBER
+
+
+def _real(dtype) -> bool:
+    """A real number's type (JAX's test: it knows its key and extended types too)."""
+    return jax.numpy.issubdtype(dtype, jax.numpy.floating) or jax.numpy.issubdtype(dtype, jax.numpy.integer)
 
 
 def _signed(v):
