@@ -30,7 +30,7 @@ import numpy as np
 from equinox.internal import unvmap_any
 from jax import lax
 
-from ..geometry.body import inertia_message, validate_inertia, violates_triangle
+from ..geometry.body import inertia_message, tensor_message, validate_inertia, violates_triangle
 from ..geometry.state import State
 from ..integrators import AbstractIntegrator
 from ..integrators import get as get_method
@@ -297,8 +297,24 @@ def checked_state0(problem, state0, t0) -> State:
     if not isinstance(state0, State):
         raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
     check_state(state0)
+    check_bodies(problem.body.J, state0)
     check_t0(t0)
     return state0
+
+
+def check_bodies(J, state0: State) -> None:
+    """Moments of several bodies (``J`` of shape (n, 3)) go with one initial state per body (shapes are
+    static: checked for traced values too). A 3x3 ``J`` beside one body is an inertia tensor given
+    where the principal moments are expected, and is named as such."""
+    shape, lead = jnp.shape(J), state0.R.shape[:-2]
+    if len(shape) != 2 or shape[0] == 1 or lead == shape[:1]:
+        return
+    if shape == (3, 3) and not lead:
+        raise ValueError(tensor_message("", "moments of 3 bodies need 3 initial states (state0 with a leading axis "
+                                            "of 3)"))
+    given = "one body" if not lead else f"a batch of {lead[0]}"
+    raise ValueError(f"problem.body.J holds the moments of {shape[0]} bodies (shape {shape}) but state0 is {given} "
+                     f"(R of shape {state0.R.shape}): give one initial state per body (a leading axis of {shape[0]})")
 
 
 def prepare(method, problem, state0, dt, t0, n_steps, save_every, spelling="save_every={}"):

@@ -24,8 +24,8 @@ from ..physics.problems import Problem
 from ..physics.stacking import stack_problems
 from ..physics.torques import FreeTorque
 from .adjoint import adjoint_for, adjoint_of
-from .checks import (cast, check_capability, check_problem, checked_state0, checked_traced_times, is_concrete,
-                     prepare, resolve_method, scalar, system_of, traced_checks)
+from .checks import (cast, check_capability, check_dt, check_problem, checked_state0, checked_traced_times,
+                     is_concrete, prepare, resolve_method, scalar, system_of, traced_checks)
 from .controllers import Adaptive, Fixed
 from .dense import checkpoint_interval
 from .events import check_event
@@ -58,6 +58,7 @@ def _counts(dt, n_steps, t0, t1):
         raise ValueError("a run of constant steps needs n_steps or t1")
     if not (is_concrete(t1) and is_concrete(dt) and is_concrete(t0)):
         raise ValueError("with a traced dt, t0 or t1 give n_steps (the number of steps is static)")
+    check_dt(dt)  # a negative or zero step is named as itself, before the steps are counted from it
     span, h = float(t1) - float(t0), float(dt)
     if not span > 0:
         raise ValueError(f"t1 must be after t0 (runs go forward in time), got t0 = {float(t0)!r}, t1 = {float(t1)!r}")

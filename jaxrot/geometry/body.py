@@ -111,7 +111,9 @@ def validate_inertia(J, physical: bool = True) -> None:
 
 def inertia_message(J, physical: bool = True) -> str | None:
     """What is wrong with the moments ``J`` (a NumPy array of shape ``(..., 3)``), or None: the one
-    message of the check of concrete moments and of traced ones (from a host callback)."""
+    message of the check of concrete moments and of traced ones (from a host callback). A refused
+    symmetric 3x3 ``J`` is most likely an inertia tensor given where three principal moments are
+    expected: the message says so and names :meth:`RigidBody.from_tensor`."""
     J = np.asarray(J, dtype=np.float64)
     if J.shape[-1:] != (3,):
         return f"principal moments J must have shape (..., 3), got {J.shape}"
@@ -121,6 +123,21 @@ def inertia_message(J, physical: bool = True) -> str | None:
             bad = bad | violates_triangle(J, np)
     if not np.any(bad):
         return None
+    message = _moments_message(J, bad)
+    if J.shape == (3, 3) and np.allclose(J, J.T, rtol=1e-9, atol=0, equal_nan=True):
+        return tensor_message(f" {J.tolist()}", f"read as the moments of 3 bodies, {message}")
+    return message
+
+
+def tensor_message(values: str, then: str) -> str:
+    """The message for a 3x3 matrix given where three principal moments are expected (``values``: the
+    matrix as printed, or ""), with the remedy, then ``then``."""
+    return (f"three principal moments J = (J1, J2, J3) were expected, got a 3x3 matrix{values}: for a full inertia "
+            f"tensor I use `body, Q = jaxrot.RigidBody.from_tensor(I)`, which diagonalises it (Q: the principal "
+            f"axes); {then}")
+
+
+def _moments_message(J, bad) -> str:
     where = ""
     if J.ndim > 1:
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
