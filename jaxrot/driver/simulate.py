@@ -177,6 +177,8 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         returns the per-body ``failed_step`` and ``result`` instead.
       monitor: an :class:`~jaxrot.InvariantMonitor` flagging energy/momentum drift as a failure.
       unroll: inner-scan unroll factor of constant steps (a speed knob for tiny problems on CPU).
+      save_every: deprecated, the older spelling of ``saveat=jaxrot.SaveAt(steps=k)``; still accepted,
+        with a ``DeprecationWarning`` (not together with ``saveat``).
 
     Details (the loop, saving, events, adjoints, executors): docs/user_guide/running.md and
     docs/user_guide/saveat_events.md.

@@ -233,9 +233,10 @@ class Torque(AbstractTorque):
     ``t`` is the time (a scalar), ``R`` the attitude (3x3, body -> world), ``Pi`` the **body** angular
     momentum ``J * Omega``; ``args`` is any PyTree of parameters, passed through unchanged. Its
     array leaves are leaves of the torque (and so of the :class:`~jaxrot.Problem`): ``jax.grad``
-    with respect to them works through :func:`jaxrot.simulate`, and ``simulate_batch`` can batch
-    them. ``fn`` itself is static (compiled into the program; a new function object compiles anew),
-    except for values it closes over that a transformation traces (a parameter being differentiated,
+    with respect to them works through :func:`jaxrot.simulate`, which also runs a batch of them
+    (problems sharing one ``fn`` stacked by :func:`jaxrot.stack_problems`, or ``jax.vmap`` over them).
+    ``fn`` itself is static (compiled into the program; a new function object compiles anew), except
+    for values it closes over that a transformation traces (a parameter being differentiated,
     written inside the differentiated function): those become leaves of the torque
     (:func:`jaxrot.closures.hoist`), so ``jax.grad`` and ``jax.jvp`` reach them too.
 
