@@ -66,7 +66,7 @@ def findings(text: str, where: str) -> list[str]:
 
 
 def _pages():
-    pages = [ROOT / "README.md", ROOT / "figures" / "benchmarks_record.md"]
+    pages = [ROOT / "README.md", ROOT / "figures" / "records" / "benchmarks.md"]
     pages += [p for p in sorted(DOCS.rglob("*.md")) if "figures" not in p.relative_to(DOCS).parts]
     return pages
 
