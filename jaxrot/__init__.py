@@ -5,6 +5,16 @@ imported here).
 """
 
 
+def _as_the_command() -> bool:
+    """Whether this process is the ``jaxrot`` command (the script or ``python -m jaxrot``)."""
+    import os
+    import sys
+
+    argv = list(getattr(sys, "orig_argv", []))
+    as_module = any(a == "-m" and b == "jaxrot" for a, b in zip(argv, argv[1:]))
+    return as_module or os.path.basename(sys.argv[0]) in ("jaxrot", "jaxrot.exe")
+
+
 def _exit_at_once_while_loading_as_the_command():
     """Run as the ``jaxrot`` command (the script or ``python -m jaxrot``), a Ctrl-C or SIGTERM while
     JAX loads (a second or two) ends the process with the same one line and exit code as one later; the
@@ -15,9 +25,7 @@ def _exit_at_once_while_loading_as_the_command():
     import signal
     import sys
 
-    argv = list(getattr(sys, "orig_argv", []))
-    as_module = any(a == "-m" and b == "jaxrot" for a, b in zip(argv, argv[1:]))
-    if not (as_module or os.path.basename(sys.argv[0]) in ("jaxrot", "jaxrot.exe")):
+    if not _as_the_command():
         return
 
     def end(signum, frame):
@@ -99,6 +107,11 @@ from .driver.sharding import gather, use_cpu_cores
 from .driver.simulate import simulate
 from .physics.stacking import stack_problems
 from .driver.tolerance import PrecisionWarning
+
+if not _as_the_command():  # compiled programs kept on disk for the next process (the command sets its own)
+    from .present import cache as _cache
+
+    _cache.enable_by_default()
 
 #: loaded on first use: the studies (optax for the fits) and the deprecated spellings
 _LAZY_MODULES = ("analysis", "fitting", "maps", "reference", "kernels", "studies", "present")

@@ -86,7 +86,10 @@ def pytest_sessionfinish(session):
 
 
 # One on-disk compilation cache per test session, shared by the xdist workers: a program compiled by
-# one worker, or before a jax.clear_caches() below, is loaded instead of compiled again.
+# one worker, or before a jax.clear_caches() below, is loaded instead of compiled again. `import jaxrot`
+# would keep programs in the user's cache folder (jaxrot.present.cache): never in tests, nor in their
+# subprocesses (tests of that cache set their own folders).
+os.environ["JAXROT_COMPILATION_CACHE"] = "off"
 # JAXROT_TEST_CACHE=off disables it. JAX before 0.7 caches programs with Python callbacks too, which
 # another worker then runs with its own callback of that number (wrong values: jaxrot.present.cache),
 # so the cache is off there.

@@ -298,10 +298,11 @@ def _command(args, env, cwd, code=None):
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_the_command_caches_compiled_programs_and_the_library_does_not(tmp_path):
+def test_the_command_and_the_library_cache_compiled_programs(tmp_path):
     """The command keeps its compiled programs under $XDG_CACHE_HOME/jaxrot/jax (off with --no-cache);
-    a program importing jaxrot keeps JAX's settings (no cache); a cache folder that cannot be
-    written leaves the command working, with one note."""
+    so does a program importing jaxrot (off with JAXROT_COMPILATION_CACHE=off; a folder given to JAX
+    is kept, and nothing is written to jaxrot's); a cache folder that cannot be written leaves the
+    command working, with one note, and the library silent."""
     run = ["--quiet", "run", "buss4", "t_handle", "--dt", "0.01", "--steps", "100"]
     r = _command(run, {"XDG_CACHE_HOME": str(tmp_path / "a")}, tmp_path)
     assert r.returncode == 0 and "note" not in r.stderr, r.stderr[-2000:]
@@ -313,6 +314,14 @@ def test_the_command_caches_compiled_programs_and_the_library_does_not(tmp_path)
     assert r.returncode == 0 and "attitude error" in r.stdout, r.stderr[-2000:]
     assert r.stderr.startswith("jaxrot: note: compilation cache off: cannot write") and r.stderr.count("\n") == 1
     code = ("import jax, jaxrot; p = jaxrot.problems.get('t_handle'); jaxrot.simulate('buss4', p, 0.01, 100); "
-            "from jaxrot.present import cli; print(jax.config.jax_compilation_cache_dir)")
+            "print(jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)")
     r = _command([], {"XDG_CACHE_HOME": str(tmp_path / "d")}, tmp_path, code=code)
-    assert r.stdout.strip() == "None" and not (tmp_path / "d").exists(), r.stderr[-2000:]
+    folder = tmp_path / "d" / "jaxrot" / "jax"
+    assert r.stdout.split() == [str(folder), "0.0"] and len(list(folder.iterdir())) > 0, r.stderr[-2000:]
+    r = _command([], {"XDG_CACHE_HOME": str(tmp_path / "e"), "JAXROT_COMPILATION_CACHE": "off"}, tmp_path, code=code)
+    assert r.stdout.split()[0] == "None" and not (tmp_path / "e").exists(), r.stderr[-2000:]
+    r = _command([], {"XDG_CACHE_HOME": str(tmp_path / "e"), "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "mine"),
+                      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}, tmp_path, code=code)
+    assert r.stdout.split() == [str(tmp_path / "mine"), "2.0"] and not (tmp_path / "e").exists(), r.stderr[-2000:]
+    r = _command([], {"XDG_CACHE_HOME": str(tmp_path / "c")}, tmp_path, code=code)  # not writable: off, silent
+    assert r.returncode == 0 and r.stdout.split()[0] == "None" and "jaxrot" not in r.stderr, r.stderr[-2000:]

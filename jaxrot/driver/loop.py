@@ -115,12 +115,16 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
         c, stats = fixed_step(method, system, c, dt, t0, monitor, event)
         return (c, fold(acc, stats)), None
 
-    # rematerialised under reverse-mode AD: the backward pass keeps one carry per frame, not every
-    # step's residuals for the whole chunk (skipped frames included), at the cost of one re-run
-    @jax.checkpoint
     def frame(c):
         (c, acc), _ = lax.scan(inner, (c, empty_stats()), None, length=save_every, unroll=min(unroll, save_every))
         return c, (c[0], t0 + c[2].astype(dt.dtype) * dt, acc)
+
+    if n_frames > 1:
+        # rematerialised under reverse-mode AD: the backward pass keeps one carry per frame, not every
+        # step's residuals for the whole chunk (skipped frames included), at the cost of one re-run. A
+        # single frame (a final state's gradient) would keep every step's residuals in its re-run
+        # anyway: there the re-run only adds compile and tracing time (docs/user_guide/compile_time.md)
+        frame = jax.checkpoint(frame)
 
     def skip(c):
         return c, (c[0], t0 + c[2].astype(dt.dtype) * dt, empty_stats())

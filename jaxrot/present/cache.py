@@ -1,14 +1,17 @@
-"""The ``jaxrot`` command's on-disk cache of compiled programs (JAX's persistent compilation cache).
+"""jaxrot's on-disk cache of compiled programs (JAX's persistent compilation cache).
 
-Each run of a command compiles the same XLA programs again, and on a small CPU compiling is a large
-part of a short command. The command therefore keeps them in ``$XDG_CACHE_HOME/jaxrot/jax``
-(``~/.cache/jaxrot/jax`` when ``XDG_CACHE_HOME`` is unset), and a later run loads them instead.
+Each new process compiles the same XLA programs again, and on a small CPU compiling is most of a
+first call. ``import jaxrot`` (:func:`enable_by_default`) and the ``jaxrot`` command (:func:`enable`)
+therefore keep them in ``$XDG_CACHE_HOME/jaxrot/jax`` (``~/.cache/jaxrot/jax`` when
+``XDG_CACHE_HOME`` is unset), and a later process loads them instead. The setting is JAX's own and
+global: a program's own compiled functions are kept there too.
 
-Only the command does this: a program that imports jaxrot keeps JAX's own settings. The variable
-:data:`ENV` chooses: ``off`` (or ``0``, ``no``, ``false``) switches the cache off, as the command's
-``--no-cache`` does; a path puts it there. A cache folder already given to JAX
-(``JAX_COMPILATION_CACHE_DIR``) is left as it is. A folder that cannot be created or written
-switches the cache off for that run, with a one-line note; the command itself goes on.
+The variable :data:`ENV` chooses: ``off`` (or ``0``, ``no``, ``false``) switches the cache off, as the
+command's ``--no-cache`` does; a path puts it there. A cache folder already given to JAX
+(``JAX_COMPILATION_CACHE_DIR``, ``jax.config.update("jax_compilation_cache_dir", ...)`` before
+``import jaxrot``, or after it and before the first computation) is left as it is, and so is JAX's
+own switch (``jax_enable_compilation_cache``). A folder that cannot be created or written leaves the
+cache off: silently on import, with a one-line note from the command, which goes on.
 
 JAX releases before 0.7 also write programs that call back into Python (``jax.pure_callback``, as
 equinox's checks inside compiled code do) to the cache; another process that loads such a program
@@ -32,6 +35,12 @@ ENV = "JAXROT_COMPILATION_CACHE"
 #: these are many (a fifth of those ``reproduce buss --quick`` compiles) but ~1% of its compile time
 MIN_COMPILE_SECONDS = 0.1
 _OFF = ("off", "0", "no", "false")
+#: the same for ``import jaxrot``'s default cache: a program's first calls compile many small programs
+#: (each operation run outside a compiled function is one, 10-30 ms to compile on a small CPU and about
+#: a millisecond to load), and together they are seconds of a short script's first run
+LIBRARY_MIN_COMPILE_SECONDS = 0.0
+#: the folder ``import jaxrot`` gave JAX (None: it gave none)
+_BY_DEFAULT: dict = {"folder": None}
 #: the first JAX release that keeps programs with Python callbacks out of the persistent cache
 SAFE_JAX = (0, 7)
 
@@ -88,14 +97,39 @@ def usable(folder: pathlib.Path) -> str | None:
     return None
 
 
+def enable_by_default(environ=None) -> pathlib.Path | None:
+    """``import jaxrot``: JAX's persistent compilation cache in jaxrot's folder (:func:`choose`), unless
+    it is switched off (:data:`ENV`, ``jax_enable_compilation_cache``), JAX was given a folder already,
+    JAX is older than :data:`SAFE_JAX` or the folder cannot be written. Programs are kept whatever
+    their compile time (:data:`LIBRARY_MIN_COMPILE_SECONDS`) unless that threshold was set. Returns the
+    folder, or None. Nothing is said: a library's import prints nothing."""
+    import jax
+
+    environ = os.environ if environ is None else environ
+    if not jax.config.jax_enable_compilation_cache:
+        return None
+    folder, _ = choose(environ, configured=jax.config.jax_compilation_cache_dir, jax_version=jax.__version__)
+    if folder is None or usable(folder) is not None:
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in environ \
+            and jax.config.jax_persistent_cache_min_compile_time_secs == 1.0:  # JAX's default: not set
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", LIBRARY_MIN_COMPILE_SECONDS)
+    _BY_DEFAULT["folder"] = str(folder)
+    return folder
+
+
 def enable(*, no_cache: bool = False, environ=None) -> pathlib.Path | None:
-    """Switch JAX's persistent compilation cache on for this process (the command only); returns
-    its folder, or None where it stays off (see the module's text)."""
+    """Switch JAX's persistent compilation cache on for this process (the command); returns its
+    folder, or None where it stays off (see the module's text)."""
     import jax
 
     import sys
 
     configured = jax.config.jax_compilation_cache_dir
+    if configured is not None and configured == _BY_DEFAULT["folder"]:  # import jaxrot's, not the user's
+        jax.config.update("jax_compilation_cache_dir", None)
+        configured = None
     folder, why = choose(environ, configured=configured, no_cache=no_cache, jax_version=jax.__version__)
     if folder is None:
         # said even under --quiet, as below: results or every run's time depend on it
