@@ -13,7 +13,7 @@ import pytest
 from jax import lax
 
 import jaxrot
-from jaxrot import kernels
+from jaxrot import kernels, so3
 from jaxrot.kernels import jaxpr_warp, transpile
 from jaxrot.physics.problems import Problem, RigidBody
 
@@ -157,19 +157,23 @@ def test_a_wrong_restatement_stays_on_xla(monkeypatch):
     assert kernels.torque_kind(torque) is None
 
 
-def _loop(t, R, Pi):
-    return lax.while_loop(lambda p: jnp.sum(p * p) > 1.0, lambda p: 0.5 * p, Pi)
+def _sort(t, R, Pi):
+    return jnp.sort(Pi)
 
 
-def _gather(t, R, Pi):
+def _gather(t, R, Pi):  # an index known only when the step runs: restated as a choice among the cases
     return Pi * Pi[jnp.argmax(jnp.abs(Pi))]
+
+
+def _eigh(t, R, Pi):
+    return Pi * jnp.linalg.eigvalsh(R + R.T)[0]
 
 
 def _random(t, R, Pi):
     return jax.random.normal(jax.random.key(0), (3,)) * Pi
 
 
-@pytest.mark.parametrize("fn,names", [(_loop, "while"), (_gather, ("gather", "index")), (_random, ("random", "key"))])
+@pytest.mark.parametrize("fn,names", [(_sort, "sort"), (_eigh, "eigh"), (_random, ("random", "key"))])
 def test_an_unsupported_function_stays_on_xla(fn, names):
     torque = jaxrot.Torque(fn)
     why = transpile.reason(torque, jnp.float64)
@@ -225,3 +229,36 @@ def test_fused_run_of_a_plain_function_equals_xla():
     np.testing.assert_allclose(np.asarray(a.states.Pi), np.asarray(b.states.Pi), rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=1e-13, atol=1e-13)
     assert isinstance(jaxrot.suggest(p, 1e-6).executor, jaxrot.Fused)
+
+
+def test_a_torque_with_a_loop_is_restated():
+    def fn(t, R, Pi):  # halves Pi until below 1 in norm: a loop whose count depends on the state
+        return -0.1 * lax.while_loop(lambda p: jnp.sum(p * p) > 1.0, lambda p: 0.5 * p, Pi)
+
+    p = Problem(RigidBody(J), jaxrot.Torque(fn), jaxrot.State(jnp.eye(3), jnp.array([0.3, -1.0, 2.0])), t_end=1.0)
+    assert kernels.torque_kind(p.torque) is not None
+    fused = jaxrot.simulate("rkmk8", p, 0.1, 5, executor=jaxrot.Fused())
+    xla = jaxrot.simulate("rkmk8", p, 0.1, 5, executor=jaxrot.XLA())
+    np.testing.assert_allclose(np.asarray(fused.states.Pi), np.asarray(xla.states.Pi), rtol=0, atol=1e-13)
+
+
+def test_a_torque_the_hand_written_kernels_do_not_restate_runs_in_a_generated_kernel():
+    """A torque model with no hand-written restatement (the Coulomb wall): the method's step is
+    generated with the torque inside it, and the run is fused."""
+    p = jaxrot.problems.get("coulomb_wall")
+    assert kernels.torque_kind(p.torque) is None and kernels.method_name(jaxrot.integrators.get("rk4")) == "rk4"
+    assert kernels.supports("rk4", p.system)
+    fused = jaxrot.simulate("rk4", p, 1e-3, 40, executor=jaxrot.Fused())
+    xla = jaxrot.simulate("rk4", p, 1e-3, 40, executor=jaxrot.XLA())
+    np.testing.assert_allclose(np.asarray(fused.states.Pi), np.asarray(xla.states.Pi), rtol=0,
+                               atol=1e-12 * float(jnp.max(jnp.abs(xla.states.Pi))))
+
+
+def test_an_element_picked_by_a_state_dependent_index_is_restated():
+    torque = jaxrot.Torque(_gather)
+    assert transpile.reason(torque, jnp.float64) is None
+    rng = np.random.default_rng(3)
+    t, Pi = rng.uniform(size=5), rng.normal(size=(5, 3))
+    R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(5, 3)))))
+    got = transpile.evaluate(torque, t, R, Pi)
+    np.testing.assert_allclose(got, np.asarray(jax.vmap(_gather)(t, R, Pi)), rtol=1e-15, atol=0)

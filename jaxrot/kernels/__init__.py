@@ -31,6 +31,7 @@ from . import rkmk as _rkmk
 from . import splitting as _splitting
 from . import host_threads
 from . import transpile as _transpile
+from . import generate as _generate
 
 __all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "why_not", "keeps_stats", "have_warp", "torque_kind",
            "method_name", "registered_name"]
@@ -177,12 +178,45 @@ def registered_name(method) -> str:
     return type(method).__name__
 
 
-def supports(method, system) -> bool:
-    """True if a kernel exists for this method (an integrator or a registered name) and this torque
-    (Warp need not be installed)."""
+def _run_dtype(system):
+    J = system.body.J
+    return J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else jnp.zeros(()).dtype
+
+
+def _instance(method):
+    from .. import integrators
+
+    return integrators.get(method) if isinstance(method, str) else method
+
+
+def generated_refusal(method, system) -> str | None:
+    """Why no kernel can be generated from ``method``'s JAX code for ``system``
+    (:mod:`jaxrot.kernels.generate`), or None."""
+    try:
+        m = _instance(method)
+    except Exception as err:  # noqa: BLE001 - an unknown name
+        return str(err)
+    return _generate.reason(m, system, _run_dtype(system))
+
+
+def _hand_written(method, system) -> str | None:
+    """The name of the hand-written kernel that runs ``method`` with ``system``'s torque (None where
+    there is none: then a kernel generated from the method's JAX code may, whatever the torque)."""
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
+    if name is None or getattr(system.body.J, "shape", None) != (3,):
+        return name
+    if _family(torque_kind(system.torque, _run_dtype(system))) in KERNELS[name].torques:
+        return name
+    return None if generated_refusal(method, system) is None else name
+
+
+def supports(method, system) -> bool:
+    """True if a kernel exists for this method (an integrator or a registered name) and this torque:
+    a hand-written one, or one generated from the method's JAX code (Warp need not be installed for the
+    former)."""
+    name = _hand_written(method, system)
     if name is None:
-        return False
+        return generated_refusal(method, system) is None
     J = system.body.J
     if getattr(J, "shape", None) != (3,):
         return False
@@ -193,11 +227,13 @@ def supports(method, system) -> bool:
 
 def why_not(method, system) -> str | None:
     """Why :func:`supports` is False for this method and torque (a sentence), or None."""
-    name = method if isinstance(method, str) and method in KERNELS else method_name(method)
+    name = _hand_written(method, system)
     if name is None:
+        why = generated_refusal(method, system)
+        if why is None:
+            return None
         label = method if isinstance(method, str) else registered_name(method)
-        return (f"no fused kernel for the method {label} (kernels: {', '.join(sorted(KERNELS))}; "
-                "see docs/kernels.md)")
+        return f"no fused kernel for the method {label}: its step cannot be restated in a kernel ({why})"
     J = system.body.J
     if getattr(J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
@@ -211,11 +247,16 @@ def why_not(method, system) -> str | None:
     return None
 
 
-def keeps_stats(method) -> bool:
+def keeps_stats(method, system=None) -> bool:
     """Whether a fused run of ``method`` (an integrator or a registered name with a kernel) has the
-    XLA run's step statistics (all zero: the kernel writes none)."""
+    XLA run's step statistics (all zero: the kernel writes none); a generated kernel's (``system``
+    given) where every step's statistics are the same constants."""
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
-    return name is not None and KERNELS[name].zero_stats
+    if name is not None:
+        return KERNELS[name].zero_stats
+    if system is None or generated_refusal(method, system) is not None:
+        return False
+    return _generate.constant_stats(_generate.lower(_instance(method), system, _run_dtype(system)).key)
 
 
 def torque_params(torque, dtype):
@@ -280,7 +321,14 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
             return empty
         return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
                         jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
-    name, kind = method_name(method), torque_kind(system.torque, dtype)
+    name = _hand_written(method, system)
+    if name is None:  # a kernel generated from the method's JAX code
+        if event is not None:
+            raise ValueError("a constant-step run with an event is fused for the hand-written kernels only")
+        low = _generate.lower(method, system, dtype)
+        return _launch((jnp.dtype(dtype).name, low.key), _generate.loop, _generated_ffi, 1.0,
+                       states0, dt, t0, system, low.params, n_frames, save_every)
+    kind = torque_kind(system.torque, dtype)
     P = KERNELS[name].params(method, system, dtype)
     K = int(torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
     if event is not None:
@@ -288,20 +336,34 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
 
         return fixed_event.launch(name, kind, K, P, states0, dt, t0, system.body.J, int(n_frames), int(save_every),
                                   event)
-    key = (jnp.dtype(dtype).name, name, kind, K)
+    return _launch((jnp.dtype(dtype).name, name, kind, K), _kernel, _ffi, KERNELS[name].split_weight,
+                   states0, dt, t0, system, P, n_frames, save_every)
+
+
+@functools.lru_cache(maxsize=None)
+def _generated_ffi(dtype_name: str, key: str):
+    """The JAX-callable kernel of a generated method, built and compiled once."""
+    return warp().jax_kernel(_generate.loop(dtype_name, key)[1], num_outputs=4, vmap_method="sequential")
+
+
+def _launch(key, kernel, ffi, split_weight, states0, dt, t0, system, P, n_frames, save_every):
+    """The loop kernel ``kernel(*key)`` (its JAX-callable ``ffi(*key)``) on a batch: one custom call,
+    or a slice of the batch per core (:mod:`jaxrot.kernels.host_threads`)."""
+    dtype = states0.R.dtype
+    B = states0.R.shape[0]
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(jnp.asarray(dt, dtype), (1,)),
             jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P)
 
     def custom_call(*args):  # Warp's own custom call: CUDA, and a CPU batch too small to split
-        return tuple(_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,),
-                                output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,),
-                                             "result_out": (B,)}))
+        return tuple(ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,),
+                               output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,),
+                                            "result_out": (B,)}))
 
-    threads = host_threads.threads_for(B, int(n_frames) * int(save_every), KERNELS[name].split_weight)
+    threads = host_threads.threads_for(B, int(n_frames) * int(save_every), split_weight)
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return custom_call(*args)
-    S, kernel = _kernel(*key)
-    return host_threads.call(kernel, S, threads, int(n_frames), int(save_every), *args)
+    S, k = kernel(*key)
+    return host_threads.call(k, S, threads, int(n_frames), int(save_every), *args)
 
 
 def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, event=None, reference=None):

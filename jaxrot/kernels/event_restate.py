@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..geometry import so3
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
+from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate, verdict
 
 __all__ = ["Unsupported", "lower", "reason", "event_g", "evaluate"]
 
@@ -122,22 +122,9 @@ def reason(cond_fn, dtype) -> str | None:
 def _check(cond_fn, dtype, hit):
     import jax
 
-    from ._common import have_warp, no_cpu_compiler
-
-    key = (hit[0], np.dtype(dtype).name)
-    if key not in _CHECKED:
-        if not have_warp():
-            return
-        why = no_cpu_compiler()
-        if why is not None:
-            raise Unsupported(why)
-        concrete = not any(isinstance(c, jax.core.Tracer) for c in hit[3])
-        try:
-            _CHECKED[key] = _compare(cond_fn, dtype, hit, concrete)
-        except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
-            _CHECKED[key] = f"Warp could not compile the restatement ({type(err).__name__}: {err})"
-    if _CHECKED[key] is not None:
-        raise Unsupported(_CHECKED[key])
+    concrete = not any(isinstance(c, jax.core.Tracer) for c in hit[3])
+    verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(cond_fn, dtype, hit, concrete),
+            "the restatement")
 
 
 def _compare(cond_fn, dtype, hit, concrete: bool):

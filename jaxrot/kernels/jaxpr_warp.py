@@ -7,15 +7,37 @@ element-wise primitives, contractions and reductions emit one line per output el
 (or a form of one) without a restatement raises :class:`Unsupported`.
 """
 
+import contextlib
 import dataclasses
+import re
 
 import numpy as np
 
-__all__ = ["Unsupported", "Element", "Source", "kind_of", "convert", "restate", "BINARY"]
+__all__ = ["Unsupported", "Element", "Source", "kind_of", "convert", "restate", "verdict", "BINARY"]
 
 
 class Unsupported(Exception):
     """The function uses a primitive (or a form of one) that has no Warp restatement here."""
+
+
+def verdict(checked: dict, key, compare, what: str):
+    """Whether a restatement may be used: ``compare()`` (compile it and compare it with the JAX function:
+    None where they agree, else why not) run once per ``key`` with Warp installed and its CPU compiler
+    loaded, its answer kept in ``checked``; raises :class:`Unsupported` with the reason where not."""
+    from ._common import have_warp, no_cpu_compiler
+
+    if key not in checked:
+        if not have_warp():
+            return
+        why = no_cpu_compiler()
+        if why is not None:
+            raise Unsupported(why)
+        try:
+            checked[key] = compare()
+        except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
+            checked[key] = f"Warp could not compile {what} ({type(err).__name__}: {str(err)[:400]})"
+    if checked[key] is not None:
+        raise Unsupported(checked[key])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +48,9 @@ class Element:
     code: str
     kind: str
     value: object = None
+
+
+_NAME = re.compile(r"\bv\d+\b")
 
 
 def kind_of(dtype) -> str:
@@ -50,12 +75,52 @@ class Source:
         self.lines: list[str] = []
         self.lits: list[float] = []
         self.n = 0
+        self.depth = 1  # the indentation of the lines emitted (loops nest it)
+        self.cache: dict = {}  # (expression, kind) -> the local holding it
 
     def emit(self, expr: str, kind: str) -> Element:
+        """A new local computing ``expr``, or the local that already holds the same expression
+        (common subexpressions: a jaxpr repeats what XLA would merge, e.g. ``R^T L`` in each rate)."""
+        hit = self.cache.get((expr, kind))
+        if hit is not None:
+            return hit
         name = f"v{self.n}"
         self.n += 1
-        self.lines.append(f"    {name} = {expr}")
-        return Element(name, kind)
+        self.line(f"{name} = {expr}")
+        el = Element(name, kind)
+        self.cache[(expr, kind)] = el
+        return el
+
+    @contextlib.contextmanager
+    def loop(self, carry: list):
+        """The body of a loop over ``carry`` (locals assigned again in it): expressions of the carry
+        computed before it are not reused inside or after it, nor those computed inside it after it."""
+        names = {e.code for x in carry for e in np.asarray(x).reshape(-1)}
+
+        def fresh(cache):
+            return {k: v for k, v in cache.items() if not (set(_NAME.findall(k[0])) & names)}
+
+        outer = fresh(self.cache)
+        self.cache = dict(outer)
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            self.cache = outer
+
+    def line(self, text: str):
+        self.lines.append("    " * self.depth + text)
+
+    def variable(self, x: Element) -> Element:
+        """A fresh local holding ``x`` (a loop's carry: assigned again inside the loop)."""
+        name = f"v{self.n}"
+        self.n += 1
+        init = {"f": f"S({x.code})" if x.value is not None else x.code,
+                "i": f"int({x.code})" if x.value is not None else x.code,
+                "b": f"bool({x.code})" if x.value is not None else x.code}[x.kind]
+        self.line(f"{name} = {init}")
+        return Element(name, x.kind)
 
     def literal(self, value, kind: str) -> Element:
         if kind == "b":
@@ -101,6 +166,67 @@ _INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_c
            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
            "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr"}
 _IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient"}
+
+
+_NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "atan2": np.arctan2}
+_NP_UNARY = {"neg": np.negative, "abs": np.abs, "sin": np.sin, "cos": np.cos, "tan": np.tan, "exp": np.exp,
+             "log": np.log, "sqrt": np.sqrt, "square": np.square, "floor": np.floor, "ceil": np.ceil,
+             "is_finite": np.isfinite}
+
+
+def _scalar_type(g: Source):
+    return np.float64 if g.S64 else np.float32
+
+
+def _binary(g: Source, name: str, a: Element, b: Element, kind: str) -> Element | None:
+    """``a name b`` computed now where both are known (in the run's precision), or an identity of a
+    known operand (``x + 0``, ``x * 1``, ``x / 2^k`` as ``x * 2^-k``, exact; ``x * 0`` as ``0``: a
+    derivative's zero tangents, which would otherwise be carried through every product), else None."""
+    if kind != "f":
+        return None
+    av, bv = a.value, b.value
+    if av is not None and bv is not None and name in _NP_BINARY:
+        T = _scalar_type(g)
+        with np.errstate(all="ignore"):
+            return g.literal(float(_NP_BINARY[name](T(av), T(bv))), "f")
+    if name == "add":
+        if bv == 0.0 and a.kind == "f":
+            return a
+        if av == 0.0 and b.kind == "f":
+            return b
+    elif name == "sub":
+        if bv == 0.0 and a.kind == "f":
+            return a
+        if av == 0.0 and b.kind == "f":
+            return g.emit(f"(-{b.code})", "f")
+    elif name == "mul":
+        if bv == 1.0 and a.kind == "f":
+            return a
+        if av == 1.0 and b.kind == "f":
+            return b
+        if av == 0.0 or bv == 0.0:
+            return g.literal(0.0, "f")
+        if av == -1.0:
+            return g.emit(f"(-{b.code})", "f")
+        if bv == -1.0:
+            return g.emit(f"(-{a.code})", "f")
+    elif name == "div" and bv is not None and a.kind == "f":
+        if bv == 1.0:
+            return a
+        m, e = np.frexp(bv)
+        if np.isfinite(bv) and abs(m) == 0.5:  # a power of two: its reciprocal is exact
+            return g.emit(f"({a.code} * {g.literal(1.0 / bv, 'f').code})", "f")
+    return None
+
+
+def _unary(g: Source, name: str, a: Element, kind: str) -> Element | None:
+    """``name(a)`` computed now where ``a`` is known (in the run's precision), else None."""
+    if a.value is None or a.kind != "f" or name not in _NP_UNARY:
+        return None
+    T = _scalar_type(g)
+    with np.errstate(all="ignore"):
+        v = _NP_UNARY[name](T(a.value))
+    return g.literal(bool(v), "b") if kind == "b" else g.literal(float(v), "f")
 
 
 def _extremum(g: Source, a: Element, b: Element, op: str, kind: str) -> Element:
@@ -185,6 +311,10 @@ def _reduce(g: Source, x: np.ndarray, axes, op: str, kind: str) -> np.ndarray:
     out = np.empty(shape, dtype=object)
     for idx in np.ndindex(shape):
         terms = list(flat[idx])
+        if op in ("and", "or"):
+            out[idx] = (g.literal(op == "and", "b") if not terms
+                        else g.emit("(" + f" {op} ".join(t.code for t in terms) + ")", "b"))
+            continue
         if not terms:
             raise Unsupported(f"{op} over an empty axis")
         if op == "sum":
@@ -234,12 +364,6 @@ def _select(g: Source, which: Element, cases, kind: str) -> Element:
     return acc
 
 
-def _static_int(el: Element) -> int:
-    if el.value is None:
-        raise Unsupported("an index that depends on the state (a dynamic slice with traced start)")
-    return int(el.value)
-
-
 def _eqn(g: Source, eqn, ins: list) -> list:
     """The outputs (object arrays) of one equation from its inputs."""
     name = eqn.primitive.name
@@ -286,13 +410,13 @@ def _eqn(g: Source, eqn, ins: list) -> list:
         t = BINARY[name]
         if name in ("add", "mul") and kind == "b":
             t = "({0} or {1})" if name == "add" else "({0} and {1})"
-        return [_map(lambda a, b: g.emit(t.format(a.code, b.code), kind), *ins)]
+        return [_map(lambda a, b: _binary(g, name, a, b, kind) or g.emit(t.format(a.code, b.code), kind), *ins)]
     if name in _UNARY:
         if kind != "f" and name not in ("neg", "abs", "is_finite"):
             raise Unsupported(f"{name} of a {kind!r} value")
         k = "b" if name == "is_finite" else kind
         t = _UNARY[name]
-        return [_map(lambda a: g.emit(t.format(a.code), k), ins[0])]
+        return [_map(lambda a: _unary(g, name, a, k) or g.emit(t.format(a.code), k), ins[0])]
     if name in _COMPARE:
         op = _COMPARE[name]
         return [_map(lambda a, b: g.emit(f"({a.code} {op} {b.code})", "b"), *ins)]
@@ -351,11 +475,19 @@ def _eqn(g: Source, eqn, ins: list) -> list:
     if name == "dynamic_slice":
         x, starts = ins[0], ins[1:]
         sizes = tuple(p["slice_sizes"])
-        sl = []
+        out = x
         for d, (s, n) in enumerate(zip(starts, sizes)):
-            s0 = min(max(_static_int(np.asarray(s).reshape(-1)[0]), 0), x.shape[d] - n)  # JAX clamps
-            sl.append(slice(s0, s0 + n))
-        return [x[tuple(sl)]]
+            s = np.asarray(s).reshape(-1)[0]
+            last = x.shape[d] - n
+            if s.value is not None:
+                s0 = min(max(int(s.value), 0), last)  # JAX clamps
+                out = np.take(out, range(s0, s0 + n), axis=d)
+                continue
+            # a start known only when the step runs: every clamped start's slice, selected by it
+            c = g.emit(f"wp.min(wp.max({s.code}, int(0)), int({last}))", "i")
+            cases = [np.take(out, range(k, k + n), axis=d) for k in range(last + 1)]
+            out = _map(lambda *cs: _select(g, c, cs, cs[0].kind), *cases)
+        return [out]
     if name == "iota":
         shape, dim = tuple(p["shape"]), int(p["dimension"])
         vals = np.broadcast_to(np.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))]),
@@ -366,7 +498,168 @@ def _eqn(g: Source, eqn, ins: list) -> list:
     if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
         op = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}[name]
         return [_reduce(g, ins[0], p["axes"], op, kind)]
+    if name == "add_any":  # (a linearisation's sum of cotangents)
+        return [_map(lambda a, b: g.emit(f"({a.code} + {b.code})", kind), *ins)]
+    if name in ("reduce_and", "reduce_or"):
+        op = "and" if name == "reduce_and" else "or"
+        return [_reduce(g, ins[0], p["axes"], op, "b")]
+    if name == "unstack":
+        axis = int(p["axis"])
+        return [np.take(ins[0], k, axis=axis) for k in range(ins[0].shape[axis])]
+    if name == "reduce_precision":
+        return [_map(lambda a: _reduce_precision(g, a, int(p["exponent_bits"]), int(p["mantissa_bits"])), ins[0])]
+    if name in ("scatter", "gather"):
+        return [_by_index(g, eqn, ins)]
+    if name == "while":
+        return _while(g, p, ins)
+    if name == "scan":
+        return _scan(g, p, ins)
     raise Unsupported(f"the primitive {name!r}")
+
+
+def _reduce_precision(g: Source, a: Element, exponent_bits: int, mantissa_bits: int) -> Element:
+    """Rounding to the run's own format is the identity; to float32 inside a float64 run, a conversion."""
+    own = (11, 52) if g.S64 else (8, 23)
+    if (exponent_bits, mantissa_bits) == own:
+        return a
+    if (exponent_bits, mantissa_bits) == (8, 23):
+        return g.emit(f"S(wp.float32({a.code}))", "f")
+    raise Unsupported(f"reduce_precision to {exponent_bits} exponent and {mantissa_bits} mantissa bits")
+
+
+def _known(x: np.ndarray) -> bool:
+    return all(e.value is not None for e in np.asarray(x).reshape(-1))
+
+
+def _values(x: np.ndarray, dtype) -> np.ndarray:
+    return np.asarray([e.value for e in np.asarray(x).reshape(-1)], dtype=dtype).reshape(np.shape(x))
+
+
+def _by_index(g: Source, eqn, ins: list) -> np.ndarray:
+    """A gather or scatter (replace) with known indices: the primitive applied to the elements'
+    positions tells where each output element comes from (no arithmetic is generated)."""
+    import jax
+
+    name = eqn.primitive.name
+    operand, indices = ins[0], ins[1]
+    if not _known(indices):
+        raise Unsupported(f"a {name} whose indices depend on the state")
+    idx = _values(indices, eqn.invars[1].aval.dtype)
+    pool = list(np.asarray(operand).reshape(-1))
+    ids = np.arange(1, operand.size + 1, dtype=np.int32).reshape(operand.shape)
+    with jax.ensure_compile_time_eval():
+        if name == "scatter":
+            if eqn.params.get("update_jaxpr") is not None:
+                raise Unsupported("a scatter that combines values")
+            upd = ins[2]
+            pool += list(np.asarray(upd).reshape(-1))
+            upd_ids = np.arange(operand.size + 1, operand.size + upd.size + 1, dtype=np.int32).reshape(upd.shape)
+            where = np.asarray(eqn.primitive.bind(ids, idx, upd_ids, **eqn.params))
+        else:
+            where = np.asarray(eqn.primitive.bind(ids, idx, **eqn.params))
+    kind = kind_of(eqn.outvars[0].aval.dtype)
+    out = np.empty(where.shape, dtype=object)
+    for k in np.ndindex(where.shape):
+        w = int(where[k])  # 0: a position filled (out of bounds)
+        out[k] = pool[w - 1] if w > 0 else g.literal(float("nan") if kind == "f" else 0, kind)
+    return out
+
+
+def _carry(g: Source, xs: list) -> list:
+    """Fresh locals for a loop's carry (object arrays of the same shapes)."""
+    return [_map(g.variable, x) if np.ndim(x) else _scalar(g.variable(np.asarray(x).reshape(()).item()))
+            for x in xs]
+
+
+def _scalar(e: Element) -> np.ndarray:
+    out = np.empty((), dtype=object)
+    out[()] = e
+    return out
+
+
+def _assign(g: Source, dst: list, src: list):
+    for d, s in zip(dst, src):
+        for a, b in zip(np.asarray(d).reshape(-1), np.asarray(s).reshape(-1)):
+            if a.kind != b.kind:
+                b = convert(g, b, a.kind)
+            g.line(f"{a.code} = {b.code}")
+
+
+def _while(g: Source, p, ins: list) -> list:
+    """``lax.while_loop``: the carry in locals, the condition computed before the loop and again at
+    the end of each pass (Warp compiles a dynamic ``while``)."""
+    cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
+    nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
+    cconsts, bconsts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+    carry = _carry(g, init)
+
+    def condition():
+        (c,) = restate(g, cj.jaxpr, [g.array(c) for c in cj.consts], [*cconsts, *carry])
+        return np.asarray(c).reshape(()).item()
+
+    flag = g.variable(condition())
+    g.line(f"while {flag.code}:")
+    with g.loop([*carry, _scalar(flag)]):
+        new = restate(g, bj.jaxpr, [g.array(c) for c in bj.consts], [*bconsts, *carry])
+        _assign(g, carry, new)
+        _assign(g, [_scalar(flag)], [_scalar(condition())])
+    return carry
+
+
+#: a scan is unrolled up to this many equations in all (a loop with per-iteration inputs or outputs
+#: must be unrolled: the elements are locals, not arrays)
+UNROLL_EQNS = 4000
+
+
+def _scan(g: Source, p, ins: list) -> list:
+    """``lax.scan``: unrolled where it reads or writes per-iteration slices (or is short), else a
+    ``for`` loop over the carry."""
+    jaxpr = p["jaxpr"]
+    length, n_consts, n_carry = int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
+    if p.get("reverse"):
+        raise Unsupported("a reversed scan")
+    consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+    body_consts = [g.array(c) for c in jaxpr.consts]
+    n_ys = len(jaxpr.jaxpr.outvars) - n_carry
+    if xs or n_ys or length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS:
+        carry, ys = list(init), []
+        for k in range(length):
+            out = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *[x[k] for x in xs]])
+            carry, y = out[:n_carry], out[n_carry:]
+            ys.append(y)
+        stacked = [np.stack([y[j] for y in ys]) if ys else np.empty((0,), dtype=object) for j in range(n_ys)]
+        return [*carry, *stacked]
+    carry = _carry(g, init)
+    g.line(f"for _k{g.n} in range({length}):")
+    with g.loop(carry):
+        new = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry])
+        _assign(g, carry, new)
+    return carry
+
+
+_LAYOUT = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "rev", "slice", "concatenate",
+           "stack", "split", "unstack", "iota", "copy", "copy_p", "stop_gradient", "optimization_barrier"}
+
+
+def _fold(g: Source, eqn, ins: list):
+    """The outputs of an equation whose inputs are all known constants, computed now (as literals), or
+    None where it is not to be folded."""
+    import jax
+
+    if eqn.primitive.name in _LAYOUT or not eqn.outvars:
+        return None  # (moving known elements costs nothing; no program is run for it)
+    if any(hasattr(v, "jaxpr") or hasattr(v, "eqns") for v in eqn.params.values()):
+        return None
+    if not all(_known(x) for x in ins):
+        return None
+    vals = [_values(x, v.aval.dtype) for x, v in zip(ins, eqn.invars)]
+    try:
+        with jax.ensure_compile_time_eval():
+            out = eqn.primitive.bind(*vals, **eqn.params)
+    except Exception:  # noqa: BLE001 - not foldable here: restated as usual
+        return None
+    outs = out if eqn.primitive.multiple_results else [out]
+    return [g.array(np.asarray(o), kind_of(v.aval.dtype)) for o, v in zip(outs, eqn.outvars)]
 
 
 def restate(g: Source, jaxpr, consts: list, args: list) -> list:
@@ -384,7 +677,10 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
     for v, x in zip(jaxpr.invars, args):
         env[v] = x
     for eqn in jaxpr.eqns:
-        outs = _eqn(g, eqn, [read(v) for v in eqn.invars])
+        ins = [read(v) for v in eqn.invars]
+        outs = _fold(g, eqn, ins)
+        if outs is None:
+            outs = _eqn(g, eqn, ins)
         for v, x in zip(eqn.outvars, outs):
             if tuple(np.shape(x)) != tuple(v.aval.shape):
                 raise Unsupported(f"{eqn.primitive.name}: shape {np.shape(x)} != {v.aval.shape}")

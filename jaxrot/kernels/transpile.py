@@ -34,7 +34,7 @@ import math
 import numpy as np
 
 from ..geometry import so3
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
+from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate, verdict
 
 __all__ = ["Unsupported", "Lowered", "lower", "key_of", "reason", "user_tau", "evaluate"]
 
@@ -149,23 +149,9 @@ def _check_restatement(torque, dtype, hit):
     or running another torque."""
     import jax
 
-    from ._common import have_warp, no_cpu_compiler
-
-    key = (hit[0], np.dtype(dtype).name)
-    if key not in _CHECKED:
-        if not have_warp():
-            return
-        why = no_cpu_compiler()
-        if why is not None:
-            raise Unsupported(why)
-        leaves = jax.tree_util.tree_leaves(torque)
-        concrete = not any(isinstance(x, jax.core.Tracer) for x in [*leaves, *hit[3]])
-        try:
-            _CHECKED[key] = _compare(torque, dtype, hit, concrete)
-        except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
-            _CHECKED[key] = f"Warp could not compile the restatement ({type(err).__name__}: {err})"
-    if _CHECKED[key] is not None:
-        raise Unsupported(_CHECKED[key])
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in [*jax.tree_util.tree_leaves(torque), *hit[3]])
+    verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(torque, dtype, hit, concrete),
+            "the restatement")
 
 
 def _compare(torque, dtype, hit, concrete: bool):

@@ -196,6 +196,10 @@ class Fused(AbstractExecutor):
         if spec.event is not None:
             from ...kernels.fixed_event import why_not_event
 
+            if kernels.method_name(spec.method) is None:
+                return ("a constant-step run with an event is fused for the methods of jaxrot.kernels.KERNELS only "
+                        "(error-controlled runs locate events in the kernel)")
+
             return why_not_event(spec.event, spec.state0.R.dtype)
         return None
 

@@ -1,0 +1,384 @@
+"""A method's kernel generated from its own JAX code: ``init`` and ``step`` restated as Warp functions.
+
+A method is defined once, by its JAX ``init`` and ``step`` (:class:`jaxrot.AbstractIntegrator`). Their
+jaxprs, traced at one body's shapes with the method's and the system's arrays as inputs, are written
+out by :func:`jaxrot.kernels.jaxpr_warp.restate` (one scalar local per array element) into three Warp
+functions of one body, the pieces the fused loop template (:func:`jaxrot.kernels._common.loop_kernel`)
+calls::
+
+    init(R, Pi, J, P, h) -> A                  the method's memory, flattened into a vector A
+    step(R, Pi, A, t, h, J, P) -> (R, Pi, A)   one step (the torque, jvp'd derivatives, Newton loops
+                                               and all, as the jaxpr has them)
+    reason(Pi, A) -> int                       the step's RESULTS code (non-finite state, failed solve)
+
+``P`` holds the array leaves of the method and of the system (the body's moments, the torque's
+parameters), raveled in the run's dtype: they may be traced, and a new value needs no new kernel.
+``A`` holds the memory's leaves and one more number, the step's ``converged`` flag. Python numbers
+in the method or the system, and the arrays the functions close over, are written into the source
+as literals. Nothing here knows any method: a method a user writes in their own file is generated
+the same way.
+
+The generated source is compiled by Warp once per text (kept on disk by Warp's kernel cache) and,
+before a run uses it, compared once with the JAX step on a few random states (one step from
+``init``): a restatement that does not compile or does not agree to 10^3 roundings is refused, and
+the run stays on XLA. What cannot be restated (a primitive with no Warp counterpart: an SVD, a sort,
+gathers by a state-dependent index, ...) raises :class:`~jaxrot.kernels.jaxpr_warp.Unsupported`
+naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import linecache
+import math
+
+import numpy as np
+
+from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate, verdict
+
+__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "SOLVE_FAILED", "NONFINITE_STATE"]
+
+#: the :class:`jaxrot.RESULTS` codes a generated ``reason`` writes (the driver's, restated: the kernels
+#: sit below the driver; ``tests/test_kernels_generated.py`` checks they are the same)
+SOLVE_FAILED = 1
+NONFINITE_STATE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowered:
+    """A method restated for one system's structure and one dtype: ``key`` names the generated
+    functions (a hash of the source), ``n_memory`` the length of the memory vector ``A``, ``params``
+    the kernel's parameter array ``P`` (may be traced)."""
+
+    key: str
+    n_memory: int
+    params: object
+
+
+#: key -> (source, literals, memory length, whether the step statistics are constant)
+_SOURCES: dict[str, tuple[str, tuple, int]] = {}
+#: structure key (:func:`_cache_key`) -> (key, memory length, constants to P) or the Unsupported
+_LOWERED: dict = {}
+
+
+def _parts(method, system):
+    import equinox as eqx
+
+    return eqx.partition((method, system), eqx.is_array)
+
+
+def _cache_key(method, system, dtype):
+    """What the generated source depends on: the classes and static structure of the method and the
+    system, the shapes and dtypes of their arrays (not the values), the values of their other leaves;
+    ``None`` where some part cannot be hashed."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten((method, system))
+    parts = tuple(("array", tuple(x.shape), np.dtype(x.dtype).name) if hasattr(x, "shape") and hasattr(x, "dtype")
+                  else ("value", type(x).__name__, x) for x in leaves)
+    key = (treedef, parts, np.dtype(dtype).name)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _elements(prefix: str, shape, offset: int, dtype) -> np.ndarray:
+    """The elements ``prefix[offset + k]`` of a raveled array, read as the kind of ``dtype``."""
+    kind = kind_of(dtype)
+    n = int(np.prod(shape, dtype=int))
+    out = np.empty(n, dtype=object)
+    for k in range(n):
+        ref = f"{prefix}[{offset + k}]"
+        out[k] = Element({"f": ref, "i": f"int({ref})", "b": f"({ref} != S(0.0))"}[kind], kind)
+    return out.reshape(tuple(shape))
+
+
+def _named(names, shape) -> np.ndarray:
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(shape):
+        out[idx] = Element(names(idx), "f")
+    return out
+
+
+def _as_float(g: Source, x: Element) -> str:
+    return (x if x.kind == "f" else convert(g, x, "f")).code
+
+
+def _uses(jaxpr, var) -> bool:
+    return any(var in e.invars for e in jaxpr.eqns) or var in jaxpr.outvars
+
+
+def _generate(method, system, dtype):
+    """``(key, memory length, closed-over tracers)``: the source of ``init``, ``step`` and ``reason``
+    (registered in :data:`_SOURCES`)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from ..geometry.state import State
+
+    arrays, static = _parts(method, system)
+    leaves, tdef = jax.tree_util.tree_flatten(arrays)
+    sds = jax.ShapeDtypeStruct
+    dt = jnp.dtype(dtype)
+    specs = [sds(x.shape, x.dtype) for x in leaves]
+    J = system.body.J
+    if getattr(J, "shape", None) != (3,):
+        raise Unsupported("a batch of bodies (J of shape (3,) is shared by a kernel's bodies)")
+
+    def rebuild(flat):
+        return eqx.combine(jax.tree_util.tree_unflatten(tdef, list(flat)), static)
+
+    def init_fn(R, Pi, h, t0, flat):
+        m, s = rebuild(flat)
+        return jax.tree_util.tree_leaves(m.init(s, t0, State(R, Pi), h))
+
+    one = (sds((3, 3), dt), sds((3,), dt), sds((), dt), sds((), dt))
+    closed_init = jax.make_jaxpr(init_fn)(*one, specs)
+    memory = [sds(v.aval.shape, v.aval.dtype) for v in closed_init.jaxpr.outvars]
+    for v in memory:
+        kind_of(v.dtype)  # (a memory of another type: Unsupported)
+    mem_tdef = jax.tree_util.tree_structure(jax.eval_shape(
+        lambda R, Pi, h, t0, flat: rebuild(flat)[0].init(rebuild(flat)[1], t0, State(R, Pi), h), *one, specs))
+
+    def step_fn(t, R, Pi, A, h, flat):
+        m, s = rebuild(flat)
+        new, aux, stats = m.step(s, t, State(R, Pi), jax.tree_util.tree_unflatten(mem_tdef, list(A)), h)
+        return (new.R, new.Pi, jax.tree_util.tree_leaves(aux), jnp.asarray(stats.newton_iters),
+                jnp.asarray(stats.clamped), jnp.asarray(stats.converged))
+
+    closed_step = jax.make_jaxpr(step_fn)(sds((), dt), sds((3, 3), dt), sds((3,), dt), memory, sds((), dt), specs)
+    if _uses(closed_init.jaxpr, closed_init.jaxpr.invars[3]):
+        raise Unsupported("a memory (init) that depends on the start time")
+
+    g = Source(dt == jnp.float64)
+    # P: the arrays of the method and the system, then the functions' closed-over tracers; the body's
+    # moments read from the kernel's J (held in registers) instead
+    P, off = [], 0
+    for x in leaves:
+        if x is J:
+            P.append(_named(lambda i: f"J[{i[0]}]", (3,)))
+        else:
+            P.append(_elements("P", x.shape, off, x.dtype))
+            off += int(np.size(x)) if hasattr(x, "size") else int(np.prod(x.shape, dtype=int))
+    traced = []
+
+    def consts(closed):
+        nonlocal off
+        out = []
+        for c in closed.consts:
+            if isinstance(c, jax.core.Tracer):  # a value closed over inside someone's trace: a parameter
+                out.append(_elements("P", c.shape, off, c.dtype))
+                off += int(np.prod(c.shape, dtype=int))
+                traced.append(c)
+            else:
+                out.append(g.array(np.asarray(c)))
+        return out
+
+    R = _named(lambda i: f"R[{i[0]}, {i[1]}]", (3, 3))
+    Pi = _named(lambda i: f"Pi[{i[0]}]", (3,))
+    h = _named(lambda i: "h", ())
+    t = _named(lambda i: "t", ())
+
+    # init
+    g.lines, g.n, g.cache = [], 0, {}
+    outs = restate(g, closed_init.jaxpr, consts(closed_init), [R, Pi, h, _named(lambda i: "S(0.0)", ()), *P])
+    flat_mem = [e for o in outs for e in np.asarray(o).reshape(-1)]
+    n_mem = len(flat_mem) + 1
+    ret = [*(_as_float(g, e) for e in flat_mem), "S(1.0)"]
+    init_src = ("def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):\n" + "".join(x + "\n" for x in g.lines)
+                + f"    return A_T({', '.join(ret)})\n")
+
+    # step (a function of its own: nothing of init's is reused)
+    g.lines, g.cache = [], {}
+    A, off_a = [], 0
+    for v in memory:
+        A.append(_elements("A", v.shape, off_a, v.dtype))
+        off_a += int(np.prod(v.shape, dtype=int))
+    outs = restate(g, closed_step.jaxpr, consts(closed_step), [t, R, Pi, *A, h, *P])
+    R1, Pi1, iters, clamped, conv = outs[0], outs[1], outs[-3], outs[-2], outs[-1]
+    mem1 = [e for o in outs[2:-3] for e in np.asarray(o).reshape(-1)]
+    # the kernel writes no step statistics: they are kept where every step's are the same constants
+    # (no solve, nothing clamped), as the trajectory's zeros then say
+    stats = [np.asarray(x).reshape(()).item() for x in (iters, clamped, conv)]
+    constant_stats = [e.value for e in stats] == [0, 0, True]
+    ok = np.asarray(conv).reshape(()).item()
+    ret_R = [_as_float(g, e) for e in np.asarray(R1).reshape(-1)]
+    ret_Pi = [_as_float(g, e) for e in np.asarray(Pi1).reshape(-1)]
+    ret_A = [_as_float(g, e) for e in mem1] + [_as_float(g, ok)]
+    step_src = ("def step(R: M, Pi: V, A: A_T, t: S, h: S, J: V, P: wp.array(dtype=S)):\n"
+                + "".join(x + "\n" for x in g.lines)
+                + f"    return M({', '.join(ret_R)}), V({', '.join(ret_Pi)}), A_T({', '.join(ret_A)})\n")
+    reason_src = ("def reason(Pi: V, A: A_T):\n"
+                  "    code = int(0)\n"
+                  "    if not wp.isfinite(Pi[0] + Pi[1] + Pi[2]):\n"
+                  f"        code = int({NONFINITE_STATE})\n"
+                  f"    elif A[{n_mem - 1}] == S(0.0):\n"
+                  f"        code = int({SOLVE_FAILED})\n"
+                  "    return code\n")
+    src = init_src + "\n\n" + step_src + "\n\n" + reason_src
+    key = hashlib.sha1((src + repr(g.lits)).encode()).hexdigest()[:16]
+    _SOURCES[key] = (src, tuple(g.lits), n_mem, constant_stats)
+    return key, n_mem, tuple(traced)
+
+
+def _lowered(method, system, dtype):
+    import jax
+
+    ck = _cache_key(method, system, dtype)
+    hit = _LOWERED.get(ck) if ck is not None else None
+    if isinstance(hit, Unsupported):
+        raise hit
+    if hit is None:
+        try:
+            hit = _generate(method, system, dtype)
+            _check(method, system, dtype, hit)
+        except Unsupported as err:
+            if ck is not None:
+                _LOWERED[ck] = err
+            raise
+        except Exception as err:  # noqa: BLE001 - any other failure: the XLA path runs the method as written
+            err = Unsupported(f"{type(err).__name__}: {err}")
+            if ck is not None:
+                _LOWERED[ck] = err
+            raise err from None
+        if ck is not None and not hit[2]:
+            _LOWERED[ck] = hit
+    return hit
+
+
+def lower(method, system, dtype) -> Lowered:
+    """Restate ``method``'s ``init`` and ``step`` for ``system`` at ``dtype`` (float32 or float64);
+    raises :class:`Unsupported` naming what cannot be restated (or, Warp installed, a restatement that
+    does not compile or does not agree with the JAX step)."""
+    key, n_mem, traced = _lowered(method, system, dtype)
+    return Lowered(key, n_mem, params(method, system, dtype, traced))
+
+
+def params(method, system, dtype, traced=()):
+    """The kernel's parameter array ``P``: the method's and the system's arrays but the body's moments,
+    raveled in ``dtype``, then the closed-over traced values (a kernel array is never empty)."""
+    import jax
+    import jax.numpy as jnp
+
+    arrays, _ = _parts(method, system)
+    J = system.body.J
+    parts = [jnp.ravel(jnp.asarray(x)).astype(dtype) for x in jax.tree_util.tree_leaves(arrays) if x is not J]
+    parts += [jnp.ravel(jnp.asarray(c)).astype(dtype) for c in traced]
+    return jnp.concatenate(parts) if parts else jnp.zeros((1,), dtype)
+
+
+def constant_stats(key: str) -> bool:
+    """Whether every step of the generated method reports the same statistics (no Newton iterations,
+    converged, nothing clamped): a fused run's zero statistics then lose nothing."""
+    return _SOURCES[key][3]
+
+
+def reason(method, system, dtype) -> str | None:
+    """Why ``method`` has no generated kernel for ``system`` at ``dtype`` (``None`` if it has one)."""
+    try:
+        _lowered(method, system, dtype)
+    except Unsupported as err:
+        return str(err)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def funcs(S, key: str):
+    """``(init, step, reason)``: the Warp functions of a generated method (by its ``key``), compiled
+    once per scalar type."""
+    from ._common import so3_funcs, warp
+
+    wp = warp()
+    src, lits, n_mem, _ = _SOURCES[key]
+    c = so3_funcs(S)
+    fname = f"<jaxrot-method-{key}-{S.__name__}>"
+    # Warp reads a function's source through inspect/linecache: register the generated text there
+    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+    env = {"S": S, "V": c.V, "M": c.M, "A_T": wp.types.vector(n_mem, S), "wp": wp, "LIT": list(lits), "math": math,
+           "__name__": f"jaxrot_method_{key}"}
+    exec(compile(src, fname, "exec"), env)  # noqa: S102 - source generated above from a jaxpr, not user text
+    return wp.func(env["init"]), wp.func(env["step"]), wp.func(env["reason"])
+
+
+@functools.lru_cache(maxsize=None)
+def loop(dtype_name: str, key: str):
+    """``(Warp scalar type, the fixed-step loop kernel)`` of a generated method."""
+    from ._common import loop_kernel, warp
+
+    wp = warp()
+    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
+    return S, loop_kernel(S, *funcs(S, key), key=f"gen_{key}_{dtype_name}")
+
+
+#: (key, dtype name) -> None (compiled and agreed) or why not
+_CHECKED: dict = {}
+
+
+def _check(method, system, dtype, hit):
+    """Run the generated kernel one step from ``init`` on a few random states and compare with the JAX
+    step (where the arrays are concrete; compiled only where traced)."""
+    verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(method, system, dtype, hit),
+            "the generated step")
+
+
+def _compare(method, system, dtype, hit):
+    import jax
+    import jax.numpy as jnp
+
+    from ..geometry import so3
+    from ..geometry.state import State
+    from ._common import warp
+
+    key, n_mem, traced = hit
+    wp = warp()
+    S, kernel = loop(np.dtype(dtype).name, key)
+    arrays = jax.tree_util.tree_leaves(_parts(method, system)[0])
+    n = 4
+    rng = np.random.default_rng(0)
+    with jax.ensure_compile_time_eval():
+        if traced or any(isinstance(x, jax.core.Tracer) for x in arrays):
+            return None  # (compiled above; the values are known only inside the trace)
+        J = np.asarray(system.body.J, dtype)
+        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
+        Om = rng.normal(size=(n, 3)) * 2.0
+        Pi = (Om * J).astype(dtype)
+        h = np.asarray(1e-2 / max(1.0, float(np.max(np.abs(Om)))), dtype)
+
+        def ref(R, Pi):
+            s = State(R, Pi)
+            aux = method.init(system, jnp.asarray(0.0, dtype), s, h)
+            new, _, _ = method.step(system, jnp.asarray(0.0, dtype), s, aux, h)
+            return new.R, new.Pi
+
+        want_R, want_Pi = (np.asarray(x) for x in jax.vmap(ref)(jnp.asarray(R), jnp.asarray(Pi)))
+        P = np.asarray(params(method, system, dtype))
+    c = _vectors(S)
+    dev = "cpu"
+    outs = [wp.zeros((n, 1), dtype=c.M, device=dev), wp.zeros((n, 1), dtype=c.V, device=dev),
+            wp.zeros(n, dtype=wp.int32, device=dev), wp.zeros(n, dtype=wp.int32, device=dev)]
+    ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
+           wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
+           wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev), 1, 1]
+    wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
+    got_R, got_Pi = outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]
+    eps = np.finfo(dtype).eps
+    for name, got, want in (("R", got_R, want_R), ("Pi", got_Pi, want_Pi)):
+        flat_g, flat_w = got.reshape(n, -1), want.reshape(n, -1)
+        scale = np.maximum(np.max(np.abs(np.where(np.isfinite(flat_w), flat_w, 0.0)), axis=1, keepdims=True), 1e-300)
+        same = (np.abs(flat_g - flat_w) <= 1000 * eps * scale) | (np.isnan(flat_g) & np.isnan(flat_w))
+        if not np.all(same):
+            i = int(np.argmin(np.all(same, axis=1)))
+            return (f"the generated step differs from the JAX step at a test state ({name}: {flat_g[i].tolist()} "
+                    f"against {flat_w[i].tolist()})")
+    return None
+
+
+def _vectors(S):
+    from ._common import so3_funcs
+
+    return so3_funcs(S)

@@ -1,0 +1,155 @@
+"""Kernels generated from a method's own JAX code (jaxrot.kernels.generate) against the XLA loop.
+
+Every registered method is enrolled: its generated kernel agrees with the XLA run (1e-12 relative
+after 60 float64 steps; implicit methods to their Newton tolerance), or its refusal names the
+primitive that has no Warp counterpart. A method written here, outside the package (a third-order
+Crouch-Grossman step), runs fused with no line of Warp written for it.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import State, StepStats, integrators, kernels, so3
+from jaxrot.driver import failures
+from jaxrot.integrators import AbstractIntegrator
+from jaxrot.kernels import generate
+
+pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
+
+#: what the methods that are not generated use: an SVD (the polar/SVD projections) or a sort (the
+#: elliptic functions of the exact flow and the compositions built on it)
+REFUSED = {"svd", "sort"}
+#: one method of each family in the default run (each is a Warp compilation of its own, 1-8 s on an empty
+#: cache); the slow tier runs every registered method
+DEFAULT = {"buss2p", "lie_taylor3", "rkmk4", "rkmk8(5)", "simo_wong_explicit", "split2_231", "liemid_ea", "dmv4",
+           "midpoint_exp", "nmb", "buss2p_ep", "euler_quat", "rk4_svd", "exact_free"}
+
+
+def _problem(name):
+    return jaxrot.problems.get("fast_top" if integrators.REGISTRY[name].torque else "free_body_mz")
+
+
+def _batch(p, n=3, dtype=jnp.float64):
+    scale = jnp.linspace(0.8, 1.2, n, dtype=dtype)[:, None]
+    R0 = jnp.stack([so3.exp(jnp.asarray([0.1 * k, -0.2, 0.05 * k], dtype)) for k in range(n)]) @ p.state0.R.astype(dtype)
+    return State(R0, p.state0.Pi.astype(dtype) * scale)
+
+
+def _compare(method, p, dtype=jnp.float64, n_steps=60, every=20, dt=1e-3, rtol=1e-12):
+    s0 = _batch(p, dtype=dtype)
+    kw = dict(state0=s0, saveat=jaxrot.SaveAt(steps=every))
+    fused = jaxrot.simulate(method, p, jnp.asarray(dt, dtype), n_steps, executor=jaxrot.Fused(), **kw)
+    xla = jaxrot.simulate(method, p, jnp.asarray(dt, dtype), n_steps, executor=jaxrot.XLA(), **kw)
+    assert dict(fused.provenance)["executor"].startswith("Fused"), dict(fused.provenance)
+    for a, b in ((fused.states.R, xla.states.R), (fused.states.Pi, xla.states.Pi)):
+        scale = float(jnp.max(jnp.abs(b)))
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=rtol * scale)
+    assert np.all(np.asarray(fused.failed_step) == -1)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in DEFAULT else [pytest.mark.slow])
+                                  for n in integrators.REGISTRY])
+def test_every_method_runs_generated_or_names_what_it_cannot_restate(name):
+    m, p = integrators.get(name), _problem(name)
+    why = generate.reason(m, p.system, jnp.float64)
+    if why is not None:
+        assert any(f"'{prim}'" in why for prim in REFUSED), why
+        assert not kernels.supports(m, p.system) or kernels.method_name(m) is not None
+        return
+    # the comparison runs the generated kernel also where a hand-written one exists
+    low = generate.lower(m, p.system, jnp.float64)
+    s0 = _batch(p)
+    dt, t0 = jnp.asarray(1e-3), jnp.asarray(0.0)
+    R, Pi, failed, code = kernels._launch(("float64", low.key), generate.loop, kernels._generated_ffi, 1.0, s0, dt, t0,
+                                          p.system, low.params, 3, 20)
+    xla = jaxrot.simulate(m, p, dt, 60, state0=s0, saveat=jaxrot.SaveAt(steps=20, t0=False), executor=jaxrot.XLA())
+    rtol = 1e-10 if m.implicit else 1e-12  # (Newton iterations stop at a tolerance, not at one rounding)
+    np.testing.assert_allclose(np.asarray(Pi), np.asarray(xla.states.Pi), rtol=0,
+                               atol=rtol * float(jnp.max(jnp.abs(xla.states.Pi))))
+    np.testing.assert_allclose(np.asarray(R), np.asarray(xla.states.R), rtol=0, atol=rtol)
+    assert np.all(np.asarray(failed) == -1) and np.all(np.asarray(code) == 0)
+
+
+def test_methods_without_a_hand_written_kernel_run_fused_through_simulate():
+    _compare("lie_taylor3", jaxrot.problems.get("fast_top"))
+    _compare("liemid_ea", jaxrot.problems.get("fast_top"), rtol=1e-10)
+
+
+def test_float32():
+    _compare("rkmk4", jaxrot.problems.get("fast_top"), dtype=jnp.float32, rtol=2e-5)
+
+
+def test_the_result_codes_are_the_drivers():
+    assert generate.SOLVE_FAILED == failures.SOLVE_FAILED
+    assert generate.NONFINITE_STATE == failures.NONFINITE_STATE
+
+
+def test_a_failed_newton_solve_is_reported_per_body():
+    from jaxrot.integrators import MidpointExp
+    from jaxrot.integrators.newton import Newton
+
+    m = MidpointExp(newton=Newton(max_iters=2))  # too few iterations for the faster bodies' steps
+    p = jaxrot.problems.get("free_body_mz")
+    s0 = State(jnp.stack([p.state0.R] * 3), p.state0.Pi * jnp.array([[1e-3], [1.0], [30.0]]))
+    kw = dict(state0=s0, throw=False, saveat=jaxrot.SaveAt(steps=2))
+    fused = jaxrot.simulate(m, p, 0.1, 4, executor=jaxrot.Fused(), **kw)
+    xla = jaxrot.simulate(m, p, 0.1, 4, executor=jaxrot.XLA(), **kw)
+    assert np.array_equal(np.asarray(fused.result._value), np.asarray(xla.result._value))
+    assert np.array_equal(np.asarray(fused.failed_step), np.asarray(xla.failed_step))
+    assert np.asarray(fused.result._value).tolist()[0] == failures.SUCCESSFUL
+    assert failures.SOLVE_FAILED in np.asarray(fused.result._value).tolist()
+
+
+class CrouchGrossman3(AbstractIntegrator):
+    """The third-order Crouch-Grossman method (Crouch & Grossman, J. Nonlinear Sci. 3 (1993); the
+    coefficients of Owren & Marthinsen, BIT 39 (1999)) on ``R' = R hat(Om)``, ``Pi' = Pi x Om + R^T tau``:
+    stages ``R_i = R exp(h a_i1 hat K1) ... exp(h a_i,i-1 hat K_{i-1})``, the update a product of
+    exponentials with weights ``b``; the momentum by the same Runge-Kutta tableau."""
+
+    order = 3
+    reference = "Crouch & Grossman 1993"
+    family = "user"
+
+    def step(self, system, t, state, aux, dt):
+        A = ((), (3 / 4,), (119 / 216, 17 / 108))
+        b = (13 / 51, -2 / 3, 24 / 17)
+        c = (0.0, 3 / 4, 17 / 24)
+        J = system.body.J
+        K, F = [], []
+        for i in range(3):
+            R, Pi = state.R, state.Pi
+            for a, k, f in zip(A[i], K, F):
+                R = R @ so3.exp(dt * a * k)
+                Pi = Pi + dt * a * f
+            Om = Pi / J
+            K.append(Om)
+            F.append(jnp.cross(Pi, Om) + R.T @ system.torque(t + c[i] * dt, R, Pi))
+        R, Pi = state.R, state.Pi
+        for bi, k, f in zip(b, K, F):
+            R = R @ so3.exp(dt * bi * k)
+            Pi = Pi + dt * bi * f
+        return State(R, Pi), aux, StepStats.explicit()
+
+
+def test_a_method_written_outside_the_package_runs_fused():
+    p = jaxrot.problems.get("fast_top")
+    m = CrouchGrossman3()
+    assert kernels.supports(m, p.system) and kernels.keeps_stats(m, p.system)
+    _compare(m, p)
+    # third order: the error at t = 0.5 falls by 2^3 when the step is halved
+    ref = jaxrot.simulate("rkmk8", p, 1e-3, 500, executor=jaxrot.XLA()).final.Pi
+    errs = [float(jnp.max(jnp.abs(jaxrot.simulate(m, p, 0.5 / n, n, executor=jaxrot.Fused()).final.Pi - ref)))
+            for n in (25, 50, 100)]
+    slopes = np.diff(np.log(errs)) / np.log(0.5)
+    assert np.all(np.abs(slopes - 3) < 0.15), (errs, slopes)
+
+
+def test_an_unsupported_primitive_is_named_in_the_refusal():
+    p = jaxrot.problems.get("free_body_mz")
+    why = kernels.why_not(integrators.get("euler_svd"), p.system)
+    assert why is not None and "'svd'" in why
+    with pytest.raises(ValueError, match="'svd'"):
+        jaxrot.simulate("euler_svd", p, 1e-3, 10, executor=jaxrot.Fused())
