@@ -1,4 +1,4 @@
-"""The ``jaxrot`` command: ``list``, ``run``, ``reproduce NAME``, ``bench``."""
+"""The ``jaxrot`` command: ``list``, ``run``, ``reproduce NAME``, ``bench``, ``fit FILE.csv``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from . import cache, interrupts, output
+from . import cache, fit_command, interrupts, output
 
 EXPERIMENTS = {
     "buss": "jaxrot.experiments.buss_table",
@@ -18,7 +18,7 @@ EXPERIMENTS = {
     "dancing_pole": "jaxrot.experiments.dancing_pole",
     "dzhanibekov": "jaxrot.experiments.dzhanibekov",
     "groningen": "jaxrot.experiments.groningen",
-    "fit": "jaxrot.experiments.fit_inertia",
+    "fit": "jaxrot.experiments.fit_inertia", "identify": "jaxrot.experiments.identify",
     "krysl": "jaxrot.experiments.krysl",
     "roblox": "jaxrot.experiments.roblox",
 }
@@ -414,6 +414,7 @@ def _main(argv=None, as_command: bool = False) -> int:
                    help="throughput: the kind of JAX's default devices to measure on (default cpu)")
     p.add_argument("--out", default=None, help="output folder (default: ./jaxrot-results; --quick: a temporary one)")
     p.set_defaults(fn=_bench)
+    fit_command.add_parser(sub)
     args = ap.parse_args(argv)
     args.argv = argv  # the command line, recorded with the files a run writes
     if as_command:  # the process is the command: a library caller's JAX settings are its own
