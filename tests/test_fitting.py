@@ -52,6 +52,36 @@ def test_fit_recovers_the_moments(obs, method):
     assert res.loss_history[-1] < res.loss_history[0]
 
 
+BOUNDARY_GUESS = np.array([J_TRUE[1] + J_TRUE[2], J_TRUE[1], J_TRUE[2]])  # a flat body: J1 = J2 + J3
+
+
+def test_a_guess_on_the_physical_boundary_starts_inside_it():
+    theta0 = fitting._start(BOUNDARY_GUESS)  # (the parameters of the guess itself hold a log(0))
+    assert np.all(np.isfinite(theta0))
+    J0 = np.asarray(fitting.moments_from_params(theta0))
+    assert np.all(2 * J0 < J0.sum()) and np.allclose(J0, BOUNDARY_GUESS, rtol=0.03)
+    inside = J_TRUE * np.array([0.8, 1.2, 0.8])  # a guess well inside: its own parameters
+    np.testing.assert_allclose(fitting._start(inside), fitting.params_from_moments(inside), rtol=1e-14)
+
+
+@pytest.mark.slow  # a fit (the default run covers fit_inertia's start; test_invalid_inputs.py an L-BFGS fit)
+def test_a_guess_on_the_physical_boundary_is_fitted(obs):
+    """A flat body's moments as the guess: the fit starts just inside the physical region and reaches
+    the moments (it raised inside the compiled update)."""
+    res = fitting.fit_inertia(obs, BOUNDARY_GUESS, np.eye(3), omega0=OMEGA0, trace=float(J_TRUE.sum()), max_iters=60)
+    assert np.all(np.abs(res.J / J_TRUE - 1) < 0.01), res.J
+
+
+def test_a_guess_that_is_no_body_is_named_with_the_remedy(obs):
+    for guess, why in (([5.0, 1.0, 1.0], "triangle inequality"), ([1.0, jnp.nan, 1.0], "must be finite"),
+                       (np.diag([1.0, 2.0, 2.5]), "shape")):
+        with pytest.raises(ValueError) as e:
+            fitting.fit_inertia(obs, guess, np.eye(3), omega0=OMEGA0, trace=5.2)
+        text = str(e.value)
+        assert text.startswith("fit_inertia: the guess J_guess = ") and why in text, text
+        assert "give three positive moments with J_i <= J_j + J_k" in text
+
+
 @pytest.mark.slow  # a second fit with other unknowns
 def test_fit_with_known_momentum_and_axes():
     Q = jaxrot.so3.exp(jnp.array([0.05, -0.03, 0.02]))  # principal axes tilted in the body frame

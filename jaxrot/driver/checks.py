@@ -88,8 +88,9 @@ def check_t0(t0):
         raise ValueError(f"t0 must be a finite scalar, got {t0!r}")
 
 
-def check_state(state: State):
-    """One body (``R`` of shape (3, 3)) or a batch (one leading axis): finite, orthogonal, det > 0."""
+def check_state(state: State, values: bool = True):
+    """One body (``R`` of shape (3, 3)) or a batch (one leading axis): finite, orthogonal, det > 0
+    (``values=False``: shapes and types only, the values left to :func:`invalid_inputs`)."""
     R, Pi = state.R, state.Pi
     lead = R.shape[:-2]
     if R.shape[-2:] != (3, 3) or Pi.shape[-1:] != (3,) or Pi.shape[:-1] != lead:
@@ -103,7 +104,7 @@ def check_state(state: State):
                             f"jnp.asarray({name}, float))")
     if R.size == 0:
         raise ValueError("empty batch: state0 has no bodies")
-    if is_concrete(R) and is_concrete(Pi):
+    if values and is_concrete(R) and is_concrete(Pi):
         if _checked_before((R, Pi)):
             return
         with jax.ensure_compile_time_eval():  # concrete values inside someone's trace: evaluate now
@@ -184,14 +185,16 @@ def check_capability(method, problem: Problem):
                          f"{type(problem.torque).__name__}")
 
 
-def check_problem(problem: Problem):
+def check_problem(problem: Problem, values: bool = True):
+    """A :class:`~jaxrot.Problem` whose moments have shape (..., 3); their values too, where concrete,
+    unless ``values=False`` (left to :func:`invalid_inputs`)."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a jaxrot Problem, got {type(problem).__name__}")
     J = problem.body.J
     physical = bool(problem.body.physical)
     if jnp.shape(J)[-1:] != (3,):  # shapes are static: checked for traced values too
         raise ValueError(f"principal moments J must have shape (..., 3), got {jnp.shape(J)}")
-    if is_concrete(J) and not _checked_before((J,), physical):
+    if values and is_concrete(J) and not _checked_before((J,), physical):
         validate_inertia(J, physical)
         _remember_checked((J,), physical)
 
@@ -262,6 +265,72 @@ def _number_message(name, x, must, ok) -> str | None:
     return f"{name}{where} {must}, got {x[idx]}"
 
 
+class Invalid(NamedTuple):
+    """Which bodies of a run had invalid inputs (:func:`invalid_inputs`): ``bodies``, a boolean per body
+    (shape () for one body, (n,) for a batch); ``times``, whether the step or the start time was (every
+    body then)."""
+
+    bodies: jax.Array
+    times: jax.Array
+
+
+#: the inputs an invalid body runs with instead (its outputs are set to NaN afterwards): a sphere
+#: turning slowly, at rest at the identity, stepped by a small step from t = 0. Finite and valid for
+#: every method, so the run and its gradients stay finite
+_STAND_IN_J, _STAND_IN_PI, _STAND_IN_DT = 1.0, 0.1, 1e-3
+
+
+def invalid_inputs(system, state0: State, dt, t0):
+    """``simulate(..., on_invalid="nan")``: the checks of :func:`traced_checks` as a mask per body,
+    for concrete and traced values alike, and the inputs with each invalid body's replaced by a valid
+    stand-in. Returns ``(system, state0, dt, t0, Invalid)``; a concrete input stays concrete (and the
+    same object where nothing in it is invalid), for the trace-time decisions downstream.
+
+    The replacement is a ``where`` on the inputs (and :func:`~jaxrot.driver.results.invalid_marked`
+    one on the outputs): the run of an invalid body is finite, the cotangent that reaches its inputs
+    is zero, and no NaN enters the gradients of the valid bodies of a batch, whatever a loss makes of
+    the invalid body's NaN outputs."""
+    J, R, Pi = system.body.J, state0.R, state0.Pi
+    dtype = R.dtype
+    physical = system.body.physical
+
+    def bad_moments(J):
+        bad = ~jnp.all(jnp.isfinite(J) & (J > 0), axis=-1)
+        return bad | violates_triangle(J) if physical else bad
+
+    def bad_state(R, Pi):
+        finite, err, det = _body_defects(R, Pi)
+        return ~finite | (err > _orthogonality_tol(dtype)) | (det <= 0)
+
+    bad_J, (J,) = _stand_in(bad_moments, (J,), lambda b: (jnp.where(b[..., None], jnp.asarray(_STAND_IN_J, J.dtype),
+                                                                      J),))
+    bad_s, (R, Pi) = _stand_in(bad_state, (R, Pi), lambda b: (
+        jnp.where(b[..., None, None], jnp.eye(3, dtype=dtype), R), jnp.where(b[..., None], jnp.asarray(_STAND_IN_PI,
+                                                                                                       dtype), Pi)))
+    bad_dt, (dt,) = _stand_in(lambda d: ~(jnp.isfinite(d) & (d > 0)), (dt,),
+                              lambda b: (jnp.where(b, jnp.asarray(_STAND_IN_DT, dt.dtype), dt),))
+    bad_t0, (t0,) = _stand_in(lambda t: ~jnp.isfinite(t), (t0,), lambda b: (jnp.where(b, jnp.zeros((), t0.dtype), t0),))
+    with jax.ensure_compile_time_eval():  # concrete masks stay concrete
+        times = bad_dt | bad_t0
+        bodies = bad_J | bad_s | times
+    if J is not system.body.J:
+        system = eqx.tree_at(lambda s: s.body.J, system, J)
+    if R is not state0.R or Pi is not state0.Pi:
+        state0 = State(R, Pi)
+    return system, state0, dt, t0, Invalid(bodies, times)
+
+
+def _stand_in(bad_of, xs: tuple, replaced):
+    """``(bad, xs)``: the mask ``bad_of(*xs)`` and ``replaced(bad)`` where any is bad; concrete inputs are
+    checked and replaced at once (and returned as they are when none is bad), traced ones in the program."""
+    if all(is_concrete(x) for x in xs):
+        with jax.ensure_compile_time_eval():  # concrete inside someone's trace too
+            bad = bad_of(*xs)
+            return (bad, replaced(bad)) if bool(jnp.any(bad)) else (bad, xs)
+    bad = bad_of(*xs)
+    return bad, replaced(bad)
+
+
 def cast(tree, dtype):
     """``tree`` (a Problem, State, RigidBody, ...) with every floating-point array leaf cast to ``dtype``.
 
@@ -291,12 +360,13 @@ def scalar(x, dtype):
     return jnp.asarray(x, dtype)
 
 
-def checked_state0(problem, state0, t0) -> State:
-    """The run's initial state (``problem.state0`` for None), checked, and ``t0`` checked."""
+def checked_state0(problem, state0, t0, values: bool = True) -> State:
+    """The run's initial state (``problem.state0`` for None), checked (its values unless ``values=False``),
+    and ``t0`` checked."""
     state0 = problem.state0 if state0 is None else state0
     if not isinstance(state0, State):
         raise TypeError(f"state0 must be a jaxrot State, got {type(state0).__name__}")
-    check_state(state0)
+    check_state(state0, values)
     check_bodies(problem.body.J, state0)
     check_t0(t0)
     return state0
@@ -317,15 +387,17 @@ def check_bodies(J, state0: State) -> None:
                      f"(R of shape {state0.R.shape}): give one initial state per body (a leading axis of {shape[0]})")
 
 
-def prepare(method, problem, state0, dt, t0, n_steps, save_every, spelling="save_every={}"):
+def prepare(method, problem, state0, dt, t0, n_steps, save_every, spelling="save_every={}", values: bool = True):
     """Every host check of a fixed-step run; returns ``(method, state0, dt, t0, system)`` with ``dt``,
-    ``t0`` and the system in the dtype of the initial state."""
+    ``t0`` and the system in the dtype of the initial state. ``values=False``: the moments' and the
+    initial state's values are left to :func:`invalid_inputs` (a concrete ``dt`` and ``t0`` are
+    checked all the same)."""
     method = resolve_method(method)
-    check_problem(problem)
+    check_problem(problem, values)
     check_capability(method, problem)
     check_counts(n_steps, save_every, spelling)
     check_dt(dt)
-    state0 = checked_state0(problem, state0, t0)
+    state0 = checked_state0(problem, state0, t0, values)
     dtype = state0.R.dtype
     if state0.Pi.dtype != dtype:
         raise TypeError(f"state0.R is {dtype} but state0.Pi is {state0.Pi.dtype}; pass both in one dtype "

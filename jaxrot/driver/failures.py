@@ -36,6 +36,9 @@ class RESULTS(eqx.Enumeration):
     nonfinite_state = "the state became non-finite"
     invariant_drift = "an invariant drifted beyond the monitor's tolerance"
     max_steps_reached = "the adaptive controller used up max_steps before the end of the span"
+    invalid_input = ("an input was invalid (non-finite or non-physical moments, a non-finite or improper initial "
+                     "state, a step that is not finite and > 0, a non-finite t0): its outputs are NaN "
+                     "(simulate(..., on_invalid=\"nan\"))")
 
 
 class _Item(type(RESULTS.successful)):  # equinox's item class (not exported by name)
@@ -73,6 +76,7 @@ SOLVE_FAILED = int(RESULTS.solve_failed._value)
 NONFINITE_STATE = int(RESULTS.nonfinite_state._value)
 INVARIANT_DRIFT = int(RESULTS.invariant_drift._value)
 MAX_STEPS_REACHED = int(RESULTS.max_steps_reached._value)
+INVALID_INPUT = int(RESULTS.invalid_input._value)
 
 
 #: the structure of a RESULTS item, whose one leaf is its integer code(s)
@@ -132,6 +136,7 @@ _ADVICE = {
         "Loosen the InvariantMonitor's tolerance if this drift is acceptable, or reduce dt",
         "Loosen the InvariantMonitor's tolerance if this drift is acceptable, or tighten rtol/atol"),
     "max_steps_reached": (_MAX_STEPS, _MAX_STEPS),  # adaptive runs only
+    "invalid_input": ("Run with on_invalid=\"raise\" (the default) for the message naming the argument and body",) * 2,
 }
 _QUIET = "; or pass throw=False to get the per-body flags."
 

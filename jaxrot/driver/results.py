@@ -302,6 +302,48 @@ def load(path) -> Trajectory:
 _STRUCTURES: dict = {}
 
 
+class _InvalidDense(eqx.Module):
+    """A dense output whose invalid bodies (``bad``, one flag per body) evaluate to NaN."""
+
+    dense: Any
+    bad: jax.Array
+
+    def __call__(self, t) -> State:
+        return _nan_where(self.bad, self.dense(t))
+
+
+def _nan_where(bad, tree):
+    """``tree``'s floating-point leaves set to NaN where ``bad`` (one flag per body: the leaves' leading
+    axes); a ``where``, so that the cotangent reaching the replaced values is zero."""
+    def one(x):
+        if x is None or not jnp.issubdtype(x.dtype, jnp.floating):
+            return x
+        b = jnp.reshape(bad, jnp.shape(bad) + (1,) * (x.ndim - jnp.ndim(bad)))
+        return jnp.where(b, jnp.asarray(jnp.nan, x.dtype), x)
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+def invalid_marked(traj: Trajectory, invalid) -> Trajectory:
+    """``traj`` with the bodies of invalid inputs (``invalid``:
+    :class:`~jaxrot.driver.checks.Invalid`) marked: states, event and dense output NaN, ``failed_step``
+    0 and ``result`` :attr:`RESULTS.invalid_input <jaxrot.RESULTS>`; the times NaN where the step or
+    the start time was invalid. Returned as it is where the flags are concrete and none is set."""
+    from .failures import INVALID_INPUT
+
+    bad, times = invalid
+    if not isinstance(bad, jax.core.Tracer) and not isinstance(times, jax.core.Tracer) \
+            and not np.any(np.asarray(bad)):
+        return traj
+    ts = jnp.where(times, jnp.asarray(jnp.nan, traj.ts.dtype), traj.ts)
+    failed = jnp.where(bad, jnp.asarray(0, traj.failed_step.dtype), traj.failed_step)
+    result = result_of(jnp.where(bad, INVALID_INPUT, codes_of(traj.result)))
+    dense = None if traj.dense is None else _InvalidDense(traj.dense, bad)
+    return dataclasses.replace(traj, ts=ts, states=_nan_where(bad, traj.states), failed_step=failed, result=result,
+                               dense=dense, event_time=_nan_where(bad, traj.event_time),
+                               event_state=_nan_where(bad, traj.event_state))
+
+
 def built(cls, static, *fields):
     """``cls(*fields, provenance=static)`` for :class:`Trajectory` (``cls(*fields)`` for a class
     without static fields, ``static=None``), by unflattening its structure, remembered per structure of

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -24,9 +23,9 @@ from ..physics.problems import Problem
 from ..physics.stacking import stack_problems
 from ..physics.torques import FreeTorque
 from .adjoint import adjoint_for, adjoint_of
-from .checks import (cast, check_capability, check_dt, check_problem, checked_state0, checked_traced_times,
-                     is_concrete, prepare, resolve_method, scalar, system_of, traced_checks)
-from .controllers import Adaptive, Fixed
+from .arguments import controller as _controller, counts as _counts, saveat_of as _saveat
+from .checks import (cast, check_capability, check_problem, checked_state0, checked_traced_times,
+                     invalid_inputs, is_concrete, prepare, resolve_method, scalar, system_of, traced_checks)
 from .dense import checkpoint_interval
 from .events import check_event
 from .executors import choose_executor
@@ -39,75 +38,11 @@ from .loop import InvariantMonitor
 from .precision import full_precision
 from . import replay
 from .progress import progress_report
-from .results import Provenance, Trajectory
+from .results import Provenance, Trajectory, invalid_marked
 from .saveat import SaveAt
 from .tolerance import reachable_over_span, turned_angle, turning_angle, warn_turned
 
 __all__ = ["simulate", "stack_problems", "cast", "InvariantMonitor"]
-
-_DEFAULT_SAVEAT = SaveAt()
-
-
-def _counts(dt, n_steps, t0, t1):
-    """``n_steps`` given, or from the span ``t1 - t0`` (an integer number of steps ``dt``)."""
-    if n_steps is not None:
-        if t1 is not None:
-            raise ValueError("give n_steps or t1, not both")
-        return n_steps
-    if t1 is None:
-        raise ValueError("a run of constant steps needs n_steps or t1")
-    if not (is_concrete(t1) and is_concrete(dt) and is_concrete(t0)):
-        raise ValueError("with a traced dt, t0 or t1 give n_steps (the number of steps is static)")
-    check_dt(dt)  # a negative or zero step is named as itself, before the steps are counted from it
-    span, h = float(t1) - float(t0), float(dt)
-    if not span > 0:
-        raise ValueError(f"t1 must be after t0 (runs go forward in time), got t0 = {float(t0)!r}, t1 = {float(t1)!r}")
-    n = round(span / h)
-    if n < 1 or abs(n * h - span) > 1e-9 * max(abs(span), h):
-        raise ValueError(f"t1 - t0 = {span!r} is not a whole number of steps dt = {h!r} "
-                         f"({span / h:.6g} steps); adjust dt or t1, or give n_steps")
-    return n
-
-
-def _controller(stepsize, dt):
-    """The controller object and the step: ``Fixed(dt)`` and ``Adaptive(dt0=..., error="global", ...)``
-    are the older spellings (each warned about where it was made)."""
-    if stepsize is None:
-        return Fixed(), dt
-    if isinstance(stepsize, Fixed):
-        if stepsize.dt is not None:
-            if dt is not None:
-                raise ValueError("give dt or stepsize=Fixed(dt), not both (Fixed(dt) is deprecated: pass dt)")
-            dt = stepsize.dt
-        return stepsize, dt
-    if isinstance(stepsize, GlobalError):
-        return stepsize, dt
-    if isinstance(stepsize, Adaptive):
-        legacy = dict(stepsize.legacy)
-        if legacy.get("dt0") is not None:
-            if dt is not None:
-                raise ValueError("give dt or Adaptive(dt0=...), not both (dt0 is deprecated: pass dt)")
-            dt = legacy["dt0"]
-        if legacy.get("error") == "global":
-            plain = Adaptive(stepsize.rtol, stepsize.atol, max_steps=stepsize.max_steps)
-            kw = {k: legacy[k] for k in ("aim", "measure", "calibration_bodies") if k in legacy}
-            return GlobalError(plain, **kw), dt
-        return stepsize, dt
-    raise TypeError(f"stepsize must be jaxrot.Fixed(), jaxrot.Adaptive(rtol, atol) or jaxrot.GlobalError(...), "
-                    f"got {stepsize!r}")
-
-
-def _saveat(saveat, save_every):
-    if save_every is not None:
-        warnings.warn("save_every=k is deprecated: use saveat=jaxrot.SaveAt(steps=k)", DeprecationWarning, stacklevel=4)
-        if saveat is not None:
-            raise ValueError("give saveat or save_every, not both (save_every=k is SaveAt(steps=k))")
-        return SaveAt(steps=save_every)
-    if saveat is None:
-        return _DEFAULT_SAVEAT
-    if not isinstance(saveat, SaveAt):
-        raise TypeError(f"saveat must be a jaxrot.SaveAt, got {saveat!r}")
-    return saveat
 
 
 def _name(method) -> str:
@@ -150,7 +85,7 @@ def _dt_label(dt) -> str:
 def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t0=0.0, t1=None, state0=None,
              stepsize=None, saveat: SaveAt | None = None, event=None, adjoint=None, executor=None, progress=None,
              throw: bool = True, monitor: InvariantMonitor | None = None, unroll: int = 1,
-             save_every: int | None = None) -> Trajectory:
+             save_every: int | None = None, on_invalid: str = "raise") -> Trajectory:
     """Integrate one body or a batch of bodies; returns a :class:`~jaxrot.Trajectory`.
 
     Args:
@@ -179,6 +114,18 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
       unroll: inner-scan unroll factor of constant steps (a speed knob for tiny problems on CPU).
       save_every: deprecated, the older spelling of ``saveat=jaxrot.SaveAt(steps=k)``; still accepted,
         with a ``DeprecationWarning`` (not together with ``saveat``).
+      on_invalid: what an invalid input value does: ``"raise"`` (default) raises the ``ValueError``
+        naming the argument and the body (at once where the value is known; from the running program
+        under ``jit``, see :func:`~jaxrot.simulation_errors`); ``"nan"`` returns the run with NaN
+        states (and times, where the step or ``t0`` was invalid) for each body whose moments ``J``
+        (non-finite, not positive, or breaking the triangle inequality of a physical body), initial
+        state (non-finite, not a rotation), traced ``dt`` (not finite and > 0) or traced ``t0`` (not
+        finite) is invalid, with ``failed_step`` 0 and ``result`` ``RESULTS.invalid_input`` there and no
+        error, whatever ``throw`` says (``throw`` still raises for the other bodies' failed steps). The
+        same under ``jit``, ``vmap`` and ``grad``: a loss on the run is NaN, which an optimiser's line
+        search backs away from, and the gradients of the valid bodies of a batch stay finite. Shapes,
+        types, names and concrete ``dt``/``t0``/``t1`` (which fix the run's steps) are checked at once
+        either way, and ``jaxrot.RigidBody`` refuses concrete bad moments when it is made.
 
     Details (the loop, saving, events, adjoints, executors): docs/user_guide/running.md and
     docs/user_guide/saveat_events.md.
@@ -189,8 +136,12 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         traj = jaxrot.simulate("buss2p", p, 1e-3, 1000, saveat=jaxrot.SaveAt(steps=10))
         sol = jaxrot.simulate("buss4(3)", p, t1=1.0, stepsize=jaxrot.Adaptive(rtol=1e-8, atol=1e-8))
     """
-    plan_key = replay.key(method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, adjoint, executor,
-                          progress, throw, monitor, unroll, save_every)
+    if on_invalid not in ("raise", "nan"):
+        raise ValueError(f'on_invalid must be "raise" or "nan", got {on_invalid!r}')
+    # (a run that marks invalid inputs is not remembered: its checks are part of its run)
+    plan_key = None if on_invalid != "raise" else replay.key(
+        method, problem, dt, n_steps, t0, t1, state0, stepsize, saveat, event, adjoint, executor, progress, throw,
+        monitor, unroll, save_every)
     plan = replay.lookup(plan_key)
     if plan is not None:  # the same call again: checked already
         return plan()
@@ -209,7 +160,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         if n_steps is not None:
             raise ValueError("error-controlled steps take t1 (and saveat), not n_steps")
         return _adaptive(method, problem, controller, dt, t0, t1, state0, saveat, event, adjoint, executor, progress,
-                         throw, monitor, plan_key, inputs, value_key)
+                         throw, monitor, plan_key, inputs, value_key, on_invalid)
     if dt is None:
         raise ValueError("a run of constant steps needs dt")
     n_steps = _counts(dt, n_steps, t0, t1)
@@ -224,10 +175,15 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         every = every or checkpoint_interval(int(n_steps))
     final_only = every is None
     every = int(n_steps) if final_only else every
-    method, state0, dt, t0, system = prepare(method, problem, state0, dt, t0, n_steps, every, "SaveAt(steps={})")
+    method, state0, dt, t0, system = prepare(method, problem, state0, dt, t0, n_steps, every, "SaveAt(steps={})",
+                                             values=on_invalid == "raise")
     if event is not None:
         check_event(event, state0, state0.R.dtype)
-    system, state0, dt, t0 = traced_checks(system, state0, dt, t0)
+    invalid = None
+    if on_invalid == "raise":
+        system, state0, dt, t0 = traced_checks(system, state0, dt, t0)
+    else:
+        system, state0, dt, t0, invalid = invalid_inputs(system, state0, dt, t0)
     n_steps, every = int(n_steps), int(every)  # NumPy integers would be traced
     batched = state0.R.ndim == 3
     report = progress_report(progress, n_steps // every, every, n_steps)
@@ -246,24 +202,33 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     prov = _provenance(_name(given[0]), getattr(given[1], "name", None) or "(unnamed)", _dt_label(given[2]), n_steps,
                        every, str(state0.R.dtype), extra)
     build = trajectory_of(finish, system=spec.system, event=event, batched=batched, stacked=stacked, provenance=prov)
-    plan = functools.partial(_carry_out, runner.plan(spec), build, throw, "batched simulation: " if batched else "")
+    plan = functools.partial(_carry_out, runner.plan(spec), build, throw, "batched simulation: " if batched else "",
+                             invalid)
     if report is None:  # the plan's own values too: made inside someone's trace, they may be its tracers
         replay.remember(plan_key, plan, *inputs, spec.method, spec.system, spec.state0, spec.dt, spec.t0,
                         finish.ts_out, alias=value_key)
     return plan()
 
 
-def _carry_out(run, build, throw, where) -> Trajectory:
+def _carry_out(run, build, throw, where, invalid=None) -> Trajectory:
     """Carry out a checked constant-step run (``run``: the executor's plan) and make its trajectory
-    (``build``: :func:`~jaxrot.driver.integrate.trajectory_of`); a repeated call starts here."""
+    (``build``: :func:`~jaxrot.driver.integrate.trajectory_of`); a repeated call starts here.
+    ``invalid``: the bodies whose inputs were invalid (``on_invalid="nan"``), or None."""
     if isinstance(run, Bound):  # a compiled call's leaves straight into the trajectory
         leaves = run.leaves()
         traj = build.from_leaves(leaves, run.structure())
     else:
         traj = build(run())
+    return _finished(traj, throw, where, invalid)
+
+
+def _finished(traj, throw, where, invalid) -> Trajectory:
+    """The run's failures raised (``throw``), but not those of the bodies whose inputs were invalid,
+    which are marked instead (:func:`~jaxrot.driver.results.invalid_marked`)."""
     if throw:
-        raise_failures(traj.failed_step, traj.result, where, traj.states.R.dtype)
-    return traj
+        failed = traj.failed_step if invalid is None else jnp.where(invalid.bodies, -1, traj.failed_step)
+        raise_failures(failed, traj.result, where, traj.states.R.dtype)
+    return traj if invalid is None else invalid_marked(traj, invalid)
 
 
 def _output_times(saveat, t0: float, t_end: float, dtype=np.float64):
@@ -347,13 +312,14 @@ def _targets(saveat, t0, t1, dtype):
 
 
 def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, adjoint, executor, progress, throw,
-              monitor, plan_key=None, inputs=(), value_key=None) -> Trajectory:
+              monitor, plan_key=None, inputs=(), value_key=None, on_invalid="raise") -> Trajectory:
     given = method
     pair = _pair(method)
-    check_problem(problem)
+    values = on_invalid == "raise"
+    check_problem(problem, values)
     check_capability(pair, problem)
     stacked = state0 is None and jnp.ndim(problem.body.J) == 2
-    state0 = checked_state0(problem, state0, t0)
+    state0 = checked_state0(problem, state0, t0, values)
     dtype = state0.R.dtype
     if dt0 is not None and is_concrete(dt0) and not (np.isfinite(dt0) and float(dt0) > 0):
         raise ValueError(f"dt (the first trial step) must be finite and > 0, got {dt0!r}")
@@ -361,7 +327,11 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         check_event(event, state0, dtype)
     targets, keep_last, keep_first = _targets(saveat, t0, t1, dtype)
     system = system_of(problem, dtype)
-    system, state0, _, t0 = traced_checks(system, state0, scalar(1.0, dtype), scalar(t0, dtype))
+    invalid = None
+    if values:
+        system, state0, _, t0 = traced_checks(system, state0, scalar(1.0, dtype), scalar(t0, dtype))
+    else:
+        system, state0, _, t0, invalid = invalid_inputs(system, state0, scalar(1.0, dtype), scalar(t0, dtype))
     local = controller.controller if isinstance(controller, GlobalError) else controller
     adjoint = adjoint_for(adjoint, jax.tree_util.tree_leaves((system, state0, t0, dt0, targets, event, local)))
     every = saveat.every
@@ -371,14 +341,14 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     # the final error cannot go below the round-off over the span: said before the run, steps unchanged
     concrete = all(is_concrete(x) for x in (t0, targets))  # (NumPy: jnp ops inside a trace are traced)
     span = float(np.asarray(targets)[-1] - np.asarray(t0)) if concrete else None
-    rtol, atol, spoken = reachable_over_span(local.rtol, local.atol, dtype, problem.body.J, state0.Pi, span,
+    rtol, atol, spoken = reachable_over_span(local.rtol, local.atol, dtype, system.body.J, state0.Pi, span,
                                              where=where)
     # float32 with a torque: the check again after the run, from the angle the saved states show (a
     # torque can spin a body up; a torque-free body keeps |Pi|), whatever was said before it (the angle
     # seen before the run may be far short of the one turned); the tolerances as raised, not a calibration's
     turned = None if (dtype != jnp.float32 or isinstance(system.torque, FreeTorque)
                       or not concrete or not is_concrete(state0.Pi)) \
-        else functools.partial(_warn_turned, rtol, atol, dtype, problem.body.J, t0, state0.Pi, span,
+        else functools.partial(_warn_turned, rtol, atol, dtype, system.body.J, t0, state0.Pi, span,
                                event is not None and event.terminal, where)
     spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
                        local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
@@ -403,7 +373,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         # a plan is remembered only where nothing was said (no tolerance raised, no calibration)
         build = trajectory_of(finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov)
         plan = functools.partial(_carry_out, functools.partial(type(runner).run_attempts, runner, spec), build, throw,
-                                 "adaptive run: ")
+                                 "adaptive run: ", invalid)
         if turned is not None:
             plan = functools.partial(_then, plan, turned)
         replay.remember(plan_key, plan, *inputs, spec, alias=value_key)
@@ -417,8 +387,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         extra_counts = check(State(frames.states.R[..., 1:, :, :], frames.states.Pi[..., 1:, :]), extra_counts)
     traj = trajectory(frames, finish, system=system, event=event, batched=batched, stacked=stacked, provenance=prov,
                       extra_counts=extra_counts)
-    if throw:
-        raise_failures(traj.failed_step, traj.result, "adaptive run: ", traj.states.R.dtype)
+    traj = _finished(traj, throw, "adaptive run: ", invalid)
     return traj if turned is None else turned(traj)
 
 

@@ -19,6 +19,11 @@ The loss is ``1/2 sum |log(R_obs^T R_pred)|^2 / sigma^2`` (+ rate residuals if o
 by optax (L-BFGS by default) through :func:`jaxrot.simulate`; the uncertainty is the Gauss-Newton
 covariance ``s^2 (Jr^T Jr)^-1`` at the optimum (``s^2`` = reduced chi-square), mapped to the
 moments by the delta method.
+
+A trial point the optimiser's line search tries and the simulation cannot take (moments that overflow
+to inf, a step whose solve fails) gives a NaN loss, never an exception inside the compiled update:
+the model runs ``simulate(..., on_invalid="nan", throw=False)`` and sets the residuals of a run with
+a failed step to NaN, and the line search backs away from a non-finite loss.
 """
 
 from __future__ import annotations
@@ -85,6 +90,28 @@ def params_from_moments(J):
     return jnp.log(s - J)  # a = s - J1, b = s - J2, c = s - J3
 
 
+#: a guess on the physical boundary (a flat body, J_i = J_j + J_k: a second moment is 0), or nearer it
+#: than this fraction of the half-trace, starts this far inside it: the parametrisation needs every
+#: second moment positive, and one that starts near zero has a gradient near zero in its logarithm, on
+#: which the fit stalls at the boundary
+BOUNDARY_MARGIN = 1e-2
+
+
+def _start(J_guess) -> jax.Array:
+    """The parameters of the fit's first iterate: those of ``J_guess``, checked (the message names the
+    guess and what to give instead), moved inside the physical region where it lies on its boundary."""
+    from ..geometry.body import inertia_message
+
+    J = np.asarray(J_guess, np.float64)
+    message = inertia_message(J) if J.shape == (3,) else f"principal moments J must have shape (3,), got {J.shape}"
+    if message is not None:
+        raise ValueError(f"fit_inertia: the guess J_guess = {J.tolist()} is not a body's moments ({message}); "
+                         "give three positive moments with J_i <= J_j + J_k, e.g. the moments of a box of the "
+                         "body's size (jaxrot.RigidBody.box(a, b, c, mass).J)")
+    s = 0.5 * J.sum()
+    return jnp.log(jnp.asarray(np.maximum(s - J, BOUNDARY_MARGIN * s), jnp.result_type(float)))
+
+
 @dataclasses.dataclass
 class FitResult:
     J: np.ndarray
@@ -122,9 +149,13 @@ class _Model(eqx.Module):
         Q = so3.exp(p["q"]) if self.fit_axes else jnp.eye(3, dtype=J.dtype)
         Pi0 = J * (Q.T @ self.omega0) if self.Pi0 is None else Q.T @ self.Pi0
         prob = Problem(RigidBody(J), FreeTorque(), State(self.R0 @ Q, Pi0), self.dt * self.n_steps)
-        tr = simulate(self.method, prob, self.dt, self.n_steps, saveat=SaveAt(steps=self.save_every))
-        R = tr.states.R[1:] @ Q.T
-        return R, tr.states.Pi[1:] / J
+        # an invalid trial point (or a failed step) gives NaN residuals, which the line search rejects
+        tr = simulate(self.method, prob, self.dt, self.n_steps, saveat=SaveAt(steps=self.save_every), throw=False,
+                      on_invalid="nan")
+        states = tr.states
+        failed = tr.failed_step >= 0
+        R = jnp.where(failed, jnp.nan, states.R[1:]) @ Q.T
+        return R, jnp.where(failed, jnp.nan, states.Pi[1:]) / J
 
     def residuals(self, p):
         R, om = self.predict(p)
@@ -196,20 +227,20 @@ def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=
 
     ``omega0`` (with ``trace``) or ``Pi0`` fixes the scale; ``method`` is any registered method
     (implicit ones differentiate by the implicit function theorem; the default 4th-order
-    splitting's reverse-mode gradient compiled in 7.6 s against 24 s for ``buss4`` in our test
-    durations); ``substeps`` steps per
-    observation interval. Stops when the loss changes by less than ``tol`` (relative) or after
+    splitting's reverse-mode gradient compiles faster than ``buss4``'s); ``substeps`` steps per
+    observation interval. ``J_guess`` must be a body's moments (positive, ``J_i <= J_j + J_k``); one
+    on the boundary of that region (a flat body, ``J3 = J1 + J2``) starts :data:`BOUNDARY_MARGIN` of
+    the half-trace inside it (the fit's moments keep the guess's order of the axes: a guess whose
+    largest moment is on another axis than the body's finds another minimum). Stops when the loss changes by less than ``tol`` (relative) or after
     ``max_iters``. Returns moments, their standard deviations and covariance, the loss history and
     the reduced chi-square (about 1 when the noise model fits).
     """
-    from ..geometry.body import validate_inertia
-
-    validate_inertia(J_guess)
+    theta0 = _start(J_guess)
     if max_iters < 1:
         raise ValueError("max_iters must be >= 1")
     model = inertia_model(obs, R0, omega0=omega0, Pi0=Pi0, trace=trace, method=method, substeps=substeps,
                           fit_axes=fit_axes)
-    params = {"theta": params_from_moments(jnp.asarray(J_guess)), "q": jnp.zeros(3)}
+    params = {"theta": theta0, "q": jnp.zeros(3)}
 
     opt = optimizer if optimizer is not None else _LBFGS
     # optax's initial state holds weakly typed scalars that its update returns strongly typed: made
@@ -225,7 +256,10 @@ def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=
         if verbose and (k % 10 == 0 or k == 1):
             print(f"  iteration {k:4d}: loss {float(value):.6e}, |grad| {float(gnorm):.2e}", flush=True)
         if not np.isfinite(history[-1]):
-            raise FloatingPointError(f"loss became non-finite at iteration {k}")
+            raise FloatingPointError(
+                f"fit_inertia: the loss is not finite at iteration {k} (moments {np.asarray(model.moments(params))}, "
+                f"from J_guess = {np.asarray(J_guess).tolist()}): the simulation of every trial point the line "
+                "search tried failed; start from a guess nearer the body's moments, or give more substeps")
         if k > 2 and abs(history[-2] - history[-1]) <= tol * max(1.0, abs(history[-1])):
             break
 
