@@ -136,11 +136,12 @@ def test_a_traced_step_or_start_that_is_not_finite_marks_every_body_and_the_time
 def test_an_error_controlled_run_marks_its_invalid_bodies_too():
     def final(J):
         tr = jaxrot.simulate("buss4(3)", _with_J(J), t1=1.0, stepsize=jaxrot.Adaptive(1e-8, 1e-8), on_invalid="nan")
-        return jnp.sum(tr.final.R[:, 0]), tr.result
+        return jnp.sum(tr.final.R[:, 0]), tr.result, tr.controller.err_estimate
 
-    values, codes = jax.vmap(final)(jnp.stack([P.body.J, BAD_J]))
+    values, codes, errors = jax.vmap(final)(jnp.stack([P.body.J, BAD_J]))
     assert str(codes) == "RESULTS per body (2 bodies): 1 successful, 1 invalid_input"
     assert np.isfinite(values[0]) and np.isnan(values[1])
+    assert 0 < errors[0] <= 1 and np.isnan(errors[1])  # the stand-in's steps are not reported as the body's
 
 
 @pytest.mark.slow  # the reverse mode of an error-controlled loop compiles for seconds

@@ -316,8 +316,8 @@ def _nan_where(bad, tree):
     """``tree``'s floating-point leaves set to NaN where ``bad`` (one flag per body: the leaves' leading
     axes); a ``where``, so that the cotangent reaching the replaced values is zero."""
     def one(x):
-        if x is None or not jnp.issubdtype(x.dtype, jnp.floating):
-            return x
+        if x is None or not jnp.issubdtype(x.dtype, jnp.floating) or x.shape[:jnp.ndim(bad)] != jnp.shape(bad):
+            return x  # (not a value per body: a count, or one number for the whole batch)
         b = jnp.reshape(bad, jnp.shape(bad) + (1,) * (x.ndim - jnp.ndim(bad)))
         return jnp.where(b, jnp.asarray(jnp.nan, x.dtype), x)
 
@@ -326,9 +326,9 @@ def _nan_where(bad, tree):
 
 def invalid_marked(traj: Trajectory, invalid) -> Trajectory:
     """``traj`` with the bodies of invalid inputs (``invalid``:
-    :class:`~jaxrot.driver.checks.Invalid`) marked: states, event and dense output NaN, ``failed_step``
-    0 and ``result`` :attr:`RESULTS.invalid_input <jaxrot.RESULTS>`; the times NaN where the step or
-    the start time was invalid. Returned as it is where the flags are concrete and none is set."""
+    :class:`~jaxrot.driver.checks.Invalid`) marked: states, event, dense output and the controller's
+    error figures NaN, ``failed_step`` 0 and ``result`` :attr:`RESULTS.invalid_input <jaxrot.RESULTS>`;
+    the times NaN where the step or the start time was invalid. Returned as it is where the flags are concrete and none is set."""
     from .failures import INVALID_INPUT
 
     bad, times = invalid
@@ -340,7 +340,8 @@ def invalid_marked(traj: Trajectory, invalid) -> Trajectory:
     result = result_of(jnp.where(bad, INVALID_INPUT, codes_of(traj.result)))
     dense = None if traj.dense is None else _InvalidDense(traj.dense, bad)
     return dataclasses.replace(traj, ts=ts, states=_nan_where(bad, traj.states), failed_step=failed, result=result,
-                               dense=dense, event_time=_nan_where(bad, traj.event_time),
+                               controller=_nan_where(bad, traj.controller), dense=dense,
+                               event_time=_nan_where(bad, traj.event_time),
                                event_state=_nan_where(bad, traj.event_state))
 
 
