@@ -70,7 +70,8 @@ class Trajectory(eqx.Module):
     any); with ``SaveAt(t0=True)`` (the default) the initial state comes first. ``stats`` aggregates
     each saved interval's steps (leading axis: the frames after the first). ``failed_step`` is the
     first step (1-based) whose solve failed, whose state became non-finite or whose invariants
-    drifted, or -1; ``result`` the reason, a :class:`jaxrot.RESULTS` item, per body in a batch.
+    drifted, or -1 (0 where an input was invalid, with ``simulate(..., on_invalid="nan")``); ``result``
+    the reason, a :class:`jaxrot.RESULTS` item, per body in a batch.
     ``controller``: the step counts (:class:`AdaptiveStats`), per body.
     ``system``: the body and torque the run integrated (for energies and angular velocities).
     ``provenance`` records how it was made (method, problem, dt, steps, dtype, executor, versions) as
