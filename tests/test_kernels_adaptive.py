@@ -311,24 +311,30 @@ def test_cpu_slices_and_order_give_the_same_bits(monkeypatch):
 
 
 def test_support_and_refusals():
+    from jaxrot.kernels import adaptive_pairs
+
     p = problems.get("asymmetric_top")
     assert ka.supports_adaptive("rkmk8(5)", p.system) and ka.supports_adaptive("buss4(3)", p.system)
     assert ka.supports_adaptive(("rkmk8", jaxrot.integrators.RKMK8Embedded5()), p.system)
     assert ka.supports_adaptive(("buss4", "buss3"), p.system)
-    assert not ka.supports_adaptive("lie_taylor5(4)", p.system)
+    # a pair with no enrolled kernel runs its attempt generated from its JAX code
+    assert ka.supports_adaptive("lie_taylor5(4)", p.system) and adaptive_pairs.uses_generated("lie_taylor5(4)", p.system)
     assert not ka.supports_adaptive(("buss4", "buss2"), p.system)
+    # a pair built on the exact flow's elliptic functions (a sort) is refused, naming the primitive
+    assert "'sort'" in ka.why_not_adaptive("exact_split_tj4(2)", p.system)
     gg = problems.get("gravity_gradient")
-    assert ka.supports_adaptive("rkmk8(5)", gg.system) and not ka.supports_adaptive("buss4(3)", gg.system)
-    assert "restates the torques" in ka.why_not_adaptive("buss4(3)", gg.system)
-    # an event condition the restatement cannot write out (a loop) is refused, with the reason
-    looped = jaxrot.Event(lambda t, s, a: jax.lax.fori_loop(0, 3, lambda i, x: x + s.R[1, 1], 0.0))
-    assert not ka.supports_adaptive("rkmk8(5)", p.system, looped)
-    assert "event condition" in ka.why_not_adaptive("rkmk8(5)", p.system, looped)
+    # buss4(3)'s enrolled kernel does not restate the gravity gradient: its generated attempt does
+    assert ka.supports_adaptive("rkmk8(5)", gg.system) and not adaptive_pairs.uses_generated("rkmk8(5)", gg.system)
+    assert ka.supports_adaptive("buss4(3)", gg.system) and adaptive_pairs.uses_generated("buss4(3)", gg.system)
+    # an event condition the restatement cannot write out (a sort) is refused, with the reason
+    sorted_ = jaxrot.Event(lambda t, s, a: jnp.sort(s.Pi)[0])
+    assert not ka.supports_adaptive("rkmk8(5)", p.system, sorted_)
+    assert "event condition" in ka.why_not_adaptive("rkmk8(5)", p.system, sorted_)
     S = _batch(p, jnp.float64, n=2)
     with pytest.raises(ValueError, match="event condition"):
-        ka.fused_adaptive("rkmk8(5)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8, event=looped)
+        ka.fused_adaptive("rkmk8(5)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8, event=sorted_)
     with pytest.raises(ValueError, match="no fused adaptive kernel"):
-        ka.fused_adaptive("lie_taylor5(4)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8)
+        ka.fused_adaptive("exact_split_tj4(2)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8)
     with pytest.raises(ValueError, match="max_steps"):
         ka.fused_adaptive("rkmk8(5)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8, max_steps=0)
 

@@ -14,8 +14,9 @@ import pytest
 import jaxrot
 from jaxrot import State, StepStats, integrators, kernels, so3
 from jaxrot.driver import failures
-from jaxrot.integrators import AbstractIntegrator
-from jaxrot.kernels import generate
+from jaxrot.integrators import AbstractPair
+from jaxrot.physics.flow import pack_body
+from jaxrot.kernels import adaptive, adaptive_pairs, generate
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
@@ -103,7 +104,7 @@ def test_a_failed_newton_solve_is_reported_per_body():
     assert failures.SOLVE_FAILED in np.asarray(fused.result._value).tolist()
 
 
-class CrouchGrossman3(AbstractIntegrator):
+class CrouchGrossman3(AbstractPair):
     """The third-order Crouch-Grossman method (Crouch & Grossman, J. Nonlinear Sci. 3 (1993); the
     coefficients of Owren & Marthinsen, BIT 39 (1999)) on ``R' = R hat(Om)``, ``Pi' = Pi x Om + R^T tau``:
     stages ``R_i = R exp(h a_i1 hat K1) ... exp(h a_i,i-1 hat K_{i-1})``, the update a product of
@@ -113,7 +114,12 @@ class CrouchGrossman3(AbstractIntegrator):
     reference = "Crouch & Grossman 1993"
     family = "user"
 
-    def step(self, system, t, state, aux, dt):
+    def error_order(self):
+        return 2
+
+    def step_with_error(self, system, t, state, aux, dt):
+        """The third-order result and its difference to the second-order one from the first two stages
+        (weights 1/3, 2/3: ``b1 + b2 = 1``, ``b2 c2 = 1/2``)."""
         A = ((), (3 / 4,), (119 / 216, 17 / 108))
         b = (13 / 51, -2 / 3, 24 / 17)
         c = (0.0, 3 / 4, 17 / 24)
@@ -127,11 +133,15 @@ class CrouchGrossman3(AbstractIntegrator):
             Om = Pi / J
             K.append(Om)
             F.append(jnp.cross(Pi, Om) + R.T @ system.torque(t + c[i] * dt, R, Pi))
-        R, Pi = state.R, state.Pi
-        for bi, k, f in zip(b, K, F):
-            R = R @ so3.exp(dt * bi * k)
-            Pi = Pi + dt * bi * f
-        return State(R, Pi), aux, StepStats.explicit()
+        out = []
+        for weights in (b, (1 / 3, 2 / 3)):
+            R, Pi = state.R, state.Pi
+            for bi, k, f in zip(weights, K, F):
+                R = R @ so3.exp(dt * bi * k)
+                Pi = Pi + dt * bi * f
+            out.append(State(R, Pi))
+        high, low = out
+        return high, aux, StepStats.explicit(), pack_body(high.R, high.Pi) - pack_body(low.R, low.Pi)
 
 
 def test_a_method_written_outside_the_package_runs_fused():
@@ -153,3 +163,36 @@ def test_an_unsupported_primitive_is_named_in_the_refusal():
     assert why is not None and "'svd'" in why
     with pytest.raises(ValueError, match="'svd'"):
         jaxrot.simulate("euler_svd", p, 1e-3, 10, executor=jaxrot.Fused())
+
+
+def test_a_pair_written_outside_the_package_runs_fused_with_error_control_and_an_event():
+    p = jaxrot.problems.get("fast_top")
+    m = CrouchGrossman3()
+    s0 = _batch(p, n=4)
+    flip = jaxrot.Event(lambda t, s, args: s.R[0, 0] - 0.5, direction=-1, terminal=True)  # the spin turns the x axis
+    kw = dict(state0=s0, t1=0.5, stepsize=jaxrot.Adaptive(rtol=1e-7, atol=1e-7), event=flip,
+              saveat=jaxrot.SaveAt(ts=jnp.linspace(0.1, 0.5, 5)))
+    assert adaptive.supports_adaptive(m, p.system, flip)
+    fused = jaxrot.simulate(m, p, executor=jaxrot.Fused(), **kw)
+    xla = jaxrot.simulate(m, p, executor=jaxrot.XLA(), **kw)
+    assert dict(fused.provenance)["executor"].startswith("Fused")
+    np.testing.assert_array_equal(np.asarray(fused.controller.n_accepted), np.asarray(xla.controller.n_accepted))
+    np.testing.assert_allclose(np.asarray(fused.event_time), np.asarray(xla.event_time), rtol=1e-10)
+    assert np.all(np.isfinite(np.asarray(fused.event_time)))
+    np.testing.assert_allclose(np.asarray(fused.states.Pi), np.asarray(xla.states.Pi), rtol=0,
+                               atol=1e-9 * float(jnp.max(jnp.abs(xla.states.Pi))))
+
+
+@pytest.mark.parametrize("name", ["lie_taylor5(4)", pytest.param("buss4(3)", marks=pytest.mark.slow)])
+def test_registered_pairs_take_their_generated_attempt(name):
+    """A pair with no enrolled kernel (lie_taylor5(4)), or with a torque its enrolled kernel does not
+    restate (buss4(3) with the Coulomb wall's), runs with its attempt generated."""
+    p = jaxrot.problems.get("coulomb_wall" if name == "buss4(3)" else "free_body_mz")
+    m = integrators.get(name)
+    assert adaptive_pairs.uses_generated(m, p.system)
+    kw = dict(state0=_batch(p), t1=1.0, stepsize=jaxrot.Adaptive(rtol=1e-8, atol=1e-8))
+    fused = jaxrot.simulate(name, p, executor=jaxrot.Fused(), **kw)
+    xla = jaxrot.simulate(name, p, executor=jaxrot.XLA(), **kw)
+    np.testing.assert_array_equal(np.asarray(fused.controller.n_accepted), np.asarray(xla.controller.n_accepted))
+    np.testing.assert_allclose(np.asarray(fused.states.Pi), np.asarray(xla.states.Pi), rtol=0,
+                               atol=1e-11 * float(jnp.max(jnp.abs(xla.states.Pi))))

@@ -49,8 +49,10 @@ from ..integrators.pairs import first_interval
 from ..integrators.pairs import first_step as pair_first_step
 from ._common import warp
 from .adaptive_launch import launch
+from . import torque_params
 from .adaptive_pairs import (ADAPTIVE_KERNELS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry,
-                             AdaptiveRun, pair_name, supports_adaptive, why_not_adaptive)
+                             AdaptiveRun, generated_pair, pair_name, supports_adaptive, uses_generated,
+                             why_not_adaptive)
 
 __all__ = ["ADAPTIVE_KERNELS", "AdaptiveEntry", "AdaptiveRun", "fused_adaptive", "supports_adaptive",
            "why_not_adaptive", "pair_name", "first_step", "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
@@ -134,10 +136,17 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
     if adjoint not in ("forward", "reverse"):
         raise ValueError(f"adjoint must be 'forward' or 'reverse', got {adjoint!r}")
     warp()  # the ImportError early, outside any trace
-    name = pair_name(pair)
     dtype = states0.R.dtype
     B = states0.R.shape[0]
-    q = ADAPTIVE_KERNELS[name].controller_order
+    generated = uses_generated(pair, system)
+    if generated:  # the attempt generated from the pair's JAX code
+        from .. import integrators
+
+        pair_obj = integrators.get(pair) if isinstance(pair, str) else pair
+        name, q = None, int(pair_obj.error_order())
+    else:
+        name = pair_name(pair)
+        q = ADAPTIVE_KERNELS[name].controller_order
     max_steps = int(max_steps)
 
     def to_dtype(system):
@@ -153,6 +162,11 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
             h0 = first_step(q, system, states0, t0, ts, rtol_b)
         else:
             h0 = jnp.broadcast_to(jnp.asarray(dt0, dtype), (B,))
+        if generated:
+            offset = 0 if event is None else int(torque_params(system.torque, dtype).shape[0])
+            gen_name, P = generated_pair(pair_obj, system, dtype, offset)
+            return launch(gen_name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event,
+                          method_params=P)
         return launch(name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event)
 
     given = dict(t0=t0, ts=ts, rtol=rtol, atol=atol, dt0=dt0)

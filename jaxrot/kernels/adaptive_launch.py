@@ -82,12 +82,19 @@ def _callable(*key):
     return wp.jax_callable(split, num_outputs=len(_OUTPUTS), vmap_method="sequential")
 
 
-def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event):
+def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params=None):
+    """The kernel of pair ``name`` (an enrolled pair, or a generated one whose parameters are
+    ``method_params``) on a batch; an :class:`AdaptiveRun`."""
     dtype = states0.R.dtype
     B, n_out = states0.R.shape[0], ts.shape[0]
-    kind = torque_kind(system.torque, dtype)
-    P = torque_params(system.torque, dtype)
-    K = int(P.shape[0] // 3) if kind == "poly" else 0
+    if method_params is not None and event is None:  # (the torque is inside the generated attempt)
+        kind, P, K = "free", method_params, 0
+    else:
+        kind = torque_kind(system.torque, dtype)
+        P = torque_params(system.torque, dtype)
+        K = int(P.shape[0] // 3) if kind == "poly" else 0
+        if method_params is not None:  # the dense output's torque parameters first, then the pair's
+            P = jnp.concatenate([P, method_params])
     if event is None:
         ekey, Q, direction, terminal = None, jnp.zeros((1,), dtype), None, True
     else:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import KERNELS, method_name, registered_name, torque_kind, torque_refusal
+from . import KERNELS, method_name, registered_name, torque_kind, torque_params, torque_refusal
 from . import event_restate
 from ._common import so3_funcs, warp
 
@@ -68,6 +68,13 @@ class AdaptiveEntry:
         return int(self.low_method().order)
 
     @property
+    def high_order(self) -> int | None:
+        """The order of the kept (higher-order) result."""
+        from .. import integrators
+
+        return getattr(integrators.get(self.high), "order", None)
+
+    @property
     def controller_order(self) -> int:
         """``q`` of the PI controller's exponents (the JAX pair's ``error_order()``)."""
         return self.low_order if self.error_order is None else int(self.error_order)
@@ -99,6 +106,66 @@ ADAPTIVE_KERNELS: dict[str, AdaptiveEntry] = {
                                 estimator="dop853", error_order=7),
     "buss4(3)": AdaptiveEntry("buss4", "buss3"),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedPair:
+    """A pair whose attempt is generated from its JAX code (:func:`jaxrot.kernels.generate.lower_pair`):
+    ``key`` names the generated functions; the memory is carried from accepted step to accepted step
+    (as the XLA loop carries ``aux``)."""
+
+    key: str
+    controller_order: int
+    high_order: int | None
+    memory: str = "carried"
+
+
+#: generated pairs by name (``"gen:<key>"``), as the kernels' builders look them up
+GENERATED_PAIRS: dict[str, GeneratedPair] = {}
+
+
+def entry_of(name: str):
+    """The kernel entry of a pair's name: an enrolled pair's, or a generated one's."""
+    return ADAPTIVE_KERNELS[name] if name in ADAPTIVE_KERNELS else GENERATED_PAIRS[name]
+
+
+def generated_pair(pair, system, dtype, offset: int = 0):
+    """``(name, parameters)`` of ``pair``'s generated attempt for ``system`` at ``dtype`` (its parameters
+    from ``P[offset]`` on), registered in :data:`GENERATED_PAIRS`; raises ``Unsupported`` where the pair
+    cannot be restated."""
+    from .generate import lower_pair
+
+    low = lower_pair(pair, system, dtype, offset)
+    name = f"gen:{low.key}"
+    if name not in GENERATED_PAIRS:
+        GENERATED_PAIRS[name] = GeneratedPair(low.key, int(pair.error_order()), getattr(pair, "order", None))
+    return name, low.params
+
+
+def _generated_refusal(pair, system, event) -> str | None:
+    """Why no generated attempt runs ``pair`` (an :class:`jaxrot.integrators.AbstractPair` instance)
+    with ``system`` and ``event``, or None."""
+    from ..integrators import AbstractPair
+    from .generate import pair_reason
+
+    if not isinstance(pair, AbstractPair):
+        return "it is not an embedded pair (jaxrot.integrators.AbstractPair)"
+    dtype = _dtype(system)
+    offset = 0
+    if event is not None:
+        # the event is located on the dense output, whose interpolant restates the torque as the
+        # hand-written kernels' torques do
+        kind = torque_kind(system.torque, dtype)
+        if kind is None:
+            return f"an event is located with the torques the kernels restate, not {type(system.torque).__name__}"
+        offset = int(torque_params(system.torque, dtype).shape[0])
+    why = pair_reason(pair, system, dtype, offset)
+    return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
+
+
+def _dtype(system):
+    J = system.body.J
+    return J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else jnp.zeros(()).dtype
 
 
 class AdaptiveRun(NamedTuple):
@@ -167,13 +234,20 @@ def pair_name(pair) -> str | None:
 def why_not_adaptive(pair, system, event=None) -> str | None:
     """Why :func:`supports_adaptive` is False (a sentence), or None."""
     name = pair_name(pair)
-    if name is None:
-        label = pair if isinstance(pair, (str, tuple)) else registered_name(pair)
-        return (f"no fused adaptive kernel for the pair {label} (kernels: {', '.join(ADAPTIVE_KERNELS)}; "
-                "see docs/kernels.md)")
     J = system.body.J
     if getattr(J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
+    if name is None or not _enrolled_torque(name, system):
+        if isinstance(pair, str):
+            from .. import integrators
+
+            pair = integrators.get(pair)
+        why = _generated_refusal(pair, system, event) if not isinstance(pair, tuple) else "a tuple of methods"
+        if why is None:
+            return _event_refusal(event, _dtype(system))
+        if name is None:
+            label = pair if isinstance(pair, (str, tuple)) else registered_name(pair)
+            return f"no fused adaptive kernel for the pair {label}: {why}"
     dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else jnp.zeros(()).dtype
     kind = torque_kind(system.torque, dtype)
     if kind is None:
@@ -181,11 +255,27 @@ def why_not_adaptive(pair, system, event=None) -> str | None:
     if kind.split(":", 1)[0] not in ADAPTIVE_KERNELS[name].torques:
         return (f"the adaptive kernel of {name} restates the torques {', '.join(ADAPTIVE_KERNELS[name].torques)}, "
                 f"not {type(system.torque).__name__}")
+    return _event_refusal(event, dtype)
+
+
+def _enrolled_torque(name: str, system) -> bool:
+    kind = torque_kind(system.torque, _dtype(system))
+    return kind is not None and kind.split(":", 1)[0] in ADAPTIVE_KERNELS[name].torques
+
+
+def _event_refusal(event, dtype) -> str | None:
     if event is not None:
         why = event_restate.reason(event.cond_fn, dtype)
         if why is not None:
             return f"the event condition cannot be restated in a kernel: {why}"
     return None
+
+
+def uses_generated(pair, system) -> bool:
+    """Whether a fused run of ``pair`` takes its generated attempt (no enrolled kernel for the pair and
+    the torque)."""
+    name = pair_name(pair)
+    return name is None or not _enrolled_torque(name, system)
 
 
 def supports_adaptive(pair, system, event=None) -> bool:

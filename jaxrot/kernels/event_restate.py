@@ -20,7 +20,8 @@ import math
 import numpy as np
 
 from ..geometry import so3
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate, verdict
+from .generate_checks import verdict
+from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
 
 __all__ = ["Unsupported", "lower", "reason", "event_g", "evaluate"]
 

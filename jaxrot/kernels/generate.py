@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate, verdict
+from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
 
 __all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "SOLVE_FAILED", "NONFINITE_STATE"]
 
@@ -69,7 +69,7 @@ def _parts(method, system):
     return eqx.partition((method, system), eqx.is_array)
 
 
-def _cache_key(method, system, dtype):
+def _cache_key(method, system, dtype, *extra):
     """What the generated source depends on: the classes and static structure of the method and the
     system, the shapes and dtypes of their arrays (not the values), the values of their other leaves;
     ``None`` where some part cannot be hashed."""
@@ -78,7 +78,7 @@ def _cache_key(method, system, dtype):
     leaves, treedef = jax.tree_util.tree_flatten((method, system))
     parts = tuple(("array", tuple(x.shape), np.dtype(x.dtype).name) if hasattr(x, "shape") and hasattr(x, "dtype")
                   else ("value", type(x).__name__, x) for x in leaves)
-    key = (treedef, parts, np.dtype(dtype).name)
+    key = (treedef, parts, np.dtype(dtype).name, *extra)
     try:
         hash(key)
     except TypeError:
@@ -112,9 +112,10 @@ def _uses(jaxpr, var) -> bool:
     return any(var in e.invars for e in jaxpr.eqns) or var in jaxpr.outvars
 
 
-def _generate(method, system, dtype):
+def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
     """``(key, memory length, closed-over tracers)``: the source of ``init``, ``step`` and ``reason``
-    (registered in :data:`_SOURCES`)."""
+    (registered in :data:`_SOURCES`); with ``pair``, of ``init`` and ``attempt`` (an embedded pair's
+    step with its scaled error, :func:`attempt_funcs`). The method's parameters start at ``P[offset]``."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -151,14 +152,27 @@ def _generate(method, system, dtype):
         return (new.R, new.Pi, jax.tree_util.tree_leaves(aux), jnp.asarray(stats.newton_iters),
                 jnp.asarray(stats.clamped), jnp.asarray(stats.converged))
 
-    closed_step = jax.make_jaxpr(step_fn)(sds((), dt), sds((3, 3), dt), sds((3,), dt), memory, sds((), dt), specs)
+    def attempt_fn(t, R, Pi, A, h, flat, rt, at):
+        from ..physics.flow import pack_body
+
+        m, s = rebuild(flat)
+        new, aux, stats, y_err = m.step_with_error(s, t, State(R, Pi), jax.tree_util.tree_unflatten(mem_tdef, list(A)), h)
+        err = m.error_norm(pack_body(R, Pi), pack_body(new.R, new.Pi), y_err, rt, at)
+        return new.R, new.Pi, jax.tree_util.tree_leaves(aux), err
+
+    scalar = sds((), dt)
+    if pair:
+        closed_step = jax.make_jaxpr(attempt_fn)(scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs,
+                                                 scalar, scalar)
+    else:
+        closed_step = jax.make_jaxpr(step_fn)(scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs)
     if _uses(closed_init.jaxpr, closed_init.jaxpr.invars[3]):
         raise Unsupported("a memory (init) that depends on the start time")
 
     g = Source(dt == jnp.float64)
     # P: the arrays of the method and the system, then the functions' closed-over tracers; the body's
     # moments read from the kernel's J (held in registers) instead
-    P, off = [], 0
+    P, off = [], offset
     for x in leaves:
         if x is J:
             P.append(_named(lambda i: f"J[{i[0]}]", (3,)))
@@ -199,14 +213,36 @@ def _generate(method, system, dtype):
     for v in memory:
         A.append(_elements("A", v.shape, off_a, v.dtype))
         off_a += int(np.prod(v.shape, dtype=int))
-    outs = restate(g, closed_step.jaxpr, consts(closed_step), [t, R, Pi, *A, h, *P])
+    extra = [_named(lambda i: "rt", ()), _named(lambda i: "at", ())] if pair else []
+    outs = restate(g, closed_step.jaxpr, consts(closed_step), [t, R, Pi, *A, h, *P, *extra])
+    if pair:
+        mem1 = [e for o in outs[2:-1] for e in np.asarray(o).reshape(-1)]
+        ret_R = [_as_float(g, e) for e in np.asarray(outs[0]).reshape(-1)]
+        ret_Pi = [_as_float(g, e) for e in np.asarray(outs[1]).reshape(-1)]
+        ret_A = [_as_float(g, e) for e in mem1] + ["S(1.0)"]
+        err = _as_float(g, np.asarray(outs[-1]).reshape(()).item())
+        step_src = ("def attempt(R: M, Pi: V, A: A_T, t: S, h: S, J: V, P: wp.array(dtype=S), rt: S, at: S):\n"
+                    + "".join(x + "\n" for x in g.lines)
+                    + f"    return M({', '.join(ret_R)}), V({', '.join(ret_Pi)}), A_T({', '.join(ret_A)}), {err}\n")
+        reason_src, constant_stats = "", False
+    else:
+        step_src, reason_src, constant_stats = _step_source(g, outs, n_mem)
+    src = init_src + "\n\n" + step_src + "\n\n" + reason_src
+    key = hashlib.sha1((src + repr(g.lits)).encode()).hexdigest()[:16]
+    _SOURCES[key] = (src, tuple(g.lits), n_mem, constant_stats)
+    return key, n_mem, tuple(traced)
+
+
+def _step_source(g, outs, n_mem):
+    """The source of ``step`` and ``reason`` from the restated step's outputs, and whether its
+    statistics are constant."""
     R1, Pi1, iters, clamped, conv = outs[0], outs[1], outs[-3], outs[-2], outs[-1]
     mem1 = [e for o in outs[2:-3] for e in np.asarray(o).reshape(-1)]
     # the kernel writes no step statistics: they are kept where every step's are the same constants
     # (no solve, nothing clamped), as the trajectory's zeros then say
     stats = [np.asarray(x).reshape(()).item() for x in (iters, clamped, conv)]
     constant_stats = [e.value for e in stats] == [0, 0, True]
-    ok = np.asarray(conv).reshape(()).item()
+    ok = stats[2]
     ret_R = [_as_float(g, e) for e in np.asarray(R1).reshape(-1)]
     ret_Pi = [_as_float(g, e) for e in np.asarray(Pi1).reshape(-1)]
     ret_A = [_as_float(g, e) for e in mem1] + [_as_float(g, ok)]
@@ -220,23 +256,20 @@ def _generate(method, system, dtype):
                   f"    elif A[{n_mem - 1}] == S(0.0):\n"
                   f"        code = int({SOLVE_FAILED})\n"
                   "    return code\n")
-    src = init_src + "\n\n" + step_src + "\n\n" + reason_src
-    key = hashlib.sha1((src + repr(g.lits)).encode()).hexdigest()[:16]
-    _SOURCES[key] = (src, tuple(g.lits), n_mem, constant_stats)
-    return key, n_mem, tuple(traced)
+    return step_src, reason_src, constant_stats
 
 
-def _lowered(method, system, dtype):
-    import jax
-
-    ck = _cache_key(method, system, dtype)
+def _lowered(method, system, dtype, pair: bool = False, offset: int = 0):
+    ck = _cache_key(method, system, dtype, pair, offset)
     hit = _LOWERED.get(ck) if ck is not None else None
     if isinstance(hit, Unsupported):
         raise hit
     if hit is None:
         try:
-            hit = _generate(method, system, dtype)
-            _check(method, system, dtype, hit)
+            hit = _generate(method, system, dtype, pair, offset)
+            from .generate_checks import check
+
+            check(method, system, dtype, hit, pair, offset)
         except Unsupported as err:
             if ck is not None:
                 _LOWERED[ck] = err
@@ -249,6 +282,32 @@ def _lowered(method, system, dtype):
         if ck is not None and not hit[2]:
             _LOWERED[ck] = hit
     return hit
+
+
+def lower_pair(pair, system, dtype, offset: int = 0) -> Lowered:
+    """Restate an embedded pair's ``init`` and one attempt (``step_with_error`` and ``error_norm``) for
+    ``system`` at ``dtype``, its parameters from ``P[offset]`` on (:func:`attempt_funcs`); raises
+    :class:`Unsupported` as :func:`lower`."""
+    key, n_mem, traced = _lowered(pair, system, dtype, True, offset)
+    return Lowered(key, n_mem, params(pair, system, dtype, traced))
+
+
+def pair_reason(pair, system, dtype, offset: int = 0) -> str | None:
+    """Why ``pair`` has no generated attempt for ``system`` at ``dtype`` (``None`` if it has one)."""
+    try:
+        _lowered(pair, system, dtype, True, offset)
+    except Unsupported as err:
+        return str(err)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def attempt_funcs(S, key: str):
+    """``(init, attempt)``: the Warp functions of a generated pair, ``attempt(R, Pi, A, t, h, J, P, rt,
+    at) -> (R, Pi, A, err)``, the higher-order result and the scaled error the controller accepts at
+    most 1."""
+    env = _compiled_env(S, key)
+    return env["init"], env["attempt"]
 
 
 def lower(method, system, dtype) -> Lowered:
@@ -288,9 +347,8 @@ def reason(method, system, dtype) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def funcs(S, key: str):
-    """``(init, step, reason)``: the Warp functions of a generated method (by its ``key``), compiled
-    once per scalar type."""
+def _compiled_env(S, key: str) -> dict:
+    """The generated source of ``key`` executed for scalar type ``S``: its functions as Warp functions."""
     from ._common import so3_funcs, warp
 
     wp = warp()
@@ -302,7 +360,15 @@ def funcs(S, key: str):
     env = {"S": S, "V": c.V, "M": c.M, "A_T": wp.types.vector(n_mem, S), "wp": wp, "LIT": list(lits), "math": math,
            "__name__": f"jaxrot_method_{key}"}
     exec(compile(src, fname, "exec"), env)  # noqa: S102 - source generated above from a jaxpr, not user text
-    return wp.func(env["init"]), wp.func(env["step"]), wp.func(env["reason"])
+    return {k: wp.func(v) for k, v in env.items() if k in ("init", "step", "reason", "attempt")}
+
+
+@functools.lru_cache(maxsize=None)
+def funcs(S, key: str):
+    """``(init, step, reason)``: the Warp functions of a generated method (by its ``key``), compiled
+    once per scalar type."""
+    env = _compiled_env(S, key)
+    return env["init"], env["step"], env["reason"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -313,72 +379,3 @@ def loop(dtype_name: str, key: str):
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
     return S, loop_kernel(S, *funcs(S, key), key=f"gen_{key}_{dtype_name}")
-
-
-#: (key, dtype name) -> None (compiled and agreed) or why not
-_CHECKED: dict = {}
-
-
-def _check(method, system, dtype, hit):
-    """Run the generated kernel one step from ``init`` on a few random states and compare with the JAX
-    step (where the arrays are concrete; compiled only where traced)."""
-    verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(method, system, dtype, hit),
-            "the generated step")
-
-
-def _compare(method, system, dtype, hit):
-    import jax
-    import jax.numpy as jnp
-
-    from ..geometry import so3
-    from ..geometry.state import State
-    from ._common import warp
-
-    key, n_mem, traced = hit
-    wp = warp()
-    S, kernel = loop(np.dtype(dtype).name, key)
-    arrays = jax.tree_util.tree_leaves(_parts(method, system)[0])
-    n = 4
-    rng = np.random.default_rng(0)
-    with jax.ensure_compile_time_eval():
-        if traced or any(isinstance(x, jax.core.Tracer) for x in arrays):
-            return None  # (compiled above; the values are known only inside the trace)
-        J = np.asarray(system.body.J, dtype)
-        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
-        Om = rng.normal(size=(n, 3)) * 2.0
-        Pi = (Om * J).astype(dtype)
-        h = np.asarray(1e-2 / max(1.0, float(np.max(np.abs(Om)))), dtype)
-
-        def ref(R, Pi):
-            s = State(R, Pi)
-            aux = method.init(system, jnp.asarray(0.0, dtype), s, h)
-            new, _, _ = method.step(system, jnp.asarray(0.0, dtype), s, aux, h)
-            return new.R, new.Pi
-
-        want_R, want_Pi = (np.asarray(x) for x in jax.vmap(ref)(jnp.asarray(R), jnp.asarray(Pi)))
-        P = np.asarray(params(method, system, dtype))
-    c = _vectors(S)
-    dev = "cpu"
-    outs = [wp.zeros((n, 1), dtype=c.M, device=dev), wp.zeros((n, 1), dtype=c.V, device=dev),
-            wp.zeros(n, dtype=wp.int32, device=dev), wp.zeros(n, dtype=wp.int32, device=dev)]
-    ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
-           wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
-           wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev), 1, 1]
-    wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
-    got_R, got_Pi = outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]
-    eps = np.finfo(dtype).eps
-    for name, got, want in (("R", got_R, want_R), ("Pi", got_Pi, want_Pi)):
-        flat_g, flat_w = got.reshape(n, -1), want.reshape(n, -1)
-        scale = np.maximum(np.max(np.abs(np.where(np.isfinite(flat_w), flat_w, 0.0)), axis=1, keepdims=True), 1e-300)
-        same = (np.abs(flat_g - flat_w) <= 1000 * eps * scale) | (np.isnan(flat_g) & np.isnan(flat_w))
-        if not np.all(same):
-            i = int(np.argmin(np.all(same, axis=1)))
-            return (f"the generated step differs from the JAX step at a test state ({name}: {flat_g[i].tolist()} "
-                    f"against {flat_w[i].tolist()})")
-    return None
-
-
-def _vectors(S):
-    from ._common import so3_funcs
-
-    return so3_funcs(S)

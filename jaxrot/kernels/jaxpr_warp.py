@@ -3,9 +3,9 @@
 :class:`Source` collects the generated lines and literals; :func:`restate` walks a jaxpr's equations
 with every value held as a NumPy object array of :class:`Element` (an expression and its kind), so
 that reshapes, slices, transposes and broadcasts move expressions without emitting code, and
-element-wise primitives, contractions and reductions emit one line per output element. A primitive
-(or a form of one) without a restatement raises :class:`Unsupported`.
-"""
+element-wise primitives, contractions and reductions emit one line per output element (known operands
+folded, :mod:`.jaxpr_algebra`; loops and indexing, :mod:`.jaxpr_control`). A primitive (or a form of
+one) without a restatement raises :class:`Unsupported`."""
 
 import contextlib
 import dataclasses
@@ -13,31 +13,11 @@ import re
 
 import numpy as np
 
-__all__ = ["Unsupported", "Element", "Source", "kind_of", "convert", "restate", "verdict", "BINARY"]
+__all__ = ["Unsupported", "Element", "Source", "kind_of", "convert", "restate", "BINARY"]
 
 
 class Unsupported(Exception):
     """The function uses a primitive (or a form of one) that has no Warp restatement here."""
-
-
-def verdict(checked: dict, key, compare, what: str):
-    """Whether a restatement may be used: ``compare()`` (compile it and compare it with the JAX function:
-    None where they agree, else why not) run once per ``key`` with Warp installed and its CPU compiler
-    loaded, its answer kept in ``checked``; raises :class:`Unsupported` with the reason where not."""
-    from ._common import have_warp, no_cpu_compiler
-
-    if key not in checked:
-        if not have_warp():
-            return
-        why = no_cpu_compiler()
-        if why is not None:
-            raise Unsupported(why)
-        try:
-            checked[key] = compare()
-        except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
-            checked[key] = f"Warp could not compile {what} ({type(err).__name__}: {str(err)[:400]})"
-    if checked[key] is not None:
-        raise Unsupported(checked[key])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,100 +146,6 @@ _INLINE = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr", "core_c
            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
            "custom_vjp_call_jaxpr": "fun_jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr"}
 _IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient"}
-
-
-_NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "atan2": np.arctan2}
-_NP_UNARY = {"neg": np.negative, "abs": np.abs, "sin": np.sin, "cos": np.cos, "tan": np.tan, "exp": np.exp,
-             "log": np.log, "sqrt": np.sqrt, "square": np.square, "floor": np.floor, "ceil": np.ceil,
-             "is_finite": np.isfinite}
-
-
-def _scalar_type(g: Source):
-    return np.float64 if g.S64 else np.float32
-
-
-def _binary(g: Source, name: str, a: Element, b: Element, kind: str) -> Element | None:
-    """``a name b`` computed now where both are known (in the run's precision), or an identity of a
-    known operand (``x + 0``, ``x * 1``, ``x / 2^k`` as ``x * 2^-k``, exact; ``x * 0`` as ``0``: a
-    derivative's zero tangents, which would otherwise be carried through every product), else None."""
-    if kind != "f":
-        return None
-    av, bv = a.value, b.value
-    if av is not None and bv is not None and name in _NP_BINARY:
-        T = _scalar_type(g)
-        with np.errstate(all="ignore"):
-            return g.literal(float(_NP_BINARY[name](T(av), T(bv))), "f")
-    if name == "add":
-        if bv == 0.0 and a.kind == "f":
-            return a
-        if av == 0.0 and b.kind == "f":
-            return b
-    elif name == "sub":
-        if bv == 0.0 and a.kind == "f":
-            return a
-        if av == 0.0 and b.kind == "f":
-            return g.emit(f"(-{b.code})", "f")
-    elif name == "mul":
-        if bv == 1.0 and a.kind == "f":
-            return a
-        if av == 1.0 and b.kind == "f":
-            return b
-        if av == 0.0 or bv == 0.0:
-            return g.literal(0.0, "f")
-        if av == -1.0:
-            return g.emit(f"(-{b.code})", "f")
-        if bv == -1.0:
-            return g.emit(f"(-{a.code})", "f")
-    elif name == "div" and bv is not None and a.kind == "f":
-        if bv == 1.0:
-            return a
-        m, e = np.frexp(bv)
-        if np.isfinite(bv) and abs(m) == 0.5:  # a power of two: its reciprocal is exact
-            return g.emit(f"({a.code} * {g.literal(1.0 / bv, 'f').code})", "f")
-    return None
-
-
-def _unary(g: Source, name: str, a: Element, kind: str) -> Element | None:
-    """``name(a)`` computed now where ``a`` is known (in the run's precision), else None."""
-    if a.value is None or a.kind != "f" or name not in _NP_UNARY:
-        return None
-    T = _scalar_type(g)
-    with np.errstate(all="ignore"):
-        v = _NP_UNARY[name](T(a.value))
-    return g.literal(bool(v), "b") if kind == "b" else g.literal(float(v), "f")
-
-
-def _extremum(g: Source, a: Element, b: Element, op: str, kind: str) -> Element:
-    """``max`` or ``min`` (``op``) as lax computes it: a NaN operand gives NaN (``wp.max`` would return
-    the other operand)."""
-    if kind == "b":
-        return g.emit(f"({a.code} {'or' if op == 'max' else 'and'} {b.code})", "b")
-    m = g.emit(f"wp.{op}({a.code}, {b.code})", kind)
-    if kind != "f":
-        return m
-    return g.emit(f"wp.where({a.code} != {a.code}, {a.code}, wp.where({b.code} != {b.code}, {b.code}, {m.code}))", "f")
-
-
-def _integer_pow(g: Source, x: Element, y: int) -> Element:
-    k = x.kind
-    if y == 0:
-        return g.literal(1.0 if k == "f" else 1, k)
-    n = abs(y)
-    if k != "f" and y < 0:
-        raise Unsupported("a negative integer power of an integer")
-    if n > 16:
-        if k != "f":
-            raise Unsupported("a large integer power of an integer")
-        return g.emit(f"wp.pow({x.code}, {g.literal(float(y), 'f').code})", "f")
-    # square-and-multiply: one local per squaring
-    result, base = None, x
-    while n:
-        if n & 1:
-            result = base if result is None else g.emit(f"({result.code} * {base.code})", k)
-        n >>= 1
-        if n:
-            base = g.emit(f"({base.code} * {base.code})", k)
-    return g.emit(f"(S(1.0) / {result.code})", "f") if y < 0 else result
 
 
 def convert(g: Source, x: Element, kind: str, dtype=None) -> Element:
@@ -517,151 +403,6 @@ def _eqn(g: Source, eqn, ins: list) -> list:
     raise Unsupported(f"the primitive {name!r}")
 
 
-def _reduce_precision(g: Source, a: Element, exponent_bits: int, mantissa_bits: int) -> Element:
-    """Rounding to the run's own format is the identity; to float32 inside a float64 run, a conversion."""
-    own = (11, 52) if g.S64 else (8, 23)
-    if (exponent_bits, mantissa_bits) == own:
-        return a
-    if (exponent_bits, mantissa_bits) == (8, 23):
-        return g.emit(f"S(wp.float32({a.code}))", "f")
-    raise Unsupported(f"reduce_precision to {exponent_bits} exponent and {mantissa_bits} mantissa bits")
-
-
-def _known(x: np.ndarray) -> bool:
-    return all(e.value is not None for e in np.asarray(x).reshape(-1))
-
-
-def _values(x: np.ndarray, dtype) -> np.ndarray:
-    return np.asarray([e.value for e in np.asarray(x).reshape(-1)], dtype=dtype).reshape(np.shape(x))
-
-
-def _by_index(g: Source, eqn, ins: list) -> np.ndarray:
-    """A gather or scatter (replace) with known indices: the primitive applied to the elements'
-    positions tells where each output element comes from (no arithmetic is generated)."""
-    import jax
-
-    name = eqn.primitive.name
-    operand, indices = ins[0], ins[1]
-    if not _known(indices):
-        raise Unsupported(f"a {name} whose indices depend on the state")
-    idx = _values(indices, eqn.invars[1].aval.dtype)
-    pool = list(np.asarray(operand).reshape(-1))
-    ids = np.arange(1, operand.size + 1, dtype=np.int32).reshape(operand.shape)
-    with jax.ensure_compile_time_eval():
-        if name == "scatter":
-            if eqn.params.get("update_jaxpr") is not None:
-                raise Unsupported("a scatter that combines values")
-            upd = ins[2]
-            pool += list(np.asarray(upd).reshape(-1))
-            upd_ids = np.arange(operand.size + 1, operand.size + upd.size + 1, dtype=np.int32).reshape(upd.shape)
-            where = np.asarray(eqn.primitive.bind(ids, idx, upd_ids, **eqn.params))
-        else:
-            where = np.asarray(eqn.primitive.bind(ids, idx, **eqn.params))
-    kind = kind_of(eqn.outvars[0].aval.dtype)
-    out = np.empty(where.shape, dtype=object)
-    for k in np.ndindex(where.shape):
-        w = int(where[k])  # 0: a position filled (out of bounds)
-        out[k] = pool[w - 1] if w > 0 else g.literal(float("nan") if kind == "f" else 0, kind)
-    return out
-
-
-def _carry(g: Source, xs: list) -> list:
-    """Fresh locals for a loop's carry (object arrays of the same shapes)."""
-    return [_map(g.variable, x) if np.ndim(x) else _scalar(g.variable(np.asarray(x).reshape(()).item()))
-            for x in xs]
-
-
-def _scalar(e: Element) -> np.ndarray:
-    out = np.empty((), dtype=object)
-    out[()] = e
-    return out
-
-
-def _assign(g: Source, dst: list, src: list):
-    for d, s in zip(dst, src):
-        for a, b in zip(np.asarray(d).reshape(-1), np.asarray(s).reshape(-1)):
-            if a.kind != b.kind:
-                b = convert(g, b, a.kind)
-            g.line(f"{a.code} = {b.code}")
-
-
-def _while(g: Source, p, ins: list) -> list:
-    """``lax.while_loop``: the carry in locals, the condition computed before the loop and again at
-    the end of each pass (Warp compiles a dynamic ``while``)."""
-    cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
-    nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
-    cconsts, bconsts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
-    carry = _carry(g, init)
-
-    def condition():
-        (c,) = restate(g, cj.jaxpr, [g.array(c) for c in cj.consts], [*cconsts, *carry])
-        return np.asarray(c).reshape(()).item()
-
-    flag = g.variable(condition())
-    g.line(f"while {flag.code}:")
-    with g.loop([*carry, _scalar(flag)]):
-        new = restate(g, bj.jaxpr, [g.array(c) for c in bj.consts], [*bconsts, *carry])
-        _assign(g, carry, new)
-        _assign(g, [_scalar(flag)], [_scalar(condition())])
-    return carry
-
-
-#: a scan is unrolled up to this many equations in all (a loop with per-iteration inputs or outputs
-#: must be unrolled: the elements are locals, not arrays)
-UNROLL_EQNS = 4000
-
-
-def _scan(g: Source, p, ins: list) -> list:
-    """``lax.scan``: unrolled where it reads or writes per-iteration slices (or is short), else a
-    ``for`` loop over the carry."""
-    jaxpr = p["jaxpr"]
-    length, n_consts, n_carry = int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
-    if p.get("reverse"):
-        raise Unsupported("a reversed scan")
-    consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
-    body_consts = [g.array(c) for c in jaxpr.consts]
-    n_ys = len(jaxpr.jaxpr.outvars) - n_carry
-    if xs or n_ys or length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS:
-        carry, ys = list(init), []
-        for k in range(length):
-            out = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *[x[k] for x in xs]])
-            carry, y = out[:n_carry], out[n_carry:]
-            ys.append(y)
-        stacked = [np.stack([y[j] for y in ys]) if ys else np.empty((0,), dtype=object) for j in range(n_ys)]
-        return [*carry, *stacked]
-    carry = _carry(g, init)
-    g.line(f"for _k{g.n} in range({length}):")
-    with g.loop(carry):
-        new = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry])
-        _assign(g, carry, new)
-    return carry
-
-
-_LAYOUT = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "rev", "slice", "concatenate",
-           "stack", "split", "unstack", "iota", "copy", "copy_p", "stop_gradient", "optimization_barrier"}
-
-
-def _fold(g: Source, eqn, ins: list):
-    """The outputs of an equation whose inputs are all known constants, computed now (as literals), or
-    None where it is not to be folded."""
-    import jax
-
-    if eqn.primitive.name in _LAYOUT or not eqn.outvars:
-        return None  # (moving known elements costs nothing; no program is run for it)
-    if any(hasattr(v, "jaxpr") or hasattr(v, "eqns") for v in eqn.params.values()):
-        return None
-    if not all(_known(x) for x in ins):
-        return None
-    vals = [_values(x, v.aval.dtype) for x, v in zip(ins, eqn.invars)]
-    try:
-        with jax.ensure_compile_time_eval():
-            out = eqn.primitive.bind(*vals, **eqn.params)
-    except Exception:  # noqa: BLE001 - not foldable here: restated as usual
-        return None
-    outs = out if eqn.primitive.multiple_results else [out]
-    return [g.array(np.asarray(o), kind_of(v.aval.dtype)) for o, v in zip(outs, eqn.outvars)]
-
-
 def restate(g: Source, jaxpr, consts: list, args: list) -> list:
     """The outputs of ``jaxpr`` (object arrays of :class:`Element`) from its constants and inputs,
     emitting into ``g`` the lines that compute them."""
@@ -686,3 +427,7 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
                 raise Unsupported(f"{eqn.primitive.name}: shape {np.shape(x)} != {v.aval.shape}")
             env[v] = x
     return [read(v) for v in jaxpr.outvars]
+
+# (imported last: these modules use this one's names)
+from .jaxpr_algebra import _binary, _extremum, _integer_pow, _unary  # noqa: E402
+from .jaxpr_control import _by_index, _fold, _reduce_precision, _scan, _while  # noqa: E402

@@ -34,7 +34,8 @@ import math
 import numpy as np
 
 from ..geometry import so3
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate, verdict
+from .generate_checks import verdict
+from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
 
 __all__ = ["Unsupported", "Lowered", "lower", "key_of", "reason", "user_tau", "evaluate"]
 

@@ -111,7 +111,10 @@ def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
     if not all(map(is_concrete, jax.tree_util.tree_leaves((spec.state0, spec.t0, spec.targets, spec.rtol, spec.atol,
                                                             spec.dt0)))) or traced(spec):
         return False
-    return Fused.supports(_FUSED, spec)
+    from ...kernels import adaptive_pairs
+
+    # (generated attempts are fused when asked for: their speed is measured in benchmarks/generated_kernels.py)
+    return not adaptive_pairs.uses_generated(spec.method, spec.system) and Fused.supports(_FUSED, spec)
 
 
 def _one_device() -> bool:

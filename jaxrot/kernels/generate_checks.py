@@ -1,0 +1,192 @@
+"""A generated kernel checked against the JAX code it restates before a run uses it
+(:mod:`jaxrot.kernels.generate`): one step (or one attempt of a pair) from ``init`` on a few random
+states, compared to 10^3 roundings; a restatement that does not compile or does not agree is
+refused (:class:`~jaxrot.kernels.jaxpr_warp.Unsupported`) and the run stays on XLA."""
+
+import functools
+
+import numpy as np
+
+from .jaxpr_warp import Unsupported
+
+
+def verdict(checked: dict, key, compare, what: str):
+    """Whether a restatement may be used: ``compare()`` (compile it and compare it with the JAX function:
+    None where they agree, else why not) run once per ``key`` with Warp installed and its CPU compiler
+    loaded, its answer kept in ``checked``; raises :class:`Unsupported` with the reason where not."""
+    from ._common import have_warp, no_cpu_compiler
+
+    if key not in checked:
+        if not have_warp():
+            return
+        why = no_cpu_compiler()
+        if why is not None:
+            raise Unsupported(why)
+        try:
+            checked[key] = compare()
+        except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
+            checked[key] = f"Warp could not compile {what} ({type(err).__name__}: {str(err)[:400]})"
+    if checked[key] is not None:
+        raise Unsupported(checked[key])
+
+
+def check(method, system, dtype, hit, pair: bool, offset: int):
+    """Compare the generated functions of ``hit`` (``(key, memory length, traced)``) with ``method``'s
+    step (``pair``: its attempt, the parameters from ``P[offset]`` on); raises ``Unsupported``."""
+    if pair:
+        verdict(_CHECKED_PAIRS, (hit[0], np.dtype(dtype).name),
+                lambda: _compare_pair(method, system, dtype, hit, offset), "the generated attempt")
+    else:
+        verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(method, system, dtype, hit),
+                "the generated step")
+
+
+#: (key, dtype name) -> None (compiled and agreed) or why not
+_CHECKED: dict = {}
+
+
+def _compare(method, system, dtype, hit):
+    import jax
+    import jax.numpy as jnp
+
+    from ..geometry import so3
+    from ..geometry.state import State
+    from ._common import warp
+
+    from .generate import _parts, loop, params
+
+    key, n_mem, traced = hit
+    wp = warp()
+    S, kernel = loop(np.dtype(dtype).name, key)
+    arrays = jax.tree_util.tree_leaves(_parts(method, system)[0])
+    n = 4
+    rng = np.random.default_rng(0)
+    with jax.ensure_compile_time_eval():
+        if traced or any(isinstance(x, jax.core.Tracer) for x in arrays):
+            return None  # (compiled above; the values are known only inside the trace)
+        J = np.asarray(system.body.J, dtype)
+        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
+        Om = rng.normal(size=(n, 3)) * 2.0
+        Pi = (Om * J).astype(dtype)
+        h = np.asarray(1e-2 / max(1.0, float(np.max(np.abs(Om)))), dtype)
+
+        def ref(R, Pi):
+            s = State(R, Pi)
+            aux = method.init(system, jnp.asarray(0.0, dtype), s, h)
+            new, _, _ = method.step(system, jnp.asarray(0.0, dtype), s, aux, h)
+            return new.R, new.Pi
+
+        want_R, want_Pi = (np.asarray(x) for x in jax.vmap(ref)(jnp.asarray(R), jnp.asarray(Pi)))
+        P = np.asarray(params(method, system, dtype))
+    c = _vectors(S)
+    dev = "cpu"
+    outs = [wp.zeros((n, 1), dtype=c.M, device=dev), wp.zeros((n, 1), dtype=c.V, device=dev),
+            wp.zeros(n, dtype=wp.int32, device=dev), wp.zeros(n, dtype=wp.int32, device=dev)]
+    ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
+           wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
+           wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev), 1, 1]
+    wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
+    got_R, got_Pi = outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]
+    eps = np.finfo(dtype).eps
+    for name, got, want in (("R", got_R, want_R), ("Pi", got_Pi, want_Pi)):
+        flat_g, flat_w = got.reshape(n, -1), want.reshape(n, -1)
+        scale = np.maximum(np.max(np.abs(np.where(np.isfinite(flat_w), flat_w, 0.0)), axis=1, keepdims=True), 1e-300)
+        same = (np.abs(flat_g - flat_w) <= 1000 * eps * scale) | (np.isnan(flat_g) & np.isnan(flat_w))
+        if not np.all(same):
+            i = int(np.argmin(np.all(same, axis=1)))
+            return (f"the generated step differs from the JAX step at a test state ({name}: {flat_g[i].tolist()} "
+                    f"against {flat_w[i].tolist()})")
+    return None
+
+
+#: (key, dtype name) -> None (compiled and agreed) or why not, for the pairs' attempts
+_CHECKED_PAIRS: dict = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _attempt_kernel(S, key: str):
+    from ._common import warp
+
+    wp = warp()
+    c = _vectors(S)
+    V, M = c.V, c.M
+    from .generate import attempt_funcs
+
+    init, attempt = attempt_funcs(S, key)
+
+    def one(R0, Pi0, h, rt, at, Jv, P, R_out, Pi_out, err_out):
+        b = wp.tid()
+        J = Jv[0]
+        A = init(R0[b], Pi0[b], J, P, h)
+        R1, Pi1, A1, err = attempt(R0[b], Pi0[b], A, S(0.0), h, J, P, rt, at)
+        R_out[b] = R1
+        Pi_out[b] = Pi1
+        err_out[b] = err
+
+    # (annotations set here: this module's are strings, which Warp would look up among its globals)
+    A = wp.array
+    one.__annotations__ = dict(R0=A(dtype=M), Pi0=A(dtype=V), h=S, rt=S, at=S, Jv=A(dtype=V), P=A(dtype=S),
+                               R_out=A(dtype=M), Pi_out=A(dtype=V), err_out=A(dtype=S))
+    one.__name__ = one.__qualname__ = f"attempt_{key}_{S.__name__}"
+    return wp.kernel(one, module="unique", enable_backward=False)
+
+
+def _compare_pair(pair, system, dtype, hit, offset):
+    import jax
+    import jax.numpy as jnp
+
+    from ..geometry import so3
+    from ..geometry.state import State
+    from ..physics.flow import pack_body
+    from ._common import warp
+
+    from .generate import _parts, params
+
+    key, n_mem, traced = hit
+    wp = warp()
+    S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
+    kernel = _attempt_kernel(S, key)
+    arrays = jax.tree_util.tree_leaves(_parts(pair, system)[0])
+    n = 4
+    rng = np.random.default_rng(0)
+    rt = at = 1e-6
+    with jax.ensure_compile_time_eval():
+        if traced or any(isinstance(x, jax.core.Tracer) for x in arrays):
+            return None  # (compiled above; the values are known only inside the trace)
+        J = np.asarray(system.body.J, dtype)
+        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
+        Om = rng.normal(size=(n, 3)) * 2.0
+        Pi = (Om * J).astype(dtype)
+        h = np.asarray(1e-2 / max(1.0, float(np.max(np.abs(Om)))), dtype)
+
+        def ref(R, Pi):
+            s = State(R, Pi)
+            aux = pair.init(system, jnp.asarray(0.0, dtype), s, h)
+            new, _, _, y_err = pair.step_with_error(system, jnp.asarray(0.0, dtype), s, aux, h)
+            return new.R, new.Pi, pair.error_norm(pack_body(R, Pi), pack_body(new.R, new.Pi), y_err,
+                                                  jnp.asarray(rt, dtype), jnp.asarray(at, dtype))
+
+        want = [np.asarray(x) for x in jax.vmap(ref)(jnp.asarray(R), jnp.asarray(Pi))]
+        P = np.concatenate([np.zeros(offset, dtype), np.asarray(params(pair, system, dtype))])
+    c = _vectors(S)
+    dev = "cpu"
+    outs = [wp.zeros(n, dtype=c.M, device=dev), wp.zeros(n, dtype=c.V, device=dev), wp.zeros(n, dtype=S, device=dev)]
+    wp.launch(kernel, dim=n, device=dev, inputs=[wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
+                                                  S(h), S(rt), S(at), wp.array(J.reshape(1, 3), dtype=c.V, device=dev),
+                                                  wp.array(P, dtype=S, device=dev), *outs])
+    got = [o.numpy() for o in outs]
+    eps = np.finfo(dtype).eps
+    for name, g_, w in zip(("R", "Pi", "the error"), got, want):
+        g_, w = g_.reshape(n, -1), w.reshape(n, -1)
+        scale = np.maximum(np.max(np.abs(np.where(np.isfinite(w), w, 0.0)), axis=1, keepdims=True), 1e-300)
+        # the error is a difference of two results scaled by the tolerance: its rounding is eps / rtol
+        tol = 1000 * eps * (scale if name != "the error" else scale + 1.0 / rt)
+        if not np.all((np.abs(g_ - w) <= tol) | (np.isnan(g_) & np.isnan(w))):
+            return f"the generated attempt differs from the JAX pair at a test state ({name})"
+    return None
+
+
+def _vectors(S):
+    from ._common import so3_funcs
+
+    return so3_funcs(S)

@@ -1,0 +1,152 @@
+"""The parts of a jaxpr's restatement (:mod:`jaxrot.kernels.jaxpr_warp`) that are not element-wise:
+loops (``while``, ``scan``) as Warp loops over locals, gathers and scatters with known indices, and
+equations whose operands are all known, computed when the source is generated."""
+
+import numpy as np
+
+from .jaxpr_warp import Element, Source, Unsupported, _map, convert, kind_of, restate
+
+
+def _reduce_precision(g: Source, a: Element, exponent_bits: int, mantissa_bits: int) -> Element:
+    """Rounding to the run's own format is the identity; to float32 inside a float64 run, a conversion."""
+    own = (11, 52) if g.S64 else (8, 23)
+    if (exponent_bits, mantissa_bits) == own:
+        return a
+    if (exponent_bits, mantissa_bits) == (8, 23):
+        return g.emit(f"S(wp.float32({a.code}))", "f")
+    raise Unsupported(f"reduce_precision to {exponent_bits} exponent and {mantissa_bits} mantissa bits")
+
+
+def _known(x: np.ndarray) -> bool:
+    return all(e.value is not None for e in np.asarray(x).reshape(-1))
+
+
+def _values(x: np.ndarray, dtype) -> np.ndarray:
+    return np.asarray([e.value for e in np.asarray(x).reshape(-1)], dtype=dtype).reshape(np.shape(x))
+
+
+def _by_index(g: Source, eqn, ins: list) -> np.ndarray:
+    """A gather or scatter (replace) with known indices: the primitive applied to the elements'
+    positions tells where each output element comes from (no arithmetic is generated)."""
+    import jax
+
+    name = eqn.primitive.name
+    operand, indices = ins[0], ins[1]
+    if not _known(indices):
+        raise Unsupported(f"a {name} whose indices depend on the state")
+    idx = _values(indices, eqn.invars[1].aval.dtype)
+    pool = list(np.asarray(operand).reshape(-1))
+    ids = np.arange(1, operand.size + 1, dtype=np.int32).reshape(operand.shape)
+    with jax.ensure_compile_time_eval():
+        if name == "scatter":
+            if eqn.params.get("update_jaxpr") is not None:
+                raise Unsupported("a scatter that combines values")
+            upd = ins[2]
+            pool += list(np.asarray(upd).reshape(-1))
+            upd_ids = np.arange(operand.size + 1, operand.size + upd.size + 1, dtype=np.int32).reshape(upd.shape)
+            where = np.asarray(eqn.primitive.bind(ids, idx, upd_ids, **eqn.params))
+        else:
+            where = np.asarray(eqn.primitive.bind(ids, idx, **eqn.params))
+    kind = kind_of(eqn.outvars[0].aval.dtype)
+    out = np.empty(where.shape, dtype=object)
+    for k in np.ndindex(where.shape):
+        w = int(where[k])  # 0: a position filled (out of bounds)
+        out[k] = pool[w - 1] if w > 0 else g.literal(float("nan") if kind == "f" else 0, kind)
+    return out
+
+
+def _carry(g: Source, xs: list) -> list:
+    """Fresh locals for a loop's carry (object arrays of the same shapes)."""
+    return [_map(g.variable, x) if np.ndim(x) else _scalar(g.variable(np.asarray(x).reshape(()).item()))
+            for x in xs]
+
+
+def _scalar(e: Element) -> np.ndarray:
+    out = np.empty((), dtype=object)
+    out[()] = e
+    return out
+
+
+def _assign(g: Source, dst: list, src: list):
+    for d, s in zip(dst, src):
+        for a, b in zip(np.asarray(d).reshape(-1), np.asarray(s).reshape(-1)):
+            if a.kind != b.kind:
+                b = convert(g, b, a.kind)
+            g.line(f"{a.code} = {b.code}")
+
+
+def _while(g: Source, p, ins: list) -> list:
+    """``lax.while_loop``: the carry in locals, the condition computed before the loop and again at
+    the end of each pass (Warp compiles a dynamic ``while``)."""
+    cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
+    nc, nb = int(p["cond_nconsts"]), int(p["body_nconsts"])
+    cconsts, bconsts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+    carry = _carry(g, init)
+
+    def condition():
+        (c,) = restate(g, cj.jaxpr, [g.array(c) for c in cj.consts], [*cconsts, *carry])
+        return np.asarray(c).reshape(()).item()
+
+    flag = g.variable(condition())
+    g.line(f"while {flag.code}:")
+    with g.loop([*carry, _scalar(flag)]):
+        new = restate(g, bj.jaxpr, [g.array(c) for c in bj.consts], [*bconsts, *carry])
+        _assign(g, carry, new)
+        _assign(g, [_scalar(flag)], [_scalar(condition())])
+    return carry
+
+
+#: a scan is unrolled up to this many equations in all (a loop with per-iteration inputs or outputs
+#: must be unrolled: the elements are locals, not arrays)
+UNROLL_EQNS = 4000
+
+
+def _scan(g: Source, p, ins: list) -> list:
+    """``lax.scan``: unrolled where it reads or writes per-iteration slices (or is short), else a
+    ``for`` loop over the carry."""
+    jaxpr = p["jaxpr"]
+    length, n_consts, n_carry = int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
+    if p.get("reverse"):
+        raise Unsupported("a reversed scan")
+    consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+    body_consts = [g.array(c) for c in jaxpr.consts]
+    n_ys = len(jaxpr.jaxpr.outvars) - n_carry
+    if xs or n_ys or length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS:
+        carry, ys = list(init), []
+        for k in range(length):
+            out = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *[x[k] for x in xs]])
+            carry, y = out[:n_carry], out[n_carry:]
+            ys.append(y)
+        stacked = [np.stack([y[j] for y in ys]) if ys else np.empty((0,), dtype=object) for j in range(n_ys)]
+        return [*carry, *stacked]
+    carry = _carry(g, init)
+    g.line(f"for _k{g.n} in range({length}):")
+    with g.loop(carry):
+        new = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry])
+        _assign(g, carry, new)
+    return carry
+
+
+_LAYOUT = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "rev", "slice", "concatenate",
+           "stack", "split", "unstack", "iota", "copy", "copy_p", "stop_gradient", "optimization_barrier"}
+
+
+def _fold(g: Source, eqn, ins: list):
+    """The outputs of an equation whose inputs are all known constants, computed now (as literals), or
+    None where it is not to be folded."""
+    import jax
+
+    if eqn.primitive.name in _LAYOUT or not eqn.outvars:
+        return None  # (moving known elements costs nothing; no program is run for it)
+    if any(hasattr(v, "jaxpr") or hasattr(v, "eqns") for v in eqn.params.values()):
+        return None
+    if not all(_known(x) for x in ins):
+        return None
+    vals = [_values(x, v.aval.dtype) for x, v in zip(ins, eqn.invars)]
+    try:
+        with jax.ensure_compile_time_eval():
+            out = eqn.primitive.bind(*vals, **eqn.params)
+    except Exception:  # noqa: BLE001 - not foldable here: restated as usual
+        return None
+    outs = out if eqn.primitive.multiple_results else [out]
+    return [g.array(np.asarray(o), kind_of(v.aval.dtype)) for o, v in zip(outs, eqn.outvars)]
