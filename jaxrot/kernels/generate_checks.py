@@ -30,6 +30,31 @@ def verdict(checked: dict, key, compare, what: str):
         raise Unsupported(checked[key])
 
 
+def _traced(method, system, traced) -> bool:
+    import jax
+
+    from .generate import _parts
+
+    arrays = jax.tree_util.tree_leaves(_parts(method, system)[0])
+    return bool(traced) or any(isinstance(x, jax.core.Tracer) for x in arrays)
+
+
+def _test_states(system, dtype, n: int):
+    """``(J, R, Pi, h)``: ``n`` random attitudes and momenta (rates of a few rad/s) of the system's body,
+    and a step turning them by at most 0.01 rad."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..geometry import so3
+
+    rng = np.random.default_rng(0)
+    J = np.asarray(system.body.J, dtype)
+    R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
+    Om = rng.normal(size=(n, 3)) * 2.0
+    h = np.asarray(1e-2 / max(1.0, float(np.max(np.abs(Om)))), dtype)
+    return J, R, (Om * J).astype(dtype), h
+
+
 def check(method, system, dtype, hit, pair: bool, offset: int):
     """Compare the generated functions of ``hit`` (``(key, memory length, traced)``) with ``method``'s
     step (``pair``: its attempt, the parameters from ``P[offset]`` on); raises ``Unsupported``."""
@@ -49,26 +74,19 @@ def _compare(method, system, dtype, hit):
     import jax
     import jax.numpy as jnp
 
-    from ..geometry import so3
     from ..geometry.state import State
     from ._common import warp
 
-    from .generate import _parts, loop, params
+    from .generate import loop, params
 
     key, n_mem, traced = hit
     wp = warp()
     S, kernel = loop(np.dtype(dtype).name, key)
-    arrays = jax.tree_util.tree_leaves(_parts(method, system)[0])
     n = 4
-    rng = np.random.default_rng(0)
+    if _traced(method, system, traced):
+        return None  # (compiled above; the values are known only inside the trace)
     with jax.ensure_compile_time_eval():
-        if traced or any(isinstance(x, jax.core.Tracer) for x in arrays):
-            return None  # (compiled above; the values are known only inside the trace)
-        J = np.asarray(system.body.J, dtype)
-        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
-        Om = rng.normal(size=(n, 3)) * 2.0
-        Pi = (Om * J).astype(dtype)
-        h = np.asarray(1e-2 / max(1.0, float(np.max(np.abs(Om)))), dtype)
+        J, R, Pi, h = _test_states(system, dtype, n)
 
         def ref(R, Pi):
             s = State(R, Pi)
@@ -135,29 +153,22 @@ def _compare_pair(pair, system, dtype, hit, offset):
     import jax
     import jax.numpy as jnp
 
-    from ..geometry import so3
     from ..geometry.state import State
     from ..physics.flow import pack_body
     from ._common import warp
 
-    from .generate import _parts, params
+    from .generate import params
 
     key, n_mem, traced = hit
     wp = warp()
     S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
     kernel = _attempt_kernel(S, key)
-    arrays = jax.tree_util.tree_leaves(_parts(pair, system)[0])
     n = 4
-    rng = np.random.default_rng(0)
     rt = at = 1e-6
+    if _traced(pair, system, traced):
+        return None  # (compiled above; the values are known only inside the trace)
     with jax.ensure_compile_time_eval():
-        if traced or any(isinstance(x, jax.core.Tracer) for x in arrays):
-            return None  # (compiled above; the values are known only inside the trace)
-        J = np.asarray(system.body.J, dtype)
-        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
-        Om = rng.normal(size=(n, 3)) * 2.0
-        Pi = (Om * J).astype(dtype)
-        h = np.asarray(1e-2 / max(1.0, float(np.max(np.abs(Om)))), dtype)
+        J, R, Pi, h = _test_states(system, dtype, n)
 
         def ref(R, Pi):
             s = State(R, Pi)
