@@ -20,7 +20,7 @@ def _load(name):
 
 def test_every_example_is_covered():
     assert {p.stem for p in EXAMPLES.glob("*.py")} == {"batch_of_bodies", "flip_time_gradient", "fit_inertia",
-                                                      "convergence_map", "fit_damping"}
+                                                      "convergence_map", "fit_damping", "user_pair_fused"}
 
 
 def test_batch_of_bodies():
@@ -52,3 +52,10 @@ def test_convergence_map(tmp_path, monkeypatch):
 def test_fit_damping():
     r = _load("fit_damping").main(**SMALL["fit_damping"])
     assert abs(r["c"] / r["c_true"] - 1) < 0.01 and abs(r["c"] - r["c_true"]) < 4 * r["c_std"]
+
+
+@pytest.mark.slow  # the fused run and its agreement are tests/test_kernels_generated.py's; here the script
+def test_user_pair_fused():
+    r = _load("user_pair_fused").main(n=8)
+    assert r["executor"].startswith("Fused") and r["same_accepted_steps"]
+    assert r["max_event_time_difference"] < 1e-12 and abs(r["grad_event_time_J"][2]) > 0

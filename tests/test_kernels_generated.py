@@ -6,16 +6,16 @@ primitive that has no Warp counterpart. A method written here, outside the packa
 Crouch-Grossman step), runs fused with no line of Warp written for it.
 """
 
-import jax
+import importlib.util
+import pathlib
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxrot
-from jaxrot import State, StepStats, integrators, kernels, so3
+from jaxrot import State, integrators, kernels, so3
 from jaxrot.driver import failures
-from jaxrot.integrators import AbstractPair
-from jaxrot.physics.flow import pack_body
 from jaxrot.kernels import adaptive, adaptive_pairs, generate
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
@@ -104,49 +104,18 @@ def test_a_failed_newton_solve_is_reported_per_body():
     assert failures.SOLVE_FAILED in np.asarray(fused.result._value).tolist()
 
 
-class CrouchGrossman3(AbstractPair):
-    """The third-order Crouch-Grossman method (Crouch & Grossman, J. Nonlinear Sci. 3 (1993); the
-    coefficients of Owren & Marthinsen, BIT 39 (1999)) on ``R' = R hat(Om)``, ``Pi' = Pi x Om + R^T tau``:
-    stages ``R_i = R exp(h a_i1 hat K1) ... exp(h a_i,i-1 hat K_{i-1})``, the update a product of
-    exponentials with weights ``b``; the momentum by the same Runge-Kutta tableau."""
-
-    order = 3
-    reference = "Crouch & Grossman 1993"
-    family = "user"
-
-    def error_order(self):
-        return 2
-
-    def step_with_error(self, system, t, state, aux, dt):
-        """The third-order result and its difference to the second-order one from the first two stages
-        (weights 1/3, 2/3: ``b1 + b2 = 1``, ``b2 c2 = 1/2``)."""
-        A = ((), (3 / 4,), (119 / 216, 17 / 108))
-        b = (13 / 51, -2 / 3, 24 / 17)
-        c = (0.0, 3 / 4, 17 / 24)
-        J = system.body.J
-        K, F = [], []
-        for i in range(3):
-            R, Pi = state.R, state.Pi
-            for a, k, f in zip(A[i], K, F):
-                R = R @ so3.exp(dt * a * k)
-                Pi = Pi + dt * a * f
-            Om = Pi / J
-            K.append(Om)
-            F.append(jnp.cross(Pi, Om) + R.T @ system.torque(t + c[i] * dt, R, Pi))
-        out = []
-        for weights in (b, (1 / 3, 2 / 3)):
-            R, Pi = state.R, state.Pi
-            for bi, k, f in zip(weights, K, F):
-                R = R @ so3.exp(dt * bi * k)
-                Pi = Pi + dt * bi * f
-            out.append(State(R, Pi))
-        high, low = out
-        return high, aux, StepStats.explicit(), pack_body(high.R, high.Pi) - pack_body(low.R, low.Pi)
+def _user_pair():
+    """The third-order Crouch-Grossman pair of examples/user_pair_fused.py: a method in a user's file."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "user_pair_fused.py"
+    spec = importlib.util.spec_from_file_location("example_user_pair_fused", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.CrouchGrossman32()
 
 
-def test_a_method_written_outside_the_package_runs_fused():
+def test_a_method_written_outside_the_package_runs_fused_with_constant_steps():
     p = jaxrot.problems.get("fast_top")
-    m = CrouchGrossman3()
+    m = _user_pair()
     assert kernels.supports(m, p.system) and kernels.keeps_stats(m, p.system)
     _compare(m, p)
     # third order: the error at t = 0.5 falls by 2^3 when the step is halved
@@ -167,7 +136,7 @@ def test_an_unsupported_primitive_is_named_in_the_refusal():
 
 def test_a_pair_written_outside_the_package_runs_fused_with_error_control_and_an_event():
     p = jaxrot.problems.get("fast_top")
-    m = CrouchGrossman3()
+    m = _user_pair()
     s0 = _batch(p, n=4)
     flip = jaxrot.Event(lambda t, s, args: s.R[0, 0] - 0.5, direction=-1, terminal=True)  # the spin turns the x axis
     kw = dict(state0=s0, t1=0.5, stepsize=jaxrot.Adaptive(rtol=1e-7, atol=1e-7), event=flip,
