@@ -9,7 +9,9 @@ checked as every step of a constant-step run is (:func:`~jaxrot.driver.loop.step
 the event (:func:`~jaxrot.driver.events.event_update`) and writes what :class:`~jaxrot.SaveAt` asks:
 the state at an output time, every ``k``-th step, every step for the dense output. The loop ends at
 the last output time, at a terminal event, at a failed step, or after ``max_steps`` attempts.
-In reverse mode the loop is differentiated along the steps it accepted (:func:`_recorded`).
+In reverse mode the loop is differentiated along the steps it accepted (:func:`_recorded`). With a
+progress report a concrete run goes in pieces of attempts (:func:`attempts_in_pieces`), the same
+attempts as the loop in one call.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..geometry.state import State
 from ..integrators.pairs import first_interval, first_step
 from ..physics.flow import pack_body
 from .controllers import adapt
 from .events import event_start, event_update, stopped
+from . import progress
+from .checks import is_concrete
 from .failures import MAX_STEPS_REACHED, SUCCESSFUL
 from .layout import Frames
 from .loop import empty_stats, fold, invariants, step_reason
 
-__all__ = ["Attempts", "while_attempts", "attempts_frames", "attempts_frames_on"]
+__all__ = ["Attempts", "while_attempts", "attempts_frames", "attempts_frames_on", "attempts_in_pieces"]
 
 
 class Attempts(eqx.Module):
@@ -200,6 +205,22 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     ``rtol``, ``atol`` (scalars, may be traced), the first trial step ``dt0`` (None: from the
     tolerance and the initial angular speed), at most ``max_steps`` attempts; ``every``: also keep
     every ``every``-th accepted step; ``dense``: keep every accepted step."""
+    c0, shape = attempts_start(method, system, state0, t0, targets, rtol, atol, dt0, max_steps, monitor=monitor,
+                               event=event, every=every, dense=dense)
+    args = (c0, method, event, monitor)
+    if adjoint.kind == "lax":
+        final = _outputs(adjoint.while_loop(_cond(event, shape[2], max_steps), _body(method, event, monitor, shape), c0,
+                                            max_steps=max_steps, buffers=_buffers))
+    elif adjoint.kind == "bounded":
+        final = _recorded_both(args, adjoint=adjoint, shape=shape)
+    else:
+        final = _recorded(args, adjoint, shape)
+    return attempts_end(final, event, shape)
+
+
+def attempts_start(method, system, state0: State, t0, targets, rtol, atol, dt0, max_steps: int, *, monitor=None,
+                   event=None, every: int | None = None, dense: bool = False):
+    """The loop state before the first attempt, and the loop's ``shape`` (see :func:`while_attempts`)."""
     dtype = state0.R.dtype
     q = method.error_order()
     n_out = targets.shape[0]
@@ -226,15 +247,23 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     c0 = (t0, state0, method.init(system, t0, state0, h0), jnp.asarray(h0, dtype), jnp.asarray(1.0, dtype), z32,
           out0, z32, z32, empty_stats(), jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), ev, sbuf,
           dbuf, (system, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref), None)
-    shape = (q, every, n_out, max_steps)
-    args = (c0, method, event, monitor)
-    if adjoint.kind == "lax":
-        final = _outputs(adjoint.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
-                                            max_steps=max_steps, buffers=_buffers))
-    elif adjoint.kind == "bounded":
-        final = _recorded_both(args, adjoint=adjoint, shape=shape)
-    else:
-        final = _recorded(args, adjoint, shape)
+    return c0, (q, every, n_out, max_steps)
+
+
+def attempts_piece(method, event, monitor, shape, c, budget):
+    """At most ``budget`` (may be traced) more attempts of the loop from its state ``c`` (a run in
+    pieces, for a progress report: the same attempts as one loop): ``(c, finished)``."""
+    cond = _cond(event, shape[2], shape[3])
+    body = _body(method, event, monitor, shape)
+    c, _ = eqxi.while_loop(lambda w: cond(w[0]) & (w[1] < budget), lambda w: (body(w[0]), w[1] + 1),
+                           (c, jnp.asarray(0, jnp.int32)), max_steps=shape[3], buffers=lambda w: _buffers(w[0]),
+                           kind="lax")
+    return c, ~cond(c)
+
+
+def attempts_end(final, event, shape) -> Attempts:
+    """What the loop's final state ``final`` says (:class:`Attempts`)."""
+    _, every, n_out, max_steps = shape
     t, state, _, _, err, i, (out, stats), acc, rej, _, failed, reason, ev, sbuf, dbuf, _, _ = final
 
     def hold(frames, reached):  # frames never reached hold the last state
@@ -255,7 +284,7 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
                     state)
 
 
-def _frames_of(a: Attempts, state0: State, t0, targets) -> Frames:
+def frames_of(a: Attempts, state0: State, t0, targets) -> Frames:
     """One body's :class:`~jaxrot.driver.layout.Frames`: the initial state, then the output times'."""
     ts = jnp.concatenate([jnp.reshape(t0, (1,)).astype(targets.dtype), targets])
     states = jax.tree_util.tree_map(lambda x0, x: jnp.concatenate([x0[None], x]), state0, a.states)
@@ -266,9 +295,18 @@ def _frames_of(a: Attempts, state0: State, t0, targets) -> Frames:
                   dense)
 
 
-@eqx.filter_jit  # one compiled program per configuration (the loop is traced once)
 def attempts_frames_on(spec, executor) -> Frames:
-    """:func:`attempts_frames` with the bodies placed by ``executor``'s ``map_bodies``, compiled."""
+    """:func:`attempts_frames` with the bodies placed by ``executor``'s ``map_bodies``, compiled; with a
+    progress report (:func:`~jaxrot.driver.progress.active`) and concrete inputs, in pieces
+    (:func:`attempts_in_pieces`)."""
+    report = progress.active()
+    if report is not None and all(map(is_concrete, jax.tree_util.tree_leaves(spec))):
+        return attempts_in_pieces(spec, executor, report)
+    return _attempts_compiled(spec, executor)
+
+
+@eqx.filter_jit  # one compiled program per configuration (the loop is traced once)
+def _attempts_compiled(spec, executor) -> Frames:
     return attempts_frames(spec, type(executor).map_bodies.__get__(executor))
 
 
@@ -281,7 +319,7 @@ def attempts_frames(spec, map_bodies) -> Frames:
     def one(system, s0, rtol, atol, dt0):
         a = while_attempts(spec.method, system, s0, spec.t0, spec.targets, rtol, atol, dt0, spec.max_steps,
                            spec.adjoint, monitor=spec.monitor, event=spec.event, every=spec.every, dense=spec.dense)
-        return _frames_of(a, s0, jnp.asarray(spec.t0, dtype), spec.targets)
+        return frames_of(a, s0, jnp.asarray(spec.t0, dtype), spec.targets)
 
     if not spec.batched:
         return one(spec.system, spec.state0, spec.rtol, spec.atol, spec.dt0)
@@ -291,3 +329,82 @@ def attempts_frames(spec, map_bodies) -> Frames:
     if spec.stacked:
         return map_bodies(lambda p, s, r, a, d: one(p, s, r, a, d), spec.system, spec.state0, rtol, atol, dt0)
     return map_bodies(lambda s, r, a, d: one(spec.system, s, r, a, d), spec.state0, rtol, atol, dt0)
+
+
+def attempts_in_pieces(spec, executor, report):
+    """An error-controlled run (:class:`~jaxrot.driver.executors.base.AttemptSpec`, concrete) in pieces
+    of attempts, its bodies placed by ``executor``'s ``map_bodies``: its
+    :class:`~jaxrot.driver.layout.Frames`."""
+    carry = report.compile(lambda: _attempts_piece(spec, executor, _attempts_init(spec, executor),
+                                                   np.asarray(0, np.int32))[0])
+    pacer = progress.Pacer()
+    while True:
+        carry, (t_slowest, finished, every) = pacer.run(
+            report, pacer.n, lambda k: _attempts_piece(spec, executor, carry, np.asarray(k, np.int32)))
+        report.reached(float(t_slowest), int(finished))
+        if bool(every):
+            return _attempts_frames(spec, executor, carry)
+
+
+def _shape(spec):
+    return spec.method.error_order(), spec.every, spec.targets.shape[0], spec.max_steps
+
+
+def _per_body(spec, executor, fn, *trees):
+    """``fn(system, rtol, atol, *trees)`` for one body, or each body of a batch (the executor's
+    ``map_bodies``; tolerances one per body, trees with a leading batch axis)."""
+    if not spec.batched:
+        return fn(spec.system, spec.rtol, spec.atol, *trees)
+    B, dtype = spec.state0.R.shape[0], spec.state0.R.dtype
+    rtol, atol = (jnp.broadcast_to(jnp.asarray(x, dtype), (B,)) for x in (spec.rtol, spec.atol))
+    map_bodies = type(executor).map_bodies.__get__(executor)
+    if spec.stacked:
+        return map_bodies(fn, spec.system, rtol, atol, *trees)
+    return map_bodies(lambda r, a, *t: fn(spec.system, r, a, *t), rtol, atol, *trees)
+
+
+@eqx.filter_jit
+def _attempts_init(spec, executor):
+    """Each body's loop state before its first attempt (without the problem's arrays) and the monitor's
+    reference (or None)."""
+    dtype = spec.state0.R.dtype
+    dt0 = spec.dt0
+    if spec.batched and dt0 is not None:
+        dt0 = jnp.broadcast_to(jnp.asarray(dt0, dtype), spec.state0.R.shape[:1])
+
+    def one(system, rtol, atol, s0, d0):
+        c0, _ = attempts_start(spec.method, system, s0, spec.t0, spec.targets, rtol, atol, d0, spec.max_steps,
+                               monitor=spec.monitor, event=spec.event, every=spec.every, dense=spec.dense)
+        return c0[:15], c0[15][4]
+
+    return _per_body(spec, executor, one, spec.state0, dt0)
+
+
+def _consts(spec, system, rtol, atol, ref):
+    dtype = spec.state0.R.dtype
+    return system, spec.targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref
+
+
+@eqx.filter_jit
+def _attempts_piece(spec, executor, carry, budget):
+    """At most ``budget`` more attempts of every body: the loop states, and the slowest unfinished
+    body's time, the bodies finished and whether all are."""
+    def one(system, rtol, atol, c, ref):
+        c, done = attempts_piece(spec.method, spec.event, spec.monitor, _shape(spec),
+                                 c + (_consts(spec, system, rtol, atol, ref), None), budget)
+        return c[:15], done
+
+    c, done = _per_body(spec, executor, one, *carry)
+    t_slowest = jnp.min(jnp.where(done, spec.targets[-1], c[0]))
+    return (c, carry[1]), (t_slowest, jnp.sum(done.astype(jnp.int32)), jnp.all(done))
+
+
+@eqx.filter_jit
+def _attempts_frames(spec, executor, carry):
+    dtype = spec.state0.R.dtype
+
+    def one(system, rtol, atol, c, ref, s0):
+        a = attempts_end(c + (None, None), spec.event, _shape(spec))
+        return frames_of(a, s0, jnp.asarray(spec.t0, dtype), spec.targets)
+
+    return _per_body(spec, executor, one, *carry, spec.state0)

@@ -199,12 +199,28 @@ def run_steps(method, system, state0, dt, t0, n_steps, monitor=None, event=None)
     """The unsaved step loop: ``(final carry, StepStats folded over the steps)``; ``n_steps`` may be
     traced (a ``fori_loop``: forward-mode differentiable only). Used inside one's own ``jit``/``vmap``
     too (the maps do); callers validate inputs."""
+    return steps_from(method, system, init_carry(method, system, state0, dt, t0, monitor, event), empty_stats(), dt,
+                      t0, n_steps, monitor, event)
+
+
+def steps_from(method, system, carry, stats, dt, t0, n_steps, monitor=None, event=None):
+    """``n_steps`` (may be traced) more constant steps from ``carry`` (:func:`init_carry`), their
+    statistics folded into ``stats``: ``(carry, stats)``. A run in pieces of this (a progress report's)
+    takes the steps of one :func:`run_steps`, and folds the same statistics."""
     def body(_, c):
         c, acc = c
-        c, stats = fixed_step(method, system, c, dt, t0, monitor, event)
-        return c, fold(acc, stats)
+        c, s = fixed_step(method, system, c, dt, t0, monitor, event)
+        return c, fold(acc, s)
 
-    return lax.fori_loop(0, n_steps, body, (init_carry(method, system, state0, dt, t0, monitor, event), empty_stats()))
+    return lax.fori_loop(0, n_steps, body, (carry, stats))
+
+
+def last_frame(state0, t0, dt, carry, stats) -> Frames:
+    """A final-state run's frames (the initial state, then the final) from its final carry and folded
+    statistics."""
+    t1 = t0 + carry[2].astype(dt.dtype) * dt
+    one = jax.tree_util.tree_map(lambda x: x[None], (carry[0], t1, stats))
+    return assemble(state0, t0, *one, carry[3], carry[4], carry[6], carry[2])
 
 
 def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoint, max_frames: int, monitor=None,

@@ -10,6 +10,7 @@ executor (:mod:`~jaxrot.driver.executors`) through the loop (:mod:`~jaxrot.drive
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -37,7 +38,7 @@ from .lean_jit import Bound
 from .loop import InvariantMonitor
 from .precision import full_precision
 from . import replay
-from .progress import progress_report
+from .progress import progress_report, reporting, span_report
 from .results import Provenance, Trajectory, invalid_marked
 from .saveat import SaveAt
 from .tolerance import reachable_over_span, turned_angle, turning_angle, warn_turned
@@ -207,7 +208,8 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
     if report is None:  # the plan's own values too: made inside someone's trace, they may be its tracers
         replay.remember(plan_key, plan, *inputs, spec.method, spec.system, spec.state0, spec.dt, spec.t0,
                         finish.ts_out, alias=value_key)
-    return plan()
+    with reporting(report, spec.system, spec.state0, spec.dt, spec.t0, event):
+        return plan()
 
 
 def _carry_out(run, build, throw, where, invalid=None) -> Trajectory:
@@ -353,13 +355,12 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
     spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
                        local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
     runner = choose_executor(executor, spec)
-    report = progress_report(progress, 1, 1, 1)
-    if report is not None:
-        report(None, 0.0)
+    report = span_report(progress, t0, targets[-1], state0.R.shape[0] if state0.R.ndim == 3 else None)
     extra_counts = check = None
     if isinstance(controller, GlobalError):
         # errors against the tolerance asked, where it was raised to the floor before the calibration
-        rtol, atol, counts, check = calibrate(spec, runner, controller, units=(local.rtol, local.atol))
+        with report.waiting("calibrating the tolerance") if report is not None else contextlib.nullcontext():
+            rtol, atol, counts, check = calibrate(spec, runner, controller, units=(local.rtol, local.atol))
         rtol, atol, extra_counts = raised_to_floor(rtol, atol, counts, dtype, pair)
         spec = dataclasses.replace(spec, rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype))
     finish = Finish(keep_first=keep_first, keep_last=keep_last, t_end=targets[-1], frames_from="steps" if every is not None else "loop",
@@ -378,10 +379,8 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
             plan = functools.partial(_then, plan, turned)
         replay.remember(plan_key, plan, *inputs, spec, alias=value_key)
         return plan()
-    frames = type(runner).run_attempts(runner, spec)
-    if report is not None:
-        jax.block_until_ready(frames.states.R)
-        report(1)
+    with reporting(report, spec):  # the executor reports to it
+        frames = type(runner).run_attempts(runner, spec)
     if check is not None and event is None and every is None and not saveat.dense:
         # the calibration's law against the final run's states at the output times (after the first)
         extra_counts = check(State(frames.states.R[..., 1:, :, :], frames.states.Pi[..., 1:, :]), extra_counts)

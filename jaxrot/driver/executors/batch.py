@@ -12,9 +12,10 @@ import numpy as np
 from jax import lax
 
 from ..checks import is_concrete
-from ..layout import Frames, assemble, batch_frames_per_chunk, join, run_chunks
+from ..layout import Frames, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import init_carry, run_steps, scan_frames, while_args, while_body_frames
+from ..loop import empty_stats, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args, while_body_frames
+from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
 from .base import RunSpec
 
@@ -80,12 +81,34 @@ def _batch_chunk(method, system, carry, dt, t0, n_valid, n_frames, save_every, s
 def _batch_final(method, system, states0, dt, t0, n_steps, system_axis, block=None, monitor=None, event=None):
     def one(p, s):
         c, stats = run_steps(method, p, s, dt, t0, n_steps, monitor, event)
-        t1 = t0 + n_steps.astype(dt.dtype) * dt
-        return assemble(s, t0, *jax.tree_util.tree_map(lambda x: x[None], (c[0], t1, stats)), c[3], c[4], c[6], c[2])
+        return last_frame(s, t0, dt, c, stats)
 
     if system_axis is None:
         return in_blocks(jax.vmap(lambda s: one(system, s)), block, states0)
     return in_blocks(jax.vmap(one), block, system, states0)
+
+
+@lean_jit
+def _batch_steps(method, system, carry, stats, dt, t0, n, system_axis, block=None, monitor=None, mesh=None,
+                 event=None):
+    """``n`` (traced) more steps of every body from ``carry``, statistics folded into ``stats``."""
+    def one(p, c, s):
+        return steps_from(method, p, c, s, dt, t0, n, monitor, event)
+
+    if system_axis is None:
+        return blocked_per_device(lambda c, s: jax.vmap(lambda c1, s1: one(system, c1, s1))(c, s), block, mesh, carry,
+                                  stats)
+    return blocked_per_device(lambda p, c, s: jax.vmap(one)(p, c, s), block, mesh, system, carry, stats)
+
+
+@lean_jit
+def _batch_last(states0, t0, dt, carry, stats):
+    return jax.vmap(lambda s, c, a: last_frame(s, t0, dt, c, a))(states0, carry, stats)
+
+
+@lean_jit
+def _batch_stats0(states0):
+    return jax.vmap(lambda _: empty_stats())(states0.Pi)
 
 
 def place_batch(spec: RunSpec, devices):
@@ -131,18 +154,25 @@ def batch_frames(spec: RunSpec, block, devices) -> Frames:
     m, dt, t0, ev = spec.method, spec.dt, spec.t0, spec.event
     carry = _batch_init(m, system, states0, dt, t0, axis, spec.monitor, ev)
     F = batch_frames_per_chunk(states0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
-    carry, parts, nvs = run_chunks(
-        lambda c, nv: _batch_chunk(m, system, c, dt, t0, nv, F, spec.save_every, axis, spec.unroll, block, spec.monitor,
-                                   mesh, ev), carry, spec.n_frames, F, spec.report)
+
+    def run_chunk(c, nv):
+        return _batch_chunk(m, system, c, dt, t0, nv, F, spec.save_every, axis, spec.unroll, block, spec.monitor, mesh,
+                            ev)
+
+    carry, parts, nvs = (run_chunks(run_chunk, carry, spec.n_frames, F) if spec.report is None else
+                         chunks_in_pieces(spec.report, run_chunk, carry, spec.n_frames, F))
     frames = join(states0, t0, parts, nvs, (carry[3], carry[4], carry[6], carry[2]), batched=True)
     if pad:
         frames = jax.tree_util.tree_map(lambda x: x[:batch], frames)
     return frames
 
 
-def batch_final(spec: RunSpec, block) -> Frames:
+def batch_final(spec: RunSpec, block, devices=None) -> Frames:
     """Only the last state of every body, the step count a traced loop bound (one program for any
-    count), blocked by ``block`` on the default device."""
+    count), blocked by ``block`` on the default device; with a progress report, in pieces of steps
+    (on ``devices``: None, the default device only)."""
+    if spec.report is not None:
+        return _batch_final_in_pieces(spec, block, devices)
     states0 = spec.state0
     block = auto_block(block, states0.R.shape[0], jax.devices()[:1])
     axis = 0 if spec.stacked else None
@@ -150,10 +180,35 @@ def batch_final(spec: RunSpec, block) -> Frames:
                         axis, block, spec.monitor, spec.event)
 
 
+def _batch_final_in_pieces(spec: RunSpec, block, devices) -> Frames:
+    """:func:`batch_final` with a progress report: the steps in pieces (:func:`~jaxrot.driver.progress.steps_in_pieces`),
+    the same steps and statistics."""
+    devices = [jax.devices()[0]] if devices is None else default_devices(devices)
+    batch = spec.state0.R.shape[0]
+    system, states0, pad, mesh = place_batch(spec, devices)
+    block = auto_block(block, (batch + pad) // len(devices), devices)
+    axis = 0 if spec.stacked else None
+    m, dt, t0, mon, ev = spec.method, spec.dt, spec.t0, spec.monitor, spec.event
+
+    def start():
+        return _batch_init(m, system, states0, dt, t0, axis, mon, ev), _batch_stats0(states0)
+
+    def piece(c, n):
+        return _batch_steps(m, system, c[0], c[1], dt, t0, np.asarray(n, np.int32), axis, block, mon, mesh, ev)
+
+    carry, stats = steps_in_pieces(spec.report, spec.n_steps, start, piece)
+    frames = _batch_last(states0, t0, dt, carry, stats)
+    return jax.tree_util.tree_map(lambda x: x[:batch], frames) if pad else frames
+
+
 def batch_while(spec: RunSpec, executor) -> Frames:
     """Every body's constant steps in the frames' while loop (a terminal event ends each), placed by
     ``executor``'s ``map_bodies``, compiled once per configuration."""
-    return _batch_while(executor, spec.method, spec.system, spec.state0, while_args(spec), spec.stacked)
+    def run():
+        return _batch_while(executor, spec.method, spec.system, spec.state0, while_args(spec), spec.stacked)
+
+    concrete = all(map(is_concrete, jax.tree_util.tree_leaves((spec.system, spec.state0, spec.dt, spec.t0))))
+    return run() if spec.report is None or not concrete else one_call(spec.report, run, spec.n_steps)
 
 
 @eqx.filter_jit

@@ -36,8 +36,8 @@ class Sharded(AbstractExecutor):
             return XLA().run(spec)
         if spec.terminal:
             return batch_while(spec, self)
-        if spec.final_only and not traced(spec) and len(self._devices()) == 1:
-            return batch_final(spec, self.block_size)
+        if spec.final_only and not traced(spec) and (len(self._devices()) == 1 or spec.report is not None):
+            return batch_final(spec, self.block_size, self._devices())
         return batch_frames(spec, self.block_size, self._devices())
 
     def map_bodies(self, fn, *trees):

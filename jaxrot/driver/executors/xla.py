@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..checks import is_concrete
-from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, assemble, join, run_chunks
+from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import init_carry, run_steps, scan_frames, while_args, while_body_frames
+from ..loop import empty_stats, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args, while_body_frames
+from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
 from .batch import batch_final, batch_frames, batch_while
 
@@ -56,12 +56,19 @@ def _one_init(method, system, state0, dt, t0, monitor=None, event=None):
 def _one_final(method, system, state0, dt, t0, n_steps, monitor=None, event=None):
     """Only the final state, the step count a traced loop bound (one program for any count)."""
     c, stats = run_steps(method, system, state0, dt, t0, n_steps, monitor, event)
-    t1 = t0 + n_steps.astype(dt.dtype) * dt
-    one = jax.tree_util.tree_map(lambda x: x[None], (c[0], t1, stats))
-    return assemble(state0, t0, *one, c[3], c[4], c[6], c[2])
+    return last_frame(state0, t0, dt, c, stats)
+
+
+_one_steps = lean_jit(steps_from)  # a final-state run in pieces (a progress report's): its steps
+_one_last = lean_jit(last_frame)
 
 
 _one_while = lean_jit(while_body_frames)
+
+
+@jax.jit
+def _stats0():
+    return empty_stats()
 
 
 def traced(spec) -> bool:
@@ -76,8 +83,15 @@ def one_body(spec: RunSpec) -> Frames:
     m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
     n_frames, is_traced, mon, ev = spec.n_frames, traced(spec), spec.monitor, spec.event
     if spec.terminal:
+        if spec.report is not None and not is_traced:
+            return one_call(spec.report, lambda: _one_while(m, s, x0, *while_args(spec)), spec.n_steps)
         return _one_while(m, s, x0, *while_args(spec))
     if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
+        if spec.report is not None:
+            carry, stats = steps_in_pieces(
+                spec.report, spec.n_steps, lambda: (_one_init(m, s, x0, dt, t0, mon, ev), _stats0()),
+                lambda c, n: _one_steps(m, s, c[0], c[1], dt, t0, np.asarray(n, np.int32), mon, ev))
+            return _one_last(x0, t0, dt, carry, stats)
         return _one_final(m, s, x0, dt, t0, np.asarray(spec.n_steps, np.int32), mon, ev)
     if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
@@ -93,14 +107,15 @@ def one_body(spec: RunSpec) -> Frames:
         def run_chunk(c, nv):
             return _one_chunk(m, s, c, dt, t0, nv, se, spec.unroll, mon, ev)
 
-        carry, parts, nvs = run_chunks(run_chunk, carry, n_frames, FRAMES_PER_CHUNK, spec.report)
+        carry, parts, nvs = (run_chunks(run_chunk, carry, n_frames, FRAMES_PER_CHUNK) if spec.report is None else
+                             chunks_in_pieces(spec.report, run_chunk, carry, n_frames, FRAMES_PER_CHUNK))
     return join(x0, t0, parts, nvs, (carry[3], carry[4], carry[6], carry[2]))
 
 
 def one_body_plan(spec: RunSpec):
     """:func:`one_body` of ``spec`` as a function of no arguments; a final-state-only run's program
     and arguments are bound once."""
-    if spec.final_only and not spec.terminal and not traced(spec):
+    if spec.final_only and not spec.terminal and spec.report is None and not traced(spec):
         m, s, x0, dt, t0 = spec.method, spec.system, spec.state0, spec.dt, spec.t0
         return _one_final.bind(m, s, x0, dt, t0, np.asarray(spec.n_steps, np.int32), spec.monitor, spec.event)
     return functools.partial(one_body, spec)
