@@ -10,6 +10,7 @@ through the checkpointed loop, a custom JVP for forward mode). Needs the ``fast`
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -21,9 +22,11 @@ from ...geometry.state import State
 from ..adjoint import RecursiveCheckpointAdjoint
 from ..attempts import attempts_frames
 from ..events import locate, method_step
+from .. import progress
 from ..layout import Frames, LocatedEvent, assemble
 from ..lean_jit import lean_jit
 from ..loop import empty_stats, init_carry, scan_frames
+from ..paced import in_groups
 from ..sharding import per_device
 from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .batch import place_batch
@@ -206,8 +209,9 @@ class Fused(AbstractExecutor):
     def run_attempts(self, spec: AttemptSpec) -> Frames:
         """An error-controlled run in the fused adaptive kernel (:mod:`jaxrot.kernels.adaptive`): one
         thread per body, each taking its own steps, the states written at the output times, an event
-        located in the kernel."""
-        return _attempts_program(spec)
+        located in the kernel (with a progress report, the batch in groups of bodies)."""
+        report = progress.active()
+        return _attempts_program(spec) if report is None else in_groups(report, spec, _attempts_program)
 
     def plan(self, spec: RunSpec):
         """A run on one device without an event or progress report is bound to its compiled program
@@ -221,6 +225,8 @@ class Fused(AbstractExecutor):
         return super().plan(spec)
 
     def run(self, spec: RunSpec) -> Frames:
+        if spec.report is not None:  # one launch per group of bodies, a line between them
+            return in_groups(spec.report, spec, lambda sub: type(self).run(self, dataclasses.replace(sub, report=None)))
         states0 = spec.state0
         batch = states0.R.shape[0] if spec.batched else 1
         devices = _devices(self)[:batch]
@@ -230,17 +236,12 @@ class Fused(AbstractExecutor):
             _, states0, _, mesh = place_batch(placed, devices)
         else:
             states0 = _placed(self, states0)
-        if spec.report is not None:
-            spec.report(0)  # one launch: the whole run is one "chunk"
         if spec.event is not None:  # on one device (the first named, if any)
             traj = _program_event(spec.method, spec.system, _placed(self, spec.state0), spec.dt, spec.t0, spec.n_frames,
                                   spec.save_every, batch, not spec.batched, spec.event)
         else:
             traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every,
                             mesh, batch, not spec.batched)
-        if spec.report is not None:
-            jax.block_until_ready(traj.states.R)
-            spec.report(spec.n_frames)
         return traj
 
 
