@@ -417,17 +417,29 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
         env[v] = x
     for v, x in zip(jaxpr.invars, args):
         env[v] = x
-    for eqn in jaxpr.eqns:
-        ins = [read(v) for v in eqn.invars]
-        outs = _fold(g, eqn, ins)
-        if outs is None:
-            outs = _eqn(g, eqn, ins)
+    cones, deferred = plan(jaxpr)
+
+    def run(i):
+        eqn = jaxpr.eqns[i]
+        if i in cones:
+            outs = _branches(g, eqn, read, cones[i], run)
+        else:
+            ins = [read(v) for v in eqn.invars]
+            outs = _fold(g, eqn, ins)
+            if outs is None:
+                outs = _eqn(g, eqn, ins)
         for v, x in zip(eqn.outvars, outs):
             if tuple(np.shape(x)) != tuple(v.aval.shape):
                 raise Unsupported(f"{eqn.primitive.name}: shape {np.shape(x)} != {v.aval.shape}")
             env[v] = x
+
+    for i in range(len(jaxpr.eqns)):
+        if i not in deferred:
+            run(i)
     return [read(v) for v in jaxpr.outvars]
+
 
 # (imported last: these modules use this one's names)
 from .jaxpr_algebra import _binary, _extremum, _integer_pow, _unary  # noqa: E402
+from .jaxpr_branches import _branches, plan  # noqa: E402
 from .jaxpr_control import _by_index, _fold, _reduce_precision, _scan, _while  # noqa: E402

@@ -1,0 +1,123 @@
+"""Branches of a ``select`` computed only where taken (:func:`jaxrot.kernels.jaxpr_warp.restate`).
+
+``jnp.where(small, taylor(x), closed(x))`` computes both sides, as a vectorised XLA program must; a
+thread of a kernel need not. :func:`plan` finds, for each ``select_n`` of a jaxpr, the equations whose
+results only that case of that select uses (its *exclusive cone*: computed for nothing else, and not
+an output); :func:`restate` defers them and, where the select's predicate is one scalar for all its
+elements, writes them inside ``if``/``else`` blocks, so that a Rodrigues coefficient's Taylor branch
+skips the sine, cosine, square root and division of the closed form. Where the predicate differs from
+element to element, the deferred equations are written before the select as usual.
+"""
+
+from collections import defaultdict
+
+import numpy as np
+
+from .jaxpr_warp import Source, _eqn, kind_of
+
+
+def select_positions(eqn):
+    """``(pred, case 0, case 1)``: the operand positions of a two-case bool select, plain or wrapped in a
+    ``jit`` of its own (``jnp.where``'s ``_where``), else None."""
+    if eqn.primitive.name == "select_n":
+        sel, pos = eqn, (0, 1, 2)
+    elif eqn.primitive.name in ("pjit", "jit") and len(eqn.params["jaxpr"].jaxpr.eqns) == 1:
+        inner = eqn.params["jaxpr"].jaxpr
+        sel = inner.eqns[0]
+        if (sel.primitive.name != "select_n" or list(inner.outvars) != list(sel.outvars)
+                or any(hasattr(v, "val") or v not in inner.invars for v in sel.invars)):
+            return None
+        pos = tuple(inner.invars.index(v) for v in sel.invars)
+    else:
+        return None
+    if len(sel.invars) != 3 or sel.invars[0].aval.dtype != bool:
+        return None
+    return pos
+
+
+def plan(jaxpr):
+    """``(cones, deferred)``: ``cones[i]`` the positions of the select at index ``i`` and its case-by-case
+    lists of equation indices (increasing) used only by that case, ``deferred`` all of them and the
+    equations whose results nothing uses."""
+    eqns = jaxpr.eqns
+    producer, uses = {}, defaultdict(list)
+    for i, e in enumerate(eqns):
+        for v in e.outvars:
+            producer[v] = i
+        for pos, v in enumerate(e.invars):
+            if not hasattr(v, "val"):
+                uses[v].append((i, pos))
+    outputs = {v for v in jaxpr.outvars if not hasattr(v, "val")}
+    # results nothing uses (a jnp.where's unused third coefficient, ...), consumers first
+    dead = set()
+    for j in range(len(eqns) - 1, -1, -1):
+        if not _effects(eqns[j]) and all(v not in outputs and all(i in dead for i, _ in uses[v])
+                                         for v in eqns[j].outvars):
+            dead.add(j)
+    cones, deferred = {}, set(dead)
+    for s, e in enumerate(eqns):
+        pos = select_positions(e)
+        if pos is None or s in dead:
+            continue
+        per_case = [sorted(_cone(eqns, producer, uses, outputs, s, k, e.invars[k]) - dead) for k in pos[1:]]
+        if any(per_case):
+            cones[s] = (pos, per_case)
+            deferred.update(*per_case)
+    return cones, deferred
+
+
+def _cone(eqns, producer, uses, outputs, s: int, k: int, var) -> set:
+    if hasattr(var, "val") or var not in producer:
+        return set()
+    # every equation reachable backwards from the case's operand, consumers before producers
+    reach, stack = set(), [producer[var]]
+    while stack:
+        j = stack.pop()
+        if j in reach:
+            continue
+        reach.add(j)
+        stack.extend(producer[v] for v in eqns[j].invars if not hasattr(v, "val") and v in producer)
+    cone = set()
+    for j in sorted(reach, reverse=True):
+        e = eqns[j]
+        if any(v in outputs for v in e.outvars) or _effects(e):
+            continue
+        if all(all((i in cone) or (i == s and pos == k) for i, pos in uses[v]) for v in e.outvars):
+            cone.add(j)
+    return cone
+
+
+def _effects(eqn) -> bool:
+    return bool(getattr(eqn, "effects", None))
+
+
+def _branches(g: Source, eqn, read, planned, run) -> list:
+    """A select whose cases' exclusive equations were deferred (:func:`plan`): with one predicate for
+    every element, each case's equations written in its own block (only the taken case's where the
+    predicate is known); else all of them, then the select as usual."""
+    (p, c0, c1), cones = planned
+    pred = np.asarray(read(eqn.invars[p])).reshape(-1)
+    one = all(e.code == pred[0].code for e in pred)
+    if one and pred[0].value is not None:  # known: the other case is never computed
+        k = int(bool(pred[0].value))
+        for j in cones[k]:
+            run(j)
+        return [np.asarray(read(eqn.invars[(c0, c1)[k]]))]
+    if not one:
+        for j in sorted(cones[0] + cones[1]):
+            run(j)
+        return _eqn(g, eqn, [read(v) for v in eqn.invars])
+    from .jaxpr_control import _assign
+
+    kind = kind_of(eqn.outvars[0].aval.dtype)
+    shape = tuple(eqn.outvars[0].aval.shape)
+    out = np.empty(shape, dtype=object)
+    for idx in np.ndindex(shape):
+        out[idx] = g.variable(g.literal(0.0 if kind == "f" else 0, kind) if kind != "b" else g.literal(False, "b"))
+    for k, head in ((1, f"if {pred[0].code}:"), (0, "else:")):
+        g.line(head)
+        with g.loop([]):
+            for j in cones[k]:
+                run(j)
+            _assign(g, [out], [np.broadcast_to(np.asarray(read(eqn.invars[(c0, c1)[k]])), shape)])
+    return [out]
