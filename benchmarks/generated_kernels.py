@@ -17,7 +17,6 @@ kernel is faster).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import platform
@@ -91,14 +90,9 @@ def main(argv=None):
             print(f"{name:8s} B={B:7d}  generated {row['generated_rate']:.3e}  hand {row['hand_rate']:.3e} body-steps/s"
                   f"  generated/hand {row['ratio']:.2f}  (Pi differ by {diff:.1e})", flush=True)
     pair_rows = _user_pair(a.user_pair, a.reps) if a.user_pair else []
-    out = pathlib.Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     meta = dict(command="python " + " ".join([os.path.relpath(__file__), *(argv or sys.argv[1:])]),
                 machine=platform.processor() or platform.machine(), cores=os.cpu_count(), jax=jax.__version__,
                 load=os.getloadavg(), reps=a.reps)
-    tmp = out / "generated_kernels.json.tmp"
-    tmp.write_text(json.dumps(dict(meta=meta, rows=rows, user_pair=pair_rows), indent=1))
-    os.replace(tmp, out / "generated_kernels.json")
     lines = ["# Generated kernels against hand-written ones", "", f"`{meta['command']}`; {meta['cores']} cores, "
              f"jax {meta['jax']}, load {tuple(round(x, 1) for x in meta['load'])}; medians of {a.reps} calls, timed in turn.",
              "", "| method | bodies | steps | generated (body-steps/s) | hand-written | generated / hand | max rel. diff of Pi |",
@@ -111,9 +105,10 @@ def main(argv=None):
                   f"fused {r['fused_s']:.3g} s, XLA {r['xla_s']:.3g} s (XLA / fused {r['ratio']:.2f}); "
                   f"event times differ by at most {r['max_event_time_diff']:.1e}, accepted steps equal: "
                   f"{r['same_steps']}."]
-    tmp = out / "generated_kernels.md.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out / "generated_kernels.md")
+    from jaxrot.present import provenance
+
+    provenance.write_record(a.out, "generated_kernels", dict(meta=meta, rows=rows, user_pair=pair_rows),
+                            "\n".join(lines) + "\n", command=meta["command"])
 
 
 def _user_pair(B: int, reps: int) -> list:
