@@ -1,22 +1,24 @@
 """Identify a thrown book from synthetic gyroscope throws: what comes back, how often the global
 search finds the right basin, and how often the stated intervals cover the truth.
 
-Truth: the book of ``../shared/data`` (ratios 0.3445 : 0.6763 : 1), spun about its intermediate
-axis at 8-12 rad/s, flights of 0.7-1.5 s through a flip, 100 Hz with 0.4 ms jitter, noise 0.02
-rad/s, a bias of 0.01-0.03 rad/s per axis drawn for each throw, one sensor misalignment of 1-2
-degrees, air drag ``k / trace(J) = 4e-4``. Integrated independently of the fit (SciPy DOP853 at
+Truth: a 24 x 17 x 3 cm book (ratios 0.3445 : 0.6763 : 1, as in tests/data/phyphox_book_throws.csv),
+spun about its intermediate axis at 8-12 rad/s, flights of 0.7-1.5 s through a flip, 100 Hz with
+0.4 ms jitter, noise 0.02 rad/s, a bias of 0.01-0.03 rad/s per axis drawn for each throw, one sensor
+misalignment of 1-2 degrees, air drag ``k / trace(J) = 4e-4``. Integrated independently of the fit (SciPy DOP853 at
 rtol 1e-11 where installed, else jaxrot's reference DOP853).
 
 Measured (``quick``: 4 throws and a smaller search):
 
 1. the model's discretisation error (``rk4`` at the fit's step) against the independent integrator;
 2. each throw fitted alone with no initial inertia (global search, then Levenberg-Marquardt): the
-   right basin is that of the fit started at the truth (ratios within 1% of it); beside it the
+   right basin is that of the fit started at the truth (every unknown at its true value; the ratios
+   within 1% of that fit's); beside it the
    single-guess baseline, SciPy's ``least_squares`` from moments each 20% off (uniformly drawn,
    as a pendulum measurement gives), if SciPy is installed;
 3. the coverage of the per-throw 1 and 2 sigma intervals of the two ratios;
 4. all throws fitted jointly (bias per throw): the ratio errors, its time (a second call: after
-   compilation), the scatter's chi2 and the torque-free/drag comparison.
+   compilation), the torque-free/drag comparison, and the scatter's chi2 of the per-throw fits
+   started at the joint fit's values.
 
 Writes identify.json, identify.md and identify.png (per-throw estimates with their error bars; the
 normalised errors against a standard normal).
@@ -52,30 +54,38 @@ def _discretisation_error(throws, truth, options) -> float:
     return worst
 
 
-def _baseline(throw, guess, options, shape):
-    """SciPy least_squares (trf) from one guess of the moments, the same residuals and Jacobian."""
-    from scipy.optimize import least_squares
-
+def _baseline_functions(throws, options, shape):
+    """The residuals and Jacobian of one throw in all its unknowns, compiled once for every throw."""
     from jaxrot.studies import identify_model as im
     from jaxrot.studies.identify_search import linearise_all, make_model, residuals_all
 
     layout = im.Layout(1, True, False, "shared", True, False)
-    model = make_model([throw], layout, im.QUADRATIC_DRAG, options, shape[1])
-    data = im.pack([throw], length=shape[0])
+    model = make_model(throws, layout, im.QUADRATIC_DRAG, options, shape[1])
     P = layout.n_shared
-
-    res = jax.jit(lambda x: residuals_all(model, x[:P], x[None, P:], data)[0])
+    res = jax.jit(lambda x, data: residuals_all(model, x[:P], x[None, P:], data)[0])
 
     @jax.jit
-    def jac(x):
+    def jac(x, data):
         _, A, B = linearise_all(model, x[:P], x[None, P:], data)
         return jnp.concatenate([A[0], B[0]], axis=1)
 
+    return P, res, jac
+
+
+def _baseline(throw, guess, functions, shape):
+    """SciPy least_squares (trf) from one guess of the moments, with the fit's residuals and Jacobian."""
+    from scipy.optimize import least_squares
+
+    from jaxrot.studies import identify_model as im
+
+    P, res, jac = functions
+    data = im.pack([throw], length=shape[0])
     x0 = np.zeros(P + 3)
     x0[:2] = im.u_from_moments(guess)
     x0[P:] = im.initial_rates(throw)
-    sol = least_squares(lambda x: np.asarray(res(jnp.asarray(x))), x0, jac=lambda x: np.asarray(jac(jnp.asarray(x))),
-                        method="trf", x_scale="jac", max_nfev=200)
+    sol = least_squares(lambda x: np.asarray(res(jnp.asarray(x), data)),
+                        x0, jac=lambda x: np.asarray(jac(jnp.asarray(x), data)), method="trf", x_scale="jac",
+                        max_nfev=200)
     J = np.asarray(im.moments_from_u(jnp.asarray(sol.x[:2])))
     return J / J.max(), float(sol.cost)
 
@@ -102,7 +112,10 @@ def main(quick: bool = False, out_dir=None) -> dict:
     each = idf.identify_each(throws, obs, options=options, progress=True)
     each_s = time.perf_counter() - t0
     shape = (max(len(t.ts) for t in throws), max(t.duration for t in throws))
-    at_truth = [idf.identify([t], obs, options=options, ratios=truth["J"], _shape=shape) for t in throws]
+    at_truth = [idf.identify([t], obs, options=options, ratios=truth["J"], _shape=shape,
+                             start={"misalignment": truth["misalignment"], "bias": truth["bias"][k],
+                                    "omega0": truth["omega0"][k], "torque": [truth["kappa"]]})
+                for k, t in enumerate(throws)]
     R = np.asarray([f.ratios for f in each])
     S = np.asarray([f.ratios_std for f in each])
     R_truth = np.asarray([f.ratios for f in at_truth])
@@ -120,12 +133,13 @@ def main(quick: bool = False, out_dir=None) -> dict:
     else:
         rng = np.random.default_rng(7)
         hits, t0 = 0, time.perf_counter()
+        functions = _baseline_functions(throws, options, shape)
         for k, t in enumerate(throws):
             while True:  # a guess each moment 20% off, physical
                 guess = np.asarray(truth["J"]) * (1 + rng.uniform(-0.2, 0.2, 3))
                 if np.all(2 * guess < guess.sum()):
                     break
-            r, _ = _baseline(t, guess, options, shape)
+            r, _ = _baseline(t, guess, functions, shape)
             hits += bool(np.all(np.abs(r / R_truth[k] - 1) < 0.01))
         baseline = {"right_basin": hits, "of": n, "seconds": time.perf_counter() - t0,
                     "guess": "each moment 20% off (uniform), SciPy least_squares trf with the same residuals "
@@ -137,9 +151,12 @@ def main(quick: bool = False, out_dir=None) -> dict:
     t0 = time.perf_counter()
     joint = idf.identify(throws, obs, options=options)
     joint_s = time.perf_counter() - t0
-    free = idf.identify(throws, obs, options=options, ratios=joint.moments_trace1, hold_torque=True)
+    free = idf.identify(throws, obs, options=options, ratios=joint.moments_trace1,
+                        start={**idf.start_from(joint), "torque": [0.0]}, hold=("torque",))
     comp = idf.compare(free, joint)
-    sc = idf.scatter(each, joint) if n >= 2 else None
+    # the scatter of the per-throw fits in the joint fit's basin (each started at its values)
+    sc = idf.scatter(idf.identify_each(throws, obs, options=options, from_fit=joint, hold=("misalignment",)), joint) \
+        if n >= 2 else None
     err = joint.ratios / true_r - 1
     print(f"joint: ratios {np.round(joint.ratios, 5).tolist()} ± {np.round(joint.ratios_std, 5).tolist()}, errors "
           f"{np.round(100 * err, 3).tolist()} %; {joint_s:.1f} s after compilation", flush=True)
@@ -155,6 +172,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
         "per_throw": {"right_basin": int(basin.sum()), "of": n, "seconds": each_s,
                       "ratios": R.tolist(), "ratios_std": S.tolist(), "coverage_1sigma": cover1,
                       "coverage_2sigma": cover2, "intervals": int(z.size),
+                      "largest_error_over_sigma": float(np.abs(z).max()),
                       "ratio_errors_pct_median": float(np.median(np.abs(R / true_r - 1)) * 100)},
         "baseline_least_squares": baseline,
         "joint": {"ratios": joint.ratios.tolist(), "ratios_std": joint.ratios_std.tolist(),
@@ -173,6 +191,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
             ["joint ratio errors (%)", ", ".join(f"{e:+.3f}" for e in 100 * err)],
             ["joint ratios ± 1σ", ", ".join(f"{r:.5f} ± {s:.5f}" for r, s in zip(joint.ratios, joint.ratios_std))],
             ["coverage of per-throw 1σ / 2σ intervals", f"{cover1:.1%} / {cover2:.1%} of {z.size}"],
+            ["largest per-throw |error| / σ", f"{np.abs(z).max():.1f}"],
             ["joint fit time after compilation (s)", f"{joint_s:.1f}"],
             ["drag k/J_max (truth {:.3e})".format(truth["drag_ratio"]),
              f"{joint.drag_ratio:.3e} ± {joint.drag_ratio_std:.1e}"],
@@ -203,6 +222,7 @@ def _figure(out, R, S, true_r, z, basin):
     axes[2].plot(zz, np.arange(1, zz.size + 1) / max(zz.size, 1), label="|error| / σ, observed")
     x = np.linspace(0, 4, 200)
     axes[2].plot(x, jax.scipy.special.erf(x / np.sqrt(2)), "--", label="standard normal")
+    axes[2].set_xlim(0, 4)
     axes[2].set_xlabel("|error| / stated σ")
     axes[2].set_ylabel("fraction of intervals")
     axes[2].set_title("coverage of the stated intervals", fontsize=9)

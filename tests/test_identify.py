@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxrot.geometry import so3 as jaxrot_so3
 from jaxrot.present import cli
 from jaxrot.studies import identify as idf
 from jaxrot.studies import identify_model as im
@@ -57,8 +58,32 @@ def test_per_throw_intervals_cover_the_truth(synthetic):
     assert np.all(np.abs(R / r - 1) < 0.02), R
     z = np.abs((R - r)[:, :2] / S[:, :2])
     assert np.sum(z > 2) <= 2 and np.sum(z <= 1) >= 3, z
-    sc = idf.scatter(each, joint)
+    # the scatter of per-throw fits in the joint fit's basin (each started at its values)
+    sc = idf.scatter(idf.identify_each(joint.throws, OBSERVE, options=OPTIONS, from_fit=joint), joint)
     assert sc.dof == 6 and sc.p_value > 1e-3, sc.sentence()
+
+
+def test_quarter_turned_axes_are_renamed(synthetic):
+    """A body with moments (a, b, c) turned a quarter turn about its second axis is the one with (c, b, a):
+    the same residuals; the fit names the axes after the sensor's."""
+    from jaxrot.studies.identify import _relabel
+
+    _, _, joint, _ = synthetic
+    layout, model = joint.model.layout, joint.model
+    sb = layout.shared_blocks()
+    P0 = np.array([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 0.0]])  # a quarter turn about y
+    Q = np.asarray(jaxrot_so3.exp(jnp.asarray(joint.misalignment)))
+    turned_s, turned_o = joint.shared.copy(), joint.own.copy()
+    turned_s[:2] = im.u_from_moments(np.abs(P0.T) @ joint.moments_trace1)
+    turned_s[sb["misalignment"]] = np.asarray(jaxrot_so3.log(jnp.asarray(Q @ P0)))
+    turned_o[:, :3] = joint.own[:, :3] @ P0
+    data = im.pack(joint.throws)
+    same = residuals_all(model, jnp.asarray(joint.shared), jnp.asarray(joint.own), data)
+    other = residuals_all(model, jnp.asarray(turned_s), jnp.asarray(turned_o), data)
+    assert np.allclose(same, other, atol=1e-9)
+    back_s, back_o = _relabel(layout, im.QUADRATIC_DRAG, turned_s, turned_o)
+    assert np.allclose(back_s, joint.shared, atol=1e-9) and np.allclose(back_o, joint.own, atol=1e-9)
+    assert _relabel(layout, im.QUADRATIC_DRAG, joint.shared, joint.own) is None
 
 
 def test_gradient_of_the_loss_matches_central_differences():
@@ -131,7 +156,8 @@ def _csv(tmp_path, lines, header=HEADER, name="rec.csv"):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda h, r: (h.replace("Gyroscope y (rad/s)", "Gyro y"), r), "no column 'Gyroscope y (rad/s)'"),
-    (lambda h, r: (h, r[:5] + ["0.05,0.1,abc,0.2,1"] + r[6:]), "line 7, column 'Gyroscope y (rad/s)': 'abc' is not a number"),
+    (lambda h, r: (h, r[:5] + ["0.05,0.1,abc,0.2,1"] + r[6:]),
+     "line 7, column 'Gyroscope y (rad/s)': 'abc' is not a number"),
     (lambda h, r: (h, r[:5] + ["0.05,NaN,0.1,0.2,1"] + r[6:]), "line 7, column 'Gyroscope x (rad/s)': NaN"),
     (lambda h, r: (h, r[:5] + ["0.03,0.1,0.1,0.2,1"] + r[6:]), "line 7, column 'Time (s)': time 0.03 is not after"),
     (lambda h, r: (h, r[:5] + ["0.05,0.1"] + r[6:]), "line 7: 2 field"),
@@ -213,3 +239,14 @@ def test_throws_and_options_are_checked():
         idf.identify([idf.Throw(ts, omega=np.ones((20, 3)))], idf.Attitudes(0.01))
     with pytest.raises(ValueError, match="torque must be"):
         idf.identify([idf.Throw(ts, omega=np.ones((20, 3)))], torque="wind")
+
+
+@pytest.mark.slow  # a --quick reproduction: the fits it makes are the tests' above
+def test_identify_reproduction_quick(tmp_path):
+    from jaxrot.experiments import identify as experiment
+
+    res = experiment.main(quick=True, out_dir=tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} >= {"identify.json", "identify.md", "identify.png"}
+    assert res["per_throw"]["right_basin"] == res["n_throws"] == 4
+    assert max(abs(e) for e in res["joint"]["ratio_errors_pct"]) < 0.5
+    assert res["discretisation_error"] < 1e-3 * res["truth"]["noise"]

@@ -12,6 +12,8 @@ the solver is :mod:`jaxrot.studies.levenberg_marquardt`. The steps:
    no torque), together with the bodies whose kinetic energy is most nearly constant over each throw
    (a linear estimate from the rates alone). The best few, far enough apart, start short
    Levenberg-Marquardt refinements (``vmap``-ped over the starts) on up to ``search_throws`` throws.
+   A fit whose misalignment turned the axes by a quarter turn is the same body with its axes named
+   otherwise: they are renamed after the sensor axes nearest them, and the fit repeated there.
 2. **Local fit.** Levenberg-Marquardt through ``jax`` forward-mode derivatives of the simulation, on
    all throws, from the best refinement; the Jacobian is block-arrow (shared unknowns, each throw's
    own), so a step costs time linear in the number of throws. An optional robust loss (Huber,
@@ -19,10 +21,12 @@ the solver is :mod:`jaxrot.studies.levenberg_marquardt`. The steps:
 3. **Uncertainties.** ``cov = s^2 (J^T J)^-1`` at the optimum, ``s^2 = 2 cost / (m - p)`` the
    reduced chi-square (so the stated errors follow the residuals, also where ``sigma`` was given),
    carried to the reported quantities by the delta method. Across throws (:func:`scatter`): each
-   throw fitted alone, its ratios compared with their stated covariance,
-   ``chi2 = sum_i (x_i - x_bar)^T C_i^-1 (x_i - x_bar)`` with ``2 (T - 1)`` degrees of freedom; where
-   ``chi2 / dof > 1`` the model misses something the noise does not explain, and the joint
-   uncertainties are widened by ``sqrt(chi2 / dof)`` (the Birge ratio).
+   throw fitted alone, started at the joint fit's values with the sensor misalignment held there (one
+   throw hardly fixes the rotation about its spin axis), its ratios ``x_i`` compared with the joint
+   fit's ``x`` through their stated covariance, ``chi2 = sum_i (x_i - x)^T C_i^-1 (x_i - x)`` with
+   ``2 (T - 1)`` degrees of freedom; throws whose own chi2 has p < 1e-4 are named; where
+   ``chi2 / dof`` of the others exceeds 1 the model misses something the noise does not explain, and
+   the joint uncertainties are widened by its square root (the Birge ratio).
 4. **Model comparison** (:func:`compare`): the torque-free and the drag model, an F test on the
    residual sums of squares and the BIC difference.
 
@@ -50,7 +54,7 @@ from .identify_search import make_model, residuals_all, search, solve, solve_sta
 from .levenberg_marquardt import Robust
 
 __all__ = ["Throw", "Gyroscope", "Attitudes", "TorqueModel", "QUADRATIC_DRAG", "IdentifyOptions", "Fit", "identify",
-           "identify_each", "scatter", "Scatter", "compare", "Comparison", "analyse", "Analysis"]
+           "identify_each", "start_from", "scatter", "Scatter", "compare", "Comparison", "analyse", "Analysis"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +78,7 @@ class IdentifyOptions:
     candidates: int = 1024
     starts: int = 6
     search_throws: int = 6
-    max_iters: int = 100
+    max_iters: int = 200
     robust: str = "linear"
     robust_threshold: float = 3.0
     chunk: int = 256
@@ -126,8 +130,8 @@ def _torque_of(torque):
 
 
 def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="drag", misalignment: bool = True,
-             ratios=None, options: IdentifyOptions | None = None, progress: bool = False, _shape=None,
-             hold_torque: bool = False) -> Fit:
+             ratios=None, start: dict | None = None, options: IdentifyOptions | None = None, progress: bool = False,
+             hold: tuple = (), _shape=None) -> Fit:
     """Fit the inertia ratios, sensor misalignment, gyro bias (and scale), torque parameters and each
     throw's initial rates to the throws jointly.
 
@@ -137,10 +141,14 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
       torque: ``"drag"`` (air drag ``-k |w| w``; the default), None (torque-free) or a :class:`TorqueModel`.
       misalignment: fit the small rotation between the sensor's and the principal axes.
       ratios: a start for the moments (any scale); None runs the global search (no guess needed).
+      start: other known starting values, by the names of :class:`Fit`'s attributes: ``"misalignment"``
+        (rad), ``"bias"`` ((3,) shared or (T, 3)), ``"omega0"`` ((T, 3), principal frame), ``"torque"``,
+        ``"scale"``; the rest start at zero (initial rates: from each throw's first samples).
       options: :class:`IdentifyOptions`.
       progress: print what each stage did.
-      hold_torque: hold the torque's parameters at zero (the torque-free model fitted by the same
-        compiled program, as :func:`analyse` does for :func:`compare`).
+      hold: names of shared unknowns held at their start (``"torque"``, ``"misalignment"``, ``"scale"``,
+        ``"bias"``): e.g. ``hold=("torque",)`` with ``start={"torque": [0.0]}`` fits the torque-free
+        model by the same compiled program, as :func:`analyse` does for :func:`compare`.
 
     Returns:
       a :class:`Fit`.
@@ -168,14 +176,16 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
     sb = layout.shared_blocks()
     shared0 = np.zeros(P)
     fixed = np.zeros(P)
-    if torque is not None and not hold_torque:
+    if torque is not None:
         shared0[sb["torque"]] = np.asarray(torque.start, np.float64)
-    if hold_torque:  # the same model with the torque held at zero: torque-free, compiled once
-        if torque is None:
-            raise ValueError("hold_torque=True needs a torque model to hold")
-        fixed[sb["torque"]] = 1.0
+    for name in hold:  # held at their start: a model with fewer unknowns, compiled once with the full one
+        if name not in sb or name == "ratios":
+            raise ValueError(f"hold={tuple(hold)!r}: {name!r} is not a shared unknown of this fit (it has "
+                             f"{', '.join(k for k in sb if k != 'ratios')})")
+        fixed[sb[name]] = 1.0
     own0 = np.zeros((len(throws), M))
     own0[:, :3] = np.stack([im.initial_rates(t) for t in throws])
+    _apply_start(start, layout, shared0, own0)
     S = min(len(throws), int(options.search_throws))
     sub_idx = np.unique(np.round(np.linspace(0, len(throws) - 1, S)).astype(int))
     small = len(sub_idx) == len(throws)
@@ -230,21 +240,95 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
         sel = np.repeat(np.asarray(data.mask), r.shape[1] // data.ts.shape[1], axis=1) > 0
         noise = 1.4826 * float(np.median(np.abs(r[sel])))
         sol = fit_all(data, sol.shared, sol.own, Robust(options.robust, options.robust_threshold * noise))
+        robust_used = Robust(options.robust, options.robust_threshold * noise)
+    else:
+        robust_used = Robust()
+    relabelled = _relabel(layout, torque, np.asarray(sol.shared), np.asarray(sol.own))
+    if relabelled is not None:  # the same body with its axes named after the sensor's: refitted there
+        sol = fit_all(data, *relabelled, robust_used)
+        record["relabelled"] = True
     if progress:
         print(f"  fit of {len(throws)} throw(s): {int(sol.iterations)} iterations in {time.perf_counter() - t1:.1f} s",
               flush=True)
     return fit_of(model, data, sol, throws, (w_g, w_a), record, time.perf_counter() - t_start, fixed)
 
 
-def identify_each(throws, observe=Gyroscope(), *, progress: bool = False, **kw) -> list[Fit]:
-    """Each throw fitted alone (its own bias, misalignment and torque parameters), as :func:`identify`."""
+def _relabel(layout, torque, shared, own):
+    """The unknowns with the principal axes renamed after the sensor axes nearest them, where the
+    fitted misalignment turned them by a quarter turn or more (the same body, the same residuals: a body
+    with moments (a, b, c) is the one with (c, b, a) turned a quarter turn about its second axis);
+    None where no axis is renamed or the torque model is not the built-in (isotropic) drag."""
+    from ..geometry import so3
+
+    sb, tb = layout.shared_blocks(), layout.throw_blocks()
+    if "misalignment" not in sb or torque not in (None, QUADRATIC_DRAG):
+        return None
+    Q = np.asarray(so3.exp(jnp.asarray(shared[sb["misalignment"]])))
+    P = np.zeros((3, 3))  # the signed permutation nearest Q: principal axis j is sensor axis i
+    for i, j in enumerate(np.argmax(np.abs(Q), axis=1)):
+        P[i, j] = np.sign(Q[i, j])
+    if np.allclose(P, np.eye(3)) or not np.isclose(abs(np.linalg.det(P)), 1.0) or np.linalg.det(P) < 0:
+        return None
+    J = np.asarray(im.moments_from_u(jnp.asarray(shared[:2])))
+    shared, own = shared.copy(), own.copy()
+    shared[:2] = im.u_from_moments(np.abs(P) @ J)
+    shared[sb["misalignment"]] = np.asarray(so3.log(jnp.asarray(Q @ P.T)))
+    own[:, :3] = own[:, :3] @ P.T
+    if "attitude0" in tb:
+        own[:, tb["attitude0"]] = own[:, tb["attitude0"]] @ P.T
+    return shared, own
+
+
+def _apply_start(start, layout, shared0, own0) -> None:
+    """Known starting values into the unknowns' vectors (in place)."""
+    if not start:
+        return
+    sb, tb = layout.shared_blocks(), layout.throw_blocks()
+    for name, value in start.items():
+        v = np.asarray(value, np.float64)
+        if name == "omega0":
+            own0[:, :3] = np.broadcast_to(v, own0[:, :3].shape)
+        elif name == "bias" and "bias" in tb:
+            own0[:, tb["bias"]] = np.broadcast_to(v, own0[:, tb["bias"]].shape)
+        elif name in sb and name != "ratios":
+            shared0[sb[name]] = np.broadcast_to(v, shared0[sb[name]].shape)
+        else:
+            raise ValueError(f"start={{{name!r}: ...}}: not an unknown of this fit (it has "
+                             f"{', '.join(k for k in [*sb, *tb] if k != 'ratios')})")
+
+
+def identify_each(throws, observe=Gyroscope(), *, from_fit: Fit | None = None, progress: bool = False,
+                  **kw) -> list[Fit]:
+    """Each throw fitted alone (its own bias, misalignment and torque parameters), as :func:`identify`
+    (``**kw``: its options). ``from_fit``: start each throw at that fit's values (its ratios,
+    misalignment, torque, scale and the throw's bias and initial rates; no global search), so that the
+    per-throw fits stay in its basin, as :func:`scatter` needs."""
     throws, _, _ = _check_throws(throws, observe)
     # one shape for all: the fit compiles once
     shape = (max(len(t.ts) for t in throws), max(t.duration for t in throws))
     from ..driver.progress import items
 
-    return [identify([t], observe, _shape=shape, **kw)
-            for t in (items(throws, "throws fitted one by one", unit="throws") if progress else throws)]
+    if from_fit is not None:
+        if len(from_fit.omega0) != len(throws):
+            raise ValueError(f"from_fit has {len(from_fit.omega0)} throws, {len(throws)} were given")
+        kw = {**kw, "ratios": from_fit.moments_trace1}
+    seq = items(range(len(throws)), "throws fitted one by one", unit="throws") if progress else range(len(throws))
+    return [identify([throws[k]], observe, _shape=shape, start=None if from_fit is None else start_from(from_fit, k),
+                     **kw) for k in seq]
+
+
+def start_from(fit: Fit, k: int | None = None) -> dict:
+    """``fit``'s values as a ``start`` for :func:`identify` (of throw ``k`` alone, or of all throws)."""
+    sel = slice(None) if k is None else k
+    out = {"omega0": fit.omega0[sel]}
+    for name in ("misalignment", "scale"):
+        if getattr(fit, name) is not None:
+            out[name] = getattr(fit, name)
+    if len(fit.torque):
+        out["torque"] = fit.torque
+    if fit.bias is not None:
+        out["bias"] = fit.bias[sel] if np.ndim(fit.bias) == 2 else fit.bias
+    return out
 
 
 @dataclasses.dataclass
@@ -271,8 +355,9 @@ class Analysis:
 
 def analyse(throws, observe=Gyroscope(), *, torque="drag", misalignment: bool = True, options=None,
             per_throw: bool = True, progress: bool = False) -> Analysis:
-    """The joint fit, each throw alone (for the scatter), the torque-free fit (for the comparison), and
-    the joint uncertainties widened by the Birge ratio where the scatter exceeds the stated errors."""
+    """The joint fit; the torque-free fit (for :func:`compare`) and each throw alone (for :func:`scatter`),
+    both started at the joint fit's values; and the joint uncertainties widened by the Birge ratio where
+    the scatter exceeds the stated errors. Returns an :class:`Analysis`."""
     t0 = time.perf_counter()
     throws, _, _ = _check_throws(throws, observe)
     torque = _torque_of(torque)
@@ -284,12 +369,13 @@ def analyse(throws, observe=Gyroscope(), *, torque="drag", misalignment: bool = 
         if progress:
             print("torque-free fit (for the comparison)", flush=True)
         free = identify(throws, observe, torque=torque, misalignment=misalignment, options=options,
-                        ratios=joint.moments_trace1, progress=progress, hold_torque=True)
+                        ratios=joint.moments_trace1, start={**start_from(joint), "torque": np.zeros(len(joint.torque))},
+                        hold=("torque",), progress=progress)
         comp = compare(free, joint)
     each, sc = [], None
     if per_throw and len(throws) >= 2:
         each = identify_each(throws, observe, torque=torque, misalignment=misalignment, options=options,
-                             progress=progress)
+                             from_fit=joint, hold=("misalignment",) if misalignment else (), progress=progress)
         sc = scatter(each, joint)
     final = joint.widen(sc.birge) if sc is not None and sc.misses else joint
     return Analysis(final, joint, free, each, sc, comp, time.perf_counter() - t0)

@@ -103,7 +103,8 @@ class Throw:
             if R.shape != ts.shape + (3, 3):
                 raise ValueError(f"{name}: R must have shape ({ts.size}, 3, 3), got {R.shape}")
             if not np.all(np.isfinite(R)):
-                raise ValueError(f"{name}: attitude of sample {int(np.argmin(np.isfinite(R).all((1, 2))))} is not finite")
+                k = int(np.argmin(np.isfinite(R).all((1, 2))))
+                raise ValueError(f"{name}: attitude of sample {k} is not finite")
             err = np.abs(np.einsum("nji,njk->nik", R, R) - np.eye(3)).max(axis=(1, 2))
             if err.max() > 1e-6 or np.any(np.linalg.det(R) < 0):
                 k = int(np.argmax((err > 1e-6) | (np.linalg.det(R) < 0)))
@@ -112,7 +113,8 @@ class Throw:
 
     def __repr__(self):
         what = [k for k, v in (("omega", self.omega), ("R", self.R)) if v is not None]
-        return f"Throw({len(self.ts)} samples, {self.ts[0]:g}-{self.ts[-1]:g} s, {'+'.join(what)}, label={self.label!r})"
+        return (f"Throw({len(self.ts)} samples, {self.ts[0]:g}-{self.ts[-1]:g} s, {'+'.join(what)}, "
+                f"label={self.label!r})")
 
     @classmethod
     def from_quaternions(cls, ts, q, order: str, omega=None, label: str = "") -> "Throw":

@@ -87,7 +87,8 @@ class Fit:
             return None if x is None else np.asarray(x) * f
 
         return dataclasses.replace(
-            self, ratios_std=mul(self.ratios_std), moments_cov=self.moments_cov * f * f, torque_std=mul(self.torque_std),
+            self, ratios_std=mul(self.ratios_std), moments_cov=self.moments_cov * f * f,
+            torque_std=mul(self.torque_std),
             drag_ratio_std=None if self.drag_ratio_std is None else self.drag_ratio_std * f,
             misalignment_std=mul(self.misalignment_std), bias_std=mul(self.bias_std), scale_std=mul(self.scale_std),
             omega0_std=mul(self.omega0_std), shared_cov=self.shared_cov * f * f, widened=self.widened * f)
@@ -116,7 +117,8 @@ class Fit:
                 raise ValueError("a box's scale needs both mass= and dimensions=(a, b, c)")
             d = np.asarray(dimensions, np.float64)
             if d.shape != (3,) or not np.all(d > 0) or not mass > 0:
-                raise ValueError(f"mass must be positive and dimensions three positive lengths, got {mass}, {dimensions}")
+                raise ValueError(f"mass must be positive and dimensions three positive lengths, got {mass}, "
+                                 f"{dimensions}")
             trace = mass * float(np.sum(d * d)) / 6.0
         if momentum is not None:
             k, L = momentum
@@ -175,7 +177,8 @@ class Fit:
             lines.append("sensor misalignment (rotation vector, deg): " + ", ".join(
                 f"{v:.2f} ± {s:.2f}" for v, s in zip(self.misalignment_deg, self.misalignment_std_deg)))
         if self.bias is not None and np.ndim(self.bias) == 1:
-            lines.append("gyro bias (rad/s): " + ", ".join(f"{v:.4f} ± {s:.4f}" for v, s in zip(self.bias, self.bias_std)))
+            lines.append("gyro bias (rad/s): " + ", ".join(f"{v:.4f} ± {s:.4f}"
+                                                         for v, s in zip(self.bias, self.bias_std)))
         elif self.bias is not None:
             lines.append(f"gyro bias: per throw ({len(self.bias)} throws)")
         if self.scale is not None:
@@ -186,7 +189,9 @@ class Fit:
         if self.sigma_att is not None:
             lines.append(f"rms attitude residual: {self.sigma_att:.4f} rad")
         lines.append(f"{len(self.throws)} throw(s), {self.n_residuals} residuals, {self.n_params} unknowns, "
-                     f"reduced chi-square {self.reduced_chi2:.3g}, {self.iterations} iterations, {self.seconds:.1f} s")
+                     f"residual scale s = {math.sqrt(self.reduced_chi2):.3g} (s^2: the reduced chi-square of the "
+                     f"residuals over the sigma given, else in rad/s), {self.iterations} iterations, "
+                     f"{self.seconds:.1f} s")
         if self.widened != 1.0:
             lines.append(f"uncertainties widened by {self.widened:.2f} (scatter across throws)")
         return "\n".join(lines)
@@ -208,7 +213,11 @@ def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed) -> 
     p = layout.n_shared - int(np.sum(fixed)) + T * layout.n_throw
     cost = float(sol.cost)
     s2 = 2 * cost / max(m - p, 1)
-    C_ss, C_pp, _ = (np.asarray(x) * s2 for x in covariance_of(sol.blocks))
+    # a held unknown has no column: a unit diagonal there keeps the inverse finite; its variance is zero
+    held = np.asarray(fixed, bool)
+    blocks = sol.blocks._replace(H_ss=sol.blocks.H_ss + jnp.diag(jnp.asarray(held, sol.blocks.H_ss.dtype)))
+    C_ss, C_pp, _ = (np.asarray(x) * s2 for x in covariance_of(blocks))
+    C_ss = np.where(held[:, None] | held[None, :], 0.0, C_ss)
     shared, own = np.asarray(sol.shared), np.asarray(sol.own)
 
     def std(C, sl):
@@ -233,7 +242,8 @@ def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed) -> 
     n_g = 3 * data.ts.shape[1] if layout.gyro else 0
     sig_g = rms(r[:, :n_g], mask) / weights[0] if layout.gyro else None
     sig_a = rms(r[:, n_g:], mask) / weights[1] if layout.attitudes else None
-    is_drag = model.torque is QUADRATIC_DRAG and not np.any(fixed)
+    torque_held = "torque" in sb and bool(np.any(np.asarray(fixed)[sb["torque"]]))  # the torque-free model
+    is_drag = model.torque is QUADRATIC_DRAG and not torque_held
     bias = bias_std = None
     if "bias" in sb:
         bias, bias_std = shared[sb["bias"]], std(C_ss, sb["bias"])
@@ -241,9 +251,9 @@ def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed) -> 
         bias, bias_std = own[:, tb["bias"]], std(C_pp, tb["bias"])
     return Fit(
         ratios=d[3:6], ratios_std=sd[3:6], moments_trace1=d[:3], moments_cov=Cd[:3, :3],
-        torque_names=tuple(model.torque.names) if model.torque is not None and not np.any(fixed) else (),
-        torque=shared[sb["torque"]] if "torque" in sb and not np.any(fixed) else np.zeros(0),
-        torque_std=std(C_ss, sb["torque"]) if "torque" in sb and not np.any(fixed) else np.zeros(0),
+        torque_names=tuple(model.torque.names) if model.torque is not None and not torque_held else (),
+        torque=shared[sb["torque"]] if "torque" in sb and not torque_held else np.zeros(0),
+        torque_std=std(C_ss, sb["torque"]) if "torque" in sb and not torque_held else np.zeros(0),
         drag_ratio=float(d[6]) if is_drag else None, drag_ratio_std=float(sd[6]) if is_drag else None,
         misalignment=shared[sb["misalignment"]] if "misalignment" in sb else None,
         misalignment_std=std(C_ss, sb["misalignment"]) if "misalignment" in sb else None,
@@ -260,28 +270,40 @@ def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed) -> 
 # across throws; torque-free against drag
 
 
+#: a throw whose own chi2 (2 degrees of freedom) exceeds this (p < 1e-4) is named as disagreeing
+OUTLIER_CHI2 = 18.42
+
+
 @dataclasses.dataclass
 class Scatter:
-    """The per-throw ratio estimates against their stated covariances: ``chi2`` with ``dof`` degrees of
-    freedom, ``p_value`` (of a chi2 this large if the stated errors were right), ``birge`` = ``sqrt(chi2 / dof)``,
-    ``mean`` the weighted mean of the two ratios ``x`` (the moments other than ``largest`` over it)."""
+    """The per-throw ratio estimates against their stated covariances: ``chi2`` (of all throws) with
+    ``dof`` degrees of freedom and its ``p_value``; ``outliers``: the throws whose own chi2 is beyond
+    :data:`OUTLIER_CHI2` (p < 1e-4: a window with the hand in it, a fit the linearisation misjudges);
+    ``birge`` = ``sqrt(chi2 / dof)`` of the others, the factor the joint uncertainties are widened by
+    where it exceeds 1. ``reference``: the two ratios ``x`` (the moments other than ``largest`` over it)
+    they are compared with, the joint fit's (else their weighted mean); ``contributions``: each throw's chi2."""
 
     chi2: float
     dof: int
     p_value: float
     birge: float
     largest: int
-    mean: np.ndarray
+    reference: np.ndarray
     values: np.ndarray
     stds: np.ndarray
+    contributions: np.ndarray
+    outliers: list
 
     @property
     def misses(self) -> bool:
-        return self.chi2 > self.dof
+        return self.birge > 1.0
 
     def sentence(self) -> str:
         head = (f"scatter of the per-throw ratios: chi2 = {self.chi2:.1f} for {self.dof} degrees of freedom "
                 f"(chi2/dof = {self.chi2 / self.dof:.2f}, p = {self.p_value:.2g})")
+        if self.outliers:
+            head += (f"; throw(s) {', '.join(str(k + 1) for k in self.outliers)} disagree beyond p < 1e-4 (look at "
+                     f"their windows and residuals), chi2/dof of the others {self.birge ** 2:.2f}")
         if self.misses:
             return head + f": more than the stated errors explain; joint uncertainties widened by {self.birge:.2f}"
         return head + ": consistent with the stated errors"
@@ -296,19 +318,25 @@ def _ratio_pair(fit: Fit, largest: int):
 
 
 def scatter(per_throw: Sequence[Fit], joint: Fit | None = None) -> Scatter:
-    """The chi2-type statistic of the per-throw ratio estimates (see the module docstring)."""
+    """The chi2-type statistic of the per-throw ratio estimates against the joint fit's (or their
+    weighted mean), ``2 (T - 1)`` degrees of freedom; see :class:`Scatter`."""
     if len(per_throw) < 2:
         raise ValueError("the scatter across throws needs at least two per-throw fits")
     largest = int(np.argmax(joint.ratios if joint is not None else np.median([f.ratios for f in per_throw], axis=0)))
     xs, Cs = zip(*(_ratio_pair(f, largest) for f in per_throw))
     xs, Cs = np.asarray(xs), np.asarray(Cs)
     W = np.linalg.inv(Cs)
-    mean = np.linalg.solve(W.sum(0), np.einsum("tij,tj->i", W, xs))
-    d = xs - mean
-    chi2 = float(np.einsum("ti,tij,tj->", d, W, d))
+    ref = _ratio_pair(joint, largest)[0] if joint is not None else \
+        np.linalg.solve(W.sum(0), np.einsum("tij,tj->i", W, xs))
+    d = xs - ref
+    each = np.einsum("ti,tij,tj->t", d, W, d)
+    chi2 = float(each.sum())
     dof = 2 * (len(per_throw) - 1)
     p = float(jax.scipy.special.gammaincc(dof / 2, chi2 / 2))
-    return Scatter(chi2, dof, p, math.sqrt(chi2 / dof), largest, mean, xs, np.sqrt(np.diagonal(Cs, axis1=1, axis2=2)))
+    out = [int(k) for k in np.flatnonzero(each > OUTLIER_CHI2)]
+    kept = 2 * (len(per_throw) - len(out) - 1)
+    birge = math.sqrt(float(each[each <= OUTLIER_CHI2].sum()) / kept) if kept > 0 else float("nan")
+    return Scatter(chi2, dof, p, birge, largest, ref, xs, np.sqrt(np.diagonal(Cs, axis1=1, axis2=2)), each, out)
 
 
 @dataclasses.dataclass

@@ -197,13 +197,24 @@ def levenberg_marquardt(linearise: Callable, residuals: Callable, shared0, own0,
     return Solution(xs, xp, cost, blk, k, conv, lam)
 
 
+def inverse_psd(H, floor: float = 1e-14):
+    """The inverse of a positive semi-definite ``H`` (or a stack of them), Jacobi-scaled first (unknowns of
+    very different sizes do not make it ill-conditioned) and with the scaled eigenvalues floored at
+    ``floor`` times the largest: a direction the data do not fix gets a huge variance, never a zero one."""
+    d = jnp.sqrt(jnp.maximum(jnp.diagonal(H, axis1=-2, axis2=-1), 1e-300))
+    Hs = H / (d[..., :, None] * d[..., None, :])
+    w, V = jnp.linalg.eigh(Hs)
+    w = jnp.maximum(w, floor * jnp.max(w, axis=-1, keepdims=True))
+    inv = jnp.einsum("...ij,...j,...kj->...ik", V, 1 / w, V)
+    return inv / (d[..., :, None] * d[..., None, :])
+
+
 def covariance(blk: Blocks):
     """The blocks of ``(J^T J)^-1``: shared (P, P), each group's own (T, M, M) and the cross terms (T, P, M),
-    by the Schur complement (pseudo-inverses: a direction the data do not fix gets a huge variance,
-    not an error)."""
-    Hp_inv = jnp.linalg.pinv(blk.H_pp, hermitian=True)
+    by the Schur complement (:func:`inverse_psd`)."""
+    Hp_inv = inverse_psd(blk.H_pp)
     S = blk.H_ss - jnp.einsum("tpm,tmn,tqn->pq", blk.H_sp, Hp_inv, blk.H_sp)
-    C_ss = jnp.linalg.pinv(S, hermitian=True)
+    C_ss = inverse_psd(0.5 * (S + S.T))
     C_sp = -jnp.einsum("pq,tqm,tmn->tpn", C_ss, blk.H_sp, Hp_inv)
     C_pp = Hp_inv - jnp.einsum("tnm,tpn,tpk->tmk", Hp_inv, blk.H_sp, C_sp)
     return C_ss, C_pp, C_sp
