@@ -250,3 +250,24 @@ def test_identify_reproduction_quick(tmp_path):
     assert res["per_throw"]["right_basin"] == res["n_throws"] == 4
     assert max(abs(e) for e in res["joint"]["ratio_errors_pct"]) < 0.5
     assert res["discretisation_error"] < 1e-3 * res["truth"]["noise"]
+
+
+def test_attitudes_alone_fix_the_ratios():
+    """Attitudes (no gyroscope) of two torque-free flips from jaxrot's DOP853 reference, 1 mrad noise."""
+    from jaxrot import reference, torques
+    import jaxrot
+
+    J = np.asarray(BOOK) / np.sum(BOOK)
+    rng = np.random.default_rng(3)
+    throws = []
+    for w0 in ((0.05, 9.0, 0.08), (-0.1, -10.0, 0.06)):
+        R0 = np.asarray(jaxrot_so3.exp(jnp.asarray(rng.normal(size=3))))
+        prob = jaxrot.Problem(jaxrot.RigidBody(J), torques.FreeTorque(), jaxrot.State(R0, J * np.asarray(w0)), 1.0)
+        tr = reference.reference_solution(prob, 1.0, n_frames=60)
+        noise = jax.vmap(jaxrot_so3.exp)(jnp.asarray(rng.normal(0, 1e-3, (61, 3))))
+        throws.append(idf.Throw(np.asarray(tr.ts), R=np.asarray(tr.states.R @ noise)))
+    fit = idf.identify(throws, idf.Attitudes(sigma=1e-3), torque=None, misalignment=False,
+                       options=idf.IdentifyOptions(candidates=256, search_throws=2))
+    r = np.asarray(BOOK)
+    assert np.all(np.abs(fit.ratios / r - 1) < 0.002) and np.all(np.abs(fit.ratios - r) <= 4 * fit.ratios_std + 1e-12)
+    assert 0.7e-3 < fit.sigma_att < 1.3e-3

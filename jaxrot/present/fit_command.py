@@ -110,5 +110,6 @@ def run(args) -> int:
                                          scale=scale), folder, args)
     print(analysis.summary())
     if scale:
-        print("absolute moments (kg m^2): " + ", ".join(f"{v:.4e} ± {s:.1e}" for v, s in zip(scale["J"], scale["J_std"])))
+        print("absolute moments (kg m^2): "
+              + ", ".join(f"{v:.4e} ± {s:.1e}" for v, s in zip(scale["J"], scale["J_std"])))
     return 0

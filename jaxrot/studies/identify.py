@@ -50,7 +50,7 @@ from . import identify_model as im
 from .identify_model import (QUADRATIC_DRAG, Attitudes, Gyroscope, Layout, Throw, TorqueModel,  # noqa: F401
                              pack)
 from .identify_results import Comparison, Fit, Scatter, compare, fit_of, rms, scatter  # noqa: F401
-from .identify_search import make_model, residuals_all, search, solve, solve_starts
+from .identify_search import make_model, residuals_jit, search, solve, solve_starts
 from .levenberg_marquardt import Robust
 
 __all__ = ["Throw", "Gyroscope", "Attitudes", "TorqueModel", "QUADRATIC_DRAG", "IdentifyOptions", "Fit", "identify",
@@ -228,7 +228,7 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
         shared0[:2] = im.u_from_moments(ratios)
         sol = fit_all(data, shared0, own0, Robust())
     if gyro is not None and att is not None and (gyro.sigma is None or att.sigma is None):
-        r = np.asarray(residuals_all(model, sol.shared, sol.own, data))
+        r = np.asarray(residuals_jit(model, sol.shared, sol.own, data))
         n_g = 3 * data.ts.shape[1]
         mask = np.asarray(data.mask)
         w_g = w_g if gyro.sigma else w_g / rms(r[:, :n_g], mask)
@@ -236,7 +236,7 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
         data = pack(throws, w_g, w_a, length)
         sol = fit_all(data, sol.shared, sol.own, Robust())
     if options.robust != "linear":
-        r = np.asarray(residuals_all(model, sol.shared, sol.own, data))
+        r = np.asarray(residuals_jit(model, sol.shared, sol.own, data))
         sel = np.repeat(np.asarray(data.mask), r.shape[1] // data.ts.shape[1], axis=1) > 0
         noise = 1.4826 * float(np.median(np.abs(r[sel])))
         sol = fit_all(data, sol.shared, sol.own, Robust(options.robust, options.robust_threshold * noise))

@@ -15,7 +15,13 @@ import numpy as np
 
 from ..geometry import so3
 from .identify_model import QUADRATIC_DRAG, Model, moments_from_u
-from .identify_search import covariance_of, residuals_all
+from .identify_search import covariance_of, residuals_jit
+
+@jax.jit
+def _dynamics(model, dyn, omega0, ts):
+    """A throw's simulated rates and attitudes (compiled once per model and shape)."""
+    return model.dynamics(dyn, omega0, ts)
+
 
 @dataclasses.dataclass
 class Fit:
@@ -132,19 +138,13 @@ class Fit:
 
     def rates(self, k: int, ts=None):
         """Throw ``k``'s fitted rates as the sensor would measure them (bias and scale included), at its
-        sample times or at ``ts`` (s, the recording's clock); returns ``(ts, omega (n, 3))``."""
-        throw = self.throws[k]
-        ts = throw.ts if ts is None else np.asarray(ts, np.float64)
-        t0 = throw.ts[0]
+        sample times or at ``ts`` (s, the recording's clock, within the throw's window); returns
+        ``(ts, omega (n, 3))``."""
         layout = self.model.layout
         if not layout.gyro:
             raise ValueError("this fit has no gyroscope model")
-        n = layout.n_dynamic_shared
-        rates, _ = jax.jit(self.model.dynamics)(jnp.asarray(self.shared[:n]), jnp.asarray(self.own[k, :3]),
-                                                jnp.asarray(np.clip(ts - t0, 0, None)))
+        ts, rates = self.principal_rates(k, ts)
         sb, tb = layout.shared_blocks(), layout.throw_blocks()
-        from ..geometry import so3
-
         Q = np.asarray(so3.exp(jnp.asarray(self.shared[sb["misalignment"]]))) if "misalignment" in sb else np.eye(3)
         s = 1.0 + (self.shared[sb["scale"]] if "scale" in sb else 0.0)
         b = self.shared[sb["bias"]] if "bias" in sb else (self.own[k, tb["bias"]] if "bias" in tb else 0.0)
@@ -155,9 +155,11 @@ class Fit:
         throw = self.throws[k]
         ts = throw.ts if ts is None else np.asarray(ts, np.float64)
         n = self.model.layout.n_dynamic_shared
-        rates, _ = jax.jit(self.model.dynamics)(jnp.asarray(self.shared[:n]), jnp.asarray(self.own[k, :3]),
-                                                jnp.asarray(np.clip(ts - throw.ts[0], 0, None)))
-        return ts, np.asarray(rates)
+        rel = np.clip(ts - throw.ts[0], 0, None)
+        size = 512 * -(-len(rel) // 512)  # padded: one compiled evaluation for every throw and plot
+        rates, _ = _dynamics(self.model, jnp.asarray(self.shared[:n]), jnp.asarray(self.own[k, :3]),
+                             jnp.asarray(np.pad(rel, (0, size - len(rel)), mode="edge")))
+        return ts, np.asarray(rates)[:len(rel)]
 
     def residuals(self, k: int) -> np.ndarray:
         """Throw ``k``'s gyroscope residuals, measured less fitted (n, 3), rad/s."""
@@ -238,7 +240,7 @@ def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed) -> 
     G = np.asarray(jax.jacfwd(derived)(xs))
     Cd = G @ C_ss[:2 + nt, :2 + nt] @ G.T
     sd = np.sqrt(np.clip(np.diag(Cd), 0, None))
-    r = np.asarray(residuals_all(model, sol.shared, sol.own, data))
+    r = np.asarray(residuals_jit(model, sol.shared, sol.own, data))
     n_g = 3 * data.ts.shape[1] if layout.gyro else 0
     sig_g = rms(r[:, :n_g], mask) / weights[0] if layout.gyro else None
     sig_a = rms(r[:, n_g:], mask) / weights[1] if layout.attitudes else None

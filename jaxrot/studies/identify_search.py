@@ -40,6 +40,10 @@ def residuals_all(model, shared, own, data):
     return _vmap_throws(model.residuals)(shared, own, data)
 
 
+#: the residuals of every throw, compiled (once per model and shapes)
+residuals_jit = jax.jit(residuals_all)
+
+
 def linearise_all(model, shared, own, data):
     return _vmap_throws(model.linearise)(shared, own, data)
 
