@@ -271,3 +271,32 @@ def test_attitudes_alone_fix_the_ratios():
     r = np.asarray(BOOK)
     assert np.all(np.abs(fit.ratios / r - 1) < 0.002) and np.all(np.abs(fit.ratios - r) <= 4 * fit.ratios_std + 1e-12)
     assert 0.7e-3 < fit.sigma_att < 1.3e-3
+
+
+@pytest.mark.parametrize("kind", ["huber", "soft_l1", "cauchy"])
+def test_robust_weights_give_the_loss_gradient(kind):
+    """The re-weighted Gauss-Newton step uses J^T (w^2 r): w^2 r must be the robust cost's gradient in r."""
+    from jaxrot.studies.levenberg_marquardt import Robust
+
+    loss = Robust(kind, 0.7)
+    r = jnp.linspace(-5.0, 5.0, 41)
+    assert np.allclose(jax.grad(loss.cost)(r), loss.weights(r) ** 2 * r, rtol=1e-12, atol=1e-15)
+    assert np.isclose(loss.cost(jnp.asarray([1e-4])), 0.5e-8, rtol=1e-6)  # the square near zero
+
+
+@pytest.mark.slow  # one more compiled fit (the Huber loss is a program of its own)
+def test_a_robust_loss_shrugs_off_glitches(synthetic):
+    throws, truth, _, _ = synthetic
+    rng = np.random.default_rng(4)
+    glitched = []
+    for t in throws:
+        om = t.omega.copy()
+        k = rng.choice(len(om), 4, replace=False)
+        om[k] += rng.choice([-1.0, 1.0], (4, 3)) * 2.0  # 2 rad/s spikes: a hundred times the noise
+        glitched.append(idf.Throw(t.ts, omega=om))
+    r = np.asarray(truth["ratios"])
+    plain = idf.identify(glitched, OBSERVE, options=OPTIONS)
+    robust = idf.identify(glitched, OBSERVE, options=idf.IdentifyOptions(candidates=512, search_throws=1,
+                                                                          robust="huber"))
+    assert np.abs(robust.ratios / r - 1).max() < 0.5 * np.abs(plain.ratios / r - 1).max()
+    assert np.all(np.abs(robust.ratios - r) <= 4 * robust.ratios_std + 1e-12)
