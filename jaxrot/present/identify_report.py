@@ -112,6 +112,8 @@ def report_text(analysis, *, source: str = "", scale: dict | None = None) -> str
         lines.append(s[0].upper() + s[1:] + ".")
     if analysis.per_throw:
         lines += ["", "## Each throw alone", "",
+                  "Started at the joint fit's values, the sensor misalignment held there (what the scatter "
+                  "above compares).", "",
                   "| throw | window (s) | J_x / J_max | J_y / J_max | J_z / J_max | rms residual (rad/s) |",
                   "|---|---|---|---|---|---|"]
         for k, f in enumerate(analysis.per_throw):
