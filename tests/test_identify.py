@@ -123,6 +123,8 @@ def test_absolute_moments_need_a_scale(synthetic):
     assert np.isclose(J.sum(), 2.0) and np.allclose(J / J.max(), joint.ratios)
     Jb, _ = joint.moments(mass=0.6, dimensions=(0.24, 0.17, 0.03))
     assert np.isclose(Jb.sum(), 0.6 * (0.24 ** 2 + 0.17 ** 2 + 0.03 ** 2) / 6)
+    L = float(np.linalg.norm(J * joint.omega0[1]))  # the momentum of throw 1 for that trace
+    assert np.allclose(joint.moments(momentum=(1, L))[0], J)
     with pytest.raises(ValueError, match="both mass= and dimensions="):
         joint.moments(mass=0.6)
     with pytest.raises(ValueError, match="one scale"):
