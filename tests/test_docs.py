@@ -90,7 +90,7 @@ def test_user_guide_blocks_run_in_order(name, every_block):
 
 # The examples of the reference pages outside the user guide, run as written (the page assumes
 # ``import jaxrot``); a deprecated spelling in them is an error
-REFERENCE_EXAMPLES = [("choosing.md", 0, False), ("kernels.md", 0, True), ("kernels.md", 1, True)]
+REFERENCE_EXAMPLES = [("choosing.md", 0, False), ("kernels.md", 0, True), ("kernels.md", 1, True), ("kernels.md", 2, True)]
 
 
 @pytest.mark.parametrize("name,index,needs_warp", REFERENCE_EXAMPLES, ids=[f"{n}-{k}" for n, k, _ in REFERENCE_EXAMPLES])
