@@ -7,8 +7,12 @@ as the adjoint says (the names and meanings of diffrax's adjoints):
 
 - :class:`RecursiveCheckpointAdjoint` (the default): ``jax.grad`` works; the backward pass keeps
   ``checkpoints`` copies of the loop state (default: about ``log(max_steps)``, treeverse) and
-  recomputes the rest. Not forward-mode differentiable: with no adjoint given, a run traced by
-  ``jax.jvp``/``jax.jacfwd`` takes :class:`ForwardMode` instead.
+  recomputes the rest. Where a body's loop has at most :data:`~jaxrot.driver.forward_vjp.MOST`
+  perturbed numbers (the moments: 3) and keeps no buffer of every step (``SaveAt(steps=...)``,
+  ``SaveAt(dense=True)``), the derivative is taken by forward tangents carried along the run instead
+  (:mod:`jaxrot.driver.forward_vjp`): the same derivative, one loop to compile and run rather than the
+  loop, its replay and its transpose. Not forward-mode differentiable: with no adjoint given, a run
+  traced by ``jax.jvp``/``jax.jacfwd`` takes :class:`ForwardMode` instead.
 - :class:`ForwardMode`: a plain ``lax.while_loop``: ``jax.jvp``/``jax.jacfwd``, not ``jax.grad``.
 - :class:`DirectAdjoint`: both modes, by storing the whole loop (memory and compile time grow
   with ``max_steps``): for runs that fit in memory.
@@ -31,7 +35,8 @@ from typing import ClassVar
 import equinox as eqx
 import equinox.internal as eqxi
 
-__all__ = ["AbstractAdjoint", "RecursiveCheckpointAdjoint", "ForwardMode", "DirectAdjoint", "adjoint_of", "adjoint_for"]
+__all__ = ["AbstractAdjoint", "RecursiveCheckpointAdjoint", "ForwardMode", "DirectAdjoint", "adjoint_of", "adjoint_for",
+           "mode"]
 
 
 class AbstractAdjoint(eqx.Module):
@@ -106,7 +111,7 @@ def _kind(x) -> str | None:
     return None
 
 
-def _mode(leaves) -> str | None:
+def mode(leaves) -> str | None:
     """``"forward"`` if the run is being traced by ``jax.jvp``/``jax.jacfwd``, ``"reverse"`` by
     ``jax.grad``/``jax.vjp`` (JAX's linearisation), else None (read from the inputs' tracer types)."""
     kinds = {_kind(x) for x in leaves}
@@ -119,14 +124,14 @@ def adjoint_for(adjoint, leaves) -> AbstractAdjoint:
     """The adjoint of a run whose loop is a while loop, given the run's inputs: without one asked for,
     the default, or :class:`ForwardMode` under ``jax.jvp``/``jax.jacfwd``; one asked for that cannot
     differentiate the way the run is being differentiated is refused with the one that can."""
-    mode = _mode(leaves)
+    how = mode(leaves)
     if adjoint is None:
-        return ForwardMode() if mode == "forward" else RecursiveCheckpointAdjoint()
-    if mode == "forward" and isinstance(adjoint, RecursiveCheckpointAdjoint):
+        return ForwardMode() if how == "forward" else RecursiveCheckpointAdjoint()
+    if how == "forward" and isinstance(adjoint, RecursiveCheckpointAdjoint):
         raise ValueError("jax.jvp / jax.jacfwd of a run whose loop is a while loop (error-controlled steps or a "
                          "terminal event) needs adjoint=jaxrot.ForwardMode() or jaxrot.DirectAdjoint(); "
                          "RecursiveCheckpointAdjoint differentiates in reverse mode only")
-    if mode == "reverse" and isinstance(adjoint, ForwardMode):
+    if how == "reverse" and isinstance(adjoint, ForwardMode):
         raise ValueError("jax.grad of a run whose loop is a while loop (error-controlled steps or a terminal event) "
                          "needs adjoint=jaxrot.RecursiveCheckpointAdjoint() (the default) or jaxrot.DirectAdjoint(); "
                          "ForwardMode differentiates in forward mode only")

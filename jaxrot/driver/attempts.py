@@ -27,7 +27,7 @@ from ..integrators.pairs import first_interval, first_step
 from ..physics.flow import pack_body
 from .controllers import adapt
 from .events import event_start, event_update, stopped
-from . import progress
+from . import forward_vjp, progress
 from .checks import is_concrete
 from .failures import MAX_STEPS_REACHED, SUCCESSFUL
 from .layout import Frames
@@ -167,13 +167,23 @@ def _recorded(args, adjoint, shape):
     return _plain(args, shape)
 
 
+def _forward(perturbed, args, shape) -> bool:
+    """Whether ``_recorded``'s derivative is taken in forward mode (:mod:`jaxrot.driver.forward_vjp`): a
+    few numbers perturbed, and no buffer of every (``every``-th) step, whose tangents would be kept."""
+    return shape[1] is None and args[0][14] is None and 0 < forward_vjp.directions(perturbed, args) <= forward_vjp.MOST
+
+
 @_recorded.def_fwd
 def _recorded_fwd(perturbed, args, adjoint, shape):
+    if _forward(perturbed, args, shape):  # the loop with its tangents: one loop, no checkpoints
+        return forward_vjp.jacobian(lambda a: _plain(a, shape), args, perturbed)
     return _plain(args, shape, record=True)
 
 
 @_recorded.def_bwd
 def _recorded_bwd(residuals, grad_obj, perturbed, args, adjoint, shape):
+    if _forward(perturbed, args, shape):
+        return forward_vjp.pull_back(residuals, grad_obj, args, perturbed)
     out, vjp = eqx.filter_vjp(lambda a: _again(a, adjoint, shape, residuals), args)
     zero = jax.tree_util.tree_map(
         lambda o, g: g if g is not None else (jnp.zeros_like(o) if eqx.is_inexact_array(o) else None),

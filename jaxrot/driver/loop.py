@@ -187,6 +187,14 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     return carry, jax.tree_util.tree_map(lambda x: x.reshape((n_frames,) + x.shape[2:]), ys)
 
 
+def exact_frames(args, n_frames: int, save_every: int, unroll: int):
+    """One body's initial carry and a scan of exactly ``n_frames`` frames (a run inside someone's trace):
+    ``(carry, frames)``; ``args`` is ``(method, system, state0, dt, t0, monitor, event)``."""
+    method, system, state0, dt, t0, monitor, event = args
+    carry = init_carry(method, system, state0, dt, t0, monitor, event)
+    return scan_frames(method, system, carry, dt, t0, n_frames, save_every, unroll, monitor, event=event)
+
+
 def init_carry(method, system, state0, dt, t0, monitor=None, event=None):
     aux = method.init(system, t0, state0, dt)
     ref = invariants(system, t0, state0) if monitor is not None else None

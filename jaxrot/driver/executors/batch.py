@@ -5,16 +5,21 @@ steps, so its data stay in cache)."""
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..adjoint import mode
 from ..checks import is_concrete
-from ..layout import Frames, batch_frames_per_chunk, join, run_chunks
+from ..forward_vjp import by_jacobian
+from ..layout import Frames, assemble, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import empty_stats, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args, while_body_frames
+from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
+                    while_body_frames)
 from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
 from .base import RunSpec
@@ -142,16 +147,40 @@ def map_batch(fn, block, devices, *trees):
     return jax.tree_util.tree_map(lambda x: x[:batch], out) if pad else out
 
 
+@lean_jit
+def _batch_exact(method, system, states0, dt, t0, n_frames: int, save_every: int, system_axis, unroll: int, block=None,
+                 monitor=None, event=None, reverse: bool = False) -> Frames:
+    """Every body's initial carry and a scan of exactly ``n_frames`` frames (a batch inside someone's
+    trace), in blocks of ``block`` bodies; in reverse mode each body's few perturbed numbers are
+    differentiated by forward tangents (:func:`~jaxrot.driver.forward_vjp.by_jacobian`)."""
+    run = functools.partial(exact_frames, n_frames=n_frames, save_every=save_every, unroll=unroll)
+
+    def one(p, s):
+        args = (method, p, s, dt, t0, monitor, event)
+        c, (states, ts, stats) = by_jacobian(run, args) if reverse else run(args)
+        return assemble(s, t0, states, ts, stats, c[3], c[4], c[6], c[2])
+
+    if system_axis is None:
+        return in_blocks(jax.vmap(lambda s: one(system, s)), block, states0)
+    return in_blocks(jax.vmap(one), block, system, states0)
+
+
 def batch_frames(spec: RunSpec, block, devices) -> Frames:
     """Every saved frame of every body: chunks of a length fixed by the batch size (a new number of
     steps reuses the compiled chunk), blocked by ``block`` (``"auto"``, an int or None) on each of
-    ``devices`` (None: the default device only)."""
+    ``devices`` (None: the default device only); inside someone's trace on one device, one scan of
+    exactly the run's frames (the chunks' skipped frames would be differentiated too)."""
     devices = [jax.devices()[0]] if devices is None else default_devices(devices)
     batch = spec.state0.R.shape[0]
+    m, dt, t0, ev = spec.method, spec.dt, spec.t0, spec.event
+    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, dt, t0, spec.monitor, ev))
+    if len(devices) == 1 and not all(map(is_concrete, leaves)):
+        return _batch_exact(m, spec.system, spec.state0, dt, t0, spec.n_frames, spec.save_every,
+                            0 if spec.stacked else None, spec.unroll, auto_block(block, batch, devices), spec.monitor,
+                            ev, mode(leaves) == "reverse")
     system, states0, pad, mesh = place_batch(spec, devices)
     block = auto_block(block, (batch + pad) // len(devices), devices)
     axis = 0 if spec.stacked else None
-    m, dt, t0, ev = spec.method, spec.dt, spec.t0, spec.event
     carry = _batch_init(m, system, states0, dt, t0, axis, spec.monitor, ev)
     F = batch_frames_per_chunk(states0.R.shape[0], jnp.dtype(dt.dtype).itemsize)
 

@@ -15,10 +15,13 @@ import functools
 import jax
 import numpy as np
 
+from ..adjoint import mode
 from ..checks import is_concrete
+from ..forward_vjp import by_jacobian
 from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import empty_stats, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args, while_body_frames
+from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
+                    while_body_frames)
 from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
 from .batch import batch_final, batch_frames, batch_while
@@ -41,10 +44,14 @@ def _one_short(method, system, state0, dt, t0, n_valid, save_every, unroll, moni
 
 @lean_jit
 def _one_exact(method, system, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
-               event=None):
-    """The initial carry and a scan of exactly ``n_frames`` frames (for calls inside a trace)."""
-    carry = init_carry(method, system, state0, dt, t0, monitor, event)
-    return scan_frames(method, system, carry, dt, t0, n_frames, save_every, unroll, monitor, event=event)
+               event=None, reverse: bool = False):
+    """The initial carry and a scan of exactly ``n_frames`` frames (for calls inside a trace). In
+    reverse mode (``jax.grad``) a few perturbed numbers (the moments, say) are differentiated by
+    forward tangents (:func:`~jaxrot.driver.forward_vjp.by_jacobian`: one program of the loop and its
+    tangents, where the reverse pass would compile the loop's transpose and a second program)."""
+    args = (method, system, state0, dt, t0, monitor, event)
+    run = functools.partial(exact_frames, n_frames=n_frames, save_every=save_every, unroll=unroll)
+    return by_jacobian(run, args) if reverse else run(args)
 
 
 @lean_jit
@@ -96,7 +103,8 @@ def one_body(spec: RunSpec) -> Frames:
     if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
         # exactly n_frames, not chunks with the unused frames skipped
-        carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, mon, ev)
+        reverse = mode(jax.tree_util.tree_leaves((m, s, x0, dt, t0, mon, ev))) == "reverse"
+        carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, mon, ev, reverse)
         parts, nvs = (part,), (n_frames,)
     elif n_frames <= SHORT_RUN_FRAMES and spec.report is None:
         carry, part = _one_short(m, s, x0, dt, t0, np.asarray(n_frames, np.int32), se, spec.unroll, mon, ev)

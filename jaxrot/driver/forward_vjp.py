@@ -1,0 +1,100 @@
+"""A reverse-mode derivative taken in forward mode, where the inputs are few numbers.
+
+``jax.grad`` of an error-controlled run differentiates a while loop. In reverse mode that is a
+checkpointed loop run again backwards: its program holds the loop's step three or four times over
+(the run, its replay to the checkpoints, the recomputation and the step's transpose), and compiling it
+is most of a first call (tens of seconds for ``rkmk8(5)`` on a small CPU). Where the perturbed inputs
+of one body's loop are ``n`` numbers (the moments ``J``: 3; an initial state: 12), the loop's Jacobian
+is ``n`` tangents of one forward run, each along the steps the run takes (the controller's choice
+carries no derivative, :func:`jaxrot.driver.controllers.adapt`): the primal loop and its ``n``
+tangents in one loop, whose program holds the step and its linearisation, and the backward pass is
+the cotangent contracted with the tangents. For ``n`` up to :data:`MOST` this also runs about as fast
+as the checkpointed loop or faster (the tangents share the loop's every iteration, vectorised).
+
+:func:`jacobian` runs the loop with its tangents; :func:`pull_back` makes the gradient of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+__all__ = ["MOST", "directions", "jacobian", "pull_back"]
+
+#: perturbed numbers (of one body's loop) up to which its reverse-mode derivative is taken in forward mode
+MOST = 16
+
+
+def directions(perturbed, args) -> int:
+    """How many numbers of ``args`` are perturbed (``perturbed``: equinox's flags, one per leaf)."""
+    diff, _ = eqx.partition(args, perturbed)
+    return sum(math.prod(jnp.shape(x)) for x in jax.tree_util.tree_leaves(diff))
+
+
+def jacobian(f, args, perturbed):
+    """``f(args)`` and its tangents in each perturbed number of ``args``: ``(out, tangents)``, each
+    tangent leaf with a leading axis of the directions (integer outputs' tangents dropped: None)."""
+    diff, rest = eqx.partition(args, perturbed)
+    x, unravel = ravel_pytree(diff)
+
+    def g(v):
+        return f(eqx.combine(unravel(v), rest))
+
+    # the primal does not depend on the direction: vmap computes it once, beside the batched tangents
+    out, tangents = jax.vmap(lambda d: jax.jvp(g, (x,), (d,)), out_axes=(None, 0))(jnp.eye(x.size, dtype=x.dtype))
+    tangents = jax.tree_util.tree_map(lambda o, t: t if eqx.is_inexact_array(o) else None, out, tangents)
+    return out, tangents
+
+
+def pull_back(tangents, cotangents, args, perturbed):
+    """The gradient of ``<cotangents, out>`` in the perturbed leaves of ``args`` (None elsewhere), from
+    :func:`jacobian`'s tangents."""
+    diff, _ = eqx.partition(args, perturbed)
+    x, unravel = ravel_pytree(diff)
+    total = jnp.zeros((x.size,), x.dtype)
+    for t, c in zip(jax.tree_util.tree_leaves(tangents, is_leaf=lambda z: z is None),
+                    jax.tree_util.tree_leaves(cotangents, is_leaf=lambda z: z is None)):
+        if t is None or c is None:
+            continue
+        total = total + jnp.tensordot(t, c.astype(t.dtype), axes=c.ndim).astype(x.dtype)
+    return unravel(total)
+
+
+#: numbers (directions times outputs) up to which the tangents of a run's outputs are kept
+MOST_NUMBERS = 1 << 24
+
+
+def by_jacobian(f, args):
+    """``f(args)``, differentiated through the Jacobian in its perturbed numbers where they are at most
+    :data:`MOST` (and the tangents at most :data:`MOST_NUMBERS` numbers): forward and reverse mode then
+    both use the ``n`` forward tangents (reverse mode transposes their contraction, a product with the
+    Jacobian), with JAX's own derivative of ``f`` otherwise. ``f`` is a static (hashable) function."""
+    return _by_jacobian(args, f=f)
+
+
+@eqx.filter_custom_jvp
+def _by_jacobian(args, *, f):
+    return f(args)
+
+
+@_by_jacobian.def_jvp
+def _by_jacobian_jvp(primals, tangents, *, f):
+    (args,), (t_args,) = primals, tangents
+    perturbed = jax.tree_util.tree_map(lambda a, t: t is not None, args, t_args, is_leaf=lambda z: z is None)
+    n = directions(perturbed, args)
+    size = sum(math.prod(o.shape) for o in jax.tree_util.tree_leaves(eqx.filter_eval_shape(f, args)))
+    if not 0 < n <= MOST or n * size > MOST_NUMBERS:
+        return eqx.filter_jvp(f, (args,), (t_args,))
+    out, jac = jacobian(f, args, perturbed)
+    t, _ = ravel_pytree(eqx.filter(t_args, lambda z: z is not None))
+
+    def push(o, J):
+        if J is None:
+            return None
+        return jnp.tensordot(t.astype(J.dtype), J, axes=1).astype(o.dtype)
+
+    return out, jax.tree_util.tree_map(push, out, jac, is_leaf=lambda z: z is None)
