@@ -34,9 +34,10 @@ from typing import ClassVar
 
 import equinox as eqx
 import equinox.internal as eqxi
+import jax
 
 __all__ = ["AbstractAdjoint", "RecursiveCheckpointAdjoint", "ForwardMode", "DirectAdjoint", "adjoint_of", "adjoint_for",
-           "mode"]
+           "mode", "reverse_only"]
 
 
 class AbstractAdjoint(eqx.Module):
@@ -118,6 +119,20 @@ def mode(leaves) -> str | None:
     # reverse first: under jax.grad some inputs may carry known tangents (a custom rule's explicit zeros)
     # beside those that depend on the variable; under jax.jvp none is left to partial evaluation
     return "reverse" if "reverse" in kinds else "forward" if "forward" in kinds else None
+
+
+def reverse_only(leaves) -> bool:
+    """Whether the run is being differentiated in reverse mode and in no forward mode around it (a
+    derivative rule for reverse mode only may then serve: ``jax.hessian``'s forward pass over the
+    reverse one would refuse it)."""
+    if mode(leaves) != "reverse":
+        return False
+    for x in leaves:
+        while isinstance(x, jax.core.Tracer):
+            if type(x).__name__ == "JVPTracer":
+                return False
+            x = getattr(x, "primal", None)
+    return True
 
 
 def adjoint_for(adjoint, leaves) -> AbstractAdjoint:

@@ -21,6 +21,7 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 __all__ = ["MOST", "directions", "jacobian", "pull_back"]
@@ -68,33 +69,43 @@ def pull_back(tangents, cotangents, args, perturbed):
 MOST_NUMBERS = 1 << 24
 
 
-def by_jacobian(f, args):
-    """``f(args)``, differentiated through the Jacobian in its perturbed numbers where they are at most
-    :data:`MOST` (and the tangents at most :data:`MOST_NUMBERS` numbers): forward and reverse mode then
-    both use the ``n`` forward tangents (reverse mode transposes their contraction, a product with the
-    Jacobian), with JAX's own derivative of ``f`` otherwise. ``f`` is a static (hashable) function."""
-    return _by_jacobian(args, f=f)
+def by_jacobian(f, args, size: int):
+    """``f(args)`` for reverse mode (``jax.grad``; not ``jax.jvp``): its derivative taken through the
+    Jacobian in its perturbed numbers where they are at most :data:`MOST` and the tangents (``size``
+    numbers out, each) at most :data:`MOST_NUMBERS` numbers, with JAX's own reverse pass of ``f``
+    otherwise. ``f`` is a static (hashable) function."""
+    return _by_jacobian(args, f, size)
 
 
-@eqx.filter_custom_jvp
-def _by_jacobian(args, *, f):
+@eqx.filter_custom_vjp
+def _by_jacobian(args, f, size):
     return f(args)
 
 
-@_by_jacobian.def_jvp
-def _by_jacobian_jvp(primals, tangents, *, f):
-    (args,), (t_args,) = primals, tangents
-    perturbed = jax.tree_util.tree_map(lambda a, t: t is not None, args, t_args, is_leaf=lambda z: z is None)
+def _jacobian_here(perturbed, args, size) -> bool:
     n = directions(perturbed, args)
-    size = sum(math.prod(o.shape) for o in jax.tree_util.tree_leaves(eqx.filter_eval_shape(f, args)))
-    if not 0 < n <= MOST or n * size > MOST_NUMBERS:
-        return eqx.filter_jvp(f, (args,), (t_args,))
-    out, jac = jacobian(f, args, perturbed)
-    t, _ = ravel_pytree(eqx.filter(t_args, lambda z: z is not None))
+    return 0 < n <= MOST and n * size <= MOST_NUMBERS
 
-    def push(o, J):
-        if J is None:
-            return None
-        return jnp.tensordot(t.astype(J.dtype), J, axes=1).astype(o.dtype)
 
-    return out, jax.tree_util.tree_map(push, out, jac, is_leaf=lambda z: z is None)
+@_by_jacobian.def_fwd
+def _by_jacobian_fwd(perturbed, args, f, size):
+    if _jacobian_here(perturbed, args, size):
+        return jacobian(f, args, perturbed)
+    diff, rest = eqx.partition(args, perturbed)
+    return jax.vjp(lambda d: f(eqx.combine(d, rest)), diff)
+
+
+@_by_jacobian.def_bwd
+def _by_jacobian_bwd(residuals, cotangents, perturbed, args, f, size):
+    if _jacobian_here(perturbed, args, size):
+        return pull_back(residuals, cotangents, args, perturbed)
+
+    def fill(shape, c):  # JAX's reverse pass takes a cotangent for every output (float0 for integers)
+        if c is not None or shape is None:
+            return c
+        inexact = jnp.issubdtype(shape.dtype, jnp.inexact)
+        return jnp.zeros(shape.shape, shape.dtype) if inexact else np.zeros(shape.shape, jax.dtypes.float0)
+
+    shapes = eqx.filter_eval_shape(f, args)
+    (grad,) = residuals(jax.tree_util.tree_map(fill, shapes, cotangents, is_leaf=lambda z: z is None))
+    return grad

@@ -187,6 +187,10 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     return carry, jax.tree_util.tree_map(lambda x: x.reshape((n_frames,) + x.shape[2:]), ys)
 
 
+#: numbers in one body's frame and its share of the final carry, at most (a bound for the tangents kept)
+FRAME_NUMBERS = 64
+
+
 def exact_frames(args, n_frames: int, save_every: int, unroll: int):
     """One body's initial carry and a scan of exactly ``n_frames`` frames (a run inside someone's trace):
     ``(carry, frames)``; ``args`` is ``(method, system, state0, dt, t0, monitor, event)``."""

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..adjoint import mode
+from ..adjoint import reverse_only
 from ..checks import is_concrete
 from ..forward_vjp import by_jacobian
 from ..layout import Frames, assemble, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
+from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
                     while_body_frames)
 from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
@@ -157,7 +157,7 @@ def _batch_exact(method, system, states0, dt, t0, n_frames: int, save_every: int
 
     def one(p, s):
         args = (method, p, s, dt, t0, monitor, event)
-        c, (states, ts, stats) = by_jacobian(run, args) if reverse else run(args)
+        c, (states, ts, stats) = by_jacobian(run, args, n_frames * FRAME_NUMBERS) if reverse else run(args)
         return assemble(s, t0, states, ts, stats, c[3], c[4], c[6], c[2])
 
     if system_axis is None:
@@ -177,7 +177,7 @@ def batch_frames(spec: RunSpec, block, devices) -> Frames:
     if len(devices) == 1 and not all(map(is_concrete, leaves)):
         return _batch_exact(m, spec.system, spec.state0, dt, t0, spec.n_frames, spec.save_every,
                             0 if spec.stacked else None, spec.unroll, auto_block(block, batch, devices), spec.monitor,
-                            ev, mode(leaves) == "reverse")
+                            ev, reverse_only(leaves))
     system, states0, pad, mesh = place_batch(spec, devices)
     block = auto_block(block, (batch + pad) // len(devices), devices)
     axis = 0 if spec.stacked else None

@@ -15,12 +15,12 @@ import functools
 import jax
 import numpy as np
 
-from ..adjoint import mode
+from ..adjoint import reverse_only
 from ..checks import is_concrete
 from ..forward_vjp import by_jacobian
 from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
+from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
                     while_body_frames)
 from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
@@ -51,7 +51,7 @@ def _one_exact(method, system, state0, dt, t0, n_frames: int, save_every: int, u
     tangents, where the reverse pass would compile the loop's transpose and a second program)."""
     args = (method, system, state0, dt, t0, monitor, event)
     run = functools.partial(exact_frames, n_frames=n_frames, save_every=save_every, unroll=unroll)
-    return by_jacobian(run, args) if reverse else run(args)
+    return by_jacobian(run, args, n_frames * FRAME_NUMBERS) if reverse else run(args)
 
 
 @lean_jit
@@ -103,7 +103,7 @@ def one_body(spec: RunSpec) -> Frames:
     if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
         # exactly n_frames, not chunks with the unused frames skipped
-        reverse = mode(jax.tree_util.tree_leaves((m, s, x0, dt, t0, mon, ev))) == "reverse"
+        reverse = reverse_only(jax.tree_util.tree_leaves((m, s, x0, dt, t0, mon, ev)))
         carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, mon, ev, reverse)
         parts, nvs = (part,), (n_frames,)
     elif n_frames <= SHORT_RUN_FRAMES and spec.report is None:
