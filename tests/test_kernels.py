@@ -210,14 +210,15 @@ def test_gradients_come_from_the_reference(name, torque):
 
 def test_supports_and_bad_input():
     free, _ = _setup("free")
-    assert not kernels.supports(integrators.get("liemid_ea"), free)
-    assert kernels.supports("rkmk8", free) and not kernels.supports("liemid_ea", free)  # by name too
-    assert not kernels.supports(integrators.get("split4_231"), _setup("gravity")[0])  # a kernel, not this torque
-    wall = problems.get("coulomb_wall").system
-    assert not kernels.supports(integrators.get("buss2p"), wall)
+    # no hand-written kernel: one generated from the method's JAX code (tests/test_kernels_generated.py)
+    assert kernels.supports(integrators.get("liemid_ea"), free) and kernels.method_name(integrators.get("liemid_ea")) is None
+    assert kernels.supports("rkmk8", free) and not kernels.supports("euler_svd", free)  # by name too
+    assert not kernels.supports(integrators.get("split4_231"), _setup("gravity")[0])  # torque-free only
+    wall = problems.get("coulomb_wall").system  # a torque no hand-written kernel restates: generated
+    assert kernels.supports(integrators.get("buss2p"), wall) and kernels._hand_written("buss2p", wall) is None
     _, states = _setup("free")
     with pytest.raises(ValueError, match="no fused kernel"):
-        kernels.fused_frames(integrators.get("liemid_ea"), free, states, 1e-3, 0.0, 2, 2)
+        kernels.fused_frames(integrators.get("euler_svd"), free, states, 1e-3, 0.0, 2, 2)
     with pytest.raises(ValueError, match="save_every"):
         kernels.fused_frames(integrators.get("buss2p"), free, states, 1e-3, 0.0, 2, 0)
     with pytest.raises(ValueError, match="states0"):
@@ -246,8 +247,8 @@ def test_the_fused_executor_equals_xla(monkeypatch):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-13, atol=1e-13)
         np.testing.assert_array_equal(np.asarray(a.failed_step), np.asarray(b.failed_step))
     # asked for explicitly, Fused refuses what it cannot run, saying why; the automatic choice runs it on XLA
-    with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: no fused kernel for the method liemid_ea"):
-        jaxrot.simulate("liemid_ea", p, 1e-3, 10, executor=jaxrot.Fused())
+    with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: no fused kernel for the method euler_svd"):
+        jaxrot.simulate("euler_svd", p, 1e-3, 10, executor=jaxrot.Fused())
     with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: .*invariant monitor"):
         jaxrot.simulate("buss4", p, 1e-3, 10, executor=jaxrot.Fused(), monitor=jaxrot.InvariantMonitor(1e-3))
     assert jaxrot.simulate("liemid_ea", p, 1e-3, 10).info["executor"] == "XLA"

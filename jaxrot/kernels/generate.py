@@ -63,7 +63,7 @@ _SOURCES: dict[str, tuple[str, tuple, int]] = {}
 _LOWERED: dict = {}
 
 
-def _parts(method, system):
+def parts(method, system):
     import equinox as eqx
 
     return eqx.partition((method, system), eqx.is_array)
@@ -122,7 +122,7 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
 
     from ..geometry.state import State
 
-    arrays, static = _parts(method, system)
+    arrays, static = parts(method, system)
     leaves, tdef = jax.tree_util.tree_flatten(arrays)
     sds = jax.ShapeDtypeStruct
     dt = jnp.dtype(dtype)
@@ -324,11 +324,11 @@ def params(method, system, dtype, traced=()):
     import jax
     import jax.numpy as jnp
 
-    arrays, _ = _parts(method, system)
+    arrays, _ = parts(method, system)
     J = system.body.J
-    parts = [jnp.ravel(jnp.asarray(x)).astype(dtype) for x in jax.tree_util.tree_leaves(arrays) if x is not J]
-    parts += [jnp.ravel(jnp.asarray(c)).astype(dtype) for c in traced]
-    return jnp.concatenate(parts) if parts else jnp.zeros((1,), dtype)
+    flat = [jnp.ravel(jnp.asarray(x)).astype(dtype) for x in jax.tree_util.tree_leaves(arrays) if x is not J]
+    flat += [jnp.ravel(jnp.asarray(c)).astype(dtype) for c in traced]
+    return jnp.concatenate(flat) if flat else jnp.zeros((1,), dtype)
 
 
 def constant_stats(key: str) -> bool:

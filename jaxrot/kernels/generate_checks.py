@@ -33,9 +33,9 @@ def verdict(checked: dict, key, compare, what: str):
 def _traced(method, system, traced) -> bool:
     import jax
 
-    from .generate import _parts
+    from .generate import parts
 
-    arrays = jax.tree_util.tree_leaves(_parts(method, system)[0])
+    arrays = jax.tree_util.tree_leaves(parts(method, system)[0])
     return bool(traced) or any(isinstance(x, jax.core.Tracer) for x in arrays)
 
 

@@ -17,7 +17,7 @@ def _scalar_type(g: Source):
     return np.float64 if g.S64 else np.float32
 
 
-def _binary(g: Source, name: str, a: Element, b: Element, kind: str) -> Element | None:
+def binary(g: Source, name: str, a: Element, b: Element, kind: str) -> Element | None:
     """``a name b`` computed now where both are known (in the run's precision), or an identity of a
     known operand (``x + 0``, ``x * 1``, ``x / 2^k`` as ``x * 2^-k``, exact; ``x * 0`` as ``0``: a
     derivative's zero tangents, which would otherwise be carried through every product), else None."""
@@ -58,7 +58,7 @@ def _binary(g: Source, name: str, a: Element, b: Element, kind: str) -> Element 
     return None
 
 
-def _unary(g: Source, name: str, a: Element, kind: str) -> Element | None:
+def unary(g: Source, name: str, a: Element, kind: str) -> Element | None:
     """``name(a)`` computed now where ``a`` is known (in the run's precision), else None."""
     if a.value is None or a.kind != "f" or name not in _NP_UNARY:
         return None
@@ -68,7 +68,7 @@ def _unary(g: Source, name: str, a: Element, kind: str) -> Element | None:
     return g.literal(bool(v), "b") if kind == "b" else g.literal(float(v), "f")
 
 
-def _extremum(g: Source, a: Element, b: Element, op: str, kind: str) -> Element:
+def extremum(g: Source, a: Element, b: Element, op: str, kind: str) -> Element:
     """``max`` or ``min`` (``op``) as lax computes it: a NaN operand gives NaN (``wp.max`` would return
     the other operand)."""
     if kind == "b":
@@ -79,7 +79,7 @@ def _extremum(g: Source, a: Element, b: Element, op: str, kind: str) -> Element:
     return g.emit(f"wp.where({a.code} != {a.code}, {a.code}, wp.where({b.code} != {b.code}, {b.code}, {m.code}))", "f")
 
 
-def _integer_pow(g: Source, x: Element, y: int) -> Element:
+def integer_pow(g: Source, x: Element, y: int) -> Element:
     k = x.kind
     if y == 0:
         return g.literal(1.0 if k == "f" else 1, k)

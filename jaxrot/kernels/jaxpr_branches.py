@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .jaxpr_warp import Source, _eqn, kind_of
+from .jaxpr_warp import Source, equation, kind_of
 
 
 def select_positions(eqn):
@@ -91,7 +91,7 @@ def _effects(eqn) -> bool:
     return bool(getattr(eqn, "effects", None))
 
 
-def _branches(g: Source, eqn, read, planned, run) -> list:
+def branches(g: Source, eqn, read, planned, run) -> list:
     """A select whose cases' exclusive equations were deferred (:func:`plan`): with one predicate for
     every element, each case's equations written in its own block (only the taken case's where the
     predicate is known); else all of them, then the select as usual."""
@@ -106,8 +106,8 @@ def _branches(g: Source, eqn, read, planned, run) -> list:
     if not one:
         for j in sorted(cones[0] + cones[1]):
             run(j)
-        return _eqn(g, eqn, [read(v) for v in eqn.invars])
-    from .jaxpr_control import _assign
+        return equation(g, eqn, [read(v) for v in eqn.invars])
+    from .jaxpr_control import assign
 
     kind = kind_of(eqn.outvars[0].aval.dtype)
     shape = tuple(eqn.outvars[0].aval.shape)
@@ -119,5 +119,5 @@ def _branches(g: Source, eqn, read, planned, run) -> list:
         with g.loop([]):
             for j in cones[k]:
                 run(j)
-            _assign(g, [out], [np.broadcast_to(np.asarray(read(eqn.invars[(c0, c1)[k]])), shape)])
+            assign(g, [out], [np.broadcast_to(np.asarray(read(eqn.invars[(c0, c1)[k]])), shape)])
     return [out]

@@ -4,10 +4,10 @@ equations whose operands are all known, computed when the source is generated.""
 
 import numpy as np
 
-from .jaxpr_warp import Element, Source, Unsupported, _map, convert, kind_of, restate
+from .jaxpr_warp import Element, Source, Unsupported, elementwise, convert, kind_of, restate
 
 
-def _reduce_precision(g: Source, a: Element, exponent_bits: int, mantissa_bits: int) -> Element:
+def reduce_precision(g: Source, a: Element, exponent_bits: int, mantissa_bits: int) -> Element:
     """Rounding to the run's own format is the identity; to float32 inside a float64 run, a conversion."""
     own = (11, 52) if g.S64 else (8, 23)
     if (exponent_bits, mantissa_bits) == own:
@@ -25,7 +25,7 @@ def _values(x: np.ndarray, dtype) -> np.ndarray:
     return np.asarray([e.value for e in np.asarray(x).reshape(-1)], dtype=dtype).reshape(np.shape(x))
 
 
-def _by_index(g: Source, eqn, ins: list) -> np.ndarray:
+def by_index(g: Source, eqn, ins: list) -> np.ndarray:
     """A gather or scatter (replace) with known indices: the primitive applied to the elements'
     positions tells where each output element comes from (no arithmetic is generated)."""
     import jax
@@ -57,7 +57,7 @@ def _by_index(g: Source, eqn, ins: list) -> np.ndarray:
 
 def _carry(g: Source, xs: list) -> list:
     """Fresh locals for a loop's carry (object arrays of the same shapes)."""
-    return [_map(g.variable, x) if np.ndim(x) else _scalar(g.variable(np.asarray(x).reshape(()).item()))
+    return [elementwise(g.variable, x) if np.ndim(x) else _scalar(g.variable(np.asarray(x).reshape(()).item()))
             for x in xs]
 
 
@@ -67,7 +67,7 @@ def _scalar(e: Element) -> np.ndarray:
     return out
 
 
-def _assign(g: Source, dst: list, src: list):
+def assign(g: Source, dst: list, src: list):
     for d, s in zip(dst, src):
         for a, b in zip(np.asarray(d).reshape(-1), np.asarray(s).reshape(-1)):
             if a.kind != b.kind:
@@ -75,7 +75,7 @@ def _assign(g: Source, dst: list, src: list):
             g.line(f"{a.code} = {b.code}")
 
 
-def _while(g: Source, p, ins: list) -> list:
+def while_loop(g: Source, p, ins: list) -> list:
     """``lax.while_loop``: the carry in locals, the condition computed before the loop and again at
     the end of each pass (Warp compiles a dynamic ``while``)."""
     cj, bj = p["cond_jaxpr"], p["body_jaxpr"]
@@ -91,8 +91,8 @@ def _while(g: Source, p, ins: list) -> list:
     g.line(f"while {flag.code}:")
     with g.loop([*carry, _scalar(flag)]):
         new = restate(g, bj.jaxpr, [g.array(c) for c in bj.consts], [*bconsts, *carry])
-        _assign(g, carry, new)
-        _assign(g, [_scalar(flag)], [_scalar(condition())])
+        assign(g, carry, new)
+        assign(g, [_scalar(flag)], [_scalar(condition())])
     return carry
 
 
@@ -101,7 +101,7 @@ def _while(g: Source, p, ins: list) -> list:
 UNROLL_EQNS = 4000
 
 
-def _scan(g: Source, p, ins: list) -> list:
+def scan_loop(g: Source, p, ins: list) -> list:
     """``lax.scan``: unrolled where it reads or writes per-iteration slices (or is short), else a
     ``for`` loop over the carry."""
     jaxpr = p["jaxpr"]
@@ -123,7 +123,7 @@ def _scan(g: Source, p, ins: list) -> list:
     g.line(f"for _k{g.n} in range({length}):")
     with g.loop(carry):
         new = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry])
-        _assign(g, carry, new)
+        assign(g, carry, new)
     return carry
 
 
@@ -131,7 +131,7 @@ _LAYOUT = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose",
            "stack", "split", "unstack", "iota", "copy", "copy_p", "stop_gradient", "optimization_barrier"}
 
 
-def _fold(g: Source, eqn, ins: list):
+def fold(g: Source, eqn, ins: list):
     """The outputs of an equation whose inputs are all known constants, computed now (as literals), or
     None where it is not to be folded."""
     import jax

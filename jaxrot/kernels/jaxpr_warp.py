@@ -121,7 +121,7 @@ class Source:
         return out
 
 
-def _map(fn, *arrays):
+def elementwise(fn, *arrays):
     """``fn`` applied element-wise with NumPy broadcasting to object arrays of :class:`Element`."""
     arrays = np.broadcast_arrays(*[np.asarray(a, dtype=object) for a in arrays])
     out = np.empty(arrays[0].shape, dtype=object)
@@ -210,7 +210,7 @@ def _reduce(g: Source, x: np.ndarray, axes, op: str, kind: str) -> np.ndarray:
         else:
             acc = terms[0]
             for t in terms[1:]:
-                acc = _extremum(g, acc, t, op, kind)
+                acc = extremum(g, acc, t, op, kind)
             out[idx] = acc
     return out
 
@@ -250,7 +250,7 @@ def _select(g: Source, which: Element, cases, kind: str) -> Element:
     return acc
 
 
-def _eqn(g: Source, eqn, ins: list) -> list:
+def equation(g: Source, eqn, ins: list) -> list:
     """The outputs (object arrays) of one equation from its inputs."""
     name = eqn.primitive.name
     p = eqn.params
@@ -267,64 +267,64 @@ def _eqn(g: Source, eqn, ins: list) -> list:
     if name == "cond":  # every branch evaluated (they are pure), the outputs selected by the index
         index, ops = ins[0], ins[1:]
         results = [restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops) for b in p["branches"]]
-        return [_map(lambda w, *cs, kk=kind_of(v.aval.dtype): _select(g, w, cs, kk), index, *[r[k] for r in results])
+        return [elementwise(lambda w, *cs, kk=kind_of(v.aval.dtype): _select(g, w, cs, kk), index, *[r[k] for r in results])
                 for k, v in enumerate(outs)]
     if name == "sign":  # (wp.sign(0) is 1; lax.sign is 0 at 0, -0 at -0 and NaN at NaN: x * 0 there)
         z, o = ("S(0.0)", "S(1.0)") if kind == "f" else ("int(0)", "int(1)")
         rest = f"({{0}} * {z})" if kind == "f" else z
-        return [_map(lambda a: g.emit(f"wp.where({a.code} > {z}, {o}, wp.where({a.code} < {z}, -{o}, "
+        return [elementwise(lambda a: g.emit(f"wp.where({a.code} > {z}, {o}, wp.where({a.code} < {z}, -{o}, "
                                       f"{rest.format(a.code)}))", kind), ins[0])]
     if name in ("max", "min"):
-        return [_map(lambda a, b: _extremum(g, a, b, name, kind), *ins)]
+        return [elementwise(lambda a, b: extremum(g, a, b, name, kind), *ins)]
     if name == "pow":  # (an integer exponent: converted, as wp.pow takes two floats)
         if kind != "f":
             raise Unsupported("pow of integers")
-        return [_map(lambda a, b: g.emit(f"wp.pow({a.code}, {convert(g, b, 'f').code})", "f"), *ins)]
+        return [elementwise(lambda a, b: g.emit(f"wp.pow({a.code}, {convert(g, b, 'f').code})", "f"), *ins)]
     if name == "log1p":  # accurate for small x (Kahan: log(u) x / (u - 1), u = 1 + x)
         def log1p(a):
             u = g.emit(f"(S(1.0) + {a.code})", "f")
             return g.emit(f"wp.where({u.code} == S(1.0), {a.code}, wp.log({u.code}) * {a.code} / ({u.code} - S(1.0)))",
                           "f")
-        return [_map(log1p, ins[0])]
+        return [elementwise(log1p, ins[0])]
     if name == "expm1":  # accurate for small x (Kahan: (u - 1) x / log u, u = exp x)
         def expm1(a):
             u = g.emit(f"wp.exp({a.code})", "f")
             return g.emit(f"wp.where({u.code} == S(1.0), {a.code}, wp.where({u.code} - S(1.0) == S(-1.0), S(-1.0), "
                           f"({u.code} - S(1.0)) * {a.code} / wp.log({u.code})))", "f")
-        return [_map(expm1, ins[0])]
+        return [elementwise(expm1, ins[0])]
     if name in BINARY:
         t = BINARY[name]
         if name in ("add", "mul") and kind == "b":
             t = "({0} or {1})" if name == "add" else "({0} and {1})"
-        return [_map(lambda a, b: _binary(g, name, a, b, kind) or g.emit(t.format(a.code, b.code), kind), *ins)]
+        return [elementwise(lambda a, b: binary(g, name, a, b, kind) or g.emit(t.format(a.code, b.code), kind), *ins)]
     if name in _UNARY:
         if kind != "f" and name not in ("neg", "abs", "is_finite"):
             raise Unsupported(f"{name} of a {kind!r} value")
         k = "b" if name == "is_finite" else kind
         t = _UNARY[name]
-        return [_map(lambda a: _unary(g, name, a, k) or g.emit(t.format(a.code), k), ins[0])]
+        return [elementwise(lambda a: unary(g, name, a, k) or g.emit(t.format(a.code), k), ins[0])]
     if name in _COMPARE:
         op = _COMPARE[name]
-        return [_map(lambda a, b: g.emit(f"({a.code} {op} {b.code})", "b"), *ins)]
+        return [elementwise(lambda a, b: g.emit(f"({a.code} {op} {b.code})", "b"), *ins)]
     if name in _BOOL:
         if kind != "b":
             raise Unsupported(f"bitwise {name} of integers")
-        return [_map(lambda a, b: g.emit(_BOOL[name].format(a.code, b.code), "b"), *ins)]
+        return [elementwise(lambda a, b: g.emit(_BOOL[name].format(a.code, b.code), "b"), *ins)]
     if name == "not":
         if kind != "b":
             raise Unsupported("bitwise not of integers")
-        return [_map(lambda a: g.emit(f"(not {a.code})", "b"), ins[0])]
+        return [elementwise(lambda a: g.emit(f"(not {a.code})", "b"), ins[0])]
     if name == "integer_pow":
-        return [_map(lambda a: _integer_pow(g, a, int(p["y"])), ins[0])]
+        return [elementwise(lambda a: integer_pow(g, a, int(p["y"])), ins[0])]
     if name == "select_n":
-        return [_map(lambda w, *cs: _select(g, w, cs, kind), ins[0], *ins[1:])]
+        return [elementwise(lambda w, *cs: _select(g, w, cs, kind), ins[0], *ins[1:])]
     if name == "clamp":
-        return [_map(lambda lo, x, hi: _extremum(g, _extremum(g, x, lo, "max", kind), hi, "min", kind), *ins)]
+        return [elementwise(lambda lo, x, hi: extremum(g, extremum(g, x, lo, "max", kind), hi, "min", kind), *ins)]
     if name == "convert_element_type":
         new = np.dtype(p["new_dtype"])
         if kind == "f" and new.itemsize < 4:
             raise Unsupported(f"a conversion to {new}")
-        return [_map(lambda a: convert(g, a, kind, new), ins[0])]
+        return [elementwise(lambda a: convert(g, a, kind, new), ins[0])]
     if name == "broadcast_in_dim":
         x = ins[0]
         shape = tuple(p["shape"])
@@ -372,7 +372,7 @@ def _eqn(g: Source, eqn, ins: list) -> list:
             # a start known only when the step runs: every clamped start's slice, selected by it
             c = g.emit(f"wp.min(wp.max({s.code}, int(0)), int({last}))", "i")
             cases = [np.take(out, range(k, k + n), axis=d) for k in range(last + 1)]
-            out = _map(lambda *cs: _select(g, c, cs, cs[0].kind), *cases)
+            out = elementwise(lambda *cs: _select(g, c, cs, cs[0].kind), *cases)
         return [out]
     if name == "iota":
         shape, dim = tuple(p["shape"]), int(p["dimension"])
@@ -385,7 +385,7 @@ def _eqn(g: Source, eqn, ins: list) -> list:
         op = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}[name]
         return [_reduce(g, ins[0], p["axes"], op, kind)]
     if name == "add_any":  # (a linearisation's sum of cotangents)
-        return [_map(lambda a, b: g.emit(f"({a.code} + {b.code})", kind), *ins)]
+        return [elementwise(lambda a, b: g.emit(f"({a.code} + {b.code})", kind), *ins)]
     if name in ("reduce_and", "reduce_or"):
         op = "and" if name == "reduce_and" else "or"
         return [_reduce(g, ins[0], p["axes"], op, "b")]
@@ -393,13 +393,13 @@ def _eqn(g: Source, eqn, ins: list) -> list:
         axis = int(p["axis"])
         return [np.take(ins[0], k, axis=axis) for k in range(ins[0].shape[axis])]
     if name == "reduce_precision":
-        return [_map(lambda a: _reduce_precision(g, a, int(p["exponent_bits"]), int(p["mantissa_bits"])), ins[0])]
+        return [elementwise(lambda a: reduce_precision(g, a, int(p["exponent_bits"]), int(p["mantissa_bits"])), ins[0])]
     if name in ("scatter", "gather"):
-        return [_by_index(g, eqn, ins)]
+        return [by_index(g, eqn, ins)]
     if name == "while":
-        return _while(g, p, ins)
+        return while_loop(g, p, ins)
     if name == "scan":
-        return _scan(g, p, ins)
+        return scan_loop(g, p, ins)
     raise Unsupported(f"the primitive {name!r}")
 
 
@@ -422,12 +422,12 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
     def run(i):
         eqn = jaxpr.eqns[i]
         if i in cones:
-            outs = _branches(g, eqn, read, cones[i], run)
+            outs = branches(g, eqn, read, cones[i], run)
         else:
             ins = [read(v) for v in eqn.invars]
-            outs = _fold(g, eqn, ins)
+            outs = fold(g, eqn, ins)
             if outs is None:
-                outs = _eqn(g, eqn, ins)
+                outs = equation(g, eqn, ins)
         for v, x in zip(eqn.outvars, outs):
             if tuple(np.shape(x)) != tuple(v.aval.shape):
                 raise Unsupported(f"{eqn.primitive.name}: shape {np.shape(x)} != {v.aval.shape}")
@@ -440,6 +440,6 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
 
 
 # (imported last: these modules use this one's names)
-from .jaxpr_algebra import _binary, _extremum, _integer_pow, _unary  # noqa: E402
-from .jaxpr_branches import _branches, plan  # noqa: E402
-from .jaxpr_control import _by_index, _fold, _reduce_precision, _scan, _while  # noqa: E402
+from .jaxpr_algebra import binary, extremum, integer_pow, unary  # noqa: E402
+from .jaxpr_branches import branches, plan  # noqa: E402
+from .jaxpr_control import by_index, fold, reduce_precision, scan_loop, while_loop  # noqa: E402

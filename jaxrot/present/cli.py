@@ -208,7 +208,7 @@ def _results_folder(args):
     return folder
 
 
-def _run_staged(run, folder, args) -> int:
+def run_staged(run, folder, args) -> int:
     """``run(out_dir)`` into a staging folder; its files appear in ``folder`` only when it finished,
     each recorded in the folder's ``provenance.json`` with the command that wrote it."""
     from . import provenance
@@ -232,11 +232,11 @@ def _reproduce(args) -> int:
         raise ValueError(f"--{', --'.join(a.replace('_', '-') for a, f in _PROTOCOL_ARGS.items() if f in given)}"
                          f" only apply to 'reproduce buss'")
     if args.name != "buss":
-        return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), _results_folder(args), args)
+        return run_staged(lambda out: mod.main(quick=args.quick, out_dir=out), _results_folder(args), args)
     from jaxrot.studies.buss_protocol import PrismProtocol
 
     protocol = PrismProtocol(**given)  # a bad protocol fails before the output folder is made
-    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, protocol=protocol),
+    return run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, protocol=protocol),
                        _results_folder(args), args)
 
 
@@ -289,7 +289,7 @@ def _bench(args) -> int:
             raise ValueError(f"--device {args.device}, but JAX's default device is {jax.devices()[0]}")
         kw["device"] = args.device
     mod = importlib.import_module(BENCHMARKS[args.name])
-    return _run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, **kw), _results_folder(args), args)
+    return run_staged(lambda out: mod.main(quick=args.quick, out_dir=out, **kw), _results_folder(args), args)
 
 
 def _problems_epilog() -> str:

@@ -102,11 +102,11 @@ def run(args) -> int:
         if analysis.joint.drag_ratio is not None:
             scale["k"] = float(analysis.joint.torque[0]) * tr
             scale["k_std"] = float(analysis.joint.torque_std[0]) * tr
-    from .cli import _run_staged
+    from .cli import run_staged
     from .identify_report import write_report
 
     args.quick = False
-    _run_staged(lambda out: write_report(analysis, out, recording=rec, source=os.path.basename(args.file),
+    run_staged(lambda out: write_report(analysis, out, recording=rec, source=os.path.basename(args.file),
                                          scale=scale), folder, args)
     print(analysis.summary())
     if scale:

@@ -48,20 +48,23 @@ def integrate(J, kappa, w0, ts) -> tuple[np.ndarray, str]:
 def _integrate_reference(J, kappa, w0, ts):
     import jax.numpy as jnp
 
-    import jaxrot
+    from ..geometry.body import RigidBody
+    from ..geometry.state import State
+    from ..physics.problems import Problem
+    from ..physics.torques import Torque
     from .reference import reference_solution
 
     def drag(t, R, Pi, k):
         w = Pi / jnp.asarray(J, Pi.dtype)
         return -k * jnp.sqrt(jnp.dot(w, w)) * w
 
-    body = jaxrot.RigidBody(jnp.asarray(J))
-    state = jaxrot.State(jnp.eye(3), jnp.asarray(J * w0))
-    prob = jaxrot.Problem(body, jaxrot.Torque(drag, frame="body", args=jnp.asarray(kappa)), state, float(ts[-1]))
+    body = RigidBody(jnp.asarray(J))
+    state = State(jnp.eye(3), jnp.asarray(J * w0))
+    prob = Problem(body, Torque(drag, frame="body", args=jnp.asarray(kappa)), state, float(ts[-1]))
     out = [w0]
     for a, b in zip(ts[:-1], ts[1:]):
         tr = reference_solution(prob, float(b), t0=float(a), state0=state)
-        state = jaxrot.State(tr.states.R[-1], tr.states.Pi[-1])
+        state = State(tr.states.R[-1], tr.states.Pi[-1])
         out.append(np.asarray(state.Pi) / J)
     return np.asarray(out)
 
