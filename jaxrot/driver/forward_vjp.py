@@ -69,34 +69,35 @@ def pull_back(tangents, cotangents, args, perturbed):
 MOST_NUMBERS = 1 << 24
 
 
-def by_jacobian(f, args, size: int):
+def by_jacobian(f, args, size: int, reverse=None, most: int | None = None):
     """``f(args)`` for reverse mode (``jax.grad``; not ``jax.jvp``): its derivative taken through the
     Jacobian in its perturbed numbers where they are at most :data:`MOST` and the tangents (``size``
-    numbers out, each) at most :data:`MOST_NUMBERS` numbers, with JAX's own reverse pass of ``f``
-    otherwise. ``f`` is a static (hashable) function."""
-    return _by_jacobian(args, f, size)
+    numbers out, each) at most :data:`MOST_NUMBERS` numbers, with JAX's own reverse pass of ``reverse``
+    (default ``f``: the same function, differentiable in reverse mode) otherwise. ``f`` and
+    ``reverse`` are static (hashable) functions; ``most`` replaces :data:`MOST` (a cheap ``f``)."""
+    return _by_jacobian(args, f, (size, most), reverse or f)
 
 
 @eqx.filter_custom_vjp
-def _by_jacobian(args, f, size):
-    return f(args)
+def _by_jacobian(args, f, size, reverse):
+    return reverse(args)
 
 
 def _jacobian_here(perturbed, args, size) -> bool:
-    n = directions(perturbed, args)
-    return 0 < n <= MOST and n * size <= MOST_NUMBERS
+    n, (numbers, most) = directions(perturbed, args), size
+    return 0 < n <= (MOST if most is None else most) and n * numbers <= MOST_NUMBERS
 
 
 @_by_jacobian.def_fwd
-def _by_jacobian_fwd(perturbed, args, f, size):
+def _by_jacobian_fwd(perturbed, args, f, size, reverse):
     if _jacobian_here(perturbed, args, size):
         return jacobian(f, args, perturbed)
     diff, rest = eqx.partition(args, perturbed)
-    return jax.vjp(lambda d: f(eqx.combine(d, rest)), diff)
+    return jax.vjp(lambda d: reverse(eqx.combine(d, rest)), diff)
 
 
 @_by_jacobian.def_bwd
-def _by_jacobian_bwd(residuals, cotangents, perturbed, args, f, size):
+def _by_jacobian_bwd(residuals, cotangents, perturbed, args, f, size, reverse):
     if _jacobian_here(perturbed, args, size):
         return pull_back(residuals, cotangents, args, perturbed)
 

@@ -7,6 +7,7 @@ dropped, and the provenance attached.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import equinox as eqx
@@ -15,7 +16,9 @@ import jax.numpy as jnp
 
 from ..geometry.state import State
 from .dense import DenseOutput, StepDenseOutput, StoppedDenseOutput
+from .adjoint import reverse_only
 from .events import freeze_after, locate, method_step
+from .forward_vjp import by_jacobian
 from .failures import result_of
 from .layout import Frames, LocatedEvent
 from .results import AdaptiveStats, Provenance, Trajectory, built
@@ -61,18 +64,38 @@ def _events(event, method, batched, stacked, system, ts, states, ev):
     its state. The method's arrays (a user's method may hold some, or tracers) are arguments."""
     arrays, rest = eqx.partition(method, eqx.is_array)
     ev_arrays, ev_rest = eqx.partition(event, eqx.is_array)  # (a condition's closed-over traced values)
-    return _events_compiled(_Static(ev_rest), _Static(rest), batched, stacked, ev_arrays, arrays, system, ts, states,
-                            ev)
+    reverse = reverse_only(jax.tree_util.tree_leaves((ev_arrays, arrays, system, ev)))
+    return _events_compiled(_Static(ev_rest), _Static(rest), batched, stacked, reverse, ev_arrays, arrays, system, ts,
+                            states, ev)
 
 
-@functools.partial(jax.jit, static_argnames=("event_rest", "rest", "batched", "stacked"))
-def _events_compiled(event_rest, rest, batched, stacked, ev_arrays, arrays, system, ts, states, ev):
-    method = eqx.combine(arrays, rest.method)
+def _located(args, event_rest, rest):
+    ev_arrays, arrays, system, ev = args
     event = eqx.combine(ev_arrays, event_rest.method)
-    advance = method_step(method)
+    ev = dataclasses.replace(ev, found=ev.found > 0.5) if jnp.issubdtype(ev.found.dtype, jnp.floating) else ev
+    return locate(event, system, ev, method_step(eqx.combine(arrays, rest.method)))
+
+
+#: perturbed numbers up to which an event's location is differentiated by forward tangents in reverse
+#: mode (the crossing step's endpoints are 24 of them; the location's cost is a few steps)
+EVENT_DIRECTIONS = 64
+
+
+@functools.partial(jax.jit, static_argnames=("event_rest", "rest", "batched", "stacked", "reverse"))
+def _events_compiled(event_rest, rest, batched, stacked, reverse, ev_arrays, arrays, system, ts, states, ev):
+    event = eqx.combine(ev_arrays, event_rest.method)
+    at = functools.partial(_located, event_rest=event_rest, rest=rest)
 
     def one(system, ts, states, ev):
-        t_ev, s_ev = (ev.time, ev.state) if isinstance(ev, LocatedEvent) else locate(event, system, ev, advance)
+        if isinstance(ev, LocatedEvent):
+            t_ev, s_ev = ev.time, ev.state
+        elif reverse:  # jax.grad: the location's derivatives by forward tangents (one program, no transpose)
+            # (the crossing's flag as a number: a flag computed from perturbed values reaches a custom
+            # derivative rule as perturbed, which only inexact arguments may be)
+            ev = dataclasses.replace(ev, found=ev.found.astype(ev.t_a.dtype))
+            t_ev, s_ev = by_jacobian(at, (ev_arrays, arrays, system, ev), 16, most=EVENT_DIRECTIONS)
+        else:
+            t_ev, s_ev = at((ev_arrays, arrays, system, ev))
         if event.terminal:
             states = freeze_after(ts, states, t_ev, s_ev)
         return t_ev, s_ev, states

@@ -15,6 +15,8 @@ One body each; batches ``vmap`` them (or an executor places them).
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -22,8 +24,10 @@ from jax import lax
 
 from ..geometry.state import State
 from ..integrators.stats import StepStats
+from .adjoint import ForwardMode
 from .events import event_start, event_update, stopped
 from .failures import INVARIANT_DRIFT, NONFINITE_STATE, SOLVE_FAILED, SUCCESSFUL
+from .forward_vjp import by_jacobian
 from .layout import SKIP_GROUP, Columns, Frames, assemble, row_packing
 
 
@@ -307,6 +311,25 @@ def while_body_frames(method, system, state0, dt, t0, n_steps: int, save_every: 
     c, (states, ts, stats) = while_frames(method, system, carry, dt, t0, n_frames, save_every, adjoint, n_frames,
                                           monitor, event)
     return assemble(state0, t0, states, ts, stats, c[3], c[4], c[6], c[2])
+
+
+def while_frames_of(args, n_steps: int, save_every: int, final_only: bool, adjoint) -> Frames:
+    """:func:`while_body_frames` of ``args = (method, system, state0, dt, t0, monitor, event)``."""
+    method, system, state0, dt, t0, monitor, event = args
+    return while_body_frames(method, system, state0, dt, t0, n_steps, save_every, final_only, adjoint, monitor, event)
+
+
+def while_run(args, n_steps: int, save_every: int, final_only: bool, adjoint, reverse: bool) -> Frames:
+    """:func:`while_frames_of`; ``reverse`` (``jax.grad`` only): differentiated by forward tangents of
+    the loop as a plain while loop (:func:`~jaxrot.driver.forward_vjp.by_jacobian`) where the numbers
+    perturbed are few, through ``adjoint``'s loop otherwise."""
+    run = functools.partial(while_frames_of, n_steps=n_steps, save_every=save_every, final_only=final_only,
+                            adjoint=adjoint)
+    if not reverse:
+        return run(args)
+    plain = functools.partial(run, adjoint=ForwardMode())
+    frames = 1 if final_only else n_steps // save_every
+    return by_jacobian(plain, args, frames * FRAME_NUMBERS, reverse=run)
 
 
 def while_args(spec) -> tuple:

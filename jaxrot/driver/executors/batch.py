@@ -18,8 +18,8 @@ from ..checks import is_concrete
 from ..forward_vjp import by_jacobian
 from ..layout import Frames, assemble, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
-                    while_body_frames)
+from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from,
+                    while_args, while_run)
 from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
 from .base import RunSpec
@@ -233,16 +233,25 @@ def _batch_final_in_pieces(spec: RunSpec, block, devices) -> Frames:
 def batch_while(spec: RunSpec, executor) -> Frames:
     """Every body's constant steps in the frames' while loop (a terminal event ends each), placed by
     ``executor``'s ``map_bodies``, compiled once per configuration."""
-    def run():
-        return _batch_while(executor, spec.method, spec.system, spec.state0, while_args(spec), spec.stacked)
+    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.monitor,
+                                        spec.event))
+    reverse = reverse_only(leaves)
 
-    concrete = all(map(is_concrete, jax.tree_util.tree_leaves((spec.system, spec.state0, spec.dt, spec.t0))))
+    def run():
+        return _batch_while(executor, spec.method, spec.system, spec.state0, while_args(spec), spec.stacked, reverse)
+
+    concrete = all(map(is_concrete, leaves))
     return run() if spec.report is None or not concrete else one_call(spec.report, run, spec.n_steps)
 
 
 @eqx.filter_jit
-def _batch_while(executor, method, system, state0, args, stacked: bool) -> Frames:
+def _batch_while(executor, method, system, state0, args, stacked: bool, reverse: bool) -> Frames:
     map_bodies = type(executor).map_bodies.__get__(executor)
+    dt, t0, n_steps, save_every, final_only, adjoint, monitor, event = args
+
+    def one(p, s):
+        return while_run((method, p, s, dt, t0, monitor, event), n_steps, save_every, final_only, adjoint, reverse)
+
     if stacked:
-        return map_bodies(lambda p, s: while_body_frames(method, p, s, *args), system, state0)
-    return map_bodies(lambda s: while_body_frames(method, system, s, *args), state0)
+        return map_bodies(one, system, state0)
+    return map_bodies(lambda s: one(system, s), state0)

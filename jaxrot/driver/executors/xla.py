@@ -20,8 +20,8 @@ from ..checks import is_concrete
 from ..forward_vjp import by_jacobian
 from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, while_args,
-                    while_body_frames)
+from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from,
+                    while_args, while_run)
 from ..paced import chunks_in_pieces, one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
 from .batch import batch_final, batch_frames, batch_while
@@ -70,7 +70,12 @@ _one_steps = lean_jit(steps_from)  # a final-state run in pieces (a progress rep
 _one_last = lean_jit(last_frame)
 
 
-_one_while = lean_jit(while_body_frames)
+@lean_jit
+def _one_while(method, system, state0, dt, t0, n_steps: int, save_every: int, final_only: bool, adjoint, monitor=None,
+               event=None, reverse: bool = False):
+    """One body's frames in the while loop a terminal event ends (:func:`~jaxrot.driver.loop.while_run`)."""
+    return while_run((method, system, state0, dt, t0, monitor, event), n_steps, save_every, final_only, adjoint,
+                     reverse)
 
 
 @jax.jit
@@ -90,9 +95,10 @@ def one_body(spec: RunSpec) -> Frames:
     m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
     n_frames, is_traced, mon, ev = spec.n_frames, traced(spec), spec.monitor, spec.event
     if spec.terminal:
+        reverse = is_traced and reverse_only(jax.tree_util.tree_leaves((m, s, x0, dt, t0, mon, ev)))
         if spec.report is not None and not is_traced:
             return one_call(spec.report, lambda: _one_while(m, s, x0, *while_args(spec)), spec.n_steps)
-        return _one_while(m, s, x0, *while_args(spec))
+        return _one_while(m, s, x0, *while_args(spec), reverse=reverse)
     if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
         if spec.report is not None:
             carry, stats = steps_in_pieces(
