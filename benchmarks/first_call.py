@@ -1,15 +1,21 @@
 """First-call time (compiling and running) of the documentation's examples, each page in a fresh process.
 
-The Python blocks of README.md's first example and of the user-guide pages listed in ``PAGES`` run
-one after another in one namespace, as a reader pastes them, in a fresh interpreter per page; each
-block's wall time is recorded. A block's time is what a user waits the first time: tracing, XLA
-compiling and running (the first block of a page also imports jax and jaxrot; the import alone is
-measured apart, in fresh interpreters too). Three passes per page: without a persistent compilation
-cache (JAX's default for a program), then twice with an empty cache folder (the
-``jax_compilation_cache_dir`` setting, here through its environment variable, every program kept):
-the first fills it, the second reads it
-(what a second run of the same script costs). The load average (``os.getloadavg``) is recorded
-before and after each page: on a shared machine the times scale with it.
+The Python blocks of README.md's first example, of the user-guide pages listed in ``PAGES`` and a
+gradient over an error-controlled batch (``GRADIENT``) run one after another in one namespace, as a
+reader pastes them, in a fresh interpreter per page started in the repository's folder (where a page
+finds its data files); each block's wall time is recorded, and the interpreter's CPU time. A block's time is what a user waits: tracing, XLA compiling, Warp compiling
+and running (the first block of a page also imports jax and jaxrot; the import alone is measured
+apart, in fresh interpreters too). Three passes per page, each with a folder of its own for JAX's
+persistent compilation cache (``XDG_CACHE_HOME``, where ``import jaxrot`` keeps it) and for Warp's
+kernels (``WARP_CACHE_PATH``):
+
+- ``fresh``: both folders empty, jaxrot's defaults (the cache on: this pass fills it);
+- ``next``: the same folders again (what the next process of the same script costs);
+- ``no cache``: ``JAXROT_COMPILATION_CACHE=off`` and an empty Warp folder (everything compiled).
+
+The load average (``os.getloadavg``) is recorded before and after each page: on a shared machine the
+wall times scale with it, the CPU times less. A record already in the output folder is kept beside the
+new one (``previous``: its times, by page and block), so each figure sits beside the one it replaces.
 
     python benchmarks/first_call.py --out figures [--pages NAME ...]
 
@@ -24,6 +30,7 @@ import os
 import pathlib
 import platform
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -33,27 +40,51 @@ import textwrap
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-#: (label, file, which blocks: None for all, or a heading whose section's blocks are taken)
+
+#: a gradient over an error-controlled batch, as a fitting loop makes it (not in the docs: its own page)
+GRADIENT = '''
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import jaxrot
+
+p = jaxrot.problems.get("t_handle")
+batch = jaxrot.State(jnp.broadcast_to(p.state0.R, (1000, 3, 3)), p.state0.Pi * jnp.linspace(0.9, 1.1, 1000)[:, None])
+
+def loss(J):
+    q = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, 2.0)
+    sol = jaxrot.simulate("rkmk8(5)", q, t1=2.0, state0=batch, stepsize=jaxrot.Adaptive(1e-9, 1e-9))
+    return jnp.mean(sol.final.Pi[:, 0] ** 2)
+
+value, grad = jax.value_and_grad(loss)(p.body.J)
+print(float(value), grad)
+'''
+
+#: (label, file or None, which blocks: None for all, a heading whose section's blocks are taken, or the
+#: code itself where there is no file; target seconds per block in a fresh process)
 PAGES = [
-    ("README: a first run", "README.md", "## A first run"),
-    ("saveat_events.md", "docs/user_guide/saveat_events.md", None),
-    ("fitting_inertia.md", "docs/user_guide/fitting_inertia.md", None),
-    ("error_maps.md", "docs/user_guide/error_maps.md", None),
-    ("newton_maps.md", "docs/user_guide/newton_maps.md", None),
+    ("README: a first run", "README.md", "## A first run", 8.0),
+    ("saveat_events.md", "docs/user_guide/saveat_events.md", None, 10.0),
+    ("running.md", "docs/user_guide/running.md", None, 10.0),
+    ("torques.md", "docs/user_guide/torques.md", None, 10.0),
+    ("rotations.md", "docs/user_guide/rotations.md", None, 10.0),
+    ("fitting_inertia.md", "docs/user_guide/fitting_inertia.md", None, 10.0),
+    ("identifying.md", "docs/user_guide/identifying.md", None, 10.0),
+    ("error_maps.md", "docs/user_guide/error_maps.md", None, 10.0),
+    ("newton_maps.md", "docs/user_guide/newton_maps.md", None, 10.0),
+    ("value_and_grad, error-controlled batch", None, GRADIENT, 15.0),
 ]
-#: the target for one example's first call on a 2-core machine
-TARGET_S = 3.0
+#: the README example's target in the next process (the cache filled)
+NEXT_TARGET_S = 3.0
 
 _CHILD = r"""
 import json, sys, time
 blocks = json.loads(open(sys.argv[1]).read())
 scope = {"__name__": "__guide__"}
-times = []
 for k, (line, block) in enumerate(blocks):
     t = time.perf_counter()
     exec(compile(block, f"block {k} (line {line})", "exec"), scope)
-    times.append(time.perf_counter() - t)
-    print("BLOCK", json.dumps(times[-1]), flush=True)
+    print("BLOCK", json.dumps(time.perf_counter() - t), flush=True)
 """
 
 _IMPORT = "import time; t = time.perf_counter(); import jax, jaxrot; print(time.perf_counter() - t)"
@@ -74,6 +105,12 @@ def python_blocks(text: str, section: str | None = None) -> list[tuple[int, str]
     return out
 
 
+def page_blocks(file, which) -> list[tuple[int, str]]:
+    if file is None:
+        return [(1, textwrap.dedent(which))]
+    return python_blocks((ROOT / file).read_text(), which)
+
+
 def first_line(code: str) -> str:
     """The block's first line that is not an import, a comment or a config line (to name it)."""
     for line in code.splitlines():
@@ -83,28 +120,32 @@ def first_line(code: str) -> str:
     return code.strip().splitlines()[0][:90]
 
 
-def run_page(path: pathlib.Path, section, cache: str | None) -> list[float]:
-    blocks = python_blocks(path.read_text(), section)
+def run_page(blocks, env_extra: dict) -> tuple[list[float], float]:
+    """Each block's wall seconds, and the interpreter's CPU seconds, in a fresh process."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(blocks, f)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "JAXROT_COMPILATION", "WARP_CACHE",
+                                "XDG_CACHE_HOME"))}
+    env.update(env_extra)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        env = dict(os.environ)
-        if cache:  # read by JAX at import, so the blocks' own import of jax is timed in every pass
-            env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-        r = subprocess.run([sys.executable, "-c", _CHILD, f.name], cwd=tempfile.gettempdir(), env=env,
-                           capture_output=True, text=True, timeout=1800)
+        r = subprocess.run([sys.executable, "-c", _CHILD, f.name], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=3600)
     finally:
         os.unlink(f.name)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     times = [float(line.split(" ", 1)[1]) for line in r.stdout.splitlines() if line.startswith("BLOCK ")]
     if r.returncode != 0 or len(times) != len(blocks):
-        sys.exit(f"{path}: the blocks failed:\n{r.stderr[-3000:]}")
-    return times
+        sys.exit(f"the blocks failed:\n{r.stderr[-3000:]}")
+    return times, cpu
 
 
 def import_seconds(n: int = 3) -> float:
     xs = [float(subprocess.run([sys.executable, "-c", _IMPORT], capture_output=True, text=True, check=True,
-                               cwd=tempfile.gettempdir()).stdout) for _ in range(n)]
+                               cwd=tempfile.gettempdir(), env=dict(os.environ, JAXROT_COMPILATION_CACHE="off")).stdout)
+          for _ in range(n)]
     return statistics.median(xs)
 
 
@@ -120,25 +161,48 @@ def machine() -> dict:
             "device": str(jax.devices()[0]), "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
+def previous(out_dir: pathlib.Path) -> dict:
+    """The record already in ``out_dir``, by page label and block index: ``{(label, index): block}``."""
+    path = out_dir / "first_call.json"
+    if not path.exists():
+        return {}
+    old = json.loads(path.read_text())
+    return {(p["label"], b["index"]): b for p in old.get("pages", []) for b in p["blocks"]}
+
+
+def _before(b: dict | None, key: str) -> str:
+    """A previous record's figure: this script's keys, or the first record's (no cache, cache read)."""
+    if not b:
+        return "–"
+    old = {"fresh_s": "no_cache_s", "no_cache_s": "no_cache_s", "next_s": "cache_warm_s"}
+    v = b.get(key, b.get(old[key]))
+    return "–" if v is None else f"{v:.1f}"
+
+
 def markdown(res: dict) -> str:
     m = res["machine"]
     lines = [f"First call of each documented example, in a fresh process per page: {m['cpu']}, {m['cores']} cores, "
              f"jax {m['jax']}, {m['device']}. Import of jax and jaxrot: {res['import_s']:.1f} s (median of 3), "
-             f"included in each page's first block. Target: {res['target_s']:g} s per block.", ""]
-    lines += ["| page | block (line) | first line | no cache (s) | meets 3 s | cache filled (s) | cache read (s) |",
-              "|---|---|---|---|---|---|---|"]
+             "included in each page's first block. `fresh`: empty cache folders, jaxrot's defaults (JAX's "
+             "persistent cache on, filled by this pass); `next`: the next process, the folders filled; `no cache`: "
+             "`JAXROT_COMPILATION_CACHE=off`, Warp's folder empty. `before`: the record this one replaces (its "
+             "`fresh` is the old no-cache pass, its `next` the old cache-read pass).", ""]
+    lines += ["| page | block (line) | first line | fresh (s) | before | target | next (s) | before | no cache (s) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for p in res["pages"]:
         for b in p["blocks"]:
             code = b["first_line"].replace("|", "\\|")
-            lines.append(f"| {p['label']} | {b['index']} ({b['line']}) | `{code}` | {b['no_cache_s']:.1f} | "
-                         f"{'yes' if b['no_cache_s'] <= res['target_s'] else 'no'} | {b['cache_cold_s']:.1f} | "
-                         f"{b['cache_warm_s']:.1f} |")
-    lines += ["", "| page | total, no cache (s) | cache filled (s) | cache read (s) | load average before / after "
-              "(1 min) |", "|---|---|---|---|---|"]
+            prev = res["previous"].get(f"{p['label']}|{b['index']}")
+            ok = "met" if b["fresh_s"] <= p["target_s"] else "missed"
+            lines.append(f"| {p['label']} | {b['index']} ({b['line']}) | `{code}` | {b['fresh_s']:.1f} | "
+                         f"{_before(prev, 'fresh_s')} | {p['target_s']:g} s, {ok} | {b['next_s']:.1f} | "
+                         f"{_before(prev, 'next_s')} | {b['no_cache_s']:.1f} |")
+    lines += ["", "| page | total fresh (s) | CPU (s) | total next (s) | CPU (s) | total no cache (s) | CPU (s) | "
+              "load average before / after (1 min) |", "|---|---|---|---|---|---|---|---|"]
     for p in res["pages"]:
-        lines.append(f"| {p['label']} | {sum(b['no_cache_s'] for b in p['blocks']):.1f} | "
-                     f"{sum(b['cache_cold_s'] for b in p['blocks']):.1f} | "
-                     f"{sum(b['cache_warm_s'] for b in p['blocks']):.1f} | "
+        tot = {k: sum(b[k] for b in p["blocks"]) for k in ("fresh_s", "next_s", "no_cache_s")}
+        lines.append(f"| {p['label']} | {tot['fresh_s']:.1f} | {p['cpu_s']['fresh']:.1f} | {tot['next_s']:.1f} | "
+                     f"{p['cpu_s']['next']:.1f} | {tot['no_cache_s']:.1f} | {p['cpu_s']['no_cache']:.1f} | "
                      f"{p['load_before'][0]:.1f} / {p['load_after'][0]:.1f} |")
     return "\n".join(lines) + "\n"
 
@@ -148,27 +212,30 @@ def main(out_dir, pages=None) -> dict:
 
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    prev = previous(out_dir)
     chosen = [p for p in PAGES if pages is None or p[0] in pages or p[1] in pages]
-    res = {"quick": False, "machine": machine(), "target_s": TARGET_S, "load_start": list(os.getloadavg()),
-           "import_s": import_seconds(), "pages": [],
-           "command": "python " + shlex.join(sys.argv)}
-    for label, file, section in chosen:
-        path = ROOT / file
-        blocks = python_blocks(path.read_text(), section)
+    res = {"quick": False, "machine": machine(), "next_target_s": NEXT_TARGET_S, "load_start": list(os.getloadavg()),
+           "import_s": import_seconds(), "pages": [], "command": "python " + shlex.join(sys.argv),
+           "previous": {f"{k[0]}|{k[1]}": v for k, v in prev.items()}}
+    for label, file, which, target in chosen:
+        blocks = page_blocks(file, which)
         before = list(os.getloadavg())
         t0 = time.perf_counter()
-        plain = run_page(path, section, None)
-        with tempfile.TemporaryDirectory(prefix="jaxrot-first-call-") as cache:
-            cold = run_page(path, section, cache)
-            warm = run_page(path, section, cache)
+        with tempfile.TemporaryDirectory(prefix="jaxrot-first-call-") as tmp:
+            folders = {"XDG_CACHE_HOME": os.path.join(tmp, "cache"), "WARP_CACHE_PATH": os.path.join(tmp, "warp")}
+            fresh, cpu_fresh = run_page(blocks, folders)
+            nxt, cpu_next = run_page(blocks, folders)
+            off, cpu_off = run_page(blocks, {"JAXROT_COMPILATION_CACHE": "off",
+                                             "WARP_CACHE_PATH": os.path.join(tmp, "warp-empty")})
         after = list(os.getloadavg())
-        res["pages"].append({"label": label, "file": file, "section": section, "load_before": before,
-                             "load_after": after, "blocks": [
-                                 {"index": k, "line": line, "first_line": first_line(code), "no_cache_s": a,
-                                  "cache_cold_s": b, "cache_warm_s": c}
-                                 for k, ((line, code), a, b, c) in enumerate(zip(blocks, plain, cold, warm))]})
-        print(f"{label}: {', '.join(f'{t:.1f}' for t in plain)} s without a cache, "
-              f"{', '.join(f'{t:.1f}' for t in warm)} s from a filled one (load {before[0]:.1f} -> {after[0]:.1f}; "
+        res["pages"].append({"label": label, "file": file, "section": which if file else None, "target_s": target,
+                             "load_before": before, "load_after": after,
+                             "cpu_s": {"fresh": cpu_fresh, "next": cpu_next, "no_cache": cpu_off}, "blocks": [
+                                 {"index": k, "line": line, "first_line": first_line(code), "fresh_s": a,
+                                  "next_s": b, "no_cache_s": c}
+                                 for k, ((line, code), a, b, c) in enumerate(zip(blocks, fresh, nxt, off))]})
+        print(f"{label}: fresh {', '.join(f'{t:.1f}' for t in fresh)} s, next {', '.join(f'{t:.1f}' for t in nxt)} "
+              f"s, no cache {', '.join(f'{t:.1f}' for t in off)} s (load {before[0]:.1f} -> {after[0]:.1f}; "
               f"{time.perf_counter() - t0:.0f} s)", flush=True)
     res["load_end"] = list(os.getloadavg())
     provenance.write_record(out_dir, "first_call", res, markdown(res), command=res["command"])
