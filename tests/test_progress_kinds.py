@@ -112,15 +112,16 @@ def _adaptive(executor, saveat, pair, tol, bodies, t1):
     return run
 
 
+# (the slow tier: each kind's second case, the same pieces with the other output)
 @pytest.mark.default_xla  # the pieces and the loop in one call are two programs: equal as users compile them
-@pytest.mark.parametrize("saveat", ["frames", "final"])
+@pytest.mark.parametrize("saveat", ["frames", pytest.param("final", marks=pytest.mark.slow)])
 def test_error_controlled_steps_on_xla_report_every_interval(monkeypatch, saveat):
     run = _adaptive(jaxrot.XLA(), saveat, "buss4(3)", 1e-9, 8, 400.0)
     _same(_reported(monkeypatch, run), run())
 
 
 @needs_warp
-@pytest.mark.parametrize("saveat", ["frames", "final"])
+@pytest.mark.parametrize("saveat", [pytest.param("frames", marks=pytest.mark.slow), "final"])
 def test_error_controlled_steps_fused_report_every_interval(monkeypatch, saveat):
     run = _adaptive(jaxrot.Fused(), saveat, "rkmk8(5)", 1e-10, 256, 50.0)
     _same(_reported(monkeypatch, run), run())
