@@ -11,8 +11,6 @@ frames into one buffer per number (:class:`Columns`), and a long run is a sequen
 from __future__ import annotations
 
 import functools
-import sys
-import time
 
 import equinox as eqx
 import jax
@@ -21,6 +19,7 @@ import numpy as np
 from jax import lax
 
 from ..geometry.state import State
+from .progress import Pacer
 
 #: frames skipped as a group by one conditional in a partly used chunk
 SKIP_GROUP = 32
@@ -95,27 +94,27 @@ def batch_frames_per_chunk(batch: int, itemsize: int) -> int:
 def run_chunks(run_chunk, carry, n_frames: int, per_chunk: int, report=None):
     """All frames in chunks of ``per_chunk`` frames, ``run_chunk(carry, n_valid) -> (carry, out)``
     being one compiled program for any count: ``(carry, chunk outputs, valid frames of each)``;
-    :func:`join` cuts and joins them. With a progress ``report`` the program is compiled first (an
-    empty chunk; ``report(None, seconds)``), the run goes in calls of a hundredth of its frames or
-    more (each still the one compiled chunk, its other frames skipped; at most 16 times the calls
-    of the run without a report) and ``report(frames_done)`` follows each call."""
-    step = per_chunk
+    :func:`join` cuts and joins them. With a progress ``report``
+    (:class:`~jaxrot.driver.progress.RunProgress`) the program is compiled first (a chunk of no frames,
+    reported as the compilation) and the run goes in pieces, each a call of the same chunk with at most
+    ``per_chunk`` valid frames, sized by a :class:`~jaxrot.driver.progress.Pacer`; ``report(frames_done)``
+    follows each. The frames are the same either way."""
+    def call(c, nv):
+        return run_chunk(c, np.asarray(nv, np.int32))
+
+    pacer = None
     if report is not None:
-        start = time.perf_counter()
-        jax.block_until_ready(run_chunk(carry, np.asarray(0, np.int32)))  # every frame skipped
-        report(None, time.perf_counter() - start)
-        # at most 16x the calls (and the chunk buffers) of the run without a report
-        calls = 16 * -(-n_frames // per_chunk)
-        step = max(1, min(per_chunk, max(-(-n_frames // 100), -(-n_frames // calls))))
-    parts, nvs = [], []
-    for start in range(0, n_frames, step):
-        nv = min(step, n_frames - start)
-        carry, part = run_chunk(carry, np.asarray(nv, np.int32))
+        report.compile(lambda: call(carry, 0))
+        pacer = Pacer(most=per_chunk)
+    parts, nvs, done = [], [], 0
+    while done < n_frames:
+        nv = min(per_chunk if pacer is None else pacer.n, n_frames - done)
+        carry, part = call(carry, nv) if pacer is None else pacer.run(report, nv, lambda k: call(carry, k))
         parts.append(part)
         nvs.append(nv)
+        done += nv
         if report is not None:
-            jax.block_until_ready(part)
-            report(start + nv)
+            report(done)
     return carry, tuple(parts), tuple(nvs)
 
 

@@ -3,7 +3,7 @@ again and again on the host, each call a piece sized to take about half of the r
 between pieces. Every kind of run has its pieces, and they give the numbers of the run in one call:
 
 - constant steps with frames: calls of the compiled chunk with fewer valid frames
-  (:func:`chunks_in_pieces`);
+  (:func:`~jaxrot.driver.layout.run_chunks` with a report);
 - constant steps, the final state only: calls of the step loop from the last carry, for a count of
   steps (:func:`steps_in_pieces`);
 - error-controlled steps: calls of the attempts' while loop from its last state, for a number of
@@ -29,7 +29,7 @@ import numpy as np
 from .checks import is_concrete
 from .progress import Pacer, RunProgress
 
-__all__ = ["steps_in_pieces", "chunks_in_pieces", "in_groups", "one_call", "subset"]
+__all__ = ["steps_in_pieces", "in_groups", "one_call", "subset"]
 
 
 def steps_in_pieces(report: RunProgress, total: int, start, piece):
@@ -44,22 +44,6 @@ def steps_in_pieces(report: RunProgress, total: int, start, piece):
         done += n
         report.steps(done)
     return state
-
-
-def chunks_in_pieces(report: RunProgress, run_chunk, carry, n_frames: int, per_chunk: int):
-    """:func:`~jaxrot.driver.layout.run_chunks` in pieces of at most ``per_chunk`` frames, each one call of
-    the compiled chunk (``run_chunk(carry, n_valid)``, its other frames skipped; compiled by a call of
-    none first): ``(carry, chunk outputs, valid frames of each)``."""
-    report.compile(lambda: run_chunk(carry, np.asarray(0, np.int32)))
-    pacer, done, parts, nvs = Pacer(most=per_chunk), 0, [], []
-    while done < n_frames:
-        nv = min(pacer.n, n_frames - done)
-        carry, part = pacer.run(report, nv, lambda k: run_chunk(carry, np.asarray(k, np.int32)))
-        parts.append(part)
-        nvs.append(nv)
-        done += nv
-        report(done)
-    return carry, tuple(parts), tuple(nvs)
 
 
 def one_call(report: RunProgress, run, total: int):

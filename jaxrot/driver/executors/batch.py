@@ -20,7 +20,7 @@ from ..layout import Frames, assemble, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
 from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from,
                     while_args, while_run)
-from ..paced import chunks_in_pieces, one_call, steps_in_pieces
+from ..paced import one_call, steps_in_pieces
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
 from .base import RunSpec
 
@@ -188,8 +188,7 @@ def batch_frames(spec: RunSpec, block, devices) -> Frames:
         return _batch_chunk(m, system, c, dt, t0, nv, F, spec.save_every, axis, spec.unroll, block, spec.monitor, mesh,
                             ev)
 
-    carry, parts, nvs = (run_chunks(run_chunk, carry, spec.n_frames, F) if spec.report is None else
-                         chunks_in_pieces(spec.report, run_chunk, carry, spec.n_frames, F))
+    carry, parts, nvs = run_chunks(run_chunk, carry, spec.n_frames, F, spec.report)
     frames = join(states0, t0, parts, nvs, (carry[3], carry[4], carry[6], carry[2]), batched=True)
     if pad:
         frames = jax.tree_util.tree_map(lambda x: x[:batch], frames)

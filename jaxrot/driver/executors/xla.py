@@ -22,7 +22,7 @@ from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, join, run_chunk
 from ..lean_jit import lean_jit
 from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from,
                     while_args, while_run)
-from ..paced import chunks_in_pieces, one_call, steps_in_pieces
+from ..paced import one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
 from .batch import batch_final, batch_frames, batch_while
 
@@ -121,8 +121,7 @@ def one_body(spec: RunSpec) -> Frames:
         def run_chunk(c, nv):
             return _one_chunk(m, s, c, dt, t0, nv, se, spec.unroll, mon, ev)
 
-        carry, parts, nvs = (run_chunks(run_chunk, carry, n_frames, FRAMES_PER_CHUNK) if spec.report is None else
-                             chunks_in_pieces(spec.report, run_chunk, carry, n_frames, FRAMES_PER_CHUNK))
+        carry, parts, nvs = run_chunks(run_chunk, carry, n_frames, FRAMES_PER_CHUNK, spec.report)
     return join(x0, t0, parts, nvs, (carry[3], carry[4], carry[6], carry[2]))
 
 
