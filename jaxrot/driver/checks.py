@@ -215,16 +215,13 @@ def traced_checks(problem: Problem, state0: State, dt, t0):
     physical, tol = bool(problem.body.physical), _orthogonality_tol(R.dtype)
     bad = []
     if traced_J:
-        bad.append(~jnp.isfinite(J) | (J <= 0))
-        if physical:
-            bad.append(violates_triangle(J))
+        bad.append(_bad_moments(J, physical))
     if traced_dt:
-        bad.append(~(jnp.isfinite(dt) & (dt > 0)))
+        bad.append(_bad_dt(dt))
     if traced_state:
-        finite, err, det = _body_defects(R, Pi)
-        bad.append(~finite | (err > tol) | (det <= 0))
+        bad.append(_bad_state(R, Pi))
     if traced_t0:
-        bad.append(~jnp.isfinite(t0))
+        bad.append(_bad_t0(t0))
     bad = functools.reduce(jnp.logical_or, [jnp.any(b) for b in bad])
     # checked values travel through the check (a later use waits for it); only traced ones, so that
     # concrete values stay concrete for the trace-time decisions downstream. A traced t0 alone is
@@ -238,6 +235,26 @@ def traced_checks(problem: Problem, state0: State, dt, t0):
         problem = eqx.tree_at(lambda p: p.body.J, problem, J2)
     state0 = State(R if R2 is None else R2, Pi if Pi2 is None else Pi2)
     return problem, state0, dt if dt2 is None else dt2, t0
+
+
+def _bad_moments(J, physical):
+    """Per body: moments not finite and > 0, or (``physical``) breaking the triangle inequality."""
+    bad = ~jnp.all(jnp.isfinite(J) & (J > 0), axis=-1)
+    return bad | violates_triangle(J) if physical else bad
+
+
+def _bad_state(R, Pi):
+    """Per body: an initial state not finite, or an attitude not a rotation."""
+    finite, err, det = _body_defects(R, Pi)
+    return ~finite | (err > _orthogonality_tol(R.dtype)) | (det <= 0)
+
+
+def _bad_dt(dt):
+    return ~(jnp.isfinite(dt) & (dt > 0))
+
+
+def _bad_t0(t0):
+    return ~jnp.isfinite(t0)
 
 
 def _inputs_message(physical, tol, J, dt, state, t0) -> str | None:
@@ -293,23 +310,13 @@ def invalid_inputs(system, state0: State, dt, t0):
     J, R, Pi = system.body.J, state0.R, state0.Pi
     dtype = R.dtype
     physical = system.body.physical
-
-    def bad_moments(J):
-        bad = ~jnp.all(jnp.isfinite(J) & (J > 0), axis=-1)
-        return bad | violates_triangle(J) if physical else bad
-
-    def bad_state(R, Pi):
-        finite, err, det = _body_defects(R, Pi)
-        return ~finite | (err > _orthogonality_tol(dtype)) | (det <= 0)
-
-    bad_J, (J,) = _stand_in(bad_moments, (J,), lambda b: (jnp.where(b[..., None], jnp.asarray(_STAND_IN_J, J.dtype),
-                                                                      J),))
-    bad_s, (R, Pi) = _stand_in(bad_state, (R, Pi), lambda b: (
-        jnp.where(b[..., None, None], jnp.eye(3, dtype=dtype), R), jnp.where(b[..., None], jnp.asarray(_STAND_IN_PI,
-                                                                                                       dtype), Pi)))
-    bad_dt, (dt,) = _stand_in(lambda d: ~(jnp.isfinite(d) & (d > 0)), (dt,),
-                              lambda b: (jnp.where(b, jnp.asarray(_STAND_IN_DT, dt.dtype), dt),))
-    bad_t0, (t0,) = _stand_in(lambda t: ~jnp.isfinite(t), (t0,), lambda b: (jnp.where(b, jnp.zeros((), t0.dtype), t0),))
+    bad_J, (J,) = _stand_in(lambda J: _bad_moments(J, physical), (J,),
+                            lambda b: (jnp.where(b[..., None], jnp.asarray(_STAND_IN_J, J.dtype), J),))
+    bad_s, (R, Pi) = _stand_in(_bad_state, (R, Pi), lambda b: (
+        jnp.where(b[..., None, None], jnp.eye(3, dtype=dtype), R),
+        jnp.where(b[..., None], jnp.asarray(_STAND_IN_PI, dtype), Pi)))
+    bad_dt, (dt,) = _stand_in(_bad_dt, (dt,), lambda b: (jnp.where(b, jnp.asarray(_STAND_IN_DT, dt.dtype), dt),))
+    bad_t0, (t0,) = _stand_in(_bad_t0, (t0,), lambda b: (jnp.where(b, jnp.zeros((), t0.dtype), t0),))
     with jax.ensure_compile_time_eval():  # concrete masks stay concrete
         times = bad_dt | bad_t0
         bodies = bad_J | bad_s | times
