@@ -3,13 +3,14 @@
 ``jax.grad`` of an error-controlled run differentiates a while loop. In reverse mode that is a
 checkpointed loop run again backwards: its program holds the loop's step three or four times over
 (the run, its replay to the checkpoints, the recomputation and the step's transpose), and compiling it
-is most of a first call (tens of seconds for ``rkmk8(5)`` on a small CPU). Where the perturbed inputs
+is most of a first call. Where the perturbed inputs
 of one body's loop are ``n`` numbers (the moments ``J``: 3; an initial state: 12), the loop's Jacobian
 is ``n`` tangents of one forward run, each along the steps the run takes (the controller's choice
 carries no derivative, :func:`jaxrot.driver.controllers.adapt`): the primal loop and its ``n``
 tangents in one loop, whose program holds the step and its linearisation, and the backward pass is
-the cotangent contracted with the tangents. For ``n`` up to :data:`MOST` this also runs about as fast
-as the checkpointed loop or faster (the tangents share the loop's every iteration, vectorised).
+the cotangent contracted with the tangents (the tangents share the loop's every iteration,
+vectorised). Both first and next calls against the checkpointed loop, and the tests of the same
+derivative: docs/user_guide/compile_time.md.
 
 :func:`jacobian` runs the loop with its tangents; :func:`pull_back` makes the gradient of them.
 """

@@ -36,8 +36,8 @@ ENV = "JAXROT_COMPILATION_CACHE"
 MIN_COMPILE_SECONDS = 0.1
 _OFF = ("off", "0", "no", "false")
 #: the same for ``import jaxrot``'s default cache: a program's first calls compile many small programs
-#: (each operation run outside a compiled function is one, 10-30 ms to compile on a small CPU and about
-#: a millisecond to load), and together they are seconds of a short script's first run
+#: (each operation run outside a compiled function is one), quicker to load than to compile, and
+#: together seconds of a short script's first run (measured: docs/user_guide/compile_time.md)
 LIBRARY_MIN_COMPILE_SECONDS = 0.0
 #: the folder ``import jaxrot`` gave JAX (None: it gave none)
 _BY_DEFAULT: dict = {"folder": None}

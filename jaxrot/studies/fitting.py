@@ -226,14 +226,13 @@ def fit_inertia(obs: Observations, J_guess, R0, *, omega0=None, Pi0=None, trace=
     """Fit the principal moments (and optionally the principal axes) to ``obs``; see the module doc.
 
     ``omega0`` (with ``trace``) or ``Pi0`` fixes the scale; ``method`` is any registered method
-    (implicit ones differentiate by the implicit function theorem; the default 4th-order
-    splitting's reverse-mode gradient compiles faster than ``buss4``'s); ``substeps`` steps per
-    observation interval. ``J_guess`` must be a body's moments (positive, ``J_i <= J_j + J_k``); one
-    on the boundary of that region (a flat body, ``J3 = J1 + J2``) starts :data:`BOUNDARY_MARGIN` of
-    the half-trace inside it (the fit's moments keep the guess's order of the axes: a guess whose
-    largest moment is on another axis than the body's finds another minimum). Stops when the loss changes by less than ``tol`` (relative) or after
-    ``max_iters``. Returns moments, their standard deviations and covariance, the loss history and
-    the reduced chi-square (about 1 when the noise model fits).
+    (implicit ones differentiate by the implicit function theorem; the default is the 4th-order
+    splitting ``split4_231``); ``substeps`` steps per observation interval. ``J_guess`` must be a
+    body's moments (positive, ``J_i <= J_j + J_k``); one on the boundary of that region (a flat
+    body, ``J3 = J1 + J2``) starts :data:`BOUNDARY_MARGIN` of the half-trace inside it (a guess whose
+    largest moment is on another axis than the body's may end in another minimum). Stops when the loss changes by less than ``tol`` (relative)
+    or after ``max_iters``. Returns moments, their standard deviations and covariance, the loss
+    history and the reduced chi-square (about 1 when the noise model fits).
     """
     theta0 = _start(J_guess)
     if max_iters < 1:
