@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 
+from ..geometry import so3
 from .identify_model import Throw
 
 
@@ -46,8 +48,6 @@ def integrate(J, kappa, w0, ts) -> tuple[np.ndarray, str]:
 
 
 def _integrate_reference(J, kappa, w0, ts):
-    import jax.numpy as jnp
-
     from ..geometry.body import RigidBody
     from ..geometry.state import State
     from ..physics.problems import Problem
@@ -67,16 +67,6 @@ def _integrate_reference(J, kappa, w0, ts):
         state = State(tr.states.R[-1], tr.states.Pi[-1])
         out.append(np.asarray(state.Pi) / J)
     return np.asarray(out)
-
-
-def _rotation(q):
-    q = np.asarray(q, np.float64)
-    a = np.linalg.norm(q)
-    if a == 0:
-        return np.eye(3)
-    k = q / a
-    K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-    return np.eye(3) + math.sin(a) * K + (1 - math.cos(a)) * K @ K
 
 
 def synthetic_throws(ratios, n_throws: int, *, seed: int = 0, rate: float = 100.0, jitter: float = 4e-4,
@@ -115,7 +105,9 @@ def synthetic_throws(ratios, n_throws: int, *, seed: int = 0, rate: float = 100.
         d = rng.normal(size=3)
         misalignment_deg = d / np.linalg.norm(d) * rng.uniform(1.0, 2.0)
     q = np.radians(np.asarray(misalignment_deg, np.float64))
-    Q = _rotation(q)
+    # the library's exponential (checked against its series in tests/test_so3.py): only the flights'
+    # integration needs to be independent of the fitted model's
+    Q = np.asarray(so3.exp(jnp.asarray(q)))
 
     def draw_bias():
         return rng.uniform(*bias, 3) * rng.choice([-1.0, 1.0], 3)
