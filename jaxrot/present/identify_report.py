@@ -18,11 +18,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from .plotting import plt
 
 _AXES = "xyz"
 _COLORS = ("tab:blue", "tab:orange", "tab:green")

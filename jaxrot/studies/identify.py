@@ -235,14 +235,13 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
         w_a = w_a if att.sigma else w_a / rms(r[:, n_g:], mask)
         data = pack(throws, w_g, w_a, length)
         sol = fit_all(data, sol.shared, sol.own, Robust())
+    robust_used = Robust()
     if options.robust != "linear":
         r = np.asarray(residuals_jit(model, sol.shared, sol.own, data))
         sel = np.repeat(np.asarray(data.mask), r.shape[1] // data.ts.shape[1], axis=1) > 0
         noise = 1.4826 * float(np.median(np.abs(r[sel])))
-        sol = fit_all(data, sol.shared, sol.own, Robust(options.robust, options.robust_threshold * noise))
         robust_used = Robust(options.robust, options.robust_threshold * noise)
-    else:
-        robust_used = Robust()
+        sol = fit_all(data, sol.shared, sol.own, robust_used)
     relabelled = _relabel(layout, torque, np.asarray(sol.shared), np.asarray(sol.own))
     if relabelled is not None:  # the same body with its axes named after the sensor's: refitted there
         sol = fit_all(data, *relabelled, robust_used)

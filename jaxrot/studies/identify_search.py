@@ -109,8 +109,7 @@ def energy_candidates(throws) -> np.ndarray:
         v = np.linalg.svd(M, full_matrices=False)[2][-1]
         J = v[:3] * np.sign(v[:3].sum())
         if np.all(J > 0) and np.all(2 * J < J.sum()):
-            abc = 0.5 * J.sum() - J
-            out.append(np.log(abc[:2] / abc[2]))
+            out.append(im.u_from_moments(J))
     return np.asarray(out).reshape(-1, 2)
 
 
