@@ -12,13 +12,12 @@ Measured (``quick``: 4 throws and a smaller search):
 1. the model's discretisation error (``rk4`` at the fit's step) against the independent integrator;
 2. each throw fitted alone with no initial inertia (global search, then Levenberg-Marquardt): the
    right basin is that of the fit started at the truth (every unknown at its true value; the ratios
-   within 1% of that fit's); beside it the
-   single-guess baseline, SciPy's ``least_squares`` from moments each 20% off (uniformly drawn,
-   as a pendulum measurement gives), if SciPy is installed;
+   within 1% of that fit's); beside it the single-guess baseline, SciPy's ``least_squares`` from
+   moments each 20% off (uniformly drawn), if SciPy is installed;
 3. the coverage of the per-throw 1 and 2 sigma intervals of the two ratios;
 4. all throws fitted jointly (bias per throw): the ratio errors, its time (a second call: after
-   compilation), the torque-free/drag comparison, and the scatter's chi2 of the per-throw fits
-   started at the joint fit's values.
+   compilation; and the first call's, compilation included, with its stages), the torque-free/drag
+   comparison, and the scatter's chi2 of the per-throw fits started at the joint fit's values.
 
 Writes identify.json, identify.md and identify.png (per-throw estimates with their error bars; the
 normalised errors against a standard normal).
@@ -40,10 +39,10 @@ BOOK = (0.3445, 0.6763, 1.0)
 def _discretisation_error(throws, truth, options) -> float:
     """The largest rate error of the fit's simulation at the truth, against the independent integrator."""
     from jaxrot.studies import identify_model as im
+    from jaxrot.studies.identify_search import make_model
     from jaxrot.studies.identify_synthetic import integrate
 
-    model = im.Model(im.Layout(1, False, False, "none", True, False), im.QUADRATIC_DRAG, options.method,
-                     float(options.dt), int(np.ceil(max(t.duration for t in throws) / options.dt)) + 1)
+    model = make_model(throws, im.Layout(1, False, False, "none", True, False), im.QUADRATIC_DRAG, options)
     dyn = jnp.asarray(np.concatenate([im.u_from_moments(truth["J"]), [truth["kappa"]]]))
     worst = 0.0
     for k, t in enumerate(throws[:10]):
@@ -147,7 +146,9 @@ def main(quick: bool = False, out_dir=None) -> dict:
         print(f"baseline (one guess, SciPy least_squares): right basin {hits}/{n}", flush=True)
 
     # 4: jointly; the second call is timed (compiled by the first)
-    joint = idf.identify(throws, obs, options=options, progress=True)
+    t0 = time.perf_counter()
+    first = idf.identify(throws, obs, options=options, progress=True)
+    first_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     joint = idf.identify(throws, obs, options=options)
     joint_s = time.perf_counter() - t0
@@ -177,6 +178,7 @@ def main(quick: bool = False, out_dir=None) -> dict:
         "baseline_least_squares": baseline,
         "joint": {"ratios": joint.ratios.tolist(), "ratios_std": joint.ratios_std.tolist(),
                   "ratio_errors_pct": (100 * err).tolist(), "seconds_after_compilation": joint_s,
+                  "seconds_first_call": first_s, "first_call_stages": first.search,
                   "drag_ratio": joint.drag_ratio, "drag_ratio_std": joint.drag_ratio_std,
                   "misalignment_deg": joint.misalignment_deg.tolist(),
                   "misalignment_std_deg": joint.misalignment_std_deg.tolist(), "iterations": joint.iterations},
