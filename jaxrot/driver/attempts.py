@@ -317,7 +317,7 @@ def attempts_frames_on(spec, executor) -> Frames:
 
 @eqx.filter_jit  # one compiled program per configuration (the loop is traced once)
 def _attempts_compiled(spec, executor) -> Frames:
-    return attempts_frames(spec, type(executor).map_bodies.__get__(executor))
+    return attempts_frames(spec, _placement(executor))
 
 
 def attempts_frames(spec, map_bodies) -> Frames:
@@ -326,19 +326,12 @@ def attempts_frames(spec, map_bodies) -> Frames:
     placement of a per-body function; per-body tolerances ride along)."""
     dtype = spec.state0.R.dtype
 
-    def one(system, s0, rtol, atol, dt0):
+    def one(system, rtol, atol, s0, dt0):
         a = while_attempts(spec.method, system, s0, spec.t0, spec.targets, rtol, atol, dt0, spec.max_steps,
                            spec.adjoint, monitor=spec.monitor, event=spec.event, every=spec.every, dense=spec.dense)
         return frames_of(a, s0, jnp.asarray(spec.t0, dtype), spec.targets)
 
-    if not spec.batched:
-        return one(spec.system, spec.state0, spec.rtol, spec.atol, spec.dt0)
-    B = spec.state0.R.shape[0]
-    rtol, atol = (jnp.broadcast_to(jnp.asarray(x, dtype), (B,)) for x in (spec.rtol, spec.atol))
-    dt0 = None if spec.dt0 is None else jnp.broadcast_to(jnp.asarray(spec.dt0, dtype), (B,))
-    if spec.stacked:
-        return map_bodies(lambda p, s, r, a, d: one(p, s, r, a, d), spec.system, spec.state0, rtol, atol, dt0)
-    return map_bodies(lambda s, r, a, d: one(spec.system, s, r, a, d), spec.state0, rtol, atol, dt0)
+    return _per_body(spec, map_bodies, one, spec.state0, _first_steps(spec))
 
 
 def attempts_in_pieces(spec, executor, report):
@@ -360,34 +353,39 @@ def _shape(spec):
     return spec.method.error_order(), spec.every, spec.targets.shape[0], spec.max_steps
 
 
-def _per_body(spec, executor, fn, *trees):
-    """``fn(system, rtol, atol, *trees)`` for one body, or each body of a batch (the executor's
-    ``map_bodies``; tolerances one per body, trees with a leading batch axis)."""
+def _per_body(spec, map_bodies, fn, *trees):
+    """``fn(system, rtol, atol, *trees)`` for one body, or each body of a batch through ``map_bodies``
+    (an executor's placement; tolerances one per body, trees with a leading batch axis)."""
     if not spec.batched:
         return fn(spec.system, spec.rtol, spec.atol, *trees)
     B, dtype = spec.state0.R.shape[0], spec.state0.R.dtype
     rtol, atol = (jnp.broadcast_to(jnp.asarray(x, dtype), (B,)) for x in (spec.rtol, spec.atol))
-    map_bodies = type(executor).map_bodies.__get__(executor)
     if spec.stacked:
         return map_bodies(fn, spec.system, rtol, atol, *trees)
     return map_bodies(lambda r, a, *t: fn(spec.system, r, a, *t), rtol, atol, *trees)
+
+
+def _first_steps(spec):
+    """The first trial step (None: from the tolerance), one per body of a batch."""
+    if not spec.batched or spec.dt0 is None:
+        return spec.dt0
+    return jnp.broadcast_to(jnp.asarray(spec.dt0, spec.state0.R.dtype), spec.state0.R.shape[:1])
+
+
+def _placement(executor):
+    return type(executor).map_bodies.__get__(executor)
 
 
 @eqx.filter_jit
 def _attempts_init(spec, executor):
     """Each body's loop state before its first attempt (without the problem's arrays) and the monitor's
     reference (or None)."""
-    dtype = spec.state0.R.dtype
-    dt0 = spec.dt0
-    if spec.batched and dt0 is not None:
-        dt0 = jnp.broadcast_to(jnp.asarray(dt0, dtype), spec.state0.R.shape[:1])
-
     def one(system, rtol, atol, s0, d0):
         c0, _ = attempts_start(spec.method, system, s0, spec.t0, spec.targets, rtol, atol, d0, spec.max_steps,
                                monitor=spec.monitor, event=spec.event, every=spec.every, dense=spec.dense)
         return c0[:15], c0[15][4]
 
-    return _per_body(spec, executor, one, spec.state0, dt0)
+    return _per_body(spec, _placement(executor), one, spec.state0, _first_steps(spec))
 
 
 def _consts(spec, system, rtol, atol, ref):
@@ -404,7 +402,7 @@ def _attempts_piece(spec, executor, carry, budget):
                                  c + (_consts(spec, system, rtol, atol, ref), None), budget)
         return c[:15], done
 
-    c, done = _per_body(spec, executor, one, *carry)
+    c, done = _per_body(spec, _placement(executor), one, *carry)
     t_slowest = jnp.min(jnp.where(done, spec.targets[-1], c[0]))
     return (c, carry[1]), (t_slowest, jnp.sum(done.astype(jnp.int32)), jnp.all(done))
 
@@ -417,4 +415,4 @@ def _attempts_frames(spec, executor, carry):
         a = attempts_end(c + (None, None), spec.event, _shape(spec))
         return frames_of(a, s0, jnp.asarray(spec.t0, dtype), spec.targets)
 
-    return _per_body(spec, executor, one, *carry, spec.state0)
+    return _per_body(spec, _placement(executor), one, *carry, spec.state0)
