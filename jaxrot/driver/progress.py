@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+import jax
+
 from .checks import is_concrete
 
 #: no progress output at all (the command line's ``--quiet``)
@@ -101,8 +103,6 @@ def reporting(report, *inputs):
     """Within, :func:`active` is ``report`` (the run's executor reports to it) and a line comes at least
     every :data:`LINE_INTERVAL`; closed at the end. A run whose ``inputs`` hold a tracer (part of
     someone's ``jit``/``grad``/``vmap``: it runs when their program does) reports nothing."""
-    import jax
-
     if report is not None and not all(map(is_concrete, jax.tree_util.tree_leaves(inputs))):
         report = None
     token = _ACTIVE.set(report)
@@ -317,18 +317,12 @@ class RunProgress:
         start = time.perf_counter()
         with self.waiting("compiling"):
             out = call()
-            _ready(out)
+            jax.block_until_ready(out)
         self.compiled(time.perf_counter() - start)
         return out
 
     def close(self) -> None:
         self.bar.close()
-
-
-def _ready(out):
-    import jax
-
-    return jax.block_until_ready(out)
 
 
 #: a piece is at most this many times the one before
@@ -346,7 +340,7 @@ class Pacer:
         """``call(n)`` (the next ``n`` units), waited for; the next size from its time."""
         start = time.perf_counter()
         with report.waiting(what):
-            out = _ready(call(n))
+            out = jax.block_until_ready(call(n))
         took = time.perf_counter() - start
         # at most ``growth`` times the last: a piece of a few steps is mostly the call's own cost
         self.n = max(1, min(int(n * (LINE_INTERVAL / 2) / max(took, 1e-6)), (self.growth or sys.maxsize) * n,

@@ -116,6 +116,13 @@ def _batch_stats0(states0):
     return jax.vmap(lambda _: empty_stats())(states0.Pi)
 
 
+def inputs(spec) -> list:
+    """The leaves of a run's inputs (method, system, initial states, step, start time, monitor, event):
+    whether any is traced, and how, decides how the run is carried out."""
+    return jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, getattr(spec, "dt", None), spec.t0,
+                                      spec.monitor, spec.event))
+
+
 def place_batch(spec: RunSpec, devices):
     """``(system, states0, pad, mesh)``: the batch padded to a multiple of the devices and split
     over them (one device: unchanged)."""
@@ -173,7 +180,7 @@ def batch_frames(spec: RunSpec, block, devices) -> Frames:
     devices = [jax.devices()[0]] if devices is None else default_devices(devices)
     batch = spec.state0.R.shape[0]
     m, dt, t0, ev = spec.method, spec.dt, spec.t0, spec.event
-    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, dt, t0, spec.monitor, ev))
+    leaves = inputs(spec)
     if len(devices) == 1 and not all(map(is_concrete, leaves)):
         return _batch_exact(m, spec.system, spec.state0, dt, t0, spec.n_frames, spec.save_every,
                             0 if spec.stacked else None, spec.unroll, auto_block(block, batch, devices), spec.monitor,
@@ -232,8 +239,7 @@ def _batch_final_in_pieces(spec: RunSpec, block, devices) -> Frames:
 def batch_while(spec: RunSpec, executor) -> Frames:
     """Every body's constant steps in the frames' while loop (a terminal event ends each), placed by
     ``executor``'s ``map_bodies``, compiled once per configuration."""
-    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.monitor,
-                                        spec.event))
+    leaves = inputs(spec)
     reverse = reverse_only(leaves)
 
     def run():

@@ -24,7 +24,7 @@ from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_f
                     while_args, while_run)
 from ..paced import one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
-from .batch import batch_final, batch_frames, batch_while
+from .batch import batch_final, batch_frames, batch_while, inputs
 
 
 @lean_jit
@@ -85,9 +85,7 @@ def _stats0():
 
 def traced(spec) -> bool:
     """Whether any input of ``spec`` is traced (the run is part of someone's ``jit``/``grad``/``vmap``)."""
-    leaves = jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, getattr(spec, "dt", None), spec.t0,
-                                        spec.monitor, spec.event))
-    return not all(map(is_concrete, leaves))
+    return not all(map(is_concrete, inputs(spec)))
 
 
 def one_body(spec: RunSpec) -> Frames:
@@ -95,7 +93,7 @@ def one_body(spec: RunSpec) -> Frames:
     m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
     n_frames, is_traced, mon, ev = spec.n_frames, traced(spec), spec.monitor, spec.event
     if spec.terminal:
-        reverse = is_traced and reverse_only(jax.tree_util.tree_leaves((m, s, x0, dt, t0, mon, ev)))
+        reverse = is_traced and reverse_only(inputs(spec))
         if spec.report is not None and not is_traced:
             return one_call(spec.report, lambda: _one_while(m, s, x0, *while_args(spec)), spec.n_steps)
         return _one_while(m, s, x0, *while_args(spec), reverse=reverse)
@@ -109,7 +107,7 @@ def one_body(spec: RunSpec) -> Frames:
     if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
         # exactly n_frames, not chunks with the unused frames skipped
-        reverse = reverse_only(jax.tree_util.tree_leaves((m, s, x0, dt, t0, mon, ev)))
+        reverse = reverse_only(inputs(spec))
         carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, mon, ev, reverse)
         parts, nvs = (part,), (n_frames,)
     elif n_frames <= SHORT_RUN_FRAMES and spec.report is None:
