@@ -327,6 +327,14 @@ def invalid_inputs(system, state0: State, dt, t0):
     return system, state0, dt, t0, Invalid(bodies, times)
 
 
+def values_checked(on_invalid: str, system, state0: State, dt, t0):
+    """The checks of the values ``simulate``'s ``on_invalid`` asks for: ``"raise"``, :func:`traced_checks`
+    (``invalid`` None); ``"nan"``, :func:`invalid_inputs`. Returns ``(system, state0, dt, t0, invalid)``."""
+    if on_invalid == "raise":
+        return (*traced_checks(system, state0, dt, t0), None)
+    return invalid_inputs(system, state0, dt, t0)
+
+
 def _stand_in(bad_of, xs: tuple, replaced):
     """``(bad, xs)``: the mask ``bad_of(*xs)`` and ``replaced(bad)`` where any is bad; concrete inputs are
     checked and replaced at once (and returned as they are when none is bad), traced ones in the program."""
