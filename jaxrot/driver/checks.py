@@ -308,8 +308,7 @@ def invalid_inputs(system, state0: State, dt, t0):
     is zero, and no NaN enters the gradients of the valid bodies of a batch, whatever a loss makes of
     the invalid body's NaN outputs."""
     J, R, Pi = system.body.J, state0.R, state0.Pi
-    dtype = R.dtype
-    physical = system.body.physical
+    dtype, physical = R.dtype, system.body.physical
     bad_J, (J,) = _stand_in(lambda J: _bad_moments(J, physical), (J,),
                             lambda b: (jnp.where(b[..., None], jnp.asarray(_STAND_IN_J, J.dtype), J),))
     bad_s, (R, Pi) = _stand_in(_bad_state, (R, Pi), lambda b: (
@@ -325,14 +324,6 @@ def invalid_inputs(system, state0: State, dt, t0):
     if R is not state0.R or Pi is not state0.Pi:
         state0 = State(R, Pi)
     return system, state0, dt, t0, Invalid(bodies, times)
-
-
-def values_checked(on_invalid: str, system, state0: State, dt, t0):
-    """The checks of the values ``simulate``'s ``on_invalid`` asks for: ``"raise"``, :func:`traced_checks`
-    (``invalid`` None); ``"nan"``, :func:`invalid_inputs`. Returns ``(system, state0, dt, t0, invalid)``."""
-    if on_invalid == "raise":
-        return (*traced_checks(system, state0, dt, t0), None)
-    return invalid_inputs(system, state0, dt, t0)
 
 
 def _stand_in(bad_of, xs: tuple, replaced):

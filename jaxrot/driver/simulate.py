@@ -26,7 +26,7 @@ from ..physics.torques import FreeTorque
 from .adjoint import adjoint_for, adjoint_of
 from .arguments import controller as _controller, counts as _counts, saveat_of as _saveat
 from .checks import (cast, check_capability, check_problem, checked_state0, checked_traced_times,
-                     is_concrete, prepare, resolve_method, scalar, system_of, values_checked)
+                     invalid_inputs, is_concrete, prepare, resolve_method, scalar, system_of, traced_checks)
 from .dense import checkpoint_interval
 from .events import check_event
 from .executors import choose_executor
@@ -180,7 +180,7 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
                                              values=on_invalid == "raise")
     if event is not None:
         check_event(event, state0, state0.R.dtype)
-    system, state0, dt, t0, invalid = values_checked(on_invalid, system, state0, dt, t0)
+    system, state0, dt, t0, invalid = _values_checked(on_invalid, system, state0, dt, t0)
     n_steps, every = int(n_steps), int(every)  # NumPy integers would be traced
     batched = state0.R.ndim == 3
     report = progress_report(progress, n_steps // every, every, n_steps)
@@ -206,6 +206,15 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
                         finish.ts_out, alias=value_key)
     with reporting(report, spec.system, spec.state0, spec.dt, spec.t0, event):
         return plan()
+
+
+def _values_checked(on_invalid: str, system, state0, dt, t0):
+    """The checks of the values ``on_invalid`` asks for: ``"raise"``, :func:`~jaxrot.driver.checks.traced_checks`
+    (``invalid`` None); ``"nan"``, :func:`~jaxrot.driver.checks.invalid_inputs`. Returns
+    ``(system, state0, dt, t0, invalid)``."""
+    if on_invalid == "raise":
+        return (*traced_checks(system, state0, dt, t0), None)
+    return invalid_inputs(system, state0, dt, t0)
 
 
 def _carry_out(run, build, throw, where, invalid=None) -> Trajectory:
@@ -325,7 +334,7 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
         check_event(event, state0, dtype)
     targets, keep_last, keep_first = _targets(saveat, t0, t1, dtype)
     system = system_of(problem, dtype)
-    system, state0, _, t0, invalid = values_checked(on_invalid, system, state0, scalar(1.0, dtype), scalar(t0, dtype))
+    system, state0, _, t0, invalid = _values_checked(on_invalid, system, state0, scalar(1.0, dtype), scalar(t0, dtype))
     local = controller.controller if isinstance(controller, GlobalError) else controller
     adjoint = adjoint_for(adjoint, jax.tree_util.tree_leaves((system, state0, t0, dt0, targets, event, local)))
     every = saveat.every
