@@ -178,7 +178,8 @@ def registered_name(method) -> str:
     return type(method).__name__
 
 
-def _run_dtype(system):
+def run_dtype(system):
+    """The run's floating dtype: the body's moments', or the default one."""
     J = system.body.J
     return J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else jnp.zeros(()).dtype
 
@@ -196,16 +197,23 @@ def generated_refusal(method, system) -> str | None:
         m = _instance(method)
     except Exception as err:  # noqa: BLE001 - an unknown name
         return str(err)
-    return _generate.reason(m, system, _run_dtype(system))
+    return _generate.reason(m, system, run_dtype(system))
+
+
+def hand_kernel(method, system) -> str | None:
+    """The name of the hand-written kernel that restates ``method`` with ``system``'s torque, or None
+    (nothing is generated to answer)."""
+    name = method if isinstance(method, str) and method in KERNELS else method_name(method)
+    if name is None or getattr(system.body.J, "shape", None) != (3,):
+        return None
+    return name if _family(torque_kind(system.torque, run_dtype(system))) in KERNELS[name].torques else None
 
 
 def _hand_written(method, system) -> str | None:
-    """The name of the hand-written kernel that runs ``method`` with ``system``'s torque (None where
-    there is none: then a kernel generated from the method's JAX code may, whatever the torque)."""
+    """The hand-written kernel's name where it runs ``method`` with ``system``'s torque, or where no
+    kernel can be generated either (its refusal then says why); None where a generated kernel runs it."""
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
-    if name is None or getattr(system.body.J, "shape", None) != (3,):
-        return name
-    if _family(torque_kind(system.torque, _run_dtype(system))) in KERNELS[name].torques:
+    if name is None or hand_kernel(method, system) or getattr(system.body.J, "shape", None) != (3,):
         return name
     return None if generated_refusal(method, system) is None else name
 
@@ -220,7 +228,7 @@ def supports(method, system) -> bool:
     J = system.body.J
     if getattr(J, "shape", None) != (3,):
         return False
-    dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else None
+    dtype = run_dtype(system)
     kind = _family(torque_kind(system.torque, dtype))
     return kind is not None and kind in KERNELS[name].torques
 
@@ -237,7 +245,7 @@ def why_not(method, system) -> str | None:
     J = system.body.J
     if getattr(J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
-    dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else None
+    dtype = run_dtype(system)
     kind = torque_kind(system.torque, dtype)
     if kind is None:
         return torque_refusal(system.torque, dtype)
@@ -256,7 +264,7 @@ def keeps_stats(method, system=None) -> bool:
         return KERNELS[name].zero_stats
     if system is None or generated_refusal(method, system) is not None:
         return False
-    return _generate.constant_stats(_generate.lower(_instance(method), system, _run_dtype(system)).key)
+    return _generate.constant_stats(_generate.lower(_instance(method), system, run_dtype(system)).key)
 
 
 def torque_params(torque, dtype):

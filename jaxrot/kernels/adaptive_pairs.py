@@ -9,9 +9,8 @@ import typing
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 
-from . import KERNELS, method_name, registered_name, torque_kind, torque_params, torque_refusal
+from . import KERNELS, method_name, registered_name, run_dtype, torque_kind, torque_params, torque_refusal
 from . import event_restate
 from ._common import so3_funcs, warp
 
@@ -150,7 +149,7 @@ def _generated_refusal(pair, system, event) -> str | None:
 
     if not isinstance(pair, AbstractPair):
         return "it is not an embedded pair (jaxrot.integrators.AbstractPair)"
-    dtype = _dtype(system)
+    dtype = run_dtype(system)
     offset = 0
     if event is not None:
         # the event is located on the dense output, whose interpolant restates the torque as the
@@ -161,11 +160,6 @@ def _generated_refusal(pair, system, event) -> str | None:
         offset = int(torque_params(system.torque, dtype).shape[0])
     why = pair_reason(pair, system, dtype, offset)
     return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
-
-
-def _dtype(system):
-    J = system.body.J
-    return J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else jnp.zeros(()).dtype
 
 
 class AdaptiveRun(NamedTuple):
@@ -244,11 +238,11 @@ def why_not_adaptive(pair, system, event=None) -> str | None:
             pair = integrators.get(pair)
         why = _generated_refusal(pair, system, event) if not isinstance(pair, tuple) else "a tuple of methods"
         if why is None:
-            return _event_refusal(event, _dtype(system))
+            return _event_refusal(event, run_dtype(system))
         if name is None:
             label = pair if isinstance(pair, (str, tuple)) else registered_name(pair)
             return f"no fused adaptive kernel for the pair {label}: {why}"
-    dtype = J.dtype if jnp.issubdtype(getattr(J, "dtype", None), jnp.floating) else jnp.zeros(()).dtype
+    dtype = run_dtype(system)
     kind = torque_kind(system.torque, dtype)
     if kind is None:
         return torque_refusal(system.torque, dtype)
@@ -259,7 +253,7 @@ def why_not_adaptive(pair, system, event=None) -> str | None:
 
 
 def _enrolled_torque(name: str, system) -> bool:
-    kind = torque_kind(system.torque, _dtype(system))
+    kind = torque_kind(system.torque, run_dtype(system))
     return kind is not None and kind.split(":", 1)[0] in ADAPTIVE_KERNELS[name].torques
 
 

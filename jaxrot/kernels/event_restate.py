@@ -13,15 +13,13 @@ differs by more than 1 000 roundings of the value's size is refused too.
 """
 
 import functools
-import hashlib
-import linecache
-import math
 
 import numpy as np
 
 from ..geometry import so3
-from .generate_checks import verdict
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
+from .generate_checks import verdict, within
+from .jaxpr_inputs import as_float, elements, source_key, state, warp_functions
+from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
 __all__ = ["Unsupported", "lower", "reason", "event_g", "evaluate"]
 
@@ -53,29 +51,16 @@ def _generate(cond_fn, dtype):
     for v in jaxpr.constvars:
         if kind_of(v.aval.dtype) != "f":
             raise Unsupported("an integer or bool array constant")
-        n = int(np.prod(v.aval.shape, dtype=int))
-        el = np.empty(n, dtype=object)
-        for k in range(n):
-            el[k] = Element(f"Q[{offset + k}]", "f")
-        consts.append(el.reshape(tuple(v.aval.shape)))
-        offset += n
-    t = np.empty((), dtype=object)
-    t[()] = Element("t", "f")
-    R = np.empty((3, 3), dtype=object)
-    for i in range(3):
-        for j in range(3):
-            R[i, j] = Element(f"R[{i}, {j}]", "f")
-    Pi = np.empty((3,), dtype=object)
-    for i in range(3):
-        Pi[i] = Element(f"Pi[{i}]", "f")
+        consts.append(elements("Q", v.aval.shape, offset, v.aval.dtype))
+        offset += int(np.prod(v.aval.shape, dtype=int))
+    t, R, Pi = state()
     (out,) = restate(g, jaxpr, consts, [t, R, Pi])
     if np.shape(out) != ():
         raise Unsupported(f"an event condition of shape {np.shape(out)} (it must return a scalar)")
     x = np.asarray(out, dtype=object)[()]
-    code = (x if x.kind == "f" else convert(g, x, "f")).code
     body = "\n".join(g.lines)
-    src = f"def g(t: S, R: M, Pi: V, Q: wp.array(dtype=S)):\n{body}\n    return {code}\n"
-    key = hashlib.sha1((src + repr(g.lits)).encode()).hexdigest()[:16]
+    src = f"def g(t: S, R: M, Pi: V, Q: wp.array(dtype=S)):\n{body}\n    return {as_float(g, x)}\n"
+    key = source_key(src, g.lits)
     return key, src, tuple(g.lits), tuple(closed.consts)
 
 
@@ -146,7 +131,7 @@ def _compare(cond_fn, dtype, hit, concrete: bool):
         got = _run(hit[0], dtype, t, R, Pi, np.asarray(_params(hit[3], dtype)))
         want = np.asarray(jax.vmap(_call(cond_fn))(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)), np.float64)
     scale = np.maximum(np.max(np.abs(np.where(np.isfinite(want), want, 0.0))), 1e-300)
-    same = (np.abs(got - want) <= 1000 * np.finfo(dtype).eps * scale) | (np.isnan(got) & np.isnan(want)) | (got == want)
+    same = within(got, want, 1000 * np.finfo(dtype).eps * scale)
     if not np.all(same):
         i = int(np.argmin(same))
         return f"the restatement differs from the function at a test point (t = {t[i]:.3g}: {got[i]} against {want[i]})"
@@ -157,18 +142,8 @@ def _compare(cond_fn, dtype, hit, concrete: bool):
 def event_g(S, key: str):
     """The Warp function ``g(t, R, Pi, Q)`` of a lowered condition (by its ``key``), built once per
     scalar type."""
-    from ._common import so3_funcs, warp
-
-    wp = warp()
     src, lits = _SOURCES[key]
-    c = so3_funcs(S)
-    fname = f"<jaxrot-event-{key}-{S.__name__}>"
-    # Warp reads a function's source through inspect/linecache: register the generated text there
-    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
-    env = {"S": S, "V": c.V, "M": c.M, "wp": wp, "LIT": list(lits), "math": math,
-           "__name__": f"jaxrot_event_{key}"}
-    exec(compile(src, fname, "exec"), env)  # noqa: S102 - source generated above from a jaxpr, not user text
-    return wp.func(env["g"])
+    return warp_functions(S, src, lits, f"event-{key}", ["g"])["g"]
 
 
 def evaluate(cond_fn, t, R, Pi):

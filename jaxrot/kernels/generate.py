@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import linecache
-import math
 
 import numpy as np
 
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
+from .jaxpr_inputs import as_float, elements, named, source_key, state, structure_key, warp_functions
+from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
 __all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "SOLVE_FAILED", "NONFINITE_STATE"]
 
@@ -70,42 +68,9 @@ def parts(method, system):
 
 
 def _cache_key(method, system, dtype, *extra):
-    """What the generated source depends on: the classes and static structure of the method and the
-    system, the shapes and dtypes of their arrays (not the values), the values of their other leaves;
-    ``None`` where some part cannot be hashed."""
-    import jax
-
-    leaves, treedef = jax.tree_util.tree_flatten((method, system))
-    parts = tuple(("array", tuple(x.shape), np.dtype(x.dtype).name) if hasattr(x, "shape") and hasattr(x, "dtype")
-                  else ("value", type(x).__name__, x) for x in leaves)
-    key = (treedef, parts, np.dtype(dtype).name, *extra)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def _elements(prefix: str, shape, offset: int, dtype) -> np.ndarray:
-    """The elements ``prefix[offset + k]`` of a raveled array, read as the kind of ``dtype``."""
-    kind = kind_of(dtype)
-    n = int(np.prod(shape, dtype=int))
-    out = np.empty(n, dtype=object)
-    for k in range(n):
-        ref = f"{prefix}[{offset + k}]"
-        out[k] = Element({"f": ref, "i": f"int({ref})", "b": f"({ref} != S(0.0))"}[kind], kind)
-    return out.reshape(tuple(shape))
-
-
-def _named(names, shape) -> np.ndarray:
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(shape):
-        out[idx] = Element(names(idx), "f")
-    return out
-
-
-def _as_float(g: Source, x: Element) -> str:
-    return (x if x.kind == "f" else convert(g, x, "f")).code
+    """What the generated source depends on (:func:`~jaxrot.kernels.jaxpr_inputs.structure_key` of the
+    method and the system), or ``None``."""
+    return structure_key((method, system), np.dtype(dtype).name, *extra)
 
 
 def _uses(jaxpr, var) -> bool:
@@ -175,9 +140,9 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
     P, off = [], offset
     for x in leaves:
         if x is J:
-            P.append(_named(lambda i: f"J[{i[0]}]", (3,)))
+            P.append(named(lambda i: f"J[{i[0]}]", (3,)))
         else:
-            P.append(_elements("P", x.shape, off, x.dtype))
+            P.append(elements("P", x.shape, off, x.dtype))
             off += int(np.size(x)) if hasattr(x, "size") else int(np.prod(x.shape, dtype=int))
     traced = []
 
@@ -186,24 +151,22 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
         out = []
         for c in closed.consts:
             if isinstance(c, jax.core.Tracer):  # a value closed over inside someone's trace: a parameter
-                out.append(_elements("P", c.shape, off, c.dtype))
+                out.append(elements("P", c.shape, off, c.dtype))
                 off += int(np.prod(c.shape, dtype=int))
                 traced.append(c)
             else:
                 out.append(g.array(np.asarray(c)))
         return out
 
-    R = _named(lambda i: f"R[{i[0]}, {i[1]}]", (3, 3))
-    Pi = _named(lambda i: f"Pi[{i[0]}]", (3,))
-    h = _named(lambda i: "h", ())
-    t = _named(lambda i: "t", ())
+    t, R, Pi = state()
+    h = named(lambda i: "h", ())
 
     # init
     g.lines, g.n, g.cache = [], 0, {}
-    outs = restate(g, closed_init.jaxpr, consts(closed_init), [R, Pi, h, _named(lambda i: "S(0.0)", ()), *P])
+    outs = restate(g, closed_init.jaxpr, consts(closed_init), [R, Pi, h, named(lambda i: "S(0.0)", ()), *P])
     flat_mem = [e for o in outs for e in np.asarray(o).reshape(-1)]
     n_mem = len(flat_mem) + 1
-    ret = [*(_as_float(g, e) for e in flat_mem), "S(1.0)"]
+    ret = [*(as_float(g, e) for e in flat_mem), "S(1.0)"]
     init_src = ("def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):\n" + "".join(x + "\n" for x in g.lines)
                 + f"    return A_T({', '.join(ret)})\n")
 
@@ -211,16 +174,16 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
     g.lines, g.cache = [], {}
     A, off_a = [], 0
     for v in memory:
-        A.append(_elements("A", v.shape, off_a, v.dtype))
+        A.append(elements("A", v.shape, off_a, v.dtype))
         off_a += int(np.prod(v.shape, dtype=int))
-    extra = [_named(lambda i: "rt", ()), _named(lambda i: "at", ())] if pair else []
+    extra = [named(lambda i: "rt", ()), named(lambda i: "at", ())] if pair else []
     outs = restate(g, closed_step.jaxpr, consts(closed_step), [t, R, Pi, *A, h, *P, *extra])
     if pair:
         mem1 = [e for o in outs[2:-1] for e in np.asarray(o).reshape(-1)]
-        ret_R = [_as_float(g, e) for e in np.asarray(outs[0]).reshape(-1)]
-        ret_Pi = [_as_float(g, e) for e in np.asarray(outs[1]).reshape(-1)]
-        ret_A = [_as_float(g, e) for e in mem1] + ["S(1.0)"]
-        err = _as_float(g, np.asarray(outs[-1]).reshape(()).item())
+        ret_R = [as_float(g, e) for e in np.asarray(outs[0]).reshape(-1)]
+        ret_Pi = [as_float(g, e) for e in np.asarray(outs[1]).reshape(-1)]
+        ret_A = [as_float(g, e) for e in mem1] + ["S(1.0)"]
+        err = as_float(g, np.asarray(outs[-1]).reshape(()).item())
         step_src = ("def attempt(R: M, Pi: V, A: A_T, t: S, h: S, J: V, P: wp.array(dtype=S), rt: S, at: S):\n"
                     + "".join(x + "\n" for x in g.lines)
                     + f"    return M({', '.join(ret_R)}), V({', '.join(ret_Pi)}), A_T({', '.join(ret_A)}), {err}\n")
@@ -228,7 +191,7 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
     else:
         step_src, reason_src, constant_stats = _step_source(g, outs, n_mem)
     src = init_src + "\n\n" + step_src + "\n\n" + reason_src
-    key = hashlib.sha1((src + repr(g.lits)).encode()).hexdigest()[:16]
+    key = source_key(src, g.lits)
     _SOURCES[key] = (src, tuple(g.lits), n_mem, constant_stats)
     return key, n_mem, tuple(traced)
 
@@ -243,9 +206,9 @@ def _step_source(g, outs, n_mem):
     stats = [np.asarray(x).reshape(()).item() for x in (iters, clamped, conv)]
     constant_stats = [e.value for e in stats] == [0, 0, True]
     ok = stats[2]
-    ret_R = [_as_float(g, e) for e in np.asarray(R1).reshape(-1)]
-    ret_Pi = [_as_float(g, e) for e in np.asarray(Pi1).reshape(-1)]
-    ret_A = [_as_float(g, e) for e in mem1] + [_as_float(g, ok)]
+    ret_R = [as_float(g, e) for e in np.asarray(R1).reshape(-1)]
+    ret_Pi = [as_float(g, e) for e in np.asarray(Pi1).reshape(-1)]
+    ret_A = [as_float(g, e) for e in mem1] + [as_float(g, ok)]
     step_src = ("def step(R: M, Pi: V, A: A_T, t: S, h: S, J: V, P: wp.array(dtype=S)):\n"
                 + "".join(x + "\n" for x in g.lines)
                 + f"    return M({', '.join(ret_R)}), V({', '.join(ret_Pi)}), A_T({', '.join(ret_A)})\n")
@@ -348,19 +311,12 @@ def reason(method, system, dtype) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def _compiled_env(S, key: str) -> dict:
-    """The generated source of ``key`` executed for scalar type ``S``: its functions as Warp functions."""
-    from ._common import so3_funcs, warp
+    """The generated source of ``key`` for scalar type ``S``: its functions as Warp functions."""
+    from ._common import warp
 
-    wp = warp()
     src, lits, n_mem, _ = _SOURCES[key]
-    c = so3_funcs(S)
-    fname = f"<jaxrot-method-{key}-{S.__name__}>"
-    # Warp reads a function's source through inspect/linecache: register the generated text there
-    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
-    env = {"S": S, "V": c.V, "M": c.M, "A_T": wp.types.vector(n_mem, S), "wp": wp, "LIT": list(lits), "math": math,
-           "__name__": f"jaxrot_method_{key}"}
-    exec(compile(src, fname, "exec"), env)  # noqa: S102 - source generated above from a jaxpr, not user text
-    return {k: wp.func(v) for k, v in env.items() if k in ("init", "step", "reason", "attempt")}
+    names = [n for n in ("init", "step", "reason", "attempt") if f"def {n}(" in src]
+    return warp_functions(S, src, lits, f"method-{key}", names, A_T=warp().types.vector(n_mem, S))
 
 
 @functools.lru_cache(maxsize=None)

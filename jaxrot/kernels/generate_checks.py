@@ -30,6 +30,24 @@ def verdict(checked: dict, key, compare, what: str):
         raise Unsupported(checked[key])
 
 
+def within(got, want, tol):
+    """Where ``got`` agrees with ``want`` to ``tol`` (NaN where both are, equal infinities)."""
+    return (np.abs(got - want) <= tol) | (np.isnan(got) & np.isnan(want)) | (got == want)
+
+
+def _disagreement(what: str, names, got, want, tol, n: int) -> str | None:
+    """Why the generated results ``got`` (one array per name, ``n`` test states) are not the JAX code's
+    ``want``: each to 10^3 roundings of its state's largest value, plus ``tol[name]``; or None."""
+    for name, g_, w in zip(names, got, want):
+        g_, w = np.reshape(g_, (n, -1)), np.reshape(w, (n, -1))
+        scale = np.max(np.abs(np.where(np.isfinite(w), w, 0.0)), axis=1, keepdims=True)
+        ok = within(g_, w, 1000 * np.finfo(w.dtype).eps * scale + tol.get(name, 0.0))
+        if not np.all(ok):
+            i = int(np.argmin(np.all(ok, axis=1)))
+            return f"the generated {what} differs from the JAX code at a test state ({name}: {g_[i].tolist()} against {w[i].tolist()})"
+    return None
+
+
 def _traced(method, system, traced) -> bool:
     import jax
 
@@ -75,7 +93,7 @@ def _compare(method, system, dtype, hit):
     import jax.numpy as jnp
 
     from ..geometry.state import State
-    from ._common import warp
+    from ._common import so3_funcs, warp
 
     from .generate import loop, params
 
@@ -96,7 +114,7 @@ def _compare(method, system, dtype, hit):
 
         want_R, want_Pi = (np.asarray(x) for x in jax.vmap(ref)(jnp.asarray(R), jnp.asarray(Pi)))
         P = np.asarray(params(method, system, dtype))
-    c = _vectors(S)
+    c = so3_funcs(S)
     dev = "cpu"
     outs = [wp.zeros((n, 1), dtype=c.M, device=dev), wp.zeros((n, 1), dtype=c.V, device=dev),
             wp.zeros(n, dtype=wp.int32, device=dev), wp.zeros(n, dtype=wp.int32, device=dev)]
@@ -104,17 +122,7 @@ def _compare(method, system, dtype, hit):
            wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
            wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev), 1, 1]
     wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
-    got_R, got_Pi = outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]
-    eps = np.finfo(dtype).eps
-    for name, got, want in (("R", got_R, want_R), ("Pi", got_Pi, want_Pi)):
-        flat_g, flat_w = got.reshape(n, -1), want.reshape(n, -1)
-        scale = np.maximum(np.max(np.abs(np.where(np.isfinite(flat_w), flat_w, 0.0)), axis=1, keepdims=True), 1e-300)
-        same = (np.abs(flat_g - flat_w) <= 1000 * eps * scale) | (np.isnan(flat_g) & np.isnan(flat_w))
-        if not np.all(same):
-            i = int(np.argmin(np.all(same, axis=1)))
-            return (f"the generated step differs from the JAX step at a test state ({name}: {flat_g[i].tolist()} "
-                    f"against {flat_w[i].tolist()})")
-    return None
+    return _disagreement("step", ("R", "Pi"), [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]], [want_R, want_Pi], {}, n)
 
 
 #: (key, dtype name) -> None (compiled and agreed) or why not, for the pairs' attempts
@@ -123,10 +131,10 @@ _CHECKED_PAIRS: dict = {}
 
 @functools.lru_cache(maxsize=None)
 def _attempt_kernel(S, key: str):
-    from ._common import warp
+    from ._common import so3_funcs, warp
 
     wp = warp()
-    c = _vectors(S)
+    c = so3_funcs(S)
     V, M = c.V, c.M
     from .generate import attempt_funcs
 
@@ -155,7 +163,7 @@ def _compare_pair(pair, system, dtype, hit, offset):
 
     from ..geometry.state import State
     from ..physics.flow import pack_body
-    from ._common import warp
+    from ._common import so3_funcs, warp
 
     from .generate import params
 
@@ -179,25 +187,12 @@ def _compare_pair(pair, system, dtype, hit, offset):
 
         want = [np.asarray(x) for x in jax.vmap(ref)(jnp.asarray(R), jnp.asarray(Pi))]
         P = np.concatenate([np.zeros(offset, dtype), np.asarray(params(pair, system, dtype))])
-    c = _vectors(S)
+    c = so3_funcs(S)
     dev = "cpu"
     outs = [wp.zeros(n, dtype=c.M, device=dev), wp.zeros(n, dtype=c.V, device=dev), wp.zeros(n, dtype=S, device=dev)]
     wp.launch(kernel, dim=n, device=dev, inputs=[wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
                                                   S(h), S(rt), S(at), wp.array(J.reshape(1, 3), dtype=c.V, device=dev),
                                                   wp.array(P, dtype=S, device=dev), *outs])
-    got = [o.numpy() for o in outs]
-    eps = np.finfo(dtype).eps
-    for name, g_, w in zip(("R", "Pi", "the error"), got, want):
-        g_, w = g_.reshape(n, -1), w.reshape(n, -1)
-        scale = np.maximum(np.max(np.abs(np.where(np.isfinite(w), w, 0.0)), axis=1, keepdims=True), 1e-300)
-        # the error is a difference of two results scaled by the tolerance: its rounding is eps / rtol
-        tol = 1000 * eps * (scale if name != "the error" else scale + 1.0 / rt)
-        if not np.all((np.abs(g_ - w) <= tol) | (np.isnan(g_) & np.isnan(w))):
-            return f"the generated attempt differs from the JAX pair at a test state ({name})"
-    return None
-
-
-def _vectors(S):
-    from ._common import so3_funcs
-
-    return so3_funcs(S)
+    # the error is a difference of two results scaled by the tolerance: its rounding is eps / rtol
+    return _disagreement("attempt", ("R", "Pi", "error"), [o.numpy() for o in outs], want,
+                         {"error": 1000 * np.finfo(dtype).eps / rt}, n)

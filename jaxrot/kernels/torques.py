@@ -4,11 +4,10 @@
 
 
 import functools
-import linecache
 import math
 import types
 
-from ._common import so3_funcs, warp
+from ._common import exec_source, so3_funcs, warp
 
 
 #: The named parameters of a torque kind, in the order :func:`jaxrot.kernels.torque_params` packs them
@@ -40,11 +39,7 @@ def param_struct(S, kind: str):
         lines.append(f"    x.{f} = {value}")
         off += n
     src = "\n".join([*lines, "    return x"]) + "\n"
-    fname = f"<jaxrot-{name}>"
-    # Warp reads a function's source through inspect/linecache (as for the restated torques)
-    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
-    env = {"wp": wp, "S": S, "V": V, "T": T, "__name__": f"jaxrot_{name}"}
-    exec(compile(src, fname, "exec"), env)  # noqa: S102 - generated above from PARAM_LAYOUT
+    env = exec_source(src, f"jaxrot-{name}", {"wp": wp, "S": S, "V": V, "T": T, "__name__": f"jaxrot_{name}"})
     return T, wp.func(env["unpack"])
 
 

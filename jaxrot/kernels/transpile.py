@@ -27,15 +27,13 @@ kernels); the same function object traced at another dtype gives another source.
 
 import dataclasses
 import functools
-import hashlib
-import linecache
-import math
 
 import numpy as np
 
 from ..geometry import so3
-from .generate_checks import verdict
-from .jaxpr_warp import Element, Source, Unsupported, convert, kind_of, restate
+from .generate_checks import verdict, within
+from .jaxpr_inputs import as_float, elements, source_key, state, structure_key, warp_functions
+from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
 __all__ = ["Unsupported", "Lowered", "lower", "key_of", "reason", "user_tau", "evaluate"]
 
@@ -76,18 +74,8 @@ def _cache_key(torque, dtype):
     """What the generated source depends on: the function, the frame, the shapes of the torque's
     array leaves (not their values) and the values of its other leaves (Python numbers in ``args`` are
     written into the source); ``None`` where some part cannot be hashed."""
-    import jax
-
-    leaves, treedef = jax.tree_util.tree_flatten(torque)
-    parts = tuple(("array", tuple(x.shape), np.dtype(x.dtype).name) if hasattr(x, "shape") and hasattr(x, "dtype")
-                  else ("value", type(x).__name__, x) for x in leaves)
-    key = (type(torque), getattr(torque, "fn", None), getattr(torque, "frame", None),
-           getattr(torque, "fn_takes_args", None), treedef, parts, np.dtype(dtype).name)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return structure_key(torque, type(torque), getattr(torque, "fn", None), getattr(torque, "frame", None),
+                         getattr(torque, "fn_takes_args", None), np.dtype(dtype).name)
 
 
 #: lowered torques by :func:`_cache_key`: (key, source, literals, the function's constants). As for
@@ -174,7 +162,7 @@ def _compare(torque, dtype, hit, concrete: bool):
         got = _run_restatement(hit[0], dtype, t, R, Pi, np.asarray(_params(torque, dtype, hit[3])))
         want = np.asarray(jax.vmap(torque)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
     scale = np.maximum(np.max(np.abs(np.where(np.isfinite(want), want, 0.0)), axis=1, keepdims=True), 1e-300)
-    same = (np.abs(got - want) <= 1000 * np.finfo(dtype).eps * scale) | (np.isnan(got) & np.isnan(want)) | (got == want)
+    same = within(got, want, 1000 * np.finfo(dtype).eps * scale)
     if not np.all(same):
         i = int(np.argmin(np.all(same, axis=1)))
         return (f"the restatement differs from the function at a test point (t = {t[i]:.3g}: {got[i].tolist()} "
@@ -190,33 +178,20 @@ def _generate(torque, dtype):
     offset = 0
     inputs = []
     for v in [*jaxpr.constvars, *jaxpr.invars[3:]]:
-        shape = tuple(v.aval.shape)
         if kind_of(v.aval.dtype) != "f":
             raise Unsupported("an integer or bool array constant")
-        n = int(np.prod(shape, dtype=int))
-        el = np.empty(n, dtype=object)
-        for k in range(n):
-            el[k] = Element(f"P[{offset + k}]", "f")
-        inputs.append(el.reshape(shape))
-        offset += n
-    t = np.empty((), dtype=object)
-    t[()] = Element("t", "f")
-    R = np.empty((3, 3), dtype=object)
-    for i in range(3):
-        for j in range(3):
-            R[i, j] = Element(f"R[{i}, {j}]", "f")
-    Pi = np.empty((3,), dtype=object)
-    for i in range(3):
-        Pi[i] = Element(f"Pi[{i}]", "f")
+        inputs.append(elements("P", v.aval.shape, offset, v.aval.dtype))
+        offset += int(np.prod(v.aval.shape, dtype=int))
+    t, R, Pi = state()
     nc = len(jaxpr.constvars)
     (out,) = restate(g, jaxpr, inputs[:nc], [t, R, Pi, *inputs[nc:]])
     if np.shape(out) != (3,):
         raise Unsupported(f"an output of shape {np.shape(out)}")
-    codes = [(x if x.kind == "f" else convert(g, x, "f")).code for x in out]
+    codes = [as_float(g, x) for x in out]
     body = "\n".join(g.lines)
     src = (f"def tau(t: S, R: M, Pi: V, P: wp.array(dtype=S)):\n{body}\n"
            f"    return V({codes[0]}, {codes[1]}, {codes[2]})\n")
-    key = hashlib.sha1((src + repr(g.lits)).encode()).hexdigest()[:16]
+    key = source_key(src, g.lits)
     return key, src, tuple(g.lits), tuple(closed.consts)
 
 
@@ -233,18 +208,8 @@ def reason(torque, dtype) -> str | None:
 def user_tau(S, key: str):
     """The Warp function ``tau(t, R, Pi, P)`` of a lowered torque (by its ``key``), compiled once per
     scalar type."""
-    from ._common import so3_funcs, warp
-
-    wp = warp()
     src, lits = _SOURCES[key]
-    c = so3_funcs(S)
-    fname = f"<jaxrot-torque-{key}-{S.__name__}>"
-    # Warp reads a function's source through inspect/linecache: register the generated text there
-    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
-    env = {"S": S, "V": c.V, "M": c.M, "wp": wp, "LIT": list(lits), "math": math,
-           "__name__": f"jaxrot_torque_{key}"}
-    exec(compile(src, fname, "exec"), env)  # noqa: S102 - source generated above from a jaxpr, not user text
-    return wp.func(env["tau"])
+    return warp_functions(S, src, lits, f"torque-{key}", ["tau"])["tau"]
 
 
 def evaluate(torque, t, R, Pi):
