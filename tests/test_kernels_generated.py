@@ -165,3 +165,14 @@ def test_registered_pairs_take_their_generated_attempt(name):
     np.testing.assert_array_equal(np.asarray(fused.controller.n_accepted), np.asarray(xla.controller.n_accepted))
     np.testing.assert_allclose(np.asarray(fused.states.Pi), np.asarray(xla.states.Pi), rtol=0,
                                atol=1e-11 * float(jnp.max(jnp.abs(xla.states.Pi))))
+
+
+def test_the_automatic_choice_keeps_xla_where_only_a_generated_kernel_runs_the_job():
+    """rk4 has a hand-written kernel, but not for the Coulomb wall's torque: a batch large enough to be
+    fused automatically (10^5 body-steps) stays on XLA, as for a method with no hand-written kernel;
+    with gravity it is fused."""
+    wall, top = jaxrot.problems.get("coulomb_wall"), jaxrot.problems.get("fast_top")
+    for p, want in ((wall, "Sharded"), (top, "Fused")):
+        s0 = State(jnp.broadcast_to(p.state0.R, (100, 3, 3)), jnp.broadcast_to(p.state0.Pi, (100, 3)))
+        got = dict(jaxrot.simulate("rk4", p, 1e-3, 1000, state0=s0).provenance)["executor"]
+        assert got.startswith(want), (p.name, got)

@@ -89,7 +89,7 @@ def _fused_wins(spec: RunSpec) -> bool:
     else:
         where = platform == "gpu" and spec.n_steps >= FUSED_MIN_STEPS_GPU and _one_cuda_gpu()
     return (where and spec.report is None and spec.unroll == 1 and kernels.have_warp() and not traced(spec)
-            and kernels.method_name(spec.method) is not None
+            and kernels.hand_kernel(spec.method, spec.system) is not None
             and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method))
 
 
