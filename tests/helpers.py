@@ -163,3 +163,16 @@ def subprocess_env(xla_flags: str = "", **extra) -> dict:
     env = dict(os.environ, **extra)
     env["XLA_FLAGS"] = " ".join(kept + xla_flags.split())
     return env
+
+
+def user_pair():
+    """The third-order Crouch-Grossman pair of examples/user_pair_fused.py: a method in a user's file,
+    loaded as a user would (not part of the package)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "user_pair_fused.py"
+    spec = importlib.util.spec_from_file_location("example_user_pair_fused", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.CrouchGrossman32()

@@ -45,11 +45,12 @@ def test_grad_matches_the_exact_flow():
 @pytest.mark.parametrize("adjoint", [jaxrot.DirectAdjoint(), jaxrot.RecursiveCheckpointAdjoint(checkpoints=4)])
 def test_every_reverse_adjoint_equals_forward_mode_also_through_jit(adjoint):
     """The run traced by jit, then differentiated; its save times traced too, the last two equal (the
-    frame written after the last step, without one, still has its derivative)."""
+    frame written after the last step, without one, still has its derivative). The XLA loop's adjoints
+    (under jit the automatic choice would take the fused kernel, whose tangents are these loops')."""
     def loss(J, ts, adjoint):
         q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 1.5)
         tr = jaxrot.simulate("buss4(3)", q, adjoint=adjoint, stepsize=jaxrot.Adaptive(1e-10, 1e-10, max_steps=300),
-                             saveat=jaxrot.SaveAt(t0=False, ts=ts))
+                             saveat=jaxrot.SaveAt(t0=False, ts=ts), executor=jaxrot.XLA())
         return jnp.sum(tr.states.Pi[-1] * W) + jnp.sum(tr.states.Pi[0])
 
     ts = jnp.asarray([0.5, 1.5, 1.5])

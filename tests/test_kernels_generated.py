@@ -6,9 +6,6 @@ primitive that has no Warp counterpart. A method written here, outside the packa
 Crouch-Grossman step), runs fused with no line of Warp written for it.
 """
 
-import importlib.util
-import pathlib
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -17,6 +14,8 @@ import jaxrot
 from jaxrot import State, integrators, kernels, so3
 from jaxrot.driver import failures
 from jaxrot.kernels import adaptive, adaptive_pairs, generate
+
+from .helpers import user_pair
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
@@ -104,18 +103,11 @@ def test_a_failed_newton_solve_is_reported_per_body():
     assert failures.SOLVE_FAILED in np.asarray(fused.result._value).tolist()
 
 
-def _user_pair():
-    """The third-order Crouch-Grossman pair of examples/user_pair_fused.py: a method in a user's file."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "user_pair_fused.py"
-    spec = importlib.util.spec_from_file_location("example_user_pair_fused", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.CrouchGrossman32()
 
 
 def test_a_method_written_outside_the_package_runs_fused_with_constant_steps():
     p = jaxrot.problems.get("fast_top")
-    m = _user_pair()
+    m = user_pair()
     assert kernels.supports(m, p.system) and kernels.keeps_stats(m, p.system)
     _compare(m, p)
     # third order: the error at t = 0.5 falls by 2^3 when the step is halved
@@ -136,7 +128,7 @@ def test_an_unsupported_primitive_is_named_in_the_refusal():
 
 def test_a_pair_written_outside_the_package_runs_fused_with_error_control_and_an_event():
     p = jaxrot.problems.get("fast_top")
-    m = _user_pair()
+    m = user_pair()
     s0 = _batch(p, n=4)
     flip = jaxrot.Event(lambda t, s, args: s.R[0, 0] - 0.5, direction=-1, terminal=True)  # the spin turns the x axis
     kw = dict(state0=s0, t1=0.5, stepsize=jaxrot.Adaptive(rtol=1e-7, atol=1e-7), event=flip,

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..geometry.state import State
 from ..integrators.pairs import first_interval
 from ..integrators.pairs import first_step as pair_first_step
 from ._common import warp
@@ -83,7 +84,7 @@ def first_step(q: int, system, states0, t0, ts, rtol):
 
 
 def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_steps: int = 100_000, *,
-                   event=None, reference=None, adjoint: str = "forward") -> AdaptiveRun:
+                   event=None, reference=None, adjoint: str = "forward", stored_steps: int | None = None) -> AdaptiveRun:
     """Error-controlled runs of a batch of bodies, each body's whole PI-controlled loop in one thread
     of one fused kernel (see the module docstring): the same accepted steps as the XLA loop of
     :func:`jaxrot.simulate` with ``stepsize=jaxrot.Adaptive(rtol, atol)`` to round-off, each body
@@ -111,7 +112,12 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         ...)``'s: ``jax.jvp``, ``jax.jacfwd``; reverse mode too where the reference's tangent program
         transposes, which XLA's ``lax.while_loop`` does not); ``"reverse"``: a ``jax.custom_vjp`` whose
         backward pass is ``jax.vjp(reference, ...)`` (``jax.grad``; e.g. a reference run with
-        ``simulate(..., adjoint="checkpointed")``).
+        ``simulate(..., adjoint="checkpointed")``). Without an event, for a pair that keeps no memory
+        between steps, the backward pass runs in the kernels instead
+        (:mod:`jaxrot.kernels.adaptive_backward`), the reference's derivatives only for ``t0`` and
+        ``ts`` when they are differentiated.
+      stored_steps: the accepted steps per body the kernels' backward pass records (None:
+        :func:`~jaxrot.kernels.adaptive_backward.capacity_for`).
 
     Returns:
       an :class:`AdaptiveRun`: ``R`` (B, n, 3, 3), ``Pi`` (B, n, 3), ``n_accepted``, ``n_rejected`` (B,)
@@ -153,7 +159,7 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         return jax.tree_util.tree_map(
             lambda x: x.astype(dtype) if eqx_float(x) else x, system)
 
-    def forward(system, states0, t0, ts, rtol, atol, dt0, event=event):
+    def forward(system, states0, t0, ts, rtol, atol, dt0, event=event, capacity=0):
         system = to_dtype(system)
         t0 = jnp.asarray(t0, dtype)
         ts = jnp.asarray(ts, dtype).reshape(-1)
@@ -166,8 +172,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
             offset = 0 if event is None else int(torque_params(system.torque, dtype).shape[0])
             gen_name, P = generated_pair(pair_obj, system, dtype, offset)
             return launch(gen_name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event,
-                          method_params=P)
-        return launch(name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event)
+                          method_params=P, capacity=capacity)
+        return launch(name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event,
+                      capacity=capacity)
 
     given = dict(t0=t0, ts=ts, rtol=rtol, atol=atol, dt0=dt0)
     if reference is None:
@@ -206,6 +213,8 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
 
         return run(arrays, states0, dyn, ev_arrays)
 
+    if B and backward_reason(pair, to_dtype(system), dtype, event) is None:
+        return in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps)
     run = jax.custom_vjp(fwd_run)
 
     def run_fwd(arrays, states0, dyn, ev_arrays):
@@ -219,5 +228,92 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
     return run(arrays, states0, dyn, ev_arrays)
 
 
+def integrators_get(pair):
+    """The pair object of a name, an enrolled ``(high, low)`` tuple or a pair object (itself)."""
+    from .. import integrators
+
+    if hasattr(pair, "step_with_error"):
+        return pair
+    return integrators.get(pair) if isinstance(pair, str) else integrators.get(pair_name(pair))
+
+
+def backward_reason(pair, system, dtype, event=None) -> str | None:
+    """Why a fused error-controlled run of ``pair`` is not differentiated in reverse mode in the kernels
+    (:mod:`jaxrot.kernels.adaptive_backward`; its derivatives then come from the XLA loop), or None."""
+    from .adaptive_backward import why_not_backward
+
+    p = integrators_get(pair)
+    per_attempt = not uses_generated(pair, system) and ADAPTIVE_KERNELS[pair_name(pair)].memory == "per_attempt"
+    s0 = State(jnp.eye(3, dtype=dtype), jnp.ones(3, dtype))
+    # the arrays the pair carries from step to step (none where the kernel takes every attempt afresh)
+    memory = 0 if per_attempt else len(jax.tree_util.tree_leaves(
+        jax.eval_shape(lambda s: p.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))
+    return why_not_backward(p, system, dtype, memory, event)
+
+
+def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps):
+    """The run as a ``jax.custom_vjp`` whose backward pass runs in the kernels
+    (:mod:`jaxrot.kernels.adaptive_backward`); ``t0``/``ts`` cotangents, where they are wanted, from the
+    reference loop."""
+    import equinox as eqx
+
+    from .adaptive_backward import backward, capacity_for
+
+    B = states0.R.shape[0]
+    dtype = states0.R.dtype
+    cap = capacity_for(B, max_steps, jnp.dtype(dtype).itemsize, stored_steps)
+    p = integrators_get(pair)
+
+    def fwd_run(arrays, states0, dyn):
+        return forward(eqx.combine(arrays, static), states0, **{**const, **dyn})
+
+    run = jax.custom_vjp(fwd_run)
+    out_avals = None
+
+    def run_fwd(arrays, states0, dyn):
+        times = {k: v.perturbed for k, v in dyn.items() if k in ("t0", "ts")}
+        primals = jax.tree_util.tree_map(lambda x: x.value, (arrays, states0, dyn),
+                                         is_leaf=lambda x: isinstance(x, jax.custom_derivatives.CustomVJPPrimal))
+        out, record = forward(eqx.combine(primals[0], static), primals[1], **{**const, **primals[2]},
+                              capacity=cap)
+        nonlocal out_avals
+        out_avals = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)
+        return out, (primals, record, out.n_accepted, any(jax.tree_util.tree_leaves(times)))
+
+    def run_bwd(res, ct):
+        primals, record, n_acc, times = res
+        system = to_dtype(eqx.combine(primals[0], static))
+        zero = jnp.zeros((B, record[4].shape[1], 3, 3), dtype)
+        cR_out = zero if _symbolic(ct.R) else ct.R
+        cPi_out = zero[..., 0] if _symbolic(ct.Pi) else ct.Pi
+        cR0, cPi0, c_sys = backward(p, system, record, n_acc, cR_out, cPi_out)
+        c_arrays = eqx.filter(c_sys, eqx.is_array)
+        c_arrays = jax.tree_util.tree_map(lambda c, a: c.astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.inexact)
+                                          else None, c_arrays, primals[0])
+        c_dyn = {k: None for k in primals[2]}
+        if times:  # the output times' own derivatives: the reference's (the last step's length moves with them)
+            _, pull = jax.vjp(lambda d: ref(primals[0], primals[1], d, None), primals[2])
+            ct = jax.tree_util.tree_map(lambda c, o: _zero(o) if _symbolic(c) else c, ct, out_avals, is_leaf=_symbolic)
+            c_dyn = {k: (v if k in ("t0", "ts") else None) for k, v in pull(ct)[0].items()}
+        return c_arrays, State(cR0.astype(states0.R.dtype), cPi0.astype(states0.Pi.dtype)), c_dyn
+
+    run.defvjp(run_fwd, run_bwd, symbolic_zeros=True)
+    return run(arrays, states0, dyn)
+
+
 def eqx_float(x) -> bool:
     return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def _symbolic(c) -> bool:
+    """Whether a cotangent is a symbolic zero (None, or JAX's ``SymbolicZero`` of a custom rule)."""
+    return c is None or isinstance(c, jax.custom_derivatives.SymbolicZero)
+
+
+def _zero(aval):
+    """A cotangent of zeros for an output of this shape and dtype (float0 for integers); None for None."""
+    if aval is None:
+        return None
+    if jnp.issubdtype(aval.dtype, jnp.inexact):
+        return jnp.zeros(aval.shape, aval.dtype)
+    return np.zeros(aval.shape, jax.dtypes.float0)

@@ -15,12 +15,15 @@ __all__ = ["adaptive_kernel", "kernel_for"]
 
 
 def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str | None = None,
-                    direction: int | None = None, terminal: bool = True, *, key: str):
+                    direction: int | None = None, terminal: bool = True, record: bool = False, *, key: str):
     """The Warp kernel of an enrolled pair's error-controlled loop, one thread per body (see the
     module docstring). Arguments: ``R0`` (B) 3x3, ``Pi0`` (B) 3-vectors, ``h0``, ``rtol``, ``atol``
     (B), ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (the torque's parameters), ``Q`` (the
     event condition's), ``max_steps``, ``n_out``; outputs ``R_out`` (B, n), ``Pi_out`` (B, n),
-    ``acc``, ``rej`` (int32), ``err``, ``result`` (int32), ``t_event``, ``R_event``, ``Pi_event`` (B)."""
+    ``acc``, ``rej`` (int32), ``err``, ``result`` (int32), ``t_event``, ``R_event``, ``Pi_event`` (B);
+    with ``record`` (for the backward pass, :mod:`jaxrot.kernels.adaptive_backward`), each accepted
+    step's start ``R_rec``, ``Pi_rec``, ``t_rec`` and length ``h_rec`` (B, capacity; the first
+    ``capacity`` steps) and, for each output, the accepted steps before it was written ``out_k`` (B, n)."""
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
@@ -30,6 +33,7 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
     PER_ATTEMPT = entry.memory == "per_attempt"
     EVENT = event_key is not None
     TERMINAL = EVENT and bool(terminal)
+    RECORD = bool(record)
     crossed = crossing(S, direction)
     g, locate = dense_funcs(S, torque, K, event_key)
 
@@ -48,7 +52,9 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
             P: wp.array(dtype=S), Q: wp.array(dtype=S), max_steps: wp.int32, n_out: wp.int32,
             R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V), acc_out: wp.array(dtype=wp.int32),
             rej_out: wp.array(dtype=wp.int32), err_out: wp.array(dtype=S), result_out: wp.array(dtype=wp.int32),
-            tev_out: wp.array(dtype=S), Rev_out: wp.array(dtype=M), Piev_out: wp.array(dtype=V)):
+            tev_out: wp.array(dtype=S), Rev_out: wp.array(dtype=M), Piev_out: wp.array(dtype=V),
+            R_rec: wp.array2d(dtype=M), Pi_rec: wp.array2d(dtype=V), t_rec: wp.array2d(dtype=S),
+            h_rec: wp.array2d(dtype=S), out_k: wp.array2d(dtype=wp.int32)):
         b = wp.tid()
         R = R0[b]
         Pi = Pi0[b]
@@ -82,6 +88,8 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
         while i < n_out and ts[i] <= t:
             R_out[b, i] = R
             Pi_out[b, i] = Pi
+            if wp.static(RECORD):
+                out_k[b, i] = 0
             i = i + 1
         while (not done) and i < n_out and acc + rej < max_steps:
             target = ts[i]
@@ -126,6 +134,12 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
                     h_cross = step
                     hit_cross = hit
                 else:
+                    if wp.static(RECORD):
+                        if acc <= R_rec.shape[1]:
+                            R_rec[b, acc - 1] = R
+                            Pi_rec[b, acc - 1] = Pi
+                            t_rec[b, acc - 1] = t
+                            h_rec[b, acc - 1] = step
                     tk = t
                     Rk = R
                     Pik = Pi
@@ -143,6 +157,8 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
                     if hit:
                         R_out[b, i] = R
                         Pi_out[b, i] = Pi
+                        if wp.static(RECORD):
+                            out_k[b, i] = acc
                         i = i + 1
             else:
                 rej = rej + 1
@@ -173,6 +189,8 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
         for k in range(i, n_out):
             R_out[b, k] = Rf
             Pi_out[b, k] = Pif
+            if wp.static(RECORD):
+                out_k[b, k] = acc
         if code == 0 and i < n_out and not stopped:
             code = CODE_MAX
         acc_out[b] = acc
@@ -260,10 +278,10 @@ def _attempt(S, entry, torque: str, K: int):
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(dtype_name: str, pair: str, torque: str, K: int, event_key, direction, terminal):
-    """``(Warp scalar type, kernel)``, built once per (dtype, pair, torque, event)."""
+def kernel_for(dtype_name: str, pair: str, torque: str, K: int, event_key, direction, terminal, record=False):
+    """``(Warp scalar type, kernel)``, built once per (dtype, pair, torque, event, recording or not)."""
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    ev = "" if event_key is None else f"_ev{event_key}_{direction}_{int(terminal)}"
+    ev = ("" if event_key is None else f"_ev{event_key}_{direction}_{int(terminal)}") + ("_rec" if record else "")
     key = f"{pair.replace('(', '_').replace(')', '').replace(',', '_').replace(':', '_')}_{torque.replace(':', '_')}{K}_{dtype_name}{ev}"
-    return S, adaptive_kernel(S, entry_of(pair), torque, K, event_key, direction, terminal, key=key)
+    return S, adaptive_kernel(S, entry_of(pair), torque, K, event_key, direction, terminal, record, key=key)

@@ -19,14 +19,18 @@ __all__ = ["launch", "slices_for", "SORT_MIN_BODIES", "MIN_BODIES_PER_SLICE", "S
 
 
 #: the kernel's outputs (name, per-body shape after B) in order
-_OUTPUTS = ("R_out", "Pi_out", "acc_out", "rej_out", "err_out", "result_out", "tev_out", "Rev_out", "Piev_out")
+_OUTPUTS = ("R_out", "Pi_out", "acc_out", "rej_out", "err_out", "result_out", "tev_out", "Rev_out", "Piev_out",
+            "R_rec", "Pi_rec", "t_rec", "h_rec", "out_k")
 _N_IN = 12  # 10 arrays, then max_steps and n_out
 _SLICED_IN = (0, 1, 2, 3, 4)  # R0, Pi0, h0, rtol, atol: one row per body; t0, ts, J, P, Q shared
 _SLICED = frozenset(_SLICED_IN) | frozenset(range(_N_IN, _N_IN + len(_OUTPUTS)))
 
 
-def _output_dims(B, n_out):
-    return {"R_out": (B, n_out), "Pi_out": (B, n_out), **{k: (B,) for k in _OUTPUTS[2:]}}
+def _output_dims(B, n_out, capacity):
+    """The outputs' shapes; the record's (the last five) of one column where nothing is recorded."""
+    rec = {k: (B, max(capacity, 1)) for k in _OUTPUTS[9:13]}
+    return {"R_out": (B, n_out), "Pi_out": (B, n_out), **{k: (B,) for k in _OUTPUTS[2:9]}, **rec,
+            "out_k": (B, n_out if capacity else 1)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,9 +69,10 @@ def _callable(*key):
     c = so3_funcs(S)
 
     def split(R0, Pi0, h0, rtol, atol, t0, ts, J, P, Q, max_steps, n_out, n_slices, R_out, Pi_out, acc_out,
-              rej_out, err_out, result_out, tev_out, Rev_out, Piev_out):
+              rej_out, err_out, result_out, tev_out, Rev_out, Piev_out, R_rec, Pi_rec, t_rec, h_rec, out_k):
         ins = (R0, Pi0, h0, rtol, atol, t0, ts, J, P, Q)
-        outs = (R_out, Pi_out, acc_out, rej_out, err_out, result_out, tev_out, Rev_out, Piev_out)
+        outs = (R_out, Pi_out, acc_out, rej_out, err_out, result_out, tev_out, Rev_out, Piev_out, R_rec, Pi_rec,
+                t_rec, h_rec, out_k)
         arrays = {**dict(enumerate(ins)), **{_N_IN + k: o for k, o in enumerate(outs)}}
         host_threads.launch_in_slices(kernel, n_slices, arrays, {10: max_steps, 11: n_out}, _SLICED)
 
@@ -77,14 +82,18 @@ def _callable(*key):
         ts=A(dtype=S), J=A(dtype=c.V), P=A(dtype=S), Q=A(dtype=S), max_steps=int, n_out=int, n_slices=int,
         R_out=wp.array2d(dtype=c.M), Pi_out=wp.array2d(dtype=c.V), acc_out=A(dtype=wp.int32),
         rej_out=A(dtype=wp.int32), err_out=A(dtype=S), result_out=A(dtype=wp.int32), tev_out=A(dtype=S),
-        Rev_out=A(dtype=c.M), Piev_out=A(dtype=c.V), **{"return": None})
+        Rev_out=A(dtype=c.M), Piev_out=A(dtype=c.V), R_rec=wp.array2d(dtype=c.M), Pi_rec=wp.array2d(dtype=c.V),
+        t_rec=wp.array2d(dtype=S), h_rec=wp.array2d(dtype=S), out_k=wp.array2d(dtype=wp.int32), **{"return": None})
     split.__name__ = split.__qualname__ = f"split_{kernel.key}"
     return wp.jax_callable(split, num_outputs=len(_OUTPUTS), vmap_method="sequential")
 
 
-def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params=None):
+def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params=None, capacity=0):
     """The kernel of pair ``name`` (an enrolled pair, or a generated one whose parameters are
-    ``method_params``) on a batch; an :class:`AdaptiveRun`."""
+    ``method_params``) on a batch; an :class:`AdaptiveRun`. With ``capacity`` (no event): ``(run,
+    record)``, the record of each body's first ``capacity`` accepted steps, ``(R, Pi, t, h, out_k,
+    order)`` (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies were
+    launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order)."""
     dtype = states0.R.dtype
     B, n_out = states0.R.shape[0], ts.shape[0]
     if method_params is not None and event is None:  # (the torque is inside the generated attempt)
@@ -105,10 +114,10 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
         zi = jnp.zeros((0,), jnp.int32)
         ev = (None, None, None) if event is None else (z, jnp.zeros((0, 3, 3), dtype), jnp.zeros((0, 3), dtype))
         return AdaptiveRun(jnp.zeros((0, n_out, 3, 3), dtype), jnp.zeros((0, n_out, 3), dtype), zi, zi, z, zi, *ev)
-    key = (jnp.dtype(dtype).name, name, kind, K, ekey, direction, terminal)
+    key = (jnp.dtype(dtype).name, name, kind, K, ekey, direction, terminal, bool(capacity))
     J = jnp.asarray(system.body.J, dtype)
     per_body = [jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), h0, rtol, atol]
-    inverse = None
+    inverse = order = None
     if B >= SORT_MIN_BODIES:
         # the bodies fastest first (initial angular speed): a GPU warp of 32 threads then holds bodies
         # of like cost instead of running as long as its slowest, and a CPU's pool starts the costliest
@@ -119,10 +128,14 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
     args = (*per_body, jnp.reshape(t0, (1,)), ts, J.reshape(1, 3), P, jnp.asarray(Q, dtype))
     n_slices = min(slices_for(B), B)
     if n_slices == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
-        out = _ffi(*key)(*args, int(max_steps), int(n_out), launch_dims=(B,), output_dims=_output_dims(B, n_out))
+        out = _ffi(*key)(*args, int(max_steps), int(n_out), launch_dims=(B,), output_dims=_output_dims(B, n_out, capacity))
     else:
-        out = _callable(*key)(*args, int(max_steps), int(n_out), int(n_slices), output_dims=_output_dims(B, n_out))
-    out = tuple(out) if inverse is None else tuple(x[inverse] for x in out)
+        out = _callable(*key)(*args, int(max_steps), int(n_out), int(n_slices), output_dims=_output_dims(B, n_out, capacity))
+    out = tuple(out)
+    if capacity:  # the record stays in the launch's order (a gather of it would copy it whole)
+        run = AdaptiveRun(*(out[:6] if inverse is None else (x[inverse] for x in out[:6])))
+        return run, (*out[9:], order if inverse is not None else None)
+    out = out if inverse is None else tuple(x[inverse] for x in out)
     if event is None:
         return AdaptiveRun(*out[:6])
-    return AdaptiveRun(*out)
+    return AdaptiveRun(*out[:9])

@@ -35,7 +35,7 @@ def within(got, want, tol):
     return (np.abs(got - want) <= tol) | (np.isnan(got) & np.isnan(want)) | (got == want)
 
 
-def _disagreement(what: str, names, got, want, tol, n: int) -> str | None:
+def disagreement(what: str, names, got, want, tol, n: int) -> str | None:
     """Why the generated results ``got`` (one array per name, ``n`` test states) are not the JAX code's
     ``want``: each to 10^3 roundings of its state's largest value, plus ``tol[name]``; or None."""
     for name, g_, w in zip(names, got, want):
@@ -57,7 +57,7 @@ def _traced(method, system, traced) -> bool:
     return bool(traced) or any(isinstance(x, jax.core.Tracer) for x in arrays)
 
 
-def _test_states(system, dtype, n: int):
+def sample_states(system, dtype, n: int):
     """``(J, R, Pi, h)``: ``n`` random attitudes and momenta (rates of a few rad/s) of the system's body,
     and a step turning them by at most 0.01 rad."""
     import jax
@@ -104,7 +104,7 @@ def _compare(method, system, dtype, hit):
     if _traced(method, system, traced):
         return None  # (compiled above; the values are known only inside the trace)
     with jax.ensure_compile_time_eval():
-        J, R, Pi, h = _test_states(system, dtype, n)
+        J, R, Pi, h = sample_states(system, dtype, n)
 
         def ref(R, Pi):
             s = State(R, Pi)
@@ -122,7 +122,7 @@ def _compare(method, system, dtype, hit):
            wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
            wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev), 1, 1]
     wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
-    return _disagreement("step", ("R", "Pi"), [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]], [want_R, want_Pi], {}, n)
+    return disagreement("step", ("R", "Pi"), [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]], [want_R, want_Pi], {}, n)
 
 
 #: (key, dtype name) -> None (compiled and agreed) or why not, for the pairs' attempts
@@ -176,7 +176,7 @@ def _compare_pair(pair, system, dtype, hit, offset):
     if _traced(pair, system, traced):
         return None  # (compiled above; the values are known only inside the trace)
     with jax.ensure_compile_time_eval():
-        J, R, Pi, h = _test_states(system, dtype, n)
+        J, R, Pi, h = sample_states(system, dtype, n)
 
         def ref(R, Pi):
             s = State(R, Pi)
@@ -194,5 +194,5 @@ def _compare_pair(pair, system, dtype, hit, offset):
                                                   S(h), S(rt), S(at), wp.array(J.reshape(1, 3), dtype=c.V, device=dev),
                                                   wp.array(P, dtype=S, device=dev), *outs])
     # the error is a difference of two results scaled by the tolerance: its rounding is eps / rtol
-    return _disagreement("attempt", ("R", "Pi", "error"), [o.numpy() for o in outs], want,
+    return disagreement("attempt", ("R", "Pi", "error"), [o.numpy() for o in outs], want,
                          {"error": 1000 * np.finfo(dtype).eps / rt}, n)

@@ -159,10 +159,11 @@ def launch_in_slices(kernel, n_slices: int, arrays: dict, scalars: dict, sliced:
     thread that finishes early takes the next slice); returns when every slice is done. ``arrays``:
     parameter position -> ``wp.array`` (the positions in ``sliced`` hold one row per body, the others
     are shared), ``scalars``: position -> value. Each slice's launch is recorded once per (kernel,
-    batch, slices, scalars) and replayed with the call's buffers, as :func:`_launch_split` does."""
+    batch, slices, scalars, shapes) and replayed with the call's buffers, as :func:`_launch_split` does."""
     wp = warp()
     B = next(arrays[i] for i in sorted(sliced) if i in arrays).shape[0]
-    key = (kernel, B, n_slices, tuple(sorted(scalars.items())))
+    # (the arrays' shapes too: a recorded launch keeps the shapes and strides it was recorded with)
+    key = (kernel, B, n_slices, tuple(sorted(scalars.items())), tuple((i, arrays[i].shape) for i in sorted(arrays)))
     if key not in _RECORDED_ANY and len(_RECORDED_ANY) >= 256:
         _RECORDED_ANY.clear()
     free = _RECORDED_ANY.setdefault(key, [])

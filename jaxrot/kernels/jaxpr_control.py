@@ -150,3 +150,26 @@ def fold(g: Source, eqn, ins: list):
         return None
     outs = out if eqn.primitive.multiple_results else [out]
     return [g.array(np.asarray(o), kind_of(v.aval.dtype)) for o, v in zip(outs, eqn.outvars)]
+
+
+def pad(x: np.ndarray, value, config) -> np.ndarray:
+    """``lax.pad``: ``x`` with ``interior`` copies of ``value`` between its elements and ``lo``/``hi``
+    copies before and after them on each axis (negative: that many cut off)."""
+    fill = np.asarray(value).reshape(())[()]
+    for axis, (lo, hi, interior) in enumerate(config):
+        n = x.shape[axis]
+        size = n + max(n - 1, 0) * interior
+        shape = list(x.shape)
+        shape[axis] = size
+        out = np.full(shape, fill, dtype=object)
+        idx = [slice(None)] * x.ndim
+        idx[axis] = slice(0, size, interior + 1)
+        out[tuple(idx)] = x
+        before = [fill] * max(lo, 0)
+        after = [fill] * max(hi, 0)
+        out = np.moveaxis(out, axis, 0)
+        rows = [np.full(out.shape[1:], fill, dtype=object) for _ in before] + list(out) + \
+            [np.full(out.shape[1:], fill, dtype=object) for _ in after]
+        rows = rows[max(-lo, 0):len(rows) - max(-hi, 0)]
+        x = np.moveaxis(np.stack(rows) if rows else np.empty((0, *out.shape[1:]), dtype=object), 0, axis)
+    return x

@@ -400,6 +400,8 @@ def equation(g: Source, eqn, ins: list) -> list:
         return while_loop(g, p, ins)
     if name == "scan":
         return scan_loop(g, p, ins)
+    if name == "pad":  # (a slice's transpose, in reverse mode)
+        return [pad(ins[0], ins[1], p["padding_config"])]
     raise Unsupported(f"the primitive {name!r}")
 
 
@@ -442,4 +444,4 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
 # (imported last: these modules use this one's names)
 from .jaxpr_algebra import binary, extremum, integer_pow, unary  # noqa: E402
 from .jaxpr_branches import branches, plan  # noqa: E402
-from .jaxpr_control import by_index, fold, reduce_precision, scan_loop, while_loop  # noqa: E402
+from .jaxpr_control import by_index, fold, pad, reduce_precision, scan_loop, while_loop  # noqa: E402

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import jax
 
-from ..checks import is_concrete
+from ..adjoint import RecursiveCheckpointAdjoint, mode
 from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .fused import Fused
 from .sharded import CPUBlocked, Sharded
@@ -108,13 +108,20 @@ def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
                  and _one_cuda_gpu())
     if not where or not _kernels().have_warp():
         return False
-    if not all(map(is_concrete, jax.tree_util.tree_leaves((spec.state0, spec.t0, spec.targets, spec.rtol, spec.atol,
-                                                            spec.dt0)))) or traced(spec):
-        return False
     from ...kernels import adaptive_pairs
+    from ...kernels.adaptive import backward_reason as adaptive_backward_reason
 
     # (generated attempts are fused when asked for: their speed is measured in benchmarks/generated_kernels.py)
-    return not adaptive_pairs.uses_generated(spec.method, spec.system) and Fused.supports(_FUSED, spec)
+    if adaptive_pairs.uses_generated(spec.method, spec.system) or not Fused.supports(_FUSED, spec):
+        return False
+    how = mode(jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, spec.t0, spec.targets, spec.rtol,
+                                          spec.atol, spec.dt0, spec.event)))
+    if how is None:  # a plain call, or inside jax.jit / jax.vmap: decided from shapes and options alone
+        return True
+    # differentiated: fused where the kernels run the backward pass too (else the XLA loop's derivatives,
+    # without the fused forward run beside them)
+    return how == "reverse" and isinstance(spec.adjoint, RecursiveCheckpointAdjoint) and adaptive_backward_reason(
+        spec.method, spec.system, spec.state0.R.dtype, spec.event) is None
 
 
 def _one_device() -> bool:

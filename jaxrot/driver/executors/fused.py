@@ -131,12 +131,12 @@ def _attempts_program(spec: AttemptSpec) -> Frames:
 
     one = not spec.batched
     states0 = jax.tree_util.tree_map(lambda x: x[None], spec.state0) if one else spec.state0
-    # jax.grad goes through the checkpointed XLA loop (a custom VJP); forward mode, and reverse mode
-    # through DirectAdjoint's scans, through a custom JVP
+    # jax.grad: the kernels' backward pass where it applies, else the checkpointed XLA loop (a custom VJP);
+    # forward mode, and reverse mode through DirectAdjoint's scans, through a custom JVP
     mode = "reverse" if isinstance(spec.adjoint, RecursiveCheckpointAdjoint) else "forward"
     run = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol, spec.atol,
                                   spec.dt0, spec.max_steps, event=spec.event, reference=xla_attempts(spec),
-                                  adjoint=mode)
+                                  adjoint=mode, stored_steps=getattr(spec.adjoint, "checkpoints", None))
     B, n_out = run.R.shape[:2]
     dtype = run.R.dtype
     ts = jnp.concatenate([jnp.reshape(jnp.asarray(spec.t0, dtype), (1,)), jnp.asarray(spec.targets, dtype)])

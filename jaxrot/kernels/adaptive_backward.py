@@ -1,0 +1,181 @@
+"""Reverse mode of a fused error-controlled run in the kernels: each body replays its own accepted
+steps backwards, one thread per body, through its step's derivative generated from the pair's JAX
+code (:mod:`jaxrot.kernels.generate_vjp`).
+
+The derivative of an error-controlled run is that of the steps it accepted (the controller's choice
+carries none; :mod:`jaxrot.driver.adjoint`), as for the XLA loop. The forward kernel, run for a
+gradient, records where each accepted step started and how long it was (``R``, ``Pi``, ``t``, ``h``)
+and, for each output, how many steps had been accepted when it was written. The backward kernel then
+walks each body's steps from the last to the first::
+
+    c <- c + (cotangents of the outputs written after step k)
+    (c, cF_k) <- vjp_k(c)          the step's derivative at its recorded start
+    cF <- cF + cF_k                (the system's arrays: the moments, the torque's parameters)
+
+and returns the cotangents of the initial state and, summed over the bodies, of the system's arrays.
+
+Memory against recomputation: every accepted step's start is stored (13 numbers a step), so nothing
+is computed twice: the backward pass costs the derivatives of the accepted steps only. The record
+holds ``capacity`` steps a body (:func:`capacity_for`: ``max_steps`` where the batch's record fits in
+:data:`RECORD_BYTES`, fewer otherwise); a body that accepts more fails the gradient with a message
+(raise the budget with ``RecursiveCheckpointAdjoint(checkpoints=...)`` or lower ``max_steps``).
+
+Reference: Griewank & Walther, *Evaluating Derivatives* (2008), ch. 12 (reverse sweeps over a stored
+tape); diffrax's ``RecursiveCheckpointAdjoint`` (the derivative of the steps taken).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from . import host_threads
+from ._common import so3_funcs, warp
+from .generate_vjp import flat_system, lower_vjp, vjp_func, vjp_reason
+
+__all__ = ["RECORD_BYTES", "capacity_for", "why_not_backward", "backward"]
+
+#: the memory the record of a batch's accepted steps may take by default (bytes)
+RECORD_BYTES = 512 * 2**20
+
+
+def capacity_for(bodies: int, max_steps: int, itemsize: int, checkpoints: int | None = None) -> int:
+    """The accepted steps recorded per body: ``checkpoints`` if given, else ``max_steps`` or as many as
+    :data:`RECORD_BYTES` holds for the batch (13 numbers a step), at least 64."""
+    if checkpoints is not None:
+        return int(checkpoints)
+    fits = RECORD_BYTES // max(1, bodies * 13 * itemsize)
+    return int(max(64, min(int(max_steps), fits)))
+
+
+def why_not_backward(pair, system, dtype, memory_leaves: int, event) -> str | None:
+    """Why a fused run of ``pair`` cannot be differentiated in the kernels (its derivatives then come
+    from the XLA loop), or None."""
+    if event is not None:
+        return "the kernels' backward pass does not differentiate an event's location"
+    if memory_leaves:
+        return "the kernels' backward pass takes each step from fresh memory (the pair carries memory)"
+    return vjp_reason(pair, system, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def backward_kernel(dtype_name: str, key: str):
+    """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
+    wp = warp()
+    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+    vjp, F_T = vjp_func(S, key)
+
+    def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, cR0, cPi0, cF):
+        b = wp.tid()
+        cR = M()
+        cPi = V()
+        acc = F_T()
+        n = n_acc[b]
+        if n > R_rec.shape[1]:  # more steps than were recorded: no derivative (the caller says why)
+            nan = S(wp.nan)
+            cR = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
+            cPi = V(nan, nan, nan)
+            n = 0
+        i = n_out - 1
+        k = n
+        while k >= 0:
+            more = i >= 0
+            while more:  # the outputs written after step k (out_k is non-decreasing)
+                if out_k[b, i] == k:
+                    cR = cR + cR_out[b, i]
+                    cPi = cPi + cPi_out[b, i]
+                    i = i - 1
+                    more = i >= 0
+                else:
+                    more = False
+            if k > 0:
+                j = k - 1
+                cR, cPi, f = vjp(R_rec[b, j], Pi_rec[b, j], t_rec[b, j], h_rec[b, j], F, cR, cPi)
+                acc = acc + f
+            k = k - 1
+        cR0[b] = cR
+        cPi0[b] = cPi
+        cF[b] = acc
+
+    A, A2 = wp.array, wp.array2d
+    back.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
+                                n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), cR_out=A2(dtype=M),
+                                cPi_out=A2(dtype=V), F=A(dtype=S), n_out=wp.int32, cR0=A(dtype=M), cPi0=A(dtype=V),
+                                cF=A(dtype=F_T))
+    back.__name__ = back.__qualname__ = f"backward_{key}_{dtype_name}"
+    from ._common import FUSE_FP
+
+    kernel = wp.kernel(back, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
+    return S, F_T, kernel
+
+
+_N_IN = 10  # 9 arrays, then n_out
+_SLICED = frozenset((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12))
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi(dtype_name, key):
+    return warp().jax_kernel(backward_kernel(dtype_name, key)[2], num_outputs=3, vmap_method="sequential")
+
+
+@functools.lru_cache(maxsize=None)
+def _callable(dtype_name, key):
+    """The backward kernel launched in slices of the batch from the pool's threads (a CPU)."""
+    wp = warp()
+    S, F_T, kernel = backward_kernel(dtype_name, key)
+    c = so3_funcs(S)
+
+    def split(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, n_slices, cR0, cPi0, cF):
+        ins = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F)
+        arrays = {**dict(enumerate(ins)), 10: cR0, 11: cPi0, 12: cF}
+        host_threads.launch_in_slices(kernel, n_slices, arrays, {9: n_out}, _SLICED)
+
+    A, A2 = wp.array, wp.array2d
+    split.__annotations__ = dict(
+        R_rec=A2(dtype=c.M), Pi_rec=A2(dtype=c.V), t_rec=A2(dtype=S), h_rec=A2(dtype=S), n_acc=A(dtype=wp.int32),
+        out_k=A2(dtype=wp.int32), cR_out=A2(dtype=c.M), cPi_out=A2(dtype=c.V), F=A(dtype=S), n_out=int, n_slices=int,
+        cR0=A(dtype=c.M), cPi0=A(dtype=c.V), cF=A(dtype=F_T), **{"return": None})
+    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
+    return wp.jax_callable(split, num_outputs=3, vmap_method="sequential")
+
+
+def backward(pair, system, record, n_acc, cR_out, cPi_out):
+    """``(cR0, cPi0, c_system)``: the cotangents of a batch's initial states (B, 3, 3), (B, 3) and of
+    the system's arrays (a system of cotangents, None where not an array) from those of its outputs
+    ``cR_out`` (B, n, 3, 3), ``cPi_out`` (B, n, 3), given the forward kernel's ``record`` and each
+    body's accepted steps ``n_acc``; a body whose steps were not all recorded fails with a message."""
+    import equinox as eqx
+
+    from .adaptive_launch import slices_for
+
+    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record
+    if order is not None:  # the record's rows are the bodies in the order they were launched
+        n_acc, cR_out, cPi_out = n_acc[order], cR_out[order], cPi_out[order]
+    dtype = R_rec.dtype
+    name = jnp.dtype(dtype).name
+    low = lower_vjp(pair, system, dtype)
+    arrays, static = eqx.partition(system, eqx.is_array)
+    F, pull_F = jax.vjp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], arrays)
+    F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
+    B, n_out = cR_out.shape[:2]
+    args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
+    dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,)}
+    n_slices = min(slices_for(B), B)
+    if n_slices == 1 or jax.default_backend() != "cpu":
+        cR0, cPi0, cF = _ffi(name, low.key)(*args, int(n_out), launch_dims=(B,), output_dims=dims)
+    else:
+        cR0, cPi0, cF = _callable(name, low.key)(*args, int(n_out), int(n_slices), output_dims=dims)
+    capacity = R_rec.shape[1]
+    cR0, cPi0, cF = eqx.error_if((cR0, cPi0, cF), jnp.any(n_acc > capacity),
+                       f"a body accepted more steps than the {capacity} its gradient's record holds: pass "
+                       "adjoint=jaxrot.RecursiveCheckpointAdjoint(checkpoints=N) with N at least the steps a body "
+                       "takes, or executor=jaxrot.XLA() (recomputes instead of storing)")
+    if order is not None:
+        inverse = jnp.argsort(order)
+        cR0, cPi0 = cR0[inverse], cPi0[inverse]
+    (c_arrays,) = pull_F(jnp.sum(cF[:, :low.n_flat], axis=0))
+    return cR0, cPi0, c_arrays

@@ -1,0 +1,139 @@
+"""Reverse mode of fused error-controlled runs in the kernels (jaxrot.kernels.adaptive_backward): each
+body's accepted steps replayed backwards through the step derivative generated from the pair's JAX
+code, against the XLA loop's derivatives (the oracle)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrot
+from jaxrot import kernels
+
+from .helpers import user_pair
+
+pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs NVIDIA Warp (the fast extra)")
+
+P = jaxrot.problems.get("fast_top")
+
+
+def _batch(B, seed=0):
+    rng = np.random.default_rng(seed)
+    R = jax.vmap(jaxrot.so3.exp)(jnp.asarray(rng.normal(size=(B, 3)) * 0.6))
+    Pi = jnp.asarray(np.asarray(P.state0.Pi) * rng.uniform(0.5, 2.0, (B, 1)))
+    return jaxrot.State(R, Pi)
+
+
+def _spy(monkeypatch):
+    from jaxrot.kernels import adaptive_backward
+
+    calls = []
+    real = adaptive_backward.backward
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(adaptive_backward, "backward", spy)
+    return calls
+
+
+def _rel(a, b):
+    return float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+
+
+def _loss(pair, ts, executor, adjoint=None, tol=1e-9):
+    def loss(J, R0, Pi0):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 1.0)
+        tr = jaxrot.simulate(pair, q, t1=1.0, state0=jaxrot.State(R0, Pi0), stepsize=jaxrot.Adaptive(tol, tol),
+                             saveat=jaxrot.SaveAt(t0=False, ts=ts), executor=executor, adjoint=adjoint)
+        return (jnp.sum(tr.states.R[..., 2, :] * jnp.array([1.0, 2.0, 3.0], tr.states.R.dtype))
+                + 1e-2 * jnp.sum(tr.states.Pi ** 2 * jnp.arange(1, tr.states.Pi.shape[-2] + 1, dtype=tr.states.Pi.dtype)[:, None]))
+    return loss
+
+
+def test_gradient_in_the_kernels_equals_the_xla_loops(monkeypatch):
+    """A batch of 70 (launched sorted, in slices), three save times: the derivatives with respect to the
+    moments and both parts of the initial states equal the XLA executor's to 1e-9, computed in the
+    kernels (jax.jit around jax.grad, as a fit calls it)."""
+    calls = _spy(monkeypatch)
+    S = _batch(70)
+    ts = jnp.asarray([0.25, 0.6, 1.0])
+    args = (P.body.J, S.R, S.Pi)
+    g = jax.jit(jax.grad(_loss("rkmk8(5)", ts, jaxrot.Fused()), argnums=(0, 1, 2)))(*args)
+    assert calls, "the fused run's gradient did not come from the kernels"
+    gx = jax.grad(_loss("rkmk8(5)", ts, jaxrot.XLA()), argnums=(0, 1, 2))(*args)
+    for a, b in zip(g, gx):
+        assert _rel(a, b) <= 1e-9
+
+
+def test_default_path_under_jit_and_grad_is_the_fused_kernels(monkeypatch):
+    """The automatic choice, inside jax.jit around jax.value_and_grad, runs the kernels both ways
+    (decided from shapes and options, not values), and agrees with the XLA executor."""
+    calls = _spy(monkeypatch)
+    S = _batch(8, seed=1)
+    ts = jnp.asarray([1.0])
+    f = jax.jit(jax.value_and_grad(_loss("rkmk8(5)", ts, None), argnums=(0, 2)))
+    v, g = f(P.body.J, S.R, S.Pi)
+    assert calls
+    vx, gx = jax.value_and_grad(_loss("rkmk8(5)", ts, jaxrot.XLA()), argnums=(0, 2))(P.body.J, S.R, S.Pi)
+    assert abs(float(v - vx)) <= 1e-10 * abs(float(vx))
+    for a, b in zip(g, gx):
+        assert _rel(a, b) <= 1e-9
+
+
+def test_save_time_derivative_is_the_reference_loops():
+    """The last step's length moves with a differentiated save time: that derivative (from the XLA loop,
+    inside the same custom rule) equals the XLA executor's."""
+    S = _batch(4, seed=2)
+
+    def loss(t1, ex):
+        tr = jaxrot.simulate("rkmk8(5)", P, t1=t1, state0=S, stepsize=jaxrot.Adaptive(1e-9, 1e-9), executor=ex)
+        return jnp.sum(tr.final.Pi * jnp.array([1.0, 2.0, 3.0]))
+
+    g, gx = (jax.grad(loss)(1.0, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert abs(float(g - gx)) <= 1e-9 * abs(float(gx)) and abs(float(gx)) > 1e-3
+
+
+def test_a_record_too_small_for_the_steps_taken_fails_with_the_remedy():
+    S = _batch(3, seed=3)
+    loss = _loss("rkmk8(5)", jnp.asarray([1.0]), jaxrot.Fused(), jaxrot.RecursiveCheckpointAdjoint(checkpoints=5))
+    with pytest.raises(Exception, match="accepted more steps than the 5 its gradient's record holds"):
+        jax.block_until_ready(jax.grad(loss)(P.body.J, S.R, S.Pi))
+
+
+def test_float32_gradient_in_the_kernels():
+    S = _batch(6, seed=4)
+    S32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), S)
+    J32 = P.body.J.astype(jnp.float32)
+    ts = jnp.asarray([1.0], jnp.float32)
+    g = jax.grad(_loss("rkmk8(5)", ts, jaxrot.Fused(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
+    gx = jax.grad(_loss("rkmk8(5)", ts, jaxrot.XLA(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
+    assert all(a.dtype == jnp.float32 for a in g)
+    for a, b in zip(g, gx):
+        assert _rel(a, b) <= 1e-4
+
+
+
+
+def test_a_users_pair_is_differentiated_in_the_kernels(monkeypatch):
+    """A pair written in a user's file: its step derivative generated like its step, no line of Warp."""
+    calls = _spy(monkeypatch)
+    pair = user_pair()
+    S = _batch(5, seed=5)
+    ts = jnp.asarray([0.5, 1.0])
+    g = jax.grad(_loss(pair, ts, jaxrot.Fused(), tol=1e-7), argnums=(0, 2))(P.body.J, S.R, S.Pi)
+    assert calls
+    gx = jax.grad(_loss(pair, ts, jaxrot.XLA(), tol=1e-7), argnums=(0, 2))(P.body.J, S.R, S.Pi)
+    for a, b in zip(g, gx):
+        assert _rel(a, b) <= 1e-9
+
+
+def test_generated_step_derivative_equals_jax_vjp():
+    """The restated derivative is checked against jax.vjp before use; here directly, on a fresh state."""
+    from jaxrot.kernels import generate_vjp
+
+    pair = jaxrot.integrators.get("buss4(3)")
+    low = generate_vjp.lower_vjp(pair, P.system, jnp.float64)
+    assert low.n_flat == 3
+    assert generate_vjp.vjp_reason(pair, P.system, jnp.float64) is None
