@@ -101,13 +101,18 @@ def interpolate(system, t, h, s0: State, s1: State, s) -> State:
     w0, w1 = s0.Pi / J, s1.Pi / J
     xi1 = so3.log(so3.mtm(s0.R, s1.R))
     m1 = so3.dexpinv(-xi1, w1)
+    _, b, c, d = _hermite(s / h)
+    xi = (b * h) * w0 + c * xi1 + (d * h) * m1
+    R = so3.mm(s0.R, so3.exp(xi))
+    return State(R, interpolate_momentum(system, t, h, s0, s1, s))
+
+
+def interpolate_momentum(system, t, h, s0: State, s1: State, s):
+    """The body momentum ``Pi`` of :func:`interpolate` alone (cubic Hermite: no attitude computed)."""
     d0 = momentum_rate(system, t, s0)
     d1 = momentum_rate(system, t + h, s1)
     a, b, c, d = _hermite(s / h)
-    xi = (b * h) * w0 + c * xi1 + (d * h) * m1
-    R = so3.mm(s0.R, so3.exp(xi))
-    Pi = a * s0.Pi + (b * h) * d0 + c * s1.Pi + (d * h) * d1
-    return State(R, Pi)
+    return a * s0.Pi + (b * h) * d0 + c * s1.Pi + (d * h) * d1
 
 
 def _check_in_span(tn: np.ndarray, lo: float, hi: float) -> None:

@@ -11,7 +11,7 @@ the solver is :mod:`jaxrot.studies.levenberg_marquardt`. The steps:
    unknowns at their start (initial rates from each throw's first samples, no bias, no misalignment,
    no torque), together with the bodies whose kinetic energy is most nearly constant over each throw
    (a linear estimate from the rates alone). The best few, far enough apart, start short
-   Levenberg-Marquardt refinements (``vmap``-ped over the starts) on up to ``search_throws`` throws.
+   Levenberg-Marquardt refinements (one compiled program for all starts) on up to ``search_throws`` throws.
    A fit whose misalignment turned the axes by a quarter turn is the same body with its axes named
    otherwise: they are renamed after the sensor axes nearest them, and the fit repeated there.
 2. **Local fit.** Levenberg-Marquardt through ``jax`` forward-mode derivatives of the simulation, on
@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..geometry import so3
 from . import identify_model as im
 from .identify_model import (QUADRATIC_DRAG, Attitudes, Gyroscope, Layout, Throw, TorqueModel,  # noqa: F401
                              pack)
@@ -165,13 +166,17 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
     layout = Layout(n_torque=0 if torque is None else len(torque.names), misalignment=bool(misalignment),
                     scale=bool(gyro is not None and gyro.scale), bias="none" if gyro is None else gyro.bias,
                     gyro=gyro is not None, attitudes=att is not None)
-    # _shape: (samples, span) to pad to, so that fits of throws of several lengths compile once
+    # _shape: (samples, span[, rows]) to pad to, so that fits of throws of several lengths compile once;
+    # rows (with ratios given: no search): empty throws after these (no residuals; the unknowns of their
+    # own stay at zero), so that a throw fitted alone runs the program of a joint fit of that many throws
     model = make_model(throws, layout, torque, options, None if _shape is None else _shape[1])
     length = None if _shape is None else _shape[0]
+    padded = _shape is not None and len(_shape) > 2 and ratios is not None
+    rows = max(int(_shape[2]), len(throws)) if padded else len(throws)
     # weights: 1/sigma where given; both kinds without sigma: the rms of a first fit sets them
     w_g = 1.0 / gyro.sigma if gyro is not None and gyro.sigma else 1.0
     w_a = 1.0 / att.sigma if att is not None and att.sigma else 1.0
-    data = pack(throws, w_g, w_a, length)
+    data = pack(throws, w_g, w_a, length, rows)
     P, M = layout.n_shared, layout.n_throw
     sb = layout.shared_blocks()
     shared0 = np.zeros(P)
@@ -183,9 +188,9 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
             raise ValueError(f"hold={tuple(hold)!r}: {name!r} is not a shared unknown of this fit (it has "
                              f"{', '.join(k for k in sb if k != 'ratios')})")
         fixed[sb[name]] = 1.0
-    own0 = np.zeros((len(throws), M))
-    own0[:, :3] = np.stack([im.initial_rates(t) for t in throws])
-    _apply_start(start, layout, shared0, own0)
+    own0 = np.zeros((rows, M))
+    own0[:len(throws), :3] = np.stack([im.initial_rates(t) for t in throws])
+    _apply_start(start, layout, shared0, own0[:len(throws)])  # (a view: the empty rows stay at zero)
     S = min(len(throws), int(options.search_throws))
     sub_idx = np.unique(np.round(np.linspace(0, len(throws) - 1, S)).astype(int))
     small = len(sub_idx) == len(throws)
@@ -194,10 +199,10 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
         """One Levenberg-Marquardt run on all throws (through the compiled refinement where it serves)."""
         if small:  # the same program as the refinements, on copies of the start
             K = int(options.starts)
-            sols = solve_starts(model, data, jnp.repeat(jnp.asarray(shared)[None], K, 0),
-                                 jnp.repeat(jnp.asarray(own)[None], K, 0), robust, jnp.asarray(fixed),
+            sols = solve_starts(model, data, jnp.asarray(np.repeat(np.asarray(shared)[None], K, 0)),
+                                 jnp.asarray(np.repeat(np.asarray(own)[None], K, 0)), robust, jnp.asarray(fixed),
                                  max_iters=options.max_iters)
-            return jax.tree_util.tree_map(lambda x: x[0], sols)
+            return _row(sols, 0)
         return solve(model, data, jnp.asarray(shared), jnp.asarray(own), robust, jnp.asarray(fixed),
                       max_iters=options.max_iters)
 
@@ -219,7 +224,7 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
         if progress:
             print(f"  {len(U)} refinements on {len(sub_idx)} throw(s) in {record['refine_seconds']:.1f} s; best cost "
                   f"{costs[best]:.4g}", flush=True)
-        sol = jax.tree_util.tree_map(lambda x: x[best], sols)
+        sol = _row(sols, best)
         if not small:  # from the subset's body, every throw
             shared0 = np.asarray(sol.shared)
             own0[sub_idx] = np.asarray(sol.own)
@@ -233,7 +238,7 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
         mask = np.asarray(data.mask)
         w_g = w_g if gyro.sigma else w_g / rms(r[:, :n_g], mask)
         w_a = w_a if att.sigma else w_a / rms(r[:, n_g:], mask)
-        data = pack(throws, w_g, w_a, length)
+        data = pack(throws, w_g, w_a, length, rows)
         sol = fit_all(data, sol.shared, sol.own, Robust())
     robust_used = Robust()
     if options.robust != "linear":
@@ -249,7 +254,19 @@ def identify(throws: Sequence[Throw] | Throw, observe=Gyroscope(), *, torque="dr
     if progress:
         print(f"  fit of {len(throws)} throw(s): {int(sol.iterations)} iterations in {time.perf_counter() - t1:.1f} s",
               flush=True)
-    return fit_of(model, data, sol, throws, (w_g, w_a), record, time.perf_counter() - t_start, fixed)
+    return fit_of(model, data, sol, throws, (w_g, w_a), record, time.perf_counter() - t_start, fixed,
+                  linear=robust_used.kind == "linear")
+
+
+def _row(sols, k: int):
+    """Start ``k``'s solution, on the host (one transfer; indexing each array on the device would
+    compile a small program per array on a first call)."""
+    return jax.tree_util.tree_map(lambda x: x[k], jax.device_get(sols))
+
+
+_exp = jax.jit(so3.exp)  # one compiled program each, not one per operation run outside one
+_log = jax.jit(so3.log)
+_moments = jax.jit(im.moments_from_u)
 
 
 def _relabel(layout, torque, shared, own):
@@ -257,21 +274,19 @@ def _relabel(layout, torque, shared, own):
     fitted misalignment turned them by a quarter turn or more (the same body, the same residuals: a body
     with moments (a, b, c) is the one with (c, b, a) turned a quarter turn about its second axis);
     None where no axis is renamed or the torque model is not the built-in (isotropic) drag."""
-    from ..geometry import so3
-
     sb, tb = layout.shared_blocks(), layout.throw_blocks()
     if "misalignment" not in sb or torque not in (None, QUADRATIC_DRAG):
         return None
-    Q = np.asarray(so3.exp(jnp.asarray(shared[sb["misalignment"]])))
+    Q = np.asarray(_exp(jnp.asarray(shared[sb["misalignment"]])))
     P = np.zeros((3, 3))  # the signed permutation nearest Q: principal axis j is sensor axis i
     for i, j in enumerate(np.argmax(np.abs(Q), axis=1)):
         P[i, j] = np.sign(Q[i, j])
     if np.allclose(P, np.eye(3)) or not np.isclose(abs(np.linalg.det(P)), 1.0) or np.linalg.det(P) < 0:
         return None
-    J = np.asarray(im.moments_from_u(jnp.asarray(shared[:2])))
+    J = np.asarray(_moments(jnp.asarray(shared[:2])))
     shared, own = shared.copy(), own.copy()
     shared[:2] = im.u_from_moments(np.abs(P) @ J)
-    shared[sb["misalignment"]] = np.asarray(so3.log(jnp.asarray(Q @ P.T)))
+    shared[sb["misalignment"]] = np.asarray(_log(jnp.asarray(Q @ P.T)))
     own[:, :3] = own[:, :3] @ P.T
     if "attitude0" in tb:
         own[:, tb["attitude0"]] = own[:, tb["attitude0"]] @ P.T
@@ -303,8 +318,11 @@ def identify_each(throws, observe=Gyroscope(), *, from_fit: Fit | None = None, p
     misalignment, torque, scale and the throw's bias and initial rates; no global search), so that the
     per-throw fits stay in its basin, as :func:`scatter` needs."""
     throws, _, _ = _check_throws(throws, observe)
-    # one shape for all: the fit compiles once
+    # one shape for all: the fit compiles once; started from a joint fit of up to search_throws throws
+    # (one program, of all of them), each throw is fitted by that program, the other rows empty
     shape = (max(len(t.ts) for t in throws), max(t.duration for t in throws))
+    if from_fit is not None and len(throws) <= (kw.get("options") or IdentifyOptions()).search_throws:
+        shape = shape + (len(throws),)
     from ..driver.progress import items
 
     if from_fit is not None:

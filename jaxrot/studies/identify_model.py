@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..driver.dense import interpolate
+from ..driver.dense import interpolate, interpolate_momentum
 from ..driver.saveat import SaveAt
 from ..driver.simulate import simulate
 from ..geometry import so3
@@ -293,10 +293,12 @@ class Data(eqx.Module):
     w_att: jax.Array     # ()
 
 
-def pack(throws, w_gyro: float = 1.0, w_att: float = 1.0, length: int | None = None) -> Data:
-    """The throws as one padded :class:`Data` (the last sample repeated, masked out)."""
+def pack(throws, w_gyro: float = 1.0, w_att: float = 1.0, length: int | None = None,
+         rows: int | None = None) -> Data:
+    """The throws as one padded :class:`Data` (the last sample repeated, masked out); ``rows``: that
+    many rows, those after the throws empty (every sample masked: no residual, no derivative)."""
     n = max(len(t.ts) for t in throws) if length is None else length
-    T = len(throws)
+    T = len(throws) if rows is None else max(int(rows), len(throws))
     ts, mask = np.zeros((T, n)), np.zeros((T, n))
     om, R = np.zeros((T, n, 3)), np.tile(np.eye(3), (T, n, 1, 1))
     for i, t in enumerate(throws):
@@ -341,14 +343,22 @@ class Model(eqx.Module):
         return Problem(RigidBody(J), torque, state0, self.n_steps * self.dt)
 
     def dynamics(self, dyn, omega0, ts):
-        """Principal-frame rates (n, 3) and the attitude from the identity (n, 3, 3) at times ``ts``."""
+        """Principal-frame rates (n, 3) and the attitude from the identity (n, 3, 3) at times ``ts``; the
+        attitude None where the layout observes none (its interpolation is most of what a fit of rates
+        alone would trace and compile)."""
         prob = self.problem(dyn, omega0)
-        tr = simulate(self.method, prob, self.dt, self.n_steps, saveat=SaveAt(steps=True), throw=False)
+        # a trial point the solver should back away from gives NaN (a non-finite cost, refused), not an
+        # error; and no check calling back into Python, so the fit's programs stay in the compilation cache
+        tr = simulate(self.method, prob, self.dt, self.n_steps, saveat=SaveAt(steps=True), throw=False,
+                      on_invalid="nan")
         dt = jnp.asarray(self.dt, ts.dtype)
         k = jnp.clip(jnp.floor(ts / dt).astype(jnp.int32), 0, self.n_steps - 1)
         s0 = jax.tree_util.tree_map(lambda x: x[k], tr.states)
         s1 = jax.tree_util.tree_map(lambda x: x[k + 1], tr.states)
         tk = k.astype(ts.dtype) * dt
+        if not self.layout.attitudes:
+            Pi = jax.vmap(lambda tk, a, b, s: interpolate_momentum(prob.system, tk, dt, a, b, s))(tk, s0, s1, ts - tk)
+            return Pi / prob.body.J, None
         st = jax.vmap(lambda tk, a, b, s: interpolate(prob.system, tk, dt, a, b, s))(tk, s0, s1, ts - tk)
         return st.Pi / prob.body.J, st.R
 

@@ -6,6 +6,7 @@ a torque model (:func:`compare`)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Sequence
 
@@ -205,7 +206,24 @@ def rms(r, mask):
     return float(np.sqrt(np.sum(r * r * m) / max(np.sum(m), 1)))
 
 
-def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed) -> Fit:
+@functools.partial(jax.jit, static_argnums=1)
+def _derived(x, nt: int):
+    """The moments (trace 1), the ratios to the largest and, with ``nt`` torque parameters, the first
+    over the largest moment, from the shared unknowns ``x`` (ratios' ``u``, then the torque's), with
+    their Jacobian in ``x`` (for the delta method)."""
+    def derived(x):
+        J = moments_from_u(x[:2])
+        out = [J, J / jnp.max(J)]
+        if nt:
+            out.append(x[2:3] / jnp.max(J))
+        return jnp.concatenate(out)
+
+    return derived(x), jax.jacfwd(derived)(x)
+
+
+def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed, linear: bool = False) -> Fit:
+    """The :class:`Fit` of a solution ``sol``; ``linear``: its cost is the plain square (half the sum of
+    the squared weighted residuals), from which the rms residual of a single kind of observation follows."""
     layout = model.layout
     sb, tb = layout.shared_blocks(), layout.throw_blocks()
     mask = np.asarray(data.mask)
@@ -217,33 +235,34 @@ def fit_of(model: Model, data, sol, throws, weights, search, seconds, fixed) -> 
     s2 = 2 * cost / max(m - p, 1)
     # a held unknown has no column: a unit diagonal there keeps the inverse finite; its variance is zero
     held = np.asarray(fixed, bool)
-    blocks = sol.blocks._replace(H_ss=sol.blocks.H_ss + jnp.diag(jnp.asarray(held, sol.blocks.H_ss.dtype)))
+    blocks = jax.device_get(sol.blocks)  # (on the host: no small program per operation)
+    blocks = blocks._replace(H_ss=blocks.H_ss + np.diag(held.astype(blocks.H_ss.dtype)))
+    if blocks.H_pp.shape[0] > T:  # empty rows after the throws (identify's _shape): a unit block keeps them apart
+        H_pp = np.array(blocks.H_pp)
+        H_pp[T:] = np.eye(H_pp.shape[-1])
+        blocks = blocks._replace(H_pp=H_pp)
     C_ss, C_pp, _ = (np.asarray(x) * s2 for x in covariance_of(blocks))
     C_ss = np.where(held[:, None] | held[None, :], 0.0, C_ss)
-    shared, own = np.asarray(sol.shared), np.asarray(sol.own)
+    C_pp = C_pp[:T]
+    shared, own = np.asarray(sol.shared), np.asarray(sol.own)[:T]
 
     def std(C, sl):
         return np.sqrt(np.clip(np.diagonal(C, axis1=-2, axis2=-1)[..., sl], 0, None))
 
     # the moments (trace 1), ratios and drag by the delta method
     nt = layout.n_torque
-
-    def derived(x):
-        J = moments_from_u(x[:2])
-        out = [J, J / jnp.max(J)]
-        if nt:
-            out.append(x[2:3] / jnp.max(J))
-        return jnp.concatenate(out)
-
-    xs = jnp.asarray(shared[:2 + nt])
-    d = np.asarray(derived(xs))
-    G = np.asarray(jax.jacfwd(derived)(xs))
+    d, G = (np.asarray(x) for x in _derived(jnp.asarray(shared[:2 + nt]), nt))
     Cd = G @ C_ss[:2 + nt, :2 + nt] @ G.T
     sd = np.sqrt(np.clip(np.diag(Cd), 0, None))
-    r = np.asarray(residuals_jit(model, sol.shared, sol.own, data))
-    n_g = 3 * data.ts.shape[1] if layout.gyro else 0
-    sig_g = rms(r[:, :n_g], mask) / weights[0] if layout.gyro else None
-    sig_a = rms(r[:, n_g:], mask) / weights[1] if layout.attitudes else None
+    if linear and not (layout.gyro and layout.attitudes):  # one kind: its rms is sqrt(2 cost / m)
+        one = math.sqrt(2 * cost / max(m, 1))
+        sig_g = one / weights[0] if layout.gyro else None
+        sig_a = one / weights[1] if layout.attitudes else None
+    else:
+        r = np.asarray(residuals_jit(model, sol.shared, sol.own, data))
+        n_g = 3 * data.ts.shape[1] if layout.gyro else 0
+        sig_g = rms(r[:, :n_g], mask) / weights[0] if layout.gyro else None
+        sig_a = rms(r[:, n_g:], mask) / weights[1] if layout.attitudes else None
     torque_held = "torque" in sb and bool(np.any(np.asarray(fixed)[sb["torque"]]))  # the torque-free model
     is_drag = model.torque is QUADRATIC_DRAG and not torque_held
     bias = bias_std = None
@@ -312,11 +331,16 @@ class Scatter:
 
 
 def _ratio_pair(fit: Fit, largest: int):
-    J, C = jnp.asarray(fit.moments_trace1), jnp.asarray(fit.moments_cov)
-    others = [i for i in range(3) if i != largest]
-    f = lambda J: J[jnp.asarray(others)] / J[largest]  # noqa: E731
-    G = jax.jacfwd(f)(J)
-    return np.asarray(f(J)), np.asarray(G @ C @ G.T)
+    x, G = (np.asarray(v) for v in _pair_and_jacobian(jnp.asarray(fit.moments_trace1), largest))
+    return x, G @ np.asarray(fit.moments_cov) @ G.T
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _pair_and_jacobian(J, largest: int):
+    """The two moments other than ``largest`` over it, and their Jacobian in ``J``."""
+    others = jnp.asarray([i for i in range(3) if i != largest])
+    f = lambda J: J[others] / J[largest]  # noqa: E731
+    return f(J), jax.jacfwd(f)(J)
 
 
 def scatter(per_throw: Sequence[Fit], joint: Fit | None = None) -> Scatter:

@@ -1,6 +1,6 @@
 """The global search of :func:`jaxrot.studies.identify.identify` and the compiled pieces it shares
 with the fit: residuals and Jacobians of every throw, the Levenberg-Marquardt runs (one, or several
-starts ``vmap``-ped), the covariance.
+starts one after another), the covariance.
 
 The search's candidates cover every physical inertia: ``J = 1 - (a, b, c)`` (trace 2; scaled to 1
 in the model) for ``(a, b, c)`` on the simplex ``a + b + c = 1, a, b, c >= 0``, drawn as a
@@ -58,10 +58,16 @@ solve = jax.jit(_solve_one, static_argnames=("max_iters",))
 
 
 def _starts_impl(model, data, shared0, own0, robust, fixed, max_iters):
-    return jax.vmap(lambda s, o: _solve_one(model, data, s, o, robust, fixed, max_iters))(shared0, own0)
+    # one after another (lax.map), not vmap-ped: mapped, the solver's while loop and its branches are
+    # traced again for the batch (seconds of a first call) and each start's iterations run while the
+    # slowest goes on, both branches of every lax.cond evaluated
+    return jax.lax.map(lambda so: _solve_one(model, data, so[0], so[1], robust, fixed, max_iters), (shared0, own0))
 
 
 solve_starts = jax.jit(_starts_impl, static_argnames=("max_iters",))
+
+
+_moments_of_rows = jax.jit(jax.vmap(moments_from_u))
 
 
 @jax.jit
@@ -116,7 +122,7 @@ def energy_candidates(throws) -> np.ndarray:
 def _distinct(U, costs, k, min_dist=0.05):
     """The ``k`` lowest-cost rows of ``U`` at least ``min_dist`` apart (in the moments' space)."""
     order = np.argsort(costs)
-    J = np.asarray(jax.vmap(moments_from_u)(jnp.asarray(U)))
+    J = np.asarray(_moments_of_rows(jnp.asarray(U)))
     chosen = []
     for i in order:
         if not np.isfinite(costs[i]):
