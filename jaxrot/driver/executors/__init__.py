@@ -8,7 +8,7 @@
 
 ``executor=None`` chooses: one body runs on :class:`XLA`, a batch on :class:`Sharded` over every
 device, except where :class:`Fused` was measured faster (Warp installed, a kernel for the method and
-torque, a plain call): on one CUDA GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch;
+torque, a plain call or one inside ``jax.jit``/``jax.vmap``): on one CUDA GPU from :data:`FUSED_MIN_STEPS_GPU` steps, one body or a batch;
 on a CPU one body saving frames from :data:`FUSED_MIN_STEPS` steps, and a batch on one CPU device from
 :data:`FUSED_MIN_BODY_STEPS_CPU` body-steps. An error-controlled run (:class:`AttemptSpec`) that the
 fused adaptive kernel can run goes there on one CPU device (one body or a batch), and on one CUDA GPU
@@ -26,7 +26,8 @@ from ..adjoint import RecursiveCheckpointAdjoint, mode
 from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .fused import Fused
 from .sharded import CPUBlocked, Sharded
-from .xla import XLA, traced
+from .batch import inputs
+from .xla import XLA
 
 __all__ = ["AbstractExecutor", "RunSpec", "AttemptSpec", "XLA", "CPUBlocked", "Sharded", "Fused", "choose_executor"]
 
@@ -69,8 +70,8 @@ def _fused_wins(spec: RunSpec) -> bool:
     CPU device (one process), at least :data:`FUSED_MIN_BODY_STEPS_CPU` body-steps (several devices
     keep :class:`Sharded` until measured). On one CUDA GPU in one process: one body or a batch, at
     least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's ~25 kernels one after another, the
-    fused run one kernel). Both: a plain call (traced runs keep XLA's
-    forward-mode AD), no progress report (one launch has no chunks to report), no ``unroll``, Warp
+    fused run one kernel). Both: a plain call or one inside ``jax.jit``/``jax.vmap`` (a differentiated
+    run keeps XLA's loop), no progress report (one launch has no chunks to report), no ``unroll``, Warp
     installed and a kernel for the method and torque that loses none of its step statistics; with an
     event (its condition restated) on a CPU only, where it was measured."""
     if isinstance(spec, AttemptSpec):
@@ -88,7 +89,9 @@ def _fused_wins(spec: RunSpec) -> bool:
             where = not spec.final_only and spec.n_steps >= FUSED_MIN_STEPS
     else:
         where = platform == "gpu" and spec.n_steps >= FUSED_MIN_STEPS_GPU and _one_cuda_gpu()
-    return (where and spec.report is None and spec.unroll == 1 and kernels.have_warp() and not traced(spec)
+    # inside jax.jit / jax.vmap as in a plain call (shapes and options decide); a differentiated run keeps
+    # the XLA loop, whose derivatives a fused constant-step run would borrow anyway
+    return (where and spec.report is None and spec.unroll == 1 and kernels.have_warp() and mode(inputs(spec)) is None
             and kernels.hand_kernel(spec.method, spec.system) is not None
             and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method))
 
@@ -97,9 +100,11 @@ def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
     """Where the fused adaptive kernel was measured faster than XLA's error-controlled loop: on one CPU
     device, one body or a batch of any size (each body stops when it is done, and the kernel compiles
     in about a second where XLA's loop takes ten or more); on one CUDA GPU, batches of at least
-    :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies. Both: a plain call (a traced run, e.g. under
-    ``jax.grad``, keeps the XLA loop, whose derivatives the fused run borrows anyway), Warp installed
-    and a run the kernel supports (:meth:`Fused.refusal`)."""
+    :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies. Both: a plain call or one inside ``jax.jit``/``jax.vmap``,
+    or under ``jax.grad`` where the kernels run the backward pass too
+    (:func:`jaxrot.kernels.adaptive.backward_reason`; other differentiated runs keep the XLA loop, whose
+    derivatives a fused run would borrow), Warp installed and a run the kernel supports
+    (:meth:`Fused.refusal`)."""
     platform = _platform()
     if platform == "cpu":
         where = _one_device()
