@@ -4,6 +4,7 @@ and loaded as ``.npz``."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any
@@ -180,6 +181,8 @@ class Trajectory(eqx.Module):
 
             q = traj.quaternion("xyzw")  # feed to a renderer, or Rotation.from_quat
         """
+        if _is_static(order):
+            return _quaternion(self.states.R, order)
         return so3.quaternion_continuous(so3.to_quaternion(self.states.R, order), axis=-2)
 
     def euler(self, seq: str, degrees: bool = False) -> jax.Array:
@@ -190,6 +193,8 @@ class Trajectory(eqx.Module):
 
             yaw, pitch, roll = jnp.moveaxis(traj.euler("ZYX", degrees=True), -1, 0)
         """
+        if _is_static(seq) and _is_static(degrees):
+            return _euler(self.states.R, seq, degrees)
         return so3.to_euler(self.states.R, seq, degrees=degrees)
 
     def to_scipy(self):
@@ -213,24 +218,23 @@ class Trajectory(eqx.Module):
             return Rotation.from_quat(q.reshape(-1, 4))
 
     def _moments(self, what: str) -> jax.Array:
-        """The body's moments ``J``, shaped to broadcast against ``states.Pi`` (a batch axis gets a time axis)."""
+        """The body's moments ``J`` (a ValueError naming ``what`` where the trajectory has no system)."""
         system = getattr(self, "system", None)
         if system is None:
             raise ValueError(f"Trajectory.{what} needs the body's moments of inertia, and this trajectory has no "
                              "system; attach one: dataclasses.replace(traj, system=problem.system)")
-        J = jnp.asarray(system.body.J, self.states.Pi.dtype)
-        return J if J.ndim == 1 else J[..., None, :]
+        return system.body.J
 
     @property
     def omega_body(self) -> jax.Array:
         """Body angular velocity ``Omega = Pi / J`` of every frame, shape ``(..., n_saved, 3)``.
         Needs :attr:`system` (a ValueError otherwise)."""
-        return self.states.Pi / self._moments("omega_body")
+        return _omega(self._moments("omega_body"), self.states.R, self.states.Pi, False)
 
     @property
     def omega_world(self) -> jax.Array:
         """World angular velocity ``omega = R Omega = R (Pi / J)`` of every frame. Needs :attr:`system`."""
-        return jnp.einsum("...ij,...j->...i", self.states.R, self.states.Pi / self._moments("omega_world"))
+        return _omega(self._moments("omega_world"), self.states.R, self.states.Pi, True)
 
     @property
     def L_world(self) -> jax.Array:
@@ -245,22 +249,60 @@ class Trajectory(eqx.Module):
         the **kinetic energy only**. Needs :attr:`system` (a ValueError otherwise); a batched system
         (stacked problems: ``J`` of shape ``(batch, 3)``) is mapped over with the frames.
         """
-        J = self._moments("energy")
-        Pi, R = self.states.Pi, self.states.R
-        kinetic = 0.5 * jnp.sum(Pi * Pi / J, axis=-1)
-        system = self.system
-        lead = R.shape[:-2]
-        ts = jnp.broadcast_to(jnp.asarray(self.ts, R.dtype), lead)
-        batched_system = jnp.ndim(system.body.J) > 1
+        self._moments("energy")
+        return _energy(self.system, self.ts, self.states)
 
-        def one(sys, t, Rk):
-            return sys.torque.potential(t, Rk)
 
-        f = jax.vmap(one, in_axes=(None, 0, 0))  # frames
-        for _ in range(len(lead) - 1):  # batch axes
-            f = jax.vmap(f, in_axes=(0 if batched_system else None, 0, 0))
-        V = f(system, ts, R)
-        return kinetic if V is None else kinetic + V
+# The per-frame quantities, each one compiled program per shape: run operation by operation, each of
+# their dozens of small operations is compiled on its first call (most of a short script's printing).
+
+def _is_static(x) -> bool:
+    """Whether ``x`` can be a static argument of a compiled function (hashable); else it is computed
+    operation by operation, where the functions below say what is wrong with it."""
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _quaternion(R, order):
+    return so3.quaternion_continuous(so3.to_quaternion(R, order), axis=-2)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _euler(R, seq, degrees):
+    return so3.to_euler(R, seq, degrees=degrees)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _omega(J, R, Pi, world: bool):
+    """``Pi / J`` (``world``: turned by ``R``), ``J`` of shape ``(3,)`` or, per body, ``(batch, 3)``
+    (given a time axis to broadcast against ``Pi``)."""
+    J = jnp.asarray(J, Pi.dtype)
+    omega = Pi / (J if J.ndim == 1 else J[..., None, :])
+    return jnp.einsum("...ij,...j->...i", R, omega) if world else omega
+
+
+@eqx.filter_jit
+def _energy(system, ts, states):
+    """Kinetic energy plus the torque's potential, if any, of every frame (:attr:`Trajectory.energy`)."""
+    Pi, R = states.Pi, states.R
+    J = jnp.asarray(system.body.J, Pi.dtype)
+    kinetic = 0.5 * jnp.sum(Pi * Pi / (J if J.ndim == 1 else J[..., None, :]), axis=-1)
+    lead = R.shape[:-2]
+    ts = jnp.broadcast_to(jnp.asarray(ts, R.dtype), lead)
+    batched_system = jnp.ndim(system.body.J) > 1
+
+    def one(sys, t, Rk):
+        return sys.torque.potential(t, Rk)
+
+    f = jax.vmap(one, in_axes=(None, 0, 0))  # frames
+    for _ in range(len(lead) - 1):  # batch axes
+        f = jax.vmap(f, in_axes=(0 if batched_system else None, 0, 0))
+    V = f(system, ts, R)
+    return kinetic if V is None else kinetic + V
 
 
 @jax.jit
