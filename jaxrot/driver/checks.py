@@ -172,7 +172,8 @@ def _body_defects(R, Pi, xp=jnp):
     """Per body: finite, max |R^T R - 1|, det R (3x3 closed form); the one formula of every check
     (``xp``: ``numpy`` on the host, in a callback that must not run JAX)."""
     finite = xp.all(xp.isfinite(R), axis=(-1, -2)) & xp.all(xp.isfinite(Pi), axis=-1)
-    err = xp.max(xp.abs(xp.swapaxes(R, -1, -2) @ R - xp.eye(3, dtype=R.dtype)), axis=(-1, -2))
+    # (NumPy's identity: a constant, where jnp.eye would be computed apart under ensure_compile_time_eval)
+    err = xp.max(xp.abs(xp.swapaxes(R, -1, -2) @ R - np.eye(3, dtype=R.dtype)), axis=(-1, -2))
     det = xp.sum(R[..., 0, :] * xp.cross(R[..., 1, :], R[..., 2, :]), axis=-1)
     return finite, err, det
 
@@ -213,16 +214,8 @@ def traced_checks(problem: Problem, state0: State, dt, t0):
     if not (traced_J or traced_dt or traced_t0 or traced_state):
         return problem, state0, dt, t0
     physical, tol = bool(problem.body.physical), _orthogonality_tol(R.dtype)
-    bad = []
-    if traced_J:
-        bad.append(_bad_moments(J, physical))
-    if traced_dt:
-        bad.append(_bad_dt(dt))
-    if traced_state:
-        bad.append(_bad_state(R, Pi))
-    if traced_t0:
-        bad.append(_bad_t0(t0))
-    bad = functools.reduce(jnp.logical_or, [jnp.any(b) for b in bad])
+    bad = _any_bad(J if traced_J else None, dt if traced_dt else None, (R, Pi) if traced_state else None,
+                   t0 if traced_t0 else None, physical)
     # checked values travel through the check (a later use waits for it); only traced ones, so that
     # concrete values stay concrete for the trace-time decisions downstream. A traced t0 alone is
     # attached to Pi, which every output depends on (a free body's states do not depend on t0).
@@ -235,6 +228,23 @@ def traced_checks(problem: Problem, state0: State, dt, t0):
         problem = eqx.tree_at(lambda p: p.body.J, problem, J2)
     state0 = State(R if R2 is None else R2, Pi if Pi2 is None else Pi2)
     return problem, state0, dt if dt2 is None else dt2, t0
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _any_bad(J, dt, state, t0, physical: bool):
+    """Whether any of the values given (None: not checked) is bad, as one compiled program: under
+    ``grad`` or ``vmap`` without ``jit`` the checks run outside any program, where each of their
+    operations would compile one of its own on a first call."""
+    bad = []
+    if J is not None:
+        bad.append(_bad_moments(J, physical))
+    if dt is not None:
+        bad.append(_bad_dt(dt))
+    if state is not None:
+        bad.append(_bad_state(*state))
+    if t0 is not None:
+        bad.append(_bad_t0(t0))
+    return functools.reduce(jnp.logical_or, [jnp.any(b) for b in bad])
 
 
 def _bad_moments(J, physical):
