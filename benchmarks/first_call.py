@@ -15,7 +15,8 @@ kernels (``WARP_CACHE_PATH``):
 
 The load average (``os.getloadavg``) is recorded before and after each page: on a shared machine the
 wall times scale with it, the CPU times less. A record already in the output folder is kept beside the
-new one (``previous``: its times, by page and block), so each figure sits beside the one it replaces.
+new one: each block's ``before`` holds the times of the block with the same first line in it, and
+whether its code has changed since (compared with the code that record kept, or with its commit's).
 
     python benchmarks/first_call.py --out figures [--pages NAME ...]
 
@@ -162,21 +163,56 @@ def machine() -> dict:
 
 
 def previous(out_dir: pathlib.Path) -> dict:
-    """The record already in ``out_dir``, by page label and block index: ``{(label, index): block}``."""
+    """The record already in ``out_dir``: ``{label: [block, ...]}``, each block with its ``code`` where
+    the record kept it, else the code of the commit that record was made from (its provenance entry's
+    ``source``; None where git cannot say), so that a block whose code changed since is marked."""
     path = out_dir / "first_call.json"
     if not path.exists():
         return {}
     old = json.loads(path.read_text())
-    return {(p["label"], b["index"]): b for p in old.get("pages", []) for b in p["blocks"]}
+    try:
+        source = json.loads((out_dir / "provenance.json").read_text())["first_call.json"]["source"]
+    except (OSError, KeyError, ValueError):
+        source = None
+    out = {}
+    for p in old.get("pages", []):
+        blocks = [dict(b) for b in p["blocks"]]
+        if any("code" not in b for b in blocks):
+            codes = _codes_at(source, p.get("file"), p.get("section"))
+            for b in blocks:
+                b.setdefault("code", None if codes is None or b["index"] >= len(codes) else codes[b["index"]])
+        out[p["label"]] = blocks
+    return out
+
+
+def _codes_at(source: str | None, file: str | None, section: str | None) -> list[str] | None:
+    """The page's blocks at the commit ``source`` (``git describe`` output), or None."""
+    if not source or not file:
+        return None
+    commit = source.removesuffix("-dirty")
+    r = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:{file}"], capture_output=True, text=True)
+    return [code for _, code in python_blocks(r.stdout, section)] if r.returncode == 0 else None
+
+
+def match(prev: dict, label: str, code: str) -> dict | None:
+    """The previous record's block of page ``label`` with the same first line (the first such one not
+    taken yet), with ``changed``: whether its code differs (None: not known); comments aside."""
+    def bare(text):
+        return "\n".join(line.split("  #")[0].rstrip() for line in text.splitlines())
+
+    for b in prev.get(label, []):
+        if bare(b["first_line"]) == bare(first_line(code)) and not b.get("_taken"):
+            b["_taken"] = True
+            return {"fresh_s": b.get("fresh_s", b.get("no_cache_s")), "next_s": b.get("next_s", b.get("cache_warm_s")),
+                    "changed": None if b.get("code") is None else bare(b["code"]) != bare(code)}
+    return None
 
 
 def _before(b: dict | None, key: str) -> str:
-    """A previous record's figure: this script's keys, or the first record's (no cache, cache read)."""
-    if not b:
+    """A previous record's figure, marked † where the block's code changed since."""
+    if not b or b.get(key) is None:
         return "–"
-    old = {"fresh_s": "no_cache_s", "no_cache_s": "no_cache_s", "next_s": "cache_warm_s"}
-    v = b.get(key, b.get(old[key]))
-    return "–" if v is None else f"{v:.1f}"
+    return f"{b[key]:.1f}" + ("†" if b.get("changed") else "")
 
 
 def markdown(res: dict) -> str:
@@ -185,14 +221,15 @@ def markdown(res: dict) -> str:
              f"jax {m['jax']}, {m['device']}. Import of jax and jaxrot: {res['import_s']:.1f} s (median of 3), "
              "included in each page's first block. `fresh`: empty cache folders, jaxrot's defaults (JAX's "
              "persistent cache on, filled by this pass); `next`: the next process, the folders filled; `no cache`: "
-             "`JAXROT_COMPILATION_CACHE=off`, Warp's folder empty. `before`: the record this one replaces (its "
-             "`fresh` is the old no-cache pass, its `next` the old cache-read pass).", ""]
+             "`JAXROT_COMPILATION_CACHE=off`, Warp's folder empty. `before`: the same block (by its first line) in "
+             "the record this one replaces, † where the block's code has changed since (an example made smaller, "
+             "or split: see the page's history).", ""]
     lines += ["| page | block (line) | first line | fresh (s) | before | target | next (s) | before | no cache (s) |",
               "|---|---|---|---|---|---|---|---|---|"]
     for p in res["pages"]:
         for b in p["blocks"]:
             code = b["first_line"].replace("|", "\\|")
-            prev = res["previous"].get(f"{p['label']}|{b['index']}")
+            prev = b.get("before")
             ok = "met" if b["fresh_s"] <= p["target_s"] else "missed"
             lines.append(f"| {p['label']} | {b['index']} ({b['line']}) | `{code}` | {b['fresh_s']:.1f} | "
                          f"{_before(prev, 'fresh_s')} | {p['target_s']:g} s, {ok} | {b['next_s']:.1f} | "
@@ -215,8 +252,7 @@ def main(out_dir, pages=None) -> dict:
     prev = previous(out_dir)
     chosen = [p for p in PAGES if pages is None or p[0] in pages or p[1] in pages]
     res = {"quick": False, "machine": machine(), "next_target_s": NEXT_TARGET_S, "load_start": list(os.getloadavg()),
-           "import_s": import_seconds(), "pages": [], "command": "python " + shlex.join(sys.argv),
-           "previous": {f"{k[0]}|{k[1]}": v for k, v in prev.items()}}
+           "import_s": import_seconds(), "pages": [], "command": "python " + shlex.join(sys.argv)}
     for label, file, which, target in chosen:
         blocks = page_blocks(file, which)
         before = list(os.getloadavg())
@@ -231,8 +267,8 @@ def main(out_dir, pages=None) -> dict:
         res["pages"].append({"label": label, "file": file, "section": which if file else None, "target_s": target,
                              "load_before": before, "load_after": after,
                              "cpu_s": {"fresh": cpu_fresh, "next": cpu_next, "no_cache": cpu_off}, "blocks": [
-                                 {"index": k, "line": line, "first_line": first_line(code), "fresh_s": a,
-                                  "next_s": b, "no_cache_s": c}
+                                 {"index": k, "line": line, "first_line": first_line(code), "code": code,
+                                  "fresh_s": a, "next_s": b, "no_cache_s": c, "before": match(prev, label, code)}
                                  for k, ((line, code), a, b, c) in enumerate(zip(blocks, fresh, nxt, off))]})
         print(f"{label}: fresh {', '.join(f'{t:.1f}' for t in fresh)} s, next {', '.join(f'{t:.1f}' for t in nxt)} "
               f"s, no cache {', '.join(f'{t:.1f}' for t in off)} s (load {before[0]:.1f} -> {after[0]:.1f}; "
