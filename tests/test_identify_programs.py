@@ -62,3 +62,18 @@ def test_the_rms_residual_from_the_cost_is_the_one_from_the_residuals(two_throws
                        start={"omega0": truth["omega0"], "bias": truth["bias"][0]}, options=OPTIONS)
     r = np.concatenate([fit.residuals(k) for k in range(len(throws))])
     assert fit.sigma_gyro == pytest.approx(np.sqrt(np.mean(r * r)), rel=1e-9)
+
+
+def test_the_scatter_s_p_value_is_the_upper_incomplete_gamma_function():
+    """The chi2 survival function of an even dof in closed form, as the scatter check takes it (no
+    compiled special function): against JAX's regularised upper incomplete gamma function."""
+    import jax.scipy.special as sp
+
+    from jaxrot.studies.identify_results import chi2_survival
+
+    for dof in (2, 4, 10, 198):
+        for x in (0.0, 1e-3, 2.2, 50.0, 175.3, 2000.0):
+            want = float(sp.gammaincc(dof / 2, x / 2))
+            assert chi2_survival(x, dof) == pytest.approx(want, rel=1e-12, abs=1e-300), (dof, x)
+    with pytest.raises(ValueError, match="even dof"):
+        chi2_survival(1.0, 3)

@@ -358,11 +358,22 @@ def scatter(per_throw: Sequence[Fit], joint: Fit | None = None) -> Scatter:
     each = np.einsum("ti,tij,tj->t", d, W, d)
     chi2 = float(each.sum())
     dof = 2 * (len(per_throw) - 1)
-    p = float(jax.scipy.special.gammaincc(dof / 2, chi2 / 2))
+    p = chi2_survival(chi2, dof)
     out = [int(k) for k in np.flatnonzero(each > OUTLIER_CHI2)]
     kept = 2 * (len(per_throw) - len(out) - 1)
     birge = math.sqrt(float(each[each <= OUTLIER_CHI2].sum()) / kept) if kept > 0 else float("nan")
     return Scatter(chi2, dof, p, birge, largest, ref, xs, np.sqrt(np.diagonal(Cs, axis1=1, axis2=2)), each, out)
+
+
+def chi2_survival(x: float, dof: int) -> float:
+    """``P(chi2_dof > x)`` for an even ``dof = 2k``: ``exp(-x/2) sum_{j<k} (x/2)^j / j!`` (the upper
+    incomplete gamma function ``Q(k, x/2)`` at an integer ``k``; on the host, each term by its logarithm)."""
+    k, y = dof // 2, x / 2
+    if dof < 2 or dof % 2 or not x >= 0:
+        raise ValueError(f"chi2_survival needs an even dof >= 2 and x >= 0, got {dof}, {x}")
+    if y == 0:
+        return 1.0
+    return min(1.0, math.fsum(math.exp(-y + j * math.log(y) - math.lgamma(j + 1)) for j in range(k)))
 
 
 @dataclasses.dataclass
