@@ -12,6 +12,8 @@ Contenders, timed in turn in one process (medians of ``reps`` calls after one un
 - ``forward, jit``: the same call inside ``jax.jit``;
 - ``value_and_grad, jit``: ``jax.jit(jax.value_and_grad(loss))`` with respect to the moments J and
   the initial momenta, the default path (the kernels' backward pass);
+- ``jvp in one direction of J, jit``: forward mode (``jax.jvp``, the default path: the kernels'
+  tangents through the recorded steps);
 - ``value_and_grad, XLA executor``: the same with ``executor=jaxrot.XLA()`` (the XLA loop's
   checkpointed reverse mode; ``--no-xla`` skips it);
 - ``diffrax <solver>, value_and_grad``: diffrax's solver with its PID controller on the body-frame
@@ -72,8 +74,11 @@ def main(argv=None):
     forward_jit = jax.jit(lambda J, Pi: run(J, Pi).R)
     vg = jax.jit(jax.value_and_grad(lambda J, Pi: loss_of(run(J, Pi)), argnums=(0, 1)))
     vg_xla = jax.jit(jax.value_and_grad(lambda J, Pi: loss_of(run(J, Pi, jaxrot.XLA())), argnums=(0, 1)))
+    dJ = jnp.array([1.0, 0.0, 0.0])
+    jvp = jax.jit(lambda J, Pi: jax.jvp(lambda J: loss_of(run(J, Pi)), (J,), (dJ,)))
     contenders = [("forward, plain", lambda: run(J0, S.Pi).R), ("forward, jit", lambda: forward_jit(J0, S.Pi)),
-                  ("value_and_grad, jit (default path)", lambda: vg(J0, S.Pi))]
+                  ("value_and_grad, jit (default path)", lambda: vg(J0, S.Pi)),
+                  ("jvp in one direction of J, jit (default path)", lambda: jvp(J0, S.Pi))]
     if not a.no_xla:
         contenders.append(("value_and_grad, XLA executor", lambda: vg_xla(J0, S.Pi)))
 

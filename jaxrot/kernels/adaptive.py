@@ -115,7 +115,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         ``simulate(..., adjoint="checkpointed")``). Without an event, for a pair that keeps no memory
         between steps, the backward pass runs in the kernels instead
         (:mod:`jaxrot.kernels.adaptive_backward`), the reference's derivatives only for ``t0`` and
-        ``ts`` when they are differentiated.
+        ``ts`` when they are differentiated. ``"tangents"``: forward mode only (a custom JVP that cannot
+        be transposed), its tangents carried through the recorded steps in the kernels where the pair
+        allows it (as for ``"reverse"``), else ``"forward"``.
       stored_steps: the accepted steps per body the kernels' backward pass records (None:
         :func:`~jaxrot.kernels.adaptive_backward.capacity_for`).
 
@@ -139,8 +141,8 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
     torque or event condition without a kernel.
     """
     _check(pair, system, states0, ts, max_steps, event)
-    if adjoint not in ("forward", "reverse"):
-        raise ValueError(f"adjoint must be 'forward' or 'reverse', got {adjoint!r}")
+    if adjoint not in ("forward", "reverse", "tangents"):
+        raise ValueError(f"adjoint must be 'forward', 'reverse' or 'tangents', got {adjoint!r}")
     warp()  # the ImportError early, outside any trace
     dtype = states0.R.dtype
     B = states0.R.shape[0]
@@ -201,7 +203,12 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         ev = None if event is None else eqx.combine(ev_arrays, ev_static)
         return forward(eqx.combine(arrays, static), states0, **{**const, **dyn}, event=ev)
 
-    if adjoint == "forward":
+    from .adaptive_derivatives import in_kernels, in_kernels_jvp
+
+    if adjoint == "tangents" and B and backward_reason(pair, to_dtype(system), dtype, event, "jvp") is None:
+        return in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps,
+                              stored_steps)
+    if adjoint in ("forward", "tangents"):
         # tangents from the reference: jax.jvp and jax.jacfwd, and reverse mode wherever the
         # reference's tangent program can be transposed
         run = jax.custom_jvp(fwd_run)
@@ -237,9 +244,10 @@ def integrators_get(pair):
     return integrators.get(pair) if isinstance(pair, str) else integrators.get(pair_name(pair))
 
 
-def backward_reason(pair, system, dtype, event=None) -> str | None:
-    """Why a fused error-controlled run of ``pair`` is not differentiated in reverse mode in the kernels
-    (:mod:`jaxrot.kernels.adaptive_backward`; its derivatives then come from the XLA loop), or None."""
+def backward_reason(pair, system, dtype, event=None, kind: str = "vjp") -> str | None:
+    """Why a fused error-controlled run of ``pair`` is not differentiated in the kernels, in reverse
+    mode (``kind="vjp"``) or forward mode (``"jvp"``) (:mod:`jaxrot.kernels.adaptive_backward`; its
+    derivatives then come from the XLA loop), or None."""
     from .adaptive_backward import why_not_backward
 
     p = integrators_get(pair)
@@ -248,72 +256,8 @@ def backward_reason(pair, system, dtype, event=None) -> str | None:
     # the arrays the pair carries from step to step (none where the kernel takes every attempt afresh)
     memory = 0 if per_attempt else len(jax.tree_util.tree_leaves(
         jax.eval_shape(lambda s: p.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))
-    return why_not_backward(p, system, dtype, memory, event)
-
-
-def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps):
-    """The run as a ``jax.custom_vjp`` whose backward pass runs in the kernels
-    (:mod:`jaxrot.kernels.adaptive_backward`); ``t0``/``ts`` cotangents, where they are wanted, from the
-    reference loop."""
-    import equinox as eqx
-
-    from .adaptive_backward import backward, capacity_for
-
-    B = states0.R.shape[0]
-    dtype = states0.R.dtype
-    cap = capacity_for(B, max_steps, jnp.dtype(dtype).itemsize, stored_steps)
-    p = integrators_get(pair)
-
-    def fwd_run(arrays, states0, dyn):
-        return forward(eqx.combine(arrays, static), states0, **{**const, **dyn})
-
-    run = jax.custom_vjp(fwd_run)
-    out_avals = None
-
-    def run_fwd(arrays, states0, dyn):
-        times = {k: v.perturbed for k, v in dyn.items() if k in ("t0", "ts")}
-        primals = jax.tree_util.tree_map(lambda x: x.value, (arrays, states0, dyn),
-                                         is_leaf=lambda x: isinstance(x, jax.custom_derivatives.CustomVJPPrimal))
-        out, record = forward(eqx.combine(primals[0], static), primals[1], **{**const, **primals[2]},
-                              capacity=cap)
-        nonlocal out_avals
-        out_avals = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)
-        return out, (primals, record, out.n_accepted, any(jax.tree_util.tree_leaves(times)))
-
-    def run_bwd(res, ct):
-        primals, record, n_acc, times = res
-        system = to_dtype(eqx.combine(primals[0], static))
-        zero = jnp.zeros((B, record[4].shape[1], 3, 3), dtype)
-        cR_out = zero if _symbolic(ct.R) else ct.R
-        cPi_out = zero[..., 0] if _symbolic(ct.Pi) else ct.Pi
-        cR0, cPi0, c_sys = backward(p, system, record, n_acc, cR_out, cPi_out)
-        c_arrays = eqx.filter(c_sys, eqx.is_array)
-        c_arrays = jax.tree_util.tree_map(lambda c, a: c.astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.inexact)
-                                          else None, c_arrays, primals[0])
-        c_dyn = {k: None for k in primals[2]}
-        if times:  # the output times' own derivatives: the reference's (the last step's length moves with them)
-            _, pull = jax.vjp(lambda d: ref(primals[0], primals[1], d, None), primals[2])
-            ct = jax.tree_util.tree_map(lambda c, o: _zero(o) if _symbolic(c) else c, ct, out_avals, is_leaf=_symbolic)
-            c_dyn = {k: (v if k in ("t0", "ts") else None) for k, v in pull(ct)[0].items()}
-        return c_arrays, State(cR0.astype(states0.R.dtype), cPi0.astype(states0.Pi.dtype)), c_dyn
-
-    run.defvjp(run_fwd, run_bwd, symbolic_zeros=True)
-    return run(arrays, states0, dyn)
+    return why_not_backward(p, system, dtype, memory, event, kind)
 
 
 def eqx_float(x) -> bool:
     return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)
-
-
-def _symbolic(c) -> bool:
-    """Whether a cotangent is a symbolic zero (None, or JAX's ``SymbolicZero`` of a custom rule)."""
-    return c is None or isinstance(c, jax.custom_derivatives.SymbolicZero)
-
-
-def _zero(aval):
-    """A cotangent of zeros for an output of this shape and dtype (float0 for integers); None for None."""
-    if aval is None:
-        return None
-    if jnp.issubdtype(aval.dtype, jnp.inexact):
-        return jnp.zeros(aval.shape, aval.dtype)
-    return np.zeros(aval.shape, jax.dtypes.float0)

@@ -13,6 +13,9 @@ walks each body's steps from the last to the first::
     cF <- cF + cF_k                (the system's arrays: the moments, the torque's parameters)
 
 and returns the cotangents of the initial state and, summed over the bodies, of the system's arrays.
+Forward mode (``jax.jvp``, ``jax.jacfwd``) walks the same record from the first step, the tangents
+carried through each step's Jacobian-vector product (generated the same way) and written out at the
+outputs (:func:`tangents`).
 
 Memory against recomputation: every accepted step's start is stored (13 numbers a step), so nothing
 is computed twice: the backward pass costs the derivatives of the accepted steps only. The record
@@ -35,7 +38,7 @@ from . import host_threads
 from ._common import so3_funcs, warp
 from .generate_vjp import flat_system, lower_vjp, vjp_func, vjp_reason
 
-__all__ = ["RECORD_BYTES", "capacity_for", "why_not_backward", "backward"]
+__all__ = ["RECORD_BYTES", "capacity_for", "why_not_backward", "backward", "tangents"]
 
 #: the memory the record of a batch's accepted steps may take by default (bytes)
 RECORD_BYTES = 512 * 2**20
@@ -50,14 +53,14 @@ def capacity_for(bodies: int, max_steps: int, itemsize: int, checkpoints: int | 
     return int(max(64, min(int(max_steps), fits)))
 
 
-def why_not_backward(pair, system, dtype, memory_leaves: int, event) -> str | None:
-    """Why a fused run of ``pair`` cannot be differentiated in the kernels (its derivatives then come
-    from the XLA loop), or None."""
+def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str = "vjp") -> str | None:
+    """Why a fused run of ``pair`` cannot be differentiated in the kernels in reverse (``kind="vjp"``) or
+    forward mode (``"jvp"``) (its derivatives then come from the XLA loop), or None."""
     if event is not None:
         return "the kernels' backward pass does not differentiate an event's location"
     if memory_leaves:
         return "the kernels' backward pass takes each step from fresh memory (the pair carries memory)"
-    return vjp_reason(pair, system, dtype)
+    return vjp_reason(pair, system, dtype, kind)
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,7 +97,7 @@ def backward_kernel(dtype_name: str, key: str):
                     more = False
             if k > 0:
                 j = k - 1
-                cR, cPi, f = vjp(R_rec[b, j], Pi_rec[b, j], t_rec[b, j], h_rec[b, j], F, cR, cPi)
+                cR, cPi, f = vjp(R_rec[b, j], Pi_rec[b, j], t_rec[b, j], h_rec[b, j], F, cR, cPi, F)
                 acc = acc + f
             k = k - 1
         cR0[b] = cR
@@ -179,3 +182,111 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out):
         cR0, cPi0 = cR0[inverse], cPi0[inverse]
     (c_arrays,) = pull_F(jnp.sum(cF[:, :low.n_flat], axis=0))
     return cR0, cPi0, c_arrays
+
+
+@functools.lru_cache(maxsize=None)
+def tangent_kernel(dtype_name: str, key: str):
+    """``(S, kernel)``: the forward sweep of tangents over each body's recorded steps (:func:`tangents`)."""
+    wp = warp()
+    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+    jvp, _ = vjp_func(S, key)
+
+    def tan(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, dR_out, dPi_out):
+        b = wp.tid()
+        dR = dR0[b]
+        dPi = dPi0[b]
+        n = n_acc[b]
+        if n > R_rec.shape[1]:  # more steps than were recorded: no derivative (the caller says why)
+            nan = S(wp.nan)
+            dR = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
+            dPi = V(nan, nan, nan)
+            n = 0
+        i = int(0)
+        for k in range(n + 1):
+            more = i < n_out
+            while more:  # the outputs written after step k
+                if out_k[b, i] == k:
+                    dR_out[b, i] = dR
+                    dPi_out[b, i] = dPi
+                    i = i + 1
+                    more = i < n_out
+                else:
+                    more = False
+            if k < n:
+                dR, dPi, unused = jvp(R_rec[b, k], Pi_rec[b, k], t_rec[b, k], h_rec[b, k], F, dR, dPi, dF)
+
+    A, A2 = wp.array, wp.array2d
+    tan.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
+                               n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), dR0=A(dtype=M), dPi0=A(dtype=V),
+                               F=A(dtype=S), dF=A(dtype=S), n_out=wp.int32, dR_out=A2(dtype=M), dPi_out=A2(dtype=V))
+    tan.__name__ = tan.__qualname__ = f"tangents_{key}_{dtype_name}"
+    from ._common import FUSE_FP
+
+    return S, wp.kernel(tan, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
+
+
+@functools.lru_cache(maxsize=None)
+def _tangent_ffi(dtype_name, key):
+    return warp().jax_kernel(tangent_kernel(dtype_name, key)[1], num_outputs=2, vmap_method="sequential")
+
+
+@functools.lru_cache(maxsize=None)
+def _tangent_callable(dtype_name, key):
+    """The tangent kernel launched in slices of the batch from the pool's threads (a CPU)."""
+    wp = warp()
+    S, kernel = tangent_kernel(dtype_name, key)
+    c = so3_funcs(S)
+
+    def split(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, n_slices, dR_out, dPi_out):
+        arrays = {**dict(enumerate((R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF))), 11: dR_out,
+                  12: dPi_out}
+        host_threads.launch_in_slices(kernel, n_slices, arrays, {10: n_out}, _TANGENT_SLICED)
+
+    A, A2 = wp.array, wp.array2d
+    split.__annotations__ = dict(
+        R_rec=A2(dtype=c.M), Pi_rec=A2(dtype=c.V), t_rec=A2(dtype=S), h_rec=A2(dtype=S), n_acc=A(dtype=wp.int32),
+        out_k=A2(dtype=wp.int32), dR0=A(dtype=c.M), dPi0=A(dtype=c.V), F=A(dtype=S), dF=A(dtype=S), n_out=int,
+        n_slices=int, dR_out=A2(dtype=c.M), dPi_out=A2(dtype=c.V), **{"return": None})
+    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
+    return wp.jax_callable(split, num_outputs=2, vmap_method="sequential")
+
+
+_TANGENT_SLICED = frozenset((0, 1, 2, 3, 4, 5, 6, 7, 11, 12))
+
+
+def tangents(pair, system, record, n_acc, dR0, dPi0, d_system):
+    """``(dR_out, dPi_out)`` (B, n, 3, 3), (B, n, 3): the tangents of a batch's outputs from those of its
+    initial states ``dR0``, ``dPi0`` and of the system's arrays ``d_system`` (a system of tangents, as
+    ``eqx.partition(system, eqx.is_array)[0]``), given the forward kernel's ``record``."""
+    import equinox as eqx
+
+    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record
+    dtype = R_rec.dtype
+    if order is not None:
+        n_acc, dR0, dPi0 = n_acc[order], dR0[order], dPi0[order]
+    low = lower_vjp(pair, system, dtype, "jvp")
+    arrays, static = eqx.partition(system, eqx.is_array)
+    F, dF = jax.jvp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], (arrays,), (d_system,))
+    pad = jnp.zeros((1,), dtype)
+    B, n_out = out_k.shape
+    args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0.astype(dtype), dPi0.astype(dtype),
+            jnp.concatenate([F, pad]), jnp.concatenate([dF, pad]))
+    from .adaptive_launch import slices_for
+
+    dims = {"dR_out": (B, n_out), "dPi_out": (B, n_out)}
+    n_slices = min(slices_for(B), B)
+    if n_slices == 1 or jax.default_backend() != "cpu":
+        dR, dPi = _tangent_ffi(jnp.dtype(dtype).name, low.key)(*args, int(n_out), launch_dims=(B,), output_dims=dims)
+    else:
+        dR, dPi = _tangent_callable(jnp.dtype(dtype).name, low.key)(*args, int(n_out), int(n_slices),
+                                                                     output_dims=dims)
+    capacity = R_rec.shape[1]
+    dR, dPi = eqx.error_if((dR, dPi), jnp.any(n_acc > capacity),
+                           f"a body accepted more steps than the {capacity} its derivative's record holds: pass "
+                           "adjoint=jaxrot.ForwardMode() on executor=jaxrot.XLA(), or lower max_steps")
+    if order is not None:
+        inverse = jnp.argsort(order)
+        dR, dPi = dR[inverse], dPi[inverse]
+    return dR, dPi

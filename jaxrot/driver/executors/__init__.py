@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import jax
 
-from ..adjoint import RecursiveCheckpointAdjoint, mode
+from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint, mode
 from .base import AbstractExecutor, AttemptSpec, RunSpec
 from .fused import Fused
 from .sharded import CPUBlocked, Sharded
@@ -123,10 +123,15 @@ def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
                                           spec.atol, spec.dt0, spec.event)))
     if how is None:  # a plain call, or inside jax.jit / jax.vmap: decided from shapes and options alone
         return True
-    # differentiated: fused where the kernels run the backward pass too (else the XLA loop's derivatives,
-    # without the fused forward run beside them)
-    return how == "reverse" and isinstance(spec.adjoint, RecursiveCheckpointAdjoint) and adaptive_backward_reason(
-        spec.method, spec.system, spec.state0.R.dtype, spec.event) is None
+    # differentiated: fused where the kernels run the derivative pass too, reverse or forward mode (else
+    # the XLA loop's derivatives, without the fused forward run beside them)
+    if how == "reverse" and isinstance(spec.adjoint, RecursiveCheckpointAdjoint):
+        kind = "vjp"
+    elif how == "forward" and isinstance(spec.adjoint, ForwardMode):
+        kind = "jvp"
+    else:
+        return False
+    return adaptive_backward_reason(spec.method, spec.system, spec.state0.R.dtype, spec.event, kind) is None
 
 
 def _one_device() -> bool:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import equinox as eqx
 
 from ...geometry.state import State
-from ..adjoint import RecursiveCheckpointAdjoint
+from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint
 from ..attempts import attempts_frames
 from ..events import locate, method_step
 from .. import progress
@@ -132,8 +132,10 @@ def _attempts_program(spec: AttemptSpec) -> Frames:
     one = not spec.batched
     states0 = jax.tree_util.tree_map(lambda x: x[None], spec.state0) if one else spec.state0
     # jax.grad: the kernels' backward pass where it applies, else the checkpointed XLA loop (a custom VJP);
-    # forward mode, and reverse mode through DirectAdjoint's scans, through a custom JVP
-    mode = "reverse" if isinstance(spec.adjoint, RecursiveCheckpointAdjoint) else "forward"
+    # ForwardMode: tangents through the kernels where they apply; DirectAdjoint (both modes): a custom JVP
+    # whose tangents are the XLA loop's
+    mode = ("reverse" if isinstance(spec.adjoint, RecursiveCheckpointAdjoint)
+            else "tangents" if isinstance(spec.adjoint, ForwardMode) else "forward")
     run = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol, spec.atol,
                                   spec.dt0, spec.max_steps, event=spec.event, reference=xla_attempts(spec),
                                   adjoint=mode, stored_steps=getattr(spec.adjoint, "checkpoints", None))

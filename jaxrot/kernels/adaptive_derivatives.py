@@ -1,0 +1,118 @@
+"""Derivatives of a fused error-controlled run computed in the kernels: the custom rules around
+:func:`jaxrot.kernels.adaptive.fused_adaptive` whose backward pass (``jax.custom_vjp``) or tangents
+(``jax.custom_jvp``) run through the recorded accepted steps (:mod:`jaxrot.kernels.adaptive_backward`),
+the derivatives with respect to the save times (the last step's length moves with them) from the
+reference loop where they are wanted."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..geometry.state import State
+from .adaptive_backward import capacity_for
+
+__all__ = ["in_kernels", "in_kernels_jvp"]
+
+
+def _parts(pair, forward, static, states0, const, max_steps, stored_steps):
+    """``(B, dtype, capacity, pair object, fwd_run)``: what both rules start from; ``fwd_run(arrays,
+    states0, dyn)`` is the run without a record."""
+    from .adaptive import integrators_get
+
+    B = states0.R.shape[0]
+    dtype = states0.R.dtype
+    cap = capacity_for(B, max_steps, jnp.dtype(dtype).itemsize, stored_steps)
+
+    def fwd_run(arrays, states0, dyn):
+        return forward(eqx.combine(arrays, static), states0, **{**const, **dyn})
+
+    return B, dtype, cap, integrators_get(pair), fwd_run
+
+
+def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps):
+    """The run as a ``jax.custom_vjp`` whose backward pass runs in the kernels
+    (:mod:`jaxrot.kernels.adaptive_backward`); ``t0``/``ts`` cotangents, where they are wanted, from the
+    reference loop."""
+    from .adaptive_backward import backward
+
+    B, dtype, cap, p, fwd_run = _parts(pair, forward, static, states0, const, max_steps, stored_steps)
+    run = jax.custom_vjp(fwd_run)
+    out_avals = None
+
+    def run_fwd(arrays, states0, dyn):
+        times = {k: v.perturbed for k, v in dyn.items() if k in ("t0", "ts")}
+        primals = jax.tree_util.tree_map(lambda x: x.value, (arrays, states0, dyn),
+                                         is_leaf=lambda x: isinstance(x, jax.custom_derivatives.CustomVJPPrimal))
+        out, record = forward(eqx.combine(primals[0], static), primals[1], **{**const, **primals[2]},
+                              capacity=cap)
+        nonlocal out_avals
+        out_avals = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)
+        return out, (primals, record, out.n_accepted, any(jax.tree_util.tree_leaves(times)))
+
+    def run_bwd(res, ct):
+        primals, record, n_acc, times = res
+        system = to_dtype(eqx.combine(primals[0], static))
+        zero = jnp.zeros((B, record[4].shape[1], 3, 3), dtype)
+        cR_out = zero if _symbolic(ct.R) else ct.R
+        cPi_out = zero[..., 0] if _symbolic(ct.Pi) else ct.Pi
+        cR0, cPi0, c_sys = backward(p, system, record, n_acc, cR_out, cPi_out)
+        c_arrays = eqx.filter(c_sys, eqx.is_array)
+        c_arrays = jax.tree_util.tree_map(lambda c, a: c.astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.inexact)
+                                          else None, c_arrays, primals[0])
+        c_dyn = {k: None for k in primals[2]}
+        if times:  # the output times' own derivatives: the reference's (the last step's length moves with them)
+            _, pull = jax.vjp(lambda d: ref(primals[0], primals[1], d, None), primals[2])
+            ct = jax.tree_util.tree_map(lambda c, o: _zero(o) if _symbolic(c) else c, ct, out_avals, is_leaf=_symbolic)
+            c_dyn = {k: (v if k in ("t0", "ts") else None) for k, v in pull(ct)[0].items()}
+        return c_arrays, State(cR0.astype(states0.R.dtype), cPi0.astype(states0.Pi.dtype)), c_dyn
+
+    run.defvjp(run_fwd, run_bwd, symbolic_zeros=True)
+    return run(arrays, states0, dyn)
+
+
+
+def _symbolic(c) -> bool:
+    """Whether a cotangent is a symbolic zero (None, or JAX's ``SymbolicZero`` of a custom rule)."""
+    return c is None or isinstance(c, jax.custom_derivatives.SymbolicZero)
+
+
+def _zero(aval):
+    """A cotangent of zeros for an output of this shape and dtype (float0 for integers); None for None."""
+    if aval is None:
+        return None
+    if jnp.issubdtype(aval.dtype, jnp.inexact):
+        return jnp.zeros(aval.shape, aval.dtype)
+    return np.zeros(aval.shape, jax.dtypes.float0)
+
+
+def in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps):
+    """The run as a ``jax.custom_jvp`` whose tangents are carried through the recorded steps in the
+    kernels (:func:`jaxrot.kernels.adaptive_backward.tangents`); ``t0``/``ts`` tangents, where given,
+    from the reference loop. Forward mode only."""
+    from .adaptive_backward import tangents
+
+    _, _, cap, p, fwd_run = _parts(pair, forward, static, states0, const, max_steps, stored_steps)
+    run = jax.custom_jvp(fwd_run)
+
+    def run_jvp(primals, tangents_in):
+        arrays, states0, dyn = primals
+        t_arrays, t_states, t_dyn = tangents_in
+        out, record = forward(eqx.combine(arrays, static), states0, **{**const, **dyn}, capacity=cap)
+        system = to_dtype(eqx.combine(arrays, static))
+        sys_arrays = eqx.filter(system, eqx.is_array)
+        t_sys = jax.tree_util.tree_map(lambda t, a: _zero(a) if _symbolic(t) else t.astype(a.dtype),
+                                       t_arrays, sys_arrays, is_leaf=_symbolic)
+        dR0 = _zero(states0.R) if _symbolic(t_states.R) else t_states.R
+        dPi0 = _zero(states0.Pi) if _symbolic(t_states.Pi) else t_states.Pi
+        dR, dPi = tangents(p, system, record, out.n_accepted, dR0, dPi0, t_sys)
+        moved = {k: v for k, v in t_dyn.items() if k in ("t0", "ts") and not _symbolic(v)}
+        if moved:  # the save times' own tangents: the reference's (the last step's length moves with them)
+            _, t_ref = jax.jvp(lambda d: ref(arrays, states0, {**dyn, **d}, None), ({k: dyn[k] for k in moved},),
+                               (moved,))
+            dR, dPi = dR + t_ref.R, dPi + t_ref.Pi
+        t_out = jax.tree_util.tree_map(_zero, out)
+        return out, t_out._replace(R=dR.astype(out.R.dtype), Pi=dPi.astype(out.Pi.dtype))
+
+    run.defjvp(run_jvp, symbolic_zeros=True)
+    return run(arrays, states0, dyn)
