@@ -129,14 +129,42 @@ def test_a_users_pair_is_differentiated_in_the_kernels(monkeypatch):
         assert _rel(a, b) <= 1e-9
 
 
-def test_generated_step_derivative_equals_jax_vjp():
-    """The restated derivative is checked against jax.vjp before use; here directly, on a fresh state."""
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_a_pair_that_carries_memory_is_differentiated_in_the_kernels(monkeypatch, mode):
+    """buss4(3) carries the world momentum from step to step: the kernels follow it along the recorded
+    steps (its update and its start generated too), in both modes, equal to the XLA executor's."""
+    calls = _spy(monkeypatch)
+    from jaxrot.kernels import adaptive_backward
+
+    real = adaptive_backward.tangents
+    monkeypatch.setattr(adaptive_backward, "tangents", lambda *a: calls.append(1) or real(*a))
+    S = _batch(66, seed=8)
+    ts = jnp.asarray([0.5, 1.0])
+
+    def derivative(executor):
+        if mode == "reverse":
+            return jax.grad(_loss("buss4(3)", ts, executor, tol=1e-7), argnums=(0, 1, 2))(P.body.J, S.R, S.Pi)
+        # forward mode: one tangent of everything (jacfwd would take one run per number)
+        loss = _loss("buss4(3)", ts, executor, jaxrot.ForwardMode(), tol=1e-7)
+        rng = np.random.default_rng(9)
+        tangent = tuple(jnp.asarray(rng.normal(size=np.shape(x))) for x in (P.body.J, S.R, S.Pi))
+        return jax.jvp(loss, (P.body.J, S.R, S.Pi), tangent)
+
+    g = derivative(None)
+    assert calls
+    for a, b in zip(g, derivative(jaxrot.XLA())):
+        assert _rel(a, b) <= 1e-9
+
+
+@pytest.mark.parametrize("kind", ["vjp", "jvp"])
+def test_generated_step_derivatives_equal_jax(kind):
+    """The restated derivatives (the step's, its memory's start and update) are checked against JAX
+    before use (lower_vjp raises where they disagree)."""
     from jaxrot.kernels import generate_vjp
 
     pair = jaxrot.integrators.get("buss4(3)")
-    low = generate_vjp.lower_vjp(pair, P.system, jnp.float64)
-    assert low.n_flat == 3
-    assert generate_vjp.vjp_reason(pair, P.system, jnp.float64) is None
+    low = generate_vjp.lower_vjp(pair, P.system, jnp.float64, kind, True)
+    assert (low.n_flat, low.n_mem, low.kind) == (3, 3, kind)
 
 
 def test_forward_mode_in_the_kernels_equals_the_xla_loops(monkeypatch):
@@ -150,11 +178,16 @@ def test_forward_mode_in_the_kernels_equals_the_xla_loops(monkeypatch):
     S = _batch(70, seed=6)
     ts = jnp.asarray([0.4, 1.0])
     fwd = jaxrot.ForwardMode()
-    g = jax.jacfwd(_loss("rkmk8(5)", ts, None, fwd), argnums=(0, 2))(P.body.J, S.R, S.Pi)
+    # jacfwd in the three moments (a run per direction), and one tangent of everything
+    g = jax.jacfwd(_loss("rkmk8(5)", ts, None, fwd))(P.body.J, S.R, S.Pi)
     assert calls, "the tangents did not come from the kernels"
-    gx = jax.jacfwd(_loss("rkmk8(5)", ts, jaxrot.XLA(), fwd), argnums=(0, 2))(P.body.J, S.R, S.Pi)
-    for a, b in zip(g, gx):
-        assert _rel(a, b) <= 1e-9
+    gx = jax.jacfwd(_loss("rkmk8(5)", ts, jaxrot.XLA(), fwd))(P.body.J, S.R, S.Pi)
+    assert _rel(g, gx) <= 1e-9
+    rng = np.random.default_rng(10)
+    primals = (P.body.J, S.R, S.Pi)
+    tangent = tuple(jnp.asarray(rng.normal(size=np.shape(x))) for x in primals)
+    d, dx = (jax.jvp(_loss("rkmk8(5)", ts, ex, fwd), primals, tangent)[1] for ex in (None, jaxrot.XLA()))
+    assert _rel(d, dx) <= 1e-9
     # a save time's tangent (the reference's, inside the same rule)
     def final(t1, ex):
         tr = jaxrot.simulate("rkmk8(5)", P, t1=t1, state0=_batch(3, seed=7), stepsize=jaxrot.Adaptive(1e-9, 1e-9),

@@ -250,13 +250,18 @@ def backward_reason(pair, system, dtype, event=None, kind: str = "vjp") -> str |
     derivatives then come from the XLA loop), or None."""
     from .adaptive_backward import why_not_backward
 
+    return why_not_backward(integrators_get(pair), system, dtype, carries_memory(pair, system, dtype), event, kind)
+
+
+def carries_memory(pair, system, dtype) -> bool:
+    """Whether the fused run of ``pair`` carries its memory from accepted step to accepted step (an
+    enrolled kernel that takes every attempt from fresh memory, or a pair without memory, does not)."""
+    if not uses_generated(pair, system) and ADAPTIVE_KERNELS[pair_name(pair)].memory == "per_attempt":
+        return False
     p = integrators_get(pair)
-    per_attempt = not uses_generated(pair, system) and ADAPTIVE_KERNELS[pair_name(pair)].memory == "per_attempt"
     s0 = State(jnp.eye(3, dtype=dtype), jnp.ones(3, dtype))
-    # the arrays the pair carries from step to step (none where the kernel takes every attempt afresh)
-    memory = 0 if per_attempt else len(jax.tree_util.tree_leaves(
+    return bool(jax.tree_util.tree_leaves(
         jax.eval_shape(lambda s: p.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))
-    return why_not_backward(p, system, dtype, memory, event, kind)
 
 
 def eqx_float(x) -> bool:

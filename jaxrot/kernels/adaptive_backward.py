@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from . import host_threads
 from ._common import so3_funcs, warp
-from .generate_vjp import flat_system, lower_vjp, vjp_func, vjp_reason
+from .generate_vjp import carried, flat_system, lower_vjp, vjp_funcs, vjp_reason
 
 __all__ = ["RECORD_BYTES", "capacity_for", "why_not_backward", "backward", "tangents"]
 
@@ -58,9 +58,7 @@ def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str =
     forward mode (``"jvp"``) (its derivatives then come from the XLA loop), or None."""
     if event is not None:
         return "the kernels' backward pass does not differentiate an event's location"
-    if memory_leaves:
-        return "the kernels' backward pass takes each step from fresh memory (the pair carries memory)"
-    return vjp_reason(pair, system, dtype, kind)
+    return vjp_reason(pair, system, dtype, kind, bool(memory_leaves))
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,12 +68,15 @@ def backward_kernel(dtype_name: str, key: str):
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
     c = so3_funcs(S)
     V, M = c.V, c.M
-    vjp, F_T = vjp_func(S, key)
+    fns, F_T, MT = vjp_funcs(S, key)
+    vjp, init_vjp, minit, mstep = fns["vjp"], fns["init_vjp"], fns["minit"], fns["mstep"]
+    CARRIED = carried(key)
 
-    def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, cR0, cPi0, cF):
+    def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, cR0, cPi0, cF, m_rec):
         b = wp.tid()
         cR = M()
         cPi = V()
+        cm = MT()
         acc = F_T()
         n = n_acc[b]
         if n > R_rec.shape[1]:  # more steps than were recorded: no derivative (the caller says why)
@@ -83,6 +84,12 @@ def backward_kernel(dtype_name: str, key: str):
             cR = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
             cPi = V(nan, nan, nan)
             n = 0
+        if wp.static(CARRIED):  # the memory at each step's start, from the first (a forward sweep)
+            if n > 0:
+                m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
+                for k in range(n):
+                    m_rec[b, k] = m
+                    m = mstep(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F)
         i = n_out - 1
         k = n
         while k >= 0:
@@ -97,9 +104,18 @@ def backward_kernel(dtype_name: str, key: str):
                     more = False
             if k > 0:
                 j = k - 1
-                cR, cPi, f = vjp(R_rec[b, j], Pi_rec[b, j], t_rec[b, j], h_rec[b, j], F, cR, cPi, F)
+                mj = MT()
+                if wp.static(CARRIED):
+                    mj = m_rec[b, j]
+                cR, cPi, cm, f = vjp(R_rec[b, j], Pi_rec[b, j], mj, t_rec[b, j], h_rec[b, j], F, cR, cPi, cm)
                 acc = acc + f
             k = k - 1
+        if wp.static(CARRIED):  # the first memory's dependence on the initial state and the system
+            if n > 0:
+                ia, ip, iF = init_vjp(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F, cm)
+                cR = cR + ia
+                cPi = cPi + ip
+                acc = acc + iF
         cR0[b] = cR
         cPi0[b] = cPi
         cF[b] = acc
@@ -108,7 +124,7 @@ def backward_kernel(dtype_name: str, key: str):
     back.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
                                 n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), cR_out=A2(dtype=M),
                                 cPi_out=A2(dtype=V), F=A(dtype=S), n_out=wp.int32, cR0=A(dtype=M), cPi0=A(dtype=V),
-                                cF=A(dtype=F_T))
+                                cF=A(dtype=F_T), m_rec=A2(dtype=MT))
     back.__name__ = back.__qualname__ = f"backward_{key}_{dtype_name}"
     from ._common import FUSE_FP
 
@@ -117,12 +133,12 @@ def backward_kernel(dtype_name: str, key: str):
 
 
 _N_IN = 10  # 9 arrays, then n_out
-_SLICED = frozenset((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12))
+_SLICED = frozenset((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13))
 
 
 @functools.lru_cache(maxsize=None)
 def _ffi(dtype_name, key):
-    return warp().jax_kernel(backward_kernel(dtype_name, key)[2], num_outputs=3, vmap_method="sequential")
+    return warp().jax_kernel(backward_kernel(dtype_name, key)[2], num_outputs=4, vmap_method="sequential")
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,25 +148,31 @@ def _callable(dtype_name, key):
     S, F_T, kernel = backward_kernel(dtype_name, key)
     c = so3_funcs(S)
 
-    def split(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, n_slices, cR0, cPi0, cF):
+    def split(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, n_slices, cR0, cPi0, cF, m_rec):
         ins = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F)
-        arrays = {**dict(enumerate(ins)), 10: cR0, 11: cPi0, 12: cF}
+        arrays = {**dict(enumerate(ins)), 10: cR0, 11: cPi0, 12: cF, 13: m_rec}
         host_threads.launch_in_slices(kernel, n_slices, arrays, {9: n_out}, _SLICED)
 
     A, A2 = wp.array, wp.array2d
     split.__annotations__ = dict(
         R_rec=A2(dtype=c.M), Pi_rec=A2(dtype=c.V), t_rec=A2(dtype=S), h_rec=A2(dtype=S), n_acc=A(dtype=wp.int32),
         out_k=A2(dtype=wp.int32), cR_out=A2(dtype=c.M), cPi_out=A2(dtype=c.V), F=A(dtype=S), n_out=int, n_slices=int,
-        cR0=A(dtype=c.M), cPi0=A(dtype=c.V), cF=A(dtype=F_T), **{"return": None})
+        cR0=A(dtype=c.M), cPi0=A(dtype=c.V), cF=A(dtype=F_T), m_rec=A2(dtype=_memory_type(S, key)),
+        **{"return": None})
     split.__name__ = split.__qualname__ = f"split_{kernel.key}"
-    return wp.jax_callable(split, num_outputs=3, vmap_method="sequential")
+    return wp.jax_callable(split, num_outputs=4, vmap_method="sequential")
 
 
-def backward(pair, system, record, n_acc, cR_out, cPi_out):
+def _memory_type(S, key):
+    return vjp_funcs(S, key)[2]
+
+
+def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False):
     """``(cR0, cPi0, c_system)``: the cotangents of a batch's initial states (B, 3, 3), (B, 3) and of
     the system's arrays (a system of cotangents, None where not an array) from those of its outputs
     ``cR_out`` (B, n, 3, 3), ``cPi_out`` (B, n, 3), given the forward kernel's ``record`` and each
-    body's accepted steps ``n_acc``; a body whose steps were not all recorded fails with a message."""
+    body's accepted steps ``n_acc`` (``memory``: the pair carries its memory from step to step); a body
+    whose steps were not all recorded fails with a message."""
     import equinox as eqx
 
     from .adaptive_launch import slices_for
@@ -160,18 +182,19 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out):
         n_acc, cR_out, cPi_out = n_acc[order], cR_out[order], cPi_out[order]
     dtype = R_rec.dtype
     name = jnp.dtype(dtype).name
-    low = lower_vjp(pair, system, dtype)
+    low = lower_vjp(pair, system, dtype, "vjp", memory)
     arrays, static = eqx.partition(system, eqx.is_array)
     F, pull_F = jax.vjp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], arrays)
     F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
     B, n_out = cR_out.shape[:2]
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
-    dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,)}
+    # (m_rec: the memory at each step's start, scratch for the backward sweep)
+    dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,), "m_rec": (B, R_rec.shape[1] if memory else 1)}
     n_slices = min(slices_for(B), B)
     if n_slices == 1 or jax.default_backend() != "cpu":
-        cR0, cPi0, cF = _ffi(name, low.key)(*args, int(n_out), launch_dims=(B,), output_dims=dims)
+        cR0, cPi0, cF, _ = _ffi(name, low.key)(*args, int(n_out), launch_dims=(B,), output_dims=dims)
     else:
-        cR0, cPi0, cF = _callable(name, low.key)(*args, int(n_out), int(n_slices), output_dims=dims)
+        cR0, cPi0, cF, _ = _callable(name, low.key)(*args, int(n_out), int(n_slices), output_dims=dims)
     capacity = R_rec.shape[1]
     cR0, cPi0, cF = eqx.error_if((cR0, cPi0, cF), jnp.any(n_acc > capacity),
                        f"a body accepted more steps than the {capacity} its gradient's record holds: pass "
@@ -191,18 +214,26 @@ def tangent_kernel(dtype_name: str, key: str):
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
     c = so3_funcs(S)
     V, M = c.V, c.M
-    jvp, _ = vjp_func(S, key)
+    fns, _, MT = vjp_funcs(S, key)
+    jvp, init_jvp, minit, mstep = fns["jvp"], fns["init_jvp"], fns["minit"], fns["mstep"]
+    CARRIED = carried(key)
 
     def tan(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, dR_out, dPi_out):
         b = wp.tid()
         dR = dR0[b]
         dPi = dPi0[b]
+        m = MT()
+        dm = MT()
         n = n_acc[b]
         if n > R_rec.shape[1]:  # more steps than were recorded: no derivative (the caller says why)
             nan = S(wp.nan)
             dR = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
             dPi = V(nan, nan, nan)
             n = 0
+        if wp.static(CARRIED):  # the first memory and its tangent
+            if n > 0:
+                m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
+                dm = init_jvp(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F, dR, dPi, dF)
         i = int(0)
         for k in range(n + 1):
             more = i < n_out
@@ -215,7 +246,9 @@ def tangent_kernel(dtype_name: str, key: str):
                 else:
                     more = False
             if k < n:
-                dR, dPi, unused = jvp(R_rec[b, k], Pi_rec[b, k], t_rec[b, k], h_rec[b, k], F, dR, dPi, dF)
+                dR, dPi, dm = jvp(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F, dR, dPi, dm, dF)
+                if wp.static(CARRIED):
+                    m = mstep(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F)
 
     A, A2 = wp.array, wp.array2d
     tan.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
@@ -256,7 +289,7 @@ def _tangent_callable(dtype_name, key):
 _TANGENT_SLICED = frozenset((0, 1, 2, 3, 4, 5, 6, 7, 11, 12))
 
 
-def tangents(pair, system, record, n_acc, dR0, dPi0, d_system):
+def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = False):
     """``(dR_out, dPi_out)`` (B, n, 3, 3), (B, n, 3): the tangents of a batch's outputs from those of its
     initial states ``dR0``, ``dPi0`` and of the system's arrays ``d_system`` (a system of tangents, as
     ``eqx.partition(system, eqx.is_array)[0]``), given the forward kernel's ``record``."""
@@ -266,7 +299,7 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system):
     dtype = R_rec.dtype
     if order is not None:
         n_acc, dR0, dPi0 = n_acc[order], dR0[order], dPi0[order]
-    low = lower_vjp(pair, system, dtype, "jvp")
+    low = lower_vjp(pair, system, dtype, "jvp", memory)
     arrays, static = eqx.partition(system, eqx.is_array)
     F, dF = jax.jvp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], (arrays,), (d_system,))
     pad = jnp.zeros((1,), dtype)

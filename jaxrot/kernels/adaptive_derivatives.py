@@ -30,6 +30,12 @@ def _parts(pair, forward, static, states0, const, max_steps, stored_steps):
     return B, dtype, cap, integrators_get(pair), fwd_run
 
 
+def _memory(pair, system, dtype) -> bool:
+    from .adaptive import carries_memory
+
+    return carries_memory(pair, system, dtype)
+
+
 def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps):
     """The run as a ``jax.custom_vjp`` whose backward pass runs in the kernels
     (:mod:`jaxrot.kernels.adaptive_backward`); ``t0``/``ts`` cotangents, where they are wanted, from the
@@ -53,10 +59,11 @@ def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref
     def run_bwd(res, ct):
         primals, record, n_acc, times = res
         system = to_dtype(eqx.combine(primals[0], static))
+        memory = _memory(pair, system, dtype)
         zero = jnp.zeros((B, record[4].shape[1], 3, 3), dtype)
         cR_out = zero if _symbolic(ct.R) else ct.R
         cPi_out = zero[..., 0] if _symbolic(ct.Pi) else ct.Pi
-        cR0, cPi0, c_sys = backward(p, system, record, n_acc, cR_out, cPi_out)
+        cR0, cPi0, c_sys = backward(p, system, record, n_acc, cR_out, cPi_out, memory)
         c_arrays = eqx.filter(c_sys, eqx.is_array)
         c_arrays = jax.tree_util.tree_map(lambda c, a: c.astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.inexact)
                                           else None, c_arrays, primals[0])
@@ -100,12 +107,13 @@ def in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const,
         t_arrays, t_states, t_dyn = tangents_in
         out, record = forward(eqx.combine(arrays, static), states0, **{**const, **dyn}, capacity=cap)
         system = to_dtype(eqx.combine(arrays, static))
+        memory = _memory(pair, system, states0.R.dtype)
         sys_arrays = eqx.filter(system, eqx.is_array)
         t_sys = jax.tree_util.tree_map(lambda t, a: _zero(a) if _symbolic(t) else t.astype(a.dtype),
                                        t_arrays, sys_arrays, is_leaf=_symbolic)
         dR0 = _zero(states0.R) if _symbolic(t_states.R) else t_states.R
         dPi0 = _zero(states0.Pi) if _symbolic(t_states.Pi) else t_states.Pi
-        dR, dPi = tangents(p, system, record, out.n_accepted, dR0, dPi0, t_sys)
+        dR, dPi = tangents(p, system, record, out.n_accepted, dR0, dPi0, t_sys, memory)
         moved = {k: v for k, v in t_dyn.items() if k in ("t0", "ts") and not _symbolic(v)}
         if moved:  # the save times' own tangents: the reference's (the last step's length moves with them)
             _, t_ref = jax.jvp(lambda d: ref(arrays, states0, {**dyn, **d}, None), ({k: dyn[k] for k in moved},),

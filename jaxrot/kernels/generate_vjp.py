@@ -2,22 +2,27 @@
 the kernels' derivative passes (:mod:`jaxrot.kernels.adaptive_backward`).
 
 The derivative of an error-controlled run is that of the steps it accepted (the controller's choice
-of the next step carries none, :mod:`jaxrot.driver.adjoint`). One accepted step of a pair, from
-fresh memory, is the map ::
+of the next step carries none, :mod:`jaxrot.driver.adjoint`). One accepted step of a pair is the map ::
 
-    (R, Pi, F) -> (R', Pi')    R', Pi' = step_with_error(system(F), t, (R, Pi), init(...), h)[0]
+    (R, Pi, m, F) -> (R', Pi', m')    (R', Pi'), m' = step_with_error(system(F), t, (R, Pi), m, h)[:2]
 
-where ``F`` holds the system's arrays raveled (the body's moments, the torque's parameters). Its
-vector-Jacobian product (``jax.vjp``) and its Jacobian-vector product (``jax.jvp``) are traced at one
-body's shapes and each written out as one Warp function by the same restatement as the forward
-kernels (:func:`jaxrot.kernels.jaxpr_warp.restate`)::
+where ``F`` holds the system's arrays raveled (the body's moments, the torque's parameters) and ``m``
+the pair's memory raveled (Buss's world momentum), ``m_0 = init(system(F), t0, (R0, Pi0))``. A pair
+that keeps no memory, or whose kernel takes every attempt from fresh memory, has ``m`` of one unused
+number and takes ``init`` inside the step. The step's vector-Jacobian product (``jax.vjp``) or its
+Jacobian-vector product (``jax.jvp``), with those of ``init`` and the memory's update, are traced at
+one body's shapes and written out as Warp functions by the same restatement as the forward kernels
+(:func:`jaxrot.kernels.jaxpr_warp.restate`)::
 
-    vjp(R, Pi, t, h, F, cR, cPi, X) -> (cR_in, cPi_in, cF)    cF a vector of len(F); X unused
-    jvp(R, Pi, t, h, F, dR, dPi, dF) -> (dR_out, dPi_out, 0)  dF the tangent of F
+    vjp(R, Pi, m, t, h, F, cR, cPi, cm) -> (cR, cPi, cm, cF)      cF a vector of len(F)
+    init_vjp(R, Pi, t, F, cm) -> (cR, cPi, cF)
+    jvp(R, Pi, m, t, h, F, dR, dPi, dm, dF) -> (dR, dPi, dm)      dF the tangent of F
+    init_jvp(R, Pi, t, F, dR, dPi, dF) -> dm
+    minit(R, Pi, t, F) -> m;  mstep(R, Pi, m, t, h, F) -> m'      the memory along the recorded steps
 
 so the derivative passes, like the forward one, are generated from the pair's single definition. Each
-is compared once with ``jax.vjp``/``jax.jvp`` on a few random states (to 10^3 roundings of the largest term) before a
-run uses it; what cannot be restated or does not agree is refused with the reason
+source is compared once with JAX on a few random states (to 10^3 roundings of the largest term) before
+a run uses it; what cannot be restated or does not agree is refused with the reason
 (:class:`~jaxrot.kernels.jaxpr_warp.Unsupported`) and the run's derivatives come from the XLA loop.
 """
 
@@ -28,10 +33,10 @@ import functools
 
 import numpy as np
 
-from .jaxpr_inputs import as_float, elements, named, source_key, state, structure_key, warp_functions
+from .jaxpr_inputs import as_float, elements, named, source_key, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, restate
 
-__all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_func", "flat_system", "KINDS"]
+__all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "KINDS"]
 
 #: the derivatives generated: reverse mode (``vjp``) and forward mode (``jvp``)
 KINDS = ("vjp", "jvp")
@@ -40,19 +45,20 @@ KINDS = ("vjp", "jvp")
 @dataclasses.dataclass(frozen=True)
 class LoweredVJP:
     """A pair's step derivative restated for one system's structure and one dtype: ``key`` names the
-    generated function (``kind``: ``"vjp"`` or ``"jvp"``), ``n_flat`` the length of ``F`` (the system's
-    arrays raveled)."""
+    generated functions (``kind``: ``"vjp"`` or ``"jvp"``), ``n_flat`` the length of ``F`` (the system's
+    arrays raveled), ``n_mem`` that of ``m`` (at least 1)."""
 
     key: str
     n_flat: int
     kind: str = "vjp"
+    n_mem: int = 1
 
 
-#: key -> (source, literals, len(F), kind)
+#: key -> (source, literals, len(F) (at least 1), len(m), kind, whether the memory is carried)
 _SOURCES: dict = {}
 #: structure key -> LoweredVJP or the Unsupported
 _LOWERED: dict = {}
-#: (key, dtype name) -> None (agreed with jax.vjp) or why not
+#: (key, dtype name) -> None (agreed with JAX) or why not
 _CHECKED: dict = {}
 
 
@@ -79,86 +85,139 @@ def flat_system(system, dtype):
     return F, unflatten
 
 
-def _accepted(pair, unflatten):
-    """One accepted step of ``pair`` from fresh memory, as a function of ``(R, Pi, t, h, F)``."""
-    from ..geometry.state import State
-
-    def step(R, Pi, t, h, F):
-        system = unflatten(F)
-        s = State(R, Pi)
-        new = pair.step_with_error(system, t, s, pair.init(system, t, s, h), h)[0]
-        return new.R, new.Pi
-
-    return step
-
-
-def _derivative(step, kind: str):
-    """The derivative of ``kind`` of ``step`` as a function of ``(R, Pi, t, h, F, u, w, X)``: ``u, w``
-    the cotangents (``vjp``) or tangents (``jvp``) of ``R, Pi``; ``X`` the tangent of ``F`` (``jvp``)."""
+def _pieces(pair, unflatten, carried: bool, dtype, F0):
+    """``(minit, step, n_mem)``: the memory at the start, ``minit(R, Pi, t, F) -> m``, and one accepted
+    step ``step(R, Pi, m, t, h, F) -> (R', Pi', m')`` of ``pair``, ``m`` raveled (one unused number
+    where the memory is not carried); ``F0`` a value of ``F`` (its shape is what is read)."""
     import jax
     import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
 
-    def vjp_fn(R, Pi, t, h, F, cR, cPi, X):
-        _, pull = jax.vjp(lambda R, Pi, F: step(R, Pi, t, h, F), R, Pi, F)
-        return pull((cR, cPi))
+    from ..geometry.state import State
 
-    def jvp_fn(R, Pi, t, h, F, dR, dPi, dF):
-        _, (oR, oPi) = jax.jvp(lambda R, Pi, F: step(R, Pi, t, h, F), (R, Pi, F), (dR, dPi, dF))
-        return oR, oPi, jnp.zeros_like(F)
+    def mem0(R, Pi, t, F, h):
+        return pair.init(unflatten(F), t, State(R, Pi), h)
 
-    return vjp_fn if kind == "vjp" else jvp_fn
+    z = jnp.zeros((), dtype)
+    eye = jnp.eye(3, dtype=dtype)
+    if carried:
+        closed = jax.make_jaxpr(lambda h: ravel_pytree(mem0(eye, jnp.ones(3, dtype), z, F0, h))[0])(z)
+        if any(closed.jaxpr.invars[0] in e.invars for e in closed.jaxpr.eqns) or closed.jaxpr.invars[0] in closed.jaxpr.outvars:
+            raise Unsupported("a carried memory that depends on the first step's length")
+        flat0, unravel = ravel_pytree(mem0(eye, jnp.ones(3, dtype), z, F0, z))
+        n_mem = int(flat0.shape[0])
+    else:
+        n_mem = 1
+
+    def minit(R, Pi, t, F):
+        if not carried:
+            return jnp.zeros((1,), dtype)
+        return ravel_pytree(mem0(R, Pi, t, F, jnp.ones((), dtype)))[0].astype(dtype)
+
+    def step(R, Pi, m, t, h, F):
+        system = unflatten(F)
+        s = State(R, Pi)
+        mem = unravel(m) if carried else pair.init(system, t, s, h)
+        new, mem1 = pair.step_with_error(system, t, s, mem, h)[:2]
+        return new.R, new.Pi, (ravel_pytree(mem1)[0].astype(dtype) if carried else m)
+
+    return minit, step, n_mem
 
 
-def _generate(pair, system, dtype, kind: str):
+def _functions(minit, step, kind: str):
+    """name -> (JAX function, its argument names and types, its outputs' types) of ``kind``'s source."""
+    import jax
+
+    def vjp(R, Pi, m, t, h, F, cR, cPi, cm):
+        _, pull = jax.vjp(lambda R, Pi, m, F: step(R, Pi, m, t, h, F), R, Pi, m, F)
+        return pull((cR, cPi, cm))
+
+    def init_vjp(R, Pi, t, F, cm):
+        _, pull = jax.vjp(lambda R, Pi, F: minit(R, Pi, t, F), R, Pi, F)
+        return pull(cm)
+
+    def jvp(R, Pi, m, t, h, F, dR, dPi, dm, dF):
+        return jax.jvp(lambda R, Pi, m, F: step(R, Pi, m, t, h, F), (R, Pi, m, F), (dR, dPi, dm, dF))[1]
+
+    def init_jvp(R, Pi, t, F, dR, dPi, dF):
+        return (jax.jvp(lambda R, Pi, F: minit(R, Pi, t, F), (R, Pi, F), (dR, dPi, dF))[1],)
+
+    def mstep(R, Pi, m, t, h, F):
+        return (step(R, Pi, m, t, h, F)[2],)
+
+    def minit1(R, Pi, t, F):
+        return (minit(R, Pi, t, F),)
+
+    state_args = "R M Pi V m MT t S h S F P"
+    fns = {"minit": (minit1, "R M Pi V t S F P", ("MT",)), "mstep": (mstep, state_args, ("MT",))}
+    if kind == "vjp":
+        fns["vjp"] = (vjp, state_args + " cR M cPi V cm MT", ("M", "V", "MT", "F_T"))
+        fns["init_vjp"] = (init_vjp, "R M Pi V t S F P cm MT", ("M", "V", "F_T"))
+    else:
+        fns["jvp"] = (jvp, state_args + " dR M dPi V dm MT dF P", ("M", "V", "MT"))
+        fns["init_jvp"] = (init_jvp, "R M Pi V t S F P dR M dPi V dF P", ("MT",))
+    return fns
+
+
+def _generate(pair, system, dtype, kind: str, carried: bool):
     import jax
     import jax.numpy as jnp
 
     F, unflatten = flat_system(system, dtype)
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(pair)):
         raise Unsupported("a pair with traced arrays of its own")
-    fn = _derivative(_accepted(pair, unflatten), kind)
+    n = int(F.shape[0])
     dt = jnp.dtype(dtype)
     sds = jax.ShapeDtypeStruct
-    m, v, s = sds((3, 3), dt), sds((3,), dt), sds((), dt)
-    n = int(F.shape[0])
-    closed = jax.make_jaxpr(fn)(m, v, s, s, sds((n,), dt), m, v, sds((n,), dt))
+    minit, step, n_mem = _pieces(pair, unflatten, carried, dt, jnp.zeros((n,), dt))
+    shapes = {"M": (3, 3), "V": (3,), "S": (), "P": (n,), "MT": (n_mem,)}
     g = Source(dt == jnp.float64)
-    consts = []
-    for c in closed.consts:
-        if isinstance(c, jax.core.Tracer):
-            raise Unsupported("a value closed over inside someone's trace")
-        consts.append(g.array(np.asarray(c)))
-    t, R, Pi = state()
-    h = named(lambda i: "h", ())
-    Fe = elements("F", (n,), 0, dt)
-    u = named(lambda i: f"u[{i[0]}, {i[1]}]", (3, 3))
-    w = named(lambda i: f"w[{i[0]}]", (3,))
-    X = elements("X", (n,), 0, dt)
-    g.lines, g.n, g.cache = [], 0, {}
-    outs = restate(g, closed.jaxpr, consts, [R, Pi, t, h, Fe, u, w, X])
-    ret_R = [as_float(g, e) for e in np.asarray(outs[0]).reshape(-1)]
-    ret_Pi = [as_float(g, e) for e in np.asarray(outs[1]).reshape(-1)]
-    ret_F = [as_float(g, e) for e in np.asarray(outs[2]).reshape(-1)] or ["S(0.0)"]
-    src = (f"def {kind}(R: M, Pi: V, t: S, h: S, F: wp.array(dtype=S), u: M, w: V, X: wp.array(dtype=S)):\n"
-           + "".join(x + "\n" for x in g.lines)
-           + f"    return M({', '.join(ret_R)}), V({', '.join(ret_Pi)}), F_T({', '.join(ret_F)})\n")
+    parts = []
+    for name, (fn, sig, outs_t) in _functions(minit, step, kind).items():
+        args = sig.split()[::2], sig.split()[1::2]
+        closed = jax.make_jaxpr(fn)(*(sds(shapes[ty], dt) for ty in args[1]))
+        consts = []
+        for c in closed.consts:
+            if isinstance(c, jax.core.Tracer):
+                raise Unsupported("a value closed over inside someone's trace")
+            consts.append(g.array(np.asarray(c)))
+        ins = []
+        for a, ty in zip(*args):
+            if ty == "P":
+                ins.append(elements(a, (n,), 0, dt))
+            elif ty == "M":
+                ins.append(named(lambda i, a=a: f"{a}[{i[0]}, {i[1]}]", (3, 3)))
+            elif ty == "S":
+                ins.append(named(lambda i, a=a: a, ()))
+            else:
+                ins.append(named(lambda i, a=a: f"{a}[{i[0]}]", shapes[ty]))
+        g.lines, g.n, g.cache = [], 0, {}
+        outs = restate(g, closed.jaxpr, consts, ins)
+        rets = []
+        for o, ty in zip(outs, outs_t):
+            items = [as_float(g, e) for e in np.asarray(o).reshape(-1)] or ["S(0.0)"]
+            rets.append(f"{ty}({', '.join(items)})")
+        types = {"M": "M", "V": "V", "S": "S", "P": "wp.array(dtype=S)", "MT": "MT"}
+        head = ", ".join(f"{a}: {types[ty]}" for a, ty in zip(*args))
+        parts.append(f"def {name}({head}):\n" + "".join(x + "\n" for x in g.lines) + f"    return {', '.join(rets)}\n")
+    src = "\n\n".join(parts)
     key = source_key(src, g.lits)
-    _SOURCES[key] = (src, tuple(g.lits), max(n, 1), kind)
-    return LoweredVJP(key, n, kind)
+    _SOURCES[key] = (src, tuple(g.lits), max(n, 1), n_mem, kind, bool(carried))
+    return LoweredVJP(key, n, kind, n_mem)
 
 
-def lower_vjp(pair, system, dtype, kind: str = "vjp") -> LoweredVJP:
+def lower_vjp(pair, system, dtype, kind: str = "vjp", carried: bool = False) -> LoweredVJP:
     """Restate the derivative ``kind`` (``"vjp"`` or ``"jvp"``) of ``pair``'s accepted step for ``system``
-    at ``dtype`` (checked against JAX's once, Warp installed); raises :class:`Unsupported` saying why it
-    cannot be."""
-    ck = structure_key((pair, system), np.dtype(dtype).name, kind)
+    at ``dtype``, its memory ``carried`` from step to step or fresh at each (checked against JAX once,
+    Warp installed); raises :class:`Unsupported` saying why it cannot be."""
+    ck = structure_key((pair, system), np.dtype(dtype).name, kind, bool(carried))
     hit = _LOWERED.get(ck) if ck is not None else None
     if hit is None:
         try:
-            hit = _generate(pair, system, dtype, kind)
+            hit = _generate(pair, system, dtype, kind, carried)
             from .generate_checks import verdict
 
-            verdict(_CHECKED, (hit.key, np.dtype(dtype).name), lambda: _compare(pair, system, dtype, hit),
+            verdict(_CHECKED, (hit.key, np.dtype(dtype).name), lambda: _compare(pair, system, dtype, hit, carried),
                     "the generated step derivative")
         except Unsupported as err:
             hit = err
@@ -171,51 +230,75 @@ def lower_vjp(pair, system, dtype, kind: str = "vjp") -> LoweredVJP:
     return hit
 
 
-def vjp_reason(pair, system, dtype, kind: str = "vjp") -> str | None:
+def vjp_reason(pair, system, dtype, kind: str = "vjp", carried: bool = False) -> str | None:
     """Why ``pair``'s step derivative ``kind`` cannot be generated for ``system`` at ``dtype`` (None if it
     can)."""
     try:
-        lower_vjp(pair, system, dtype, kind)
+        lower_vjp(pair, system, dtype, kind, carried)
     except Unsupported as err:
         return str(err)
     return None
 
 
+def carried(key: str) -> bool:
+    """Whether the generated functions of ``key`` carry the pair's memory from step to step."""
+    return _SOURCES[key][5]
+
+
 @functools.lru_cache(maxsize=None)
-def vjp_func(S, key: str):
-    """``(fn, F_T)``: the generated Warp function of ``key`` (``vjp`` or ``jvp``) for scalar type ``S`` and
-    the vector type of its parameters' cotangent."""
+def vjp_funcs(S, key: str):
+    """``(functions by name, F_T, MT)``: the generated Warp functions of ``key`` for scalar type ``S``,
+    the vector types of the parameters' cotangent and of the memory."""
     from ._common import warp
 
-    src, lits, n, kind = _SOURCES[key]
-    F_T = warp().types.vector(n, S)
-    return warp_functions(S, src, lits, f"{kind}-{key}", [kind], F_T=F_T)[kind], F_T
+    src, lits, n, n_mem, kind, _ = _SOURCES[key]
+    wp = warp()
+    F_T, MT = wp.types.vector(n, S), wp.types.vector(n_mem, S)
+    names = ["minit", "mstep", kind, f"init_{kind}"]
+    return warp_functions(S, src, lits, f"{kind}-{key}", names, F_T=F_T, MT=MT), F_T, MT
 
 
 @functools.lru_cache(maxsize=None)
 def _check_kernel(S, key: str):
+    """One call of each generated function per test state (:func:`_compare`)."""
     from ._common import so3_funcs, warp
 
     wp = warp()
     c = so3_funcs(S)
-    vjp, F_T = vjp_func(S, key)
+    fns, F_T, MT = vjp_funcs(S, key)
+    kind = _SOURCES[key][4]
+    VJP = kind == "vjp"
+    main, init_d, minit, mstep = fns[kind], fns[f"init_{kind}"], fns["minit"], fns["mstep"]
 
-    def one(R, Pi, cR, cPi, t, h, F, X, oR, oPi, oF):
+    def one(R, Pi, m, u, w, um, t, h, F, X, oR, oPi, oM, oF, oM0, oM1, oIR, oIPi, oIF, oIM):
         b = wp.tid()
-        a, p, f = vjp(R[b], Pi[b], t, h, F, cR[b], cPi[b], X)
+        oM0[b] = minit(R[b], Pi[b], t, F)
+        oM1[b] = mstep(R[b], Pi[b], m[b], t, h, F)
+        if wp.static(VJP):
+            a, p, q, f = main(R[b], Pi[b], m[b], t, h, F, u[b], w[b], um[b])
+            oF[b] = f
+            ia, ip, iF = init_d(R[b], Pi[b], t, F, um[b])
+            oIR[b] = ia
+            oIPi[b] = ip
+            oIF[b] = iF
+        else:
+            a, p, q = main(R[b], Pi[b], m[b], t, h, F, u[b], w[b], um[b], X)
+            oIM[b] = init_d(R[b], Pi[b], t, F, u[b], w[b], X)
         oR[b] = a
         oPi[b] = p
-        oF[b] = f
+        oM[b] = q
 
     # (annotations set here: this module's are strings, which Warp would look up among its globals)
     A = wp.array
-    one.__annotations__ = dict(R=A(dtype=c.M), Pi=A(dtype=c.V), cR=A(dtype=c.M), cPi=A(dtype=c.V), t=S, h=S,
-                               F=A(dtype=S), X=A(dtype=S), oR=A(dtype=c.M), oPi=A(dtype=c.V), oF=A(dtype=F_T))
-    one.__name__ = one.__qualname__ = f"vjp_check_{key}_{S.__name__}"
+    one.__annotations__ = dict(R=A(dtype=c.M), Pi=A(dtype=c.V), m=A(dtype=MT), u=A(dtype=c.M), w=A(dtype=c.V),
+                               um=A(dtype=MT), t=S, h=S, F=A(dtype=S), X=A(dtype=S), oR=A(dtype=c.M),
+                               oPi=A(dtype=c.V), oM=A(dtype=MT), oF=A(dtype=F_T), oM0=A(dtype=MT), oM1=A(dtype=MT),
+                               oIR=A(dtype=c.M), oIPi=A(dtype=c.V), oIF=A(dtype=F_T), oIM=A(dtype=MT))
+    one.__name__ = one.__qualname__ = f"{kind}_check_{key}_{S.__name__}"
     return wp.kernel(one, module="unique", enable_backward=False)
 
 
-def _compare(pair, system, dtype, low: LoweredVJP):
+def _compare(pair, system, dtype, low: LoweredVJP, carried: bool):
     import jax
     import jax.numpy as jnp
 
@@ -229,29 +312,43 @@ def _compare(pair, system, dtype, low: LoweredVJP):
         F, unflatten = flat_system(system, dtype)
         if isinstance(F, jax.core.Tracer):
             return None  # (the values are known only inside the trace: compiled when first used)
+        minit, step, n_mem = _pieces(pair, unflatten, carried, jnp.dtype(dtype), F)
         _, R, Pi, h = sample_states(system, dtype, n)
         rng = np.random.default_rng(1)
-        cR, cPi = rng.normal(size=(n, 3, 3)).astype(dtype), rng.normal(size=(n, 3)).astype(dtype)
+        u, w = rng.normal(size=(n, 3, 3)).astype(dtype), rng.normal(size=(n, 3)).astype(dtype)
+        um = rng.normal(size=(n, n_mem)).astype(dtype)
         X = rng.normal(size=F.shape).astype(dtype)
-        fn = _derivative(_accepted(pair, unflatten), low.kind)
-        t = jnp.asarray(0.25, dtype)
+        t, hh = jnp.asarray(0.25, dtype), jnp.asarray(h, dtype)
+        m = np.asarray(jax.vmap(lambda R, Pi: minit(R, Pi, t, F))(jnp.asarray(R), jnp.asarray(Pi)))
+        fns = {k: f for k, (f, _, _) in _functions(minit, step, low.kind).items()}
 
-        def ref(R, Pi, cR, cPi):
-            return fn(R, Pi, t, jnp.asarray(h, dtype), F, cR, cPi, jnp.asarray(X))
+        def ref(R, Pi, m, u, w, um):
+            M0, = fns["minit"](R, Pi, t, F)
+            M1, = fns["mstep"](R, Pi, m, t, hh, F)
+            if low.kind == "vjp":
+                return (*fns["vjp"](R, Pi, m, t, hh, F, u, w, um), M0, M1, *fns["init_vjp"](R, Pi, t, F, um))
+            return (*fns["jvp"](R, Pi, m, t, hh, F, u, w, um, jnp.asarray(X)), M0, M1,
+                    *fns["init_jvp"](R, Pi, t, F, u, w, jnp.asarray(X)))
 
-        want = [np.asarray(x) for x in jax.vmap(ref)(*(jnp.asarray(x) for x in (R, Pi, cR, cPi)))]
+        want = [np.asarray(x) for x in jax.vmap(ref)(*(jnp.asarray(x) for x in (R, Pi, m, u, w, um)))]
         F = np.asarray(F)
     c = so3_funcs(S)
-    _, F_T = vjp_func(S, low.key)
+    _, F_T, MT = vjp_funcs(S, low.key)
     kernel = _check_kernel(S, low.key)
     dev = "cpu"
-    outs = [wp.zeros(n, dtype=c.M, device=dev), wp.zeros(n, dtype=c.V, device=dev), wp.zeros(n, dtype=F_T, device=dev)]
-    ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev), wp.array(cR, dtype=c.M, device=dev),
-           wp.array(cPi, dtype=c.V, device=dev), S(0.25), S(h), wp.array(np.concatenate([F, np.zeros(1, dtype)]),
-                                                                        dtype=S, device=dev),
-           wp.array(np.concatenate([X, np.zeros(1, dtype)]), dtype=S, device=dev)]
+    types = (c.M, c.V, MT, F_T, MT, MT, c.M, c.V, F_T, MT)
+    outs = [wp.zeros(n, dtype=ty, device=dev) for ty in types]
+    pad = np.zeros(1, dtype)
+    ins = [wp.array(x, dtype=ty, device=dev) for x, ty in ((R, c.M), (Pi, c.V), (m, MT), (u, c.M), (w, c.V), (um, MT))]
+    ins += [S(0.25), S(h), wp.array(np.concatenate([F, pad]), dtype=S, device=dev),
+            wp.array(np.concatenate([X, pad]), dtype=S, device=dev)]
     wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
     got = [o.numpy() for o in outs]
-    got[2] = got[2][:, :low.n_flat]
-    names = ("R", "Pi", "F") if low.kind == "vjp" else ("R", "Pi")
-    return disagreement(f"step derivative ({low.kind})", names, got[:len(names)], want[:len(names)], {}, n)
+    if low.kind == "vjp":
+        names = ("R", "Pi", "m", "F", "m0", "m1", "init R", "init Pi", "init F")
+        got = got[:9]
+        got[3], got[8] = got[3][:, :low.n_flat], got[8][:, :low.n_flat]
+    else:
+        names = ("R", "Pi", "m", "m0", "m1", "init m")
+        got = [got[0], got[1], got[2], got[4], got[5], got[9]]
+    return disagreement(f"step derivative ({low.kind})", names, got, want, {}, n)
