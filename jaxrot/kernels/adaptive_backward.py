@@ -62,6 +62,25 @@ def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str =
 
 
 @functools.lru_cache(maxsize=None)
+def derivative_module(dtype_name: str, key: str) -> str:
+    """The Warp module of the derivative kernels of ``key`` (and of its check before use,
+    :mod:`jaxrot.kernels.generate_vjp`): one compilation of the large generated functions for all of
+    them. Each operation rounded on its own, as in the forward kernels."""
+    from ._common import FUSE_FP
+
+    name = f"jaxrot_derivatives_{key}_{dtype_name}"
+    warp().set_module_options({"fuse_fp": FUSE_FP, "enable_backward": False}, module=name)
+    return name
+
+
+def define_kernels(dtype_name: str, key: str) -> None:
+    """Define the derivative kernel of ``key`` in its module before the module is first compiled."""
+    from .generate_vjp import kind_of_key
+
+    (backward_kernel if kind_of_key(key) == "vjp" else tangent_kernel)(dtype_name, key)
+
+
+@functools.lru_cache(maxsize=None)
 def backward_kernel(dtype_name: str, key: str):
     """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
     wp = warp()
@@ -126,9 +145,7 @@ def backward_kernel(dtype_name: str, key: str):
                                 cPi_out=A2(dtype=V), F=A(dtype=S), n_out=wp.int32, cR0=A(dtype=M), cPi0=A(dtype=V),
                                 cF=A(dtype=F_T), m_rec=A2(dtype=MT))
     back.__name__ = back.__qualname__ = f"backward_{key}_{dtype_name}"
-    from ._common import FUSE_FP
-
-    kernel = wp.kernel(back, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
+    kernel = wp.kernel(back, module=derivative_module(dtype_name, key), enable_backward=False)
     return S, F_T, kernel
 
 
@@ -255,9 +272,7 @@ def tangent_kernel(dtype_name: str, key: str):
                                n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), dR0=A(dtype=M), dPi0=A(dtype=V),
                                F=A(dtype=S), dF=A(dtype=S), n_out=wp.int32, dR_out=A2(dtype=M), dPi_out=A2(dtype=V))
     tan.__name__ = tan.__qualname__ = f"tangents_{key}_{dtype_name}"
-    from ._common import FUSE_FP
-
-    return S, wp.kernel(tan, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
+    return S, wp.kernel(tan, module=derivative_module(dtype_name, key), enable_backward=False)
 
 
 @functools.lru_cache(maxsize=None)

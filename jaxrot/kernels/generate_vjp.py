@@ -240,6 +240,11 @@ def vjp_reason(pair, system, dtype, kind: str = "vjp", carried: bool = False) ->
     return None
 
 
+def kind_of_key(key: str) -> str:
+    """``"vjp"`` or ``"jvp"``: the derivative the functions of ``key`` compute."""
+    return _SOURCES[key][4]
+
+
 def carried(key: str) -> bool:
     """Whether the generated functions of ``key`` carry the pair's memory from step to step."""
     return _SOURCES[key][5]
@@ -295,7 +300,13 @@ def _check_kernel(S, key: str):
                                oPi=A(dtype=c.V), oM=A(dtype=MT), oF=A(dtype=F_T), oM0=A(dtype=MT), oM1=A(dtype=MT),
                                oIR=A(dtype=c.M), oIPi=A(dtype=c.V), oIF=A(dtype=F_T), oIM=A(dtype=MT))
     one.__name__ = one.__qualname__ = f"{kind}_check_{key}_{S.__name__}"
-    return wp.kernel(one, module="unique", enable_backward=False)
+    # in the module of the kernels that use these functions, which are defined first: one compilation
+    from .adaptive_backward import define_kernels, derivative_module
+
+    dtype_name = "float64" if S is wp.float64 else "float32"
+    check = wp.kernel(one, module=derivative_module(dtype_name, key), enable_backward=False)
+    define_kernels(dtype_name, key)
+    return check
 
 
 def _compare(pair, system, dtype, low: LoweredVJP, carried: bool):
