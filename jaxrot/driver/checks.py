@@ -11,9 +11,8 @@
   a ``ValueError`` when a compiled function is called again through JAX's fast path); inside
   ``with jaxrot.simulation_errors():`` it is re-raised as the plain ``ValueError``.
 
-The checks of a concrete initial state or inertia are remembered by identity (JAX arrays are immutable),
-so a loop of calls on the same arrays pays each check once.
-"""
+The checks of a concrete initial state or inertia are remembered by identity (JAX arrays are
+immutable), so a loop of calls on the same arrays pays each check once."""
 
 from __future__ import annotations
 
@@ -232,19 +231,10 @@ def traced_checks(problem: Problem, state0: State, dt, t0):
 
 @functools.partial(jax.jit, static_argnums=4)
 def _any_bad(J, dt, state, t0, physical: bool):
-    """Whether any of the values given (None: not checked) is bad, as one compiled program: under
-    ``grad`` or ``vmap`` without ``jit`` the checks run outside any program, where each of their
-    operations would compile one of its own on a first call."""
-    bad = []
-    if J is not None:
-        bad.append(_bad_moments(J, physical))
-    if dt is not None:
-        bad.append(_bad_dt(dt))
-    if state is not None:
-        bad.append(_bad_state(*state))
-    if t0 is not None:
-        bad.append(_bad_t0(t0))
-    return functools.reduce(jnp.logical_or, [jnp.any(b) for b in bad])
+    """Whether any of the values given (None: not checked) is bad, as one compiled program (under
+    ``grad``/``vmap`` without ``jit`` each operation would otherwise compile on its own)."""
+    checks = [(J, lambda x: _bad_moments(x, physical)), (dt, _bad_dt), (state, lambda s: _bad_state(*s)), (t0, _bad_t0)]
+    return functools.reduce(jnp.logical_or, [jnp.any(f(x)) for x, f in checks if x is not None])
 
 
 def _bad_moments(J, physical):
