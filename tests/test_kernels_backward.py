@@ -195,3 +195,25 @@ def test_forward_mode_in_the_kernels_equals_the_xla_loops(monkeypatch):
         return tr.final.Pi
     d, dx = (jax.jvp(lambda t: final(t, ex), (1.0,), (1.0,))[1] for ex in (jaxrot.Fused(), jaxrot.XLA()))
     assert _rel(d, dx) <= 1e-9
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_where_the_kernels_cannot_differentiate_the_xla_loop_does(monkeypatch, mode):
+    """The choice is made only when a derivative is taken (a plain run restates none); where the step's
+    derivative cannot be generated, the same custom rule takes the XLA loop's derivatives."""
+    from jaxrot.kernels import adaptive, adaptive_backward
+
+    asked = []
+    monkeypatch.setattr(adaptive, "backward_reason", lambda *a, **k: asked.append(1) or "not restated (test)")
+    calls = _spy(monkeypatch)
+    monkeypatch.setattr(adaptive_backward, "tangents", lambda *a: calls.append(1))
+    S = _batch(4, seed=11)
+    ts = jnp.asarray([1.0])
+    jaxrot.simulate("rkmk8(5)", P, t1=1.0, state0=S, stepsize=jaxrot.Adaptive(1e-8, 1e-8), executor=jaxrot.Fused())
+    assert not asked
+    adjoint = None if mode == "reverse" else jaxrot.ForwardMode()
+    diff = jax.grad if mode == "reverse" else jax.jacfwd
+    g, gx = (diff(_loss("rkmk8(5)", ts, ex, adjoint, tol=1e-8))(P.body.J, S.R, S.Pi)
+             for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert asked and not calls
+    assert _rel(g, gx) <= 1e-9

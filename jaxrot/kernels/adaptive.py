@@ -205,7 +205,8 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
 
     from .adaptive_derivatives import in_kernels, in_kernels_jvp
 
-    if adjoint == "tangents" and B and backward_reason(pair, to_dtype(system), dtype, event, "jvp") is None:
+    # (without an event: whether the kernels take the derivative is decided only when it is taken)
+    if adjoint == "tangents" and B and event is None:
         return in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps,
                               stored_steps)
     if adjoint in ("forward", "tangents"):
@@ -220,7 +221,7 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
 
         return run(arrays, states0, dyn, ev_arrays)
 
-    if B and backward_reason(pair, to_dtype(system), dtype, event) is None:
+    if B and event is None:
         return in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps)
     run = jax.custom_vjp(fwd_run)
 

@@ -36,10 +36,18 @@ def _memory(pair, system, dtype) -> bool:
     return carries_memory(pair, system, dtype)
 
 
+def _in_kernels(pair, system, dtype, kind: str) -> bool:
+    """Whether the derivative ``kind`` of the run is taken in the kernels: asked only when the run is
+    differentiated (a plain run restates no derivative)."""
+    from .adaptive import backward_reason
+
+    return backward_reason(pair, system, dtype, None, kind) is None
+
+
 def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps):
-    """The run as a ``jax.custom_vjp`` whose backward pass runs in the kernels
-    (:mod:`jaxrot.kernels.adaptive_backward`); ``t0``/``ts`` cotangents, where they are wanted, from the
-    reference loop."""
+    """The run (without an event) as a ``jax.custom_vjp`` whose backward pass runs in the kernels
+    (:mod:`jaxrot.kernels.adaptive_backward`) where the pair's step derivative can be generated, else
+    the reference loop's; ``t0``/``ts`` cotangents, where they are wanted, from the reference loop."""
     from .adaptive_backward import backward
 
     B, dtype, cap, p, fwd_run = _parts(pair, forward, static, states0, const, max_steps, stored_steps)
@@ -50,14 +58,21 @@ def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref
         times = {k: v.perturbed for k, v in dyn.items() if k in ("t0", "ts")}
         primals = jax.tree_util.tree_map(lambda x: x.value, (arrays, states0, dyn),
                                          is_leaf=lambda x: isinstance(x, jax.custom_derivatives.CustomVJPPrimal))
+        nonlocal out_avals
+        if not _in_kernels(pair, to_dtype(eqx.combine(primals[0], static)), dtype, "vjp"):
+            out = fwd_run(*primals)
+            out_avals = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)
+            return out, (primals, None, None, True)
         out, record = forward(eqx.combine(primals[0], static), primals[1], **{**const, **primals[2]},
                               capacity=cap)
-        nonlocal out_avals
         out_avals = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), out)
         return out, (primals, record, out.n_accepted, any(jax.tree_util.tree_leaves(times)))
 
     def run_bwd(res, ct):
         primals, record, n_acc, times = res
+        if record is None:  # the reference loop's backward pass
+            ct = jax.tree_util.tree_map(lambda c, o: _zero(o) if _symbolic(c) else c, ct, out_avals, is_leaf=_symbolic)
+            return jax.vjp(lambda a, s, d: ref(a, s, d, None), *primals)[1](ct)
         system = to_dtype(eqx.combine(primals[0], static))
         memory = _memory(pair, system, dtype)
         zero = jnp.zeros((B, record[4].shape[1], 3, 3), dtype)
@@ -94,9 +109,10 @@ def _zero(aval):
 
 
 def in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps):
-    """The run as a ``jax.custom_jvp`` whose tangents are carried through the recorded steps in the
-    kernels (:func:`jaxrot.kernels.adaptive_backward.tangents`); ``t0``/``ts`` tangents, where given,
-    from the reference loop. Forward mode only."""
+    """The run (without an event) as a ``jax.custom_jvp`` whose tangents are carried through the recorded
+    steps in the kernels (:func:`jaxrot.kernels.adaptive_backward.tangents`) where the pair's step
+    derivative can be generated, else the reference loop's; ``t0``/``ts`` tangents, where given, from the
+    reference loop. Forward mode only."""
     from .adaptive_backward import tangents
 
     _, _, cap, p, fwd_run = _parts(pair, forward, static, states0, const, max_steps, stored_steps)
@@ -105,6 +121,10 @@ def in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const,
     def run_jvp(primals, tangents_in):
         arrays, states0, dyn = primals
         t_arrays, t_states, t_dyn = tangents_in
+        if not _in_kernels(pair, to_dtype(eqx.combine(arrays, static)), states0.R.dtype, "jvp"):
+            t_in = jax.tree_util.tree_map(lambda t, x: _zero(x) if _symbolic(t) else t, tangents_in, primals,
+                                          is_leaf=_symbolic)
+            return run(*primals), jax.jvp(lambda a, s, d: ref(a, s, d, None), primals, t_in)[1]
         out, record = forward(eqx.combine(arrays, static), states0, **{**const, **dyn}, capacity=cap)
         system = to_dtype(eqx.combine(arrays, static))
         memory = _memory(pair, system, states0.R.dtype)
