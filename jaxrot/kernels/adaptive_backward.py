@@ -80,16 +80,21 @@ def define_kernels(dtype_name: str, key: str) -> None:
     (backward_kernel if kind_of_key(key) == "vjp" else tangent_kernel)(dtype_name, key)
 
 
-@functools.lru_cache(maxsize=None)
-def backward_kernel(dtype_name: str, key: str):
-    """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
+def _pieces(dtype_name: str, key: str):
+    """``(wp, S, V, M, (step derivative, init's derivative, minit, mstep), F_T, MT, carried)``: what both
+    derivative kernels of ``key`` are built from."""
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
     c = so3_funcs(S)
-    V, M = c.V, c.M
     fns, F_T, MT = vjp_funcs(S, key)
-    vjp, init_vjp, minit, mstep = fns["vjp"], fns["init_vjp"], fns["minit"], fns["mstep"]
-    CARRIED = carried(key)
+    kind = "vjp" if "vjp" in fns else "jvp"
+    return wp, S, c.V, c.M, (fns[kind], fns[f"init_{kind}"], fns["minit"], fns["mstep"]), F_T, MT, carried(key)
+
+
+@functools.lru_cache(maxsize=None)
+def backward_kernel(dtype_name: str, key: str):
+    """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
+    wp, S, V, M, (vjp, init_vjp, minit, mstep), F_T, MT, CARRIED = _pieces(dtype_name, key)
 
     def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, cR0, cPi0, cF, m_rec):
         b = wp.tid()
@@ -227,13 +232,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
 @functools.lru_cache(maxsize=None)
 def tangent_kernel(dtype_name: str, key: str):
     """``(S, kernel)``: the forward sweep of tangents over each body's recorded steps (:func:`tangents`)."""
-    wp = warp()
-    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    c = so3_funcs(S)
-    V, M = c.V, c.M
-    fns, _, MT = vjp_funcs(S, key)
-    jvp, init_jvp, minit, mstep = fns["jvp"], fns["init_jvp"], fns["minit"], fns["mstep"]
-    CARRIED = carried(key)
+    wp, S, V, M, (jvp, init_jvp, minit, mstep), _, MT, CARRIED = _pieces(dtype_name, key)
 
     def tan(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, dR_out, dPi_out):
         b = wp.tid()
