@@ -102,6 +102,17 @@ def test_a_record_too_small_for_the_steps_taken_fails_with_the_remedy():
         jax.block_until_ready(jax.grad(loss)(P.body.J, S.R, S.Pi))
 
 
+def test_forward_mode_with_a_record_too_small_fails_with_the_remedy(monkeypatch):
+    """Tangents through a record that missed steps are refused (NaN where errors are not raised), not
+    read past its end."""
+    from jaxrot.kernels import adaptive_derivatives
+
+    monkeypatch.setattr(adaptive_derivatives, "capacity_for", lambda *a: 5)
+    S = _batch(3, seed=3)
+    loss = _loss("rkmk8(5)", jnp.asarray([1.0]), jaxrot.Fused())
+    with pytest.raises(Exception, match="accepted more steps than the 5 its derivative's record holds"):
+        jax.block_until_ready(jax.jvp(lambda J: loss(J, S.R, S.Pi), (P.body.J,), (jnp.ones(3),)))
+
 def test_float32_gradient_in_the_kernels():
     S = _batch(6, seed=4)
     S32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), S)

@@ -102,12 +102,7 @@ def backward_kernel(dtype_name: str, key: str):
         cPi = V()
         cm = MT()
         acc = F_T()
-        n = n_acc[b]
-        if n > R_rec.shape[1]:  # more steps than were recorded: no derivative (the caller says why)
-            nan = S(wp.nan)
-            cR = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
-            cPi = V(nan, nan, nan)
-            n = 0
+        n = n_acc[b]  # (0 for a body whose steps were not all recorded: :func:`_unrecorded`)
         if wp.static(CARRIED):  # the memory at each step's start, from the first (a forward sweep)
             if n > 0:
                 m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
@@ -154,10 +149,6 @@ def backward_kernel(dtype_name: str, key: str):
     return S, F_T, kernel
 
 
-_N_IN = 10  # 9 arrays, then n_out
-_SLICED = frozenset((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13))
-
-
 @functools.lru_cache(maxsize=None)
 def _ffi(dtype_name, key):
     return warp().jax_kernel(backward_kernel(dtype_name, key)[2], num_outputs=4, vmap_method="sequential")
@@ -166,27 +157,7 @@ def _ffi(dtype_name, key):
 @functools.lru_cache(maxsize=None)
 def _callable(dtype_name, key):
     """The backward kernel launched in slices of the batch from the pool's threads (a CPU)."""
-    wp = warp()
-    S, F_T, kernel = backward_kernel(dtype_name, key)
-    c = so3_funcs(S)
-
-    def split(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, n_slices, cR0, cPi0, cF, m_rec):
-        ins = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F)
-        arrays = {**dict(enumerate(ins)), 10: cR0, 11: cPi0, 12: cF, 13: m_rec}
-        host_threads.launch_in_slices(kernel, n_slices, arrays, {9: n_out}, _SLICED)
-
-    A, A2 = wp.array, wp.array2d
-    split.__annotations__ = dict(
-        R_rec=A2(dtype=c.M), Pi_rec=A2(dtype=c.V), t_rec=A2(dtype=S), h_rec=A2(dtype=S), n_acc=A(dtype=wp.int32),
-        out_k=A2(dtype=wp.int32), cR_out=A2(dtype=c.M), cPi_out=A2(dtype=c.V), F=A(dtype=S), n_out=int, n_slices=int,
-        cR0=A(dtype=c.M), cPi0=A(dtype=c.V), cF=A(dtype=F_T), m_rec=A2(dtype=_memory_type(S, key)),
-        **{"return": None})
-    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
-    return wp.jax_callable(split, num_outputs=4, vmap_method="sequential")
-
-
-def _memory_type(S, key):
-    return vjp_funcs(S, key)[2]
+    return host_threads.sliced_callable(backward_kernel(dtype_name, key)[2], 4, frozenset({"F"}))
 
 
 def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False):
@@ -209,6 +180,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     F, pull_F = jax.vjp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], arrays)
     F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
     B, n_out = cR_out.shape[:2]
+    n_acc, over = _unrecorded(n_acc, R_rec.shape[1])
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
     # (m_rec: the memory at each step's start, scratch for the backward sweep)
     dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,), "m_rec": (B, R_rec.shape[1] if memory else 1)}
@@ -217,11 +189,8 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
         cR0, cPi0, cF, _ = _ffi(name, low.key)(*args, int(n_out), launch_dims=(B,), output_dims=dims)
     else:
         cR0, cPi0, cF, _ = _callable(name, low.key)(*args, int(n_out), int(n_slices), output_dims=dims)
-    capacity = R_rec.shape[1]
-    cR0, cPi0, cF = eqx.error_if((cR0, cPi0, cF), jnp.any(n_acc > capacity),
-                       f"a body accepted more steps than the {capacity} its gradient's record holds: pass "
-                       "adjoint=jaxrot.RecursiveCheckpointAdjoint(checkpoints=N) with N at least the steps a body "
-                       "takes, or executor=jaxrot.XLA() (recomputes instead of storing)")
+    cR0, cPi0, cF = over((cR0, cPi0, cF), "gradient's", "adjoint=jaxrot.RecursiveCheckpointAdjoint(checkpoints=N) with N "
+                         "at least the steps a body takes, or executor=jaxrot.XLA() (recomputes instead of storing)")
     if order is not None:
         inverse = jnp.argsort(order)
         cR0, cPi0 = cR0[inverse], cPi0[inverse]
@@ -241,11 +210,6 @@ def tangent_kernel(dtype_name: str, key: str):
         m = MT()
         dm = MT()
         n = n_acc[b]
-        if n > R_rec.shape[1]:  # more steps than were recorded: no derivative (the caller says why)
-            nan = S(wp.nan)
-            dR = M(nan, nan, nan, nan, nan, nan, nan, nan, nan)
-            dPi = V(nan, nan, nan)
-            n = 0
         if wp.static(CARRIED):  # the first memory and its tangent
             if n > 0:
                 m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
@@ -282,25 +246,7 @@ def _tangent_ffi(dtype_name, key):
 @functools.lru_cache(maxsize=None)
 def _tangent_callable(dtype_name, key):
     """The tangent kernel launched in slices of the batch from the pool's threads (a CPU)."""
-    wp = warp()
-    S, kernel = tangent_kernel(dtype_name, key)
-    c = so3_funcs(S)
-
-    def split(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, n_slices, dR_out, dPi_out):
-        arrays = {**dict(enumerate((R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF))), 11: dR_out,
-                  12: dPi_out}
-        host_threads.launch_in_slices(kernel, n_slices, arrays, {10: n_out}, _TANGENT_SLICED)
-
-    A, A2 = wp.array, wp.array2d
-    split.__annotations__ = dict(
-        R_rec=A2(dtype=c.M), Pi_rec=A2(dtype=c.V), t_rec=A2(dtype=S), h_rec=A2(dtype=S), n_acc=A(dtype=wp.int32),
-        out_k=A2(dtype=wp.int32), dR0=A(dtype=c.M), dPi0=A(dtype=c.V), F=A(dtype=S), dF=A(dtype=S), n_out=int,
-        n_slices=int, dR_out=A2(dtype=c.M), dPi_out=A2(dtype=c.V), **{"return": None})
-    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
-    return wp.jax_callable(split, num_outputs=2, vmap_method="sequential")
-
-
-_TANGENT_SLICED = frozenset((0, 1, 2, 3, 4, 5, 6, 7, 11, 12))
+    return host_threads.sliced_callable(tangent_kernel(dtype_name, key)[1], 2, frozenset({"F", "dF"}))
 
 
 def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = False):
@@ -318,6 +264,7 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = Fa
     F, dF = jax.jvp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], (arrays,), (d_system,))
     pad = jnp.zeros((1,), dtype)
     B, n_out = out_k.shape
+    n_acc, over = _unrecorded(n_acc, R_rec.shape[1])
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0.astype(dtype), dPi0.astype(dtype),
             jnp.concatenate([F, pad]), jnp.concatenate([dF, pad]))
     from .adaptive_launch import slices_for
@@ -329,11 +276,24 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = Fa
     else:
         dR, dPi = _tangent_callable(jnp.dtype(dtype).name, low.key)(*args, int(n_out), int(n_slices),
                                                                      output_dims=dims)
-    capacity = R_rec.shape[1]
-    dR, dPi = eqx.error_if((dR, dPi), jnp.any(n_acc > capacity),
-                           f"a body accepted more steps than the {capacity} its derivative's record holds: pass "
-                           "adjoint=jaxrot.ForwardMode() on executor=jaxrot.XLA(), or lower max_steps")
+    dR, dPi = over((dR, dPi), "derivative's", "adjoint=jaxrot.ForwardMode() on executor=jaxrot.XLA(), or lower max_steps")
     if order is not None:
         inverse = jnp.argsort(order)
         dR, dPi = dR[inverse], dPi[inverse]
     return dR, dPi
+
+
+def _unrecorded(n_acc, capacity: int):
+    """``(n, over)``: the steps each body's derivative replays, 0 for a body that accepted more than its
+    record holds, and ``over(outputs, what, remedy)``, which makes those bodies' outputs NaN and fails
+    the derivative with a message naming ``remedy``."""
+    import equinox as eqx
+
+    lost = n_acc > capacity
+
+    def over(outputs, what: str, remedy: str):
+        nan = [jnp.where(lost.reshape((-1,) + (1,) * (x.ndim - 1)), jnp.nan, x) for x in outputs]
+        return eqx.error_if(tuple(nan), jnp.any(lost), f"a body accepted more steps than the {capacity} its "
+                            f"{what} record holds: pass {remedy}")
+
+    return jnp.where(lost, 0, n_acc), over

@@ -7,11 +7,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from . import host_threads, torque_kind, torque_params
 from . import event_restate
-from ._common import so3_funcs, warp
+from ._common import warp
 from .adaptive_kernel import kernel_for
 from .adaptive_pairs import AdaptiveRun
 
@@ -21,9 +20,6 @@ __all__ = ["launch", "slices_for", "SORT_MIN_BODIES", "MIN_BODIES_PER_SLICE", "S
 #: the kernel's outputs (name, per-body shape after B) in order
 _OUTPUTS = ("R_out", "Pi_out", "acc_out", "rej_out", "err_out", "result_out", "tev_out", "Rev_out", "Piev_out",
             "R_rec", "Pi_rec", "t_rec", "h_rec", "out_k")
-_N_IN = 12  # 10 arrays, then max_steps and n_out
-_SLICED_IN = (0, 1, 2, 3, 4)  # R0, Pi0, h0, rtol, atol: one row per body; t0, ts, J, P, Q shared
-_SLICED = frozenset(_SLICED_IN) | frozenset(range(_N_IN, _N_IN + len(_OUTPUTS)))
 
 
 def _output_dims(B, n_out, capacity):
@@ -62,30 +58,8 @@ def slices_for(bodies: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _callable(*key):
-    """Warp's JAX callable (XLA's buffers handed over without a copy) that launches the kernel in
-    slices from the pool's threads; one per kernel."""
-    S, kernel = kernel_for(*key)
-    wp = warp()
-    c = so3_funcs(S)
-
-    def split(R0, Pi0, h0, rtol, atol, t0, ts, J, P, Q, max_steps, n_out, n_slices, R_out, Pi_out, acc_out,
-              rej_out, err_out, result_out, tev_out, Rev_out, Piev_out, R_rec, Pi_rec, t_rec, h_rec, out_k):
-        ins = (R0, Pi0, h0, rtol, atol, t0, ts, J, P, Q)
-        outs = (R_out, Pi_out, acc_out, rej_out, err_out, result_out, tev_out, Rev_out, Piev_out, R_rec, Pi_rec,
-                t_rec, h_rec, out_k)
-        arrays = {**dict(enumerate(ins)), **{_N_IN + k: o for k, o in enumerate(outs)}}
-        host_threads.launch_in_slices(kernel, n_slices, arrays, {10: max_steps, 11: n_out}, _SLICED)
-
-    A = wp.array
-    split.__annotations__ = dict(
-        R0=A(dtype=c.M), Pi0=A(dtype=c.V), h0=A(dtype=S), rtol=A(dtype=S), atol=A(dtype=S), t0=A(dtype=S),
-        ts=A(dtype=S), J=A(dtype=c.V), P=A(dtype=S), Q=A(dtype=S), max_steps=int, n_out=int, n_slices=int,
-        R_out=wp.array2d(dtype=c.M), Pi_out=wp.array2d(dtype=c.V), acc_out=A(dtype=wp.int32),
-        rej_out=A(dtype=wp.int32), err_out=A(dtype=S), result_out=A(dtype=wp.int32), tev_out=A(dtype=S),
-        Rev_out=A(dtype=c.M), Piev_out=A(dtype=c.V), R_rec=wp.array2d(dtype=c.M), Pi_rec=wp.array2d(dtype=c.V),
-        t_rec=wp.array2d(dtype=S), h_rec=wp.array2d(dtype=S), out_k=wp.array2d(dtype=wp.int32), **{"return": None})
-    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
-    return wp.jax_callable(split, num_outputs=len(_OUTPUTS), vmap_method="sequential")
+    """The kernel launched in slices of the batch from the pool's threads (a CPU); one per kernel."""
+    return host_threads.sliced_callable(kernel_for(*key)[1], len(_OUTPUTS), frozenset({"t0v", "ts", "Jv", "P", "Q"}))
 
 
 def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params=None, capacity=0):

@@ -19,10 +19,9 @@ import concurrent.futures
 import functools
 import os
 
-import jax
 import numpy as np
 
-from ._common import so3_funcs, warp
+from ._common import warp
 
 #: the fewest bodies that a thread of its own is given
 MIN_BODIES_PER_THREAD = 32
@@ -54,56 +53,6 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(cores(), thread_name_prefix="jaxrot-fused")
 
 
-#: the kernel's arguments: (R, Pi, dt, t0, J, P, n_frames, save_every, R_out, Pi_out, failed_out,
-#: result_out); the arrays of a slice, and those every slice shares
-_SLICED, _SHARED = (0, 1, 8, 9, 10, 11), (2, 3, 4, 5)
-
-#: recorded launches, by (kernel, batch, slices, frames, save_every): a list of free sets (a set is in
-#: use by one call at a time; calls from several threads, e.g. ``shard_map``'s devices, take their own)
-_RECORDED: dict[tuple, list] = {}
-
-
-def _record(kernel, S, cuts, n_frames, save_every, arrays):
-    """One ``wp.launch(..., record_cmd=True)`` per slice of ``arrays`` (the kernel's 10 array arguments,
-    ``wp.array``), and for each slice the ``array_t`` of every array argument, whose data pointer a later
-    call replaces (``Launch.set_param_at_index_from_ctype``): a replayed launch costs a few microseconds
-    of Python, ``wp.launch`` about a hundred (building ``wp.array`` views and packing the arguments)."""
-    wp = warp()
-    sets = []
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        args = {i: x[int(lo):int(hi)] if i in _SLICED else x for i, x in arrays.items()}
-        inputs = [args[i] if i in args else (n_frames if i == 6 else save_every) for i in range(12)]
-        launch = wp.launch(kernel, dim=int(hi - lo), device="cpu", inputs=inputs, record_cmd=True)
-        structs = {i: a.__ctype__() for i, a in args.items()}
-        sets.append((int(lo), launch, structs))
-    return sets
-
-
-def _launch_split(kernel, S, n_threads, n_frames, save_every, arrays):
-    """The slices' launches, the first on this thread, the others on the pool's (Warp's native call
-    releases Python's lock); returns when every slice is done."""
-    B = arrays[0].shape[0]
-    key = (kernel, B, n_threads, n_frames, save_every)
-    if key not in _RECORDED and len(_RECORDED) >= 256:
-        _RECORDED.clear()  # (shapes seen long ago: recorded again if they come back)
-    free = _RECORDED.setdefault(key, [])
-    try:
-        sets = free.pop()  # (atomic under Python's lock)
-    except IndexError:
-        sets = _record(kernel, S, np.linspace(0, B, n_threads + 1).astype(int), n_frames, save_every, arrays)
-    try:
-        _rebind(sets, arrays, _SLICED)
-        futures = [_pool().submit(launch.launch) for _, launch, _ in sets[1:]]
-        try:
-            sets[0][1].launch()
-        finally:
-            concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
-        for f in futures:
-            f.result()  # (re-raises a launch's error)
-    finally:
-        free.append(sets)
-
-
 def _rebind(sets, arrays, sliced) -> None:
     """Point the recorded launches of ``sets`` at this call's buffers: each slice's rows of the arrays
     in ``sliced``, the whole of the others."""
@@ -114,52 +63,31 @@ def _rebind(sets, arrays, sliced) -> None:
             launch.set_param_at_index_from_ctype(i, t)
 
 
-@functools.lru_cache(maxsize=None)
-def _callable(kernel, S):
-    """Warp's JAX callable (``jax_callable``: XLA's buffers handed over as ``wp.array`` without a copy)
-    that launches ``kernel`` in slices; one per kernel."""
-    wp = warp()
-    c = so3_funcs(S)
-
-    def split(R, Pi, dt, t0, J, P, n_frames, save_every, n_threads, R_out, Pi_out, failed_out, result_out):
-        arrays = dict(zip((*_SLICED[:2], *_SHARED, *_SLICED[2:]),
-                          (R, Pi, dt, t0, J, P, R_out, Pi_out, failed_out, result_out)))
-        _launch_split(kernel, S, n_threads, n_frames, save_every, arrays)
-
-    split.__annotations__ = dict(
-        R=wp.array(dtype=c.M), Pi=wp.array(dtype=c.V), dt=wp.array(dtype=S), t0=wp.array(dtype=S),
-        J=wp.array(dtype=c.V), P=wp.array(dtype=S), n_frames=int, save_every=int, n_threads=int,
-        R_out=wp.array2d(dtype=c.M), Pi_out=wp.array2d(dtype=c.V), failed_out=wp.array(dtype=wp.int32),
-        result_out=wp.array(dtype=wp.int32), **{"return": None})
-    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
-    return wp.jax_callable(split, num_outputs=4, vmap_method="sequential")
-
-
 def call(kernel, S, n_threads: int, n_frames: int, save_every: int, R, Pi, dt, t0, J, P):
     """``kernel`` (a :func:`jaxrot.kernels._common.loop_kernel` of scalar type ``S``) on the batch
     ``R`` (B, 3, 3), ``Pi`` (B, 3), its ``B`` bodies split over ``n_threads`` launches on the host;
     returns the kernel's outputs ``(R_out, Pi_out, failed, result)`` as JAX arrays (a JAX foreign
     function call: usable under ``jit`` and ``shard_map``, on CPU devices)."""
     B = R.shape[0]
-    return tuple(_callable(kernel, S)(
+    return tuple(sliced_callable(kernel, 4, frozenset({"dtv", "t0v", "Jv", "P"}))(
         R, Pi, dt, t0, J, P, n_frames, save_every, n_threads,
         output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,), "result_out": (B,)}))
 
 
-# --------------------------------------------------------------------------------------------------
-# any kernel in slices taken by the pool's threads (the fused adaptive kernel, the fixed-step kernel
-# with an event): the kernel's parameters by position, the sliced ones cut into rows per slice
-
-#: recorded launches of :func:`launch_in_slices`, as :data:`_RECORDED`
+#: recorded launches of :func:`launch_in_slices`, by (kernel, batch, slices, scalars, shapes): a list of
+#: free sets (a set is in use by one call at a time; calls from several threads, e.g. ``shard_map``'s
+#: devices, take their own)
 _RECORDED_ANY: dict[tuple, list] = {}
 
 
 def launch_in_slices(kernel, n_slices: int, arrays: dict, scalars: dict, sliced: frozenset) -> None:
-    """Launch ``kernel`` on the batch in ``n_slices`` slices, every slice on the pool's threads (a
-    thread that finishes early takes the next slice); returns when every slice is done. ``arrays``:
-    parameter position -> ``wp.array`` (the positions in ``sliced`` hold one row per body, the others
-    are shared), ``scalars``: position -> value. Each slice's launch is recorded once per (kernel,
-    batch, slices, scalars, shapes) and replayed with the call's buffers, as :func:`_launch_split` does."""
+    """Launch ``kernel`` on the batch in ``n_slices`` slices, the first on this thread and the others
+    on the pool's (a thread that finishes early takes the next slice); returns when every slice is done.
+    ``arrays``: parameter position -> ``wp.array`` (the positions in ``sliced`` hold one row per body,
+    the others are shared), ``scalars``: position -> value. Each slice's launch is recorded once
+    (``wp.launch(..., record_cmd=True)``) per (kernel, batch, slices, scalars, shapes) and replayed with
+    the call's buffers (:func:`_rebind`): a replayed launch costs a few microseconds of Python,
+    ``wp.launch`` about a hundred."""
     wp = warp()
     B = next(arrays[i] for i in sorted(sliced) if i in arrays).shape[0]
     # (the arrays' shapes too: a recorded launch keeps the shapes and strides it was recorded with)
@@ -179,9 +107,45 @@ def launch_in_slices(kernel, n_slices: int, arrays: dict, scalars: dict, sliced:
             sets.append((int(lo), launch, {i: a.__ctype__() for i, a in args.items()}))
     try:
         _rebind(sets, arrays, sliced)
-        futures = [_pool().submit(launch.launch) for _, launch, _ in sets]
-        concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
+        # the first slice on this thread, the others on the pool's (Warp's native call releases Python's lock)
+        futures = [_pool().submit(launch.launch) for _, launch, _ in sets[1:]]
+        try:
+            sets[0][1].launch()
+        finally:
+            concurrent.futures.wait(futures)  # every slice done before the buffers go back to XLA
         for f in futures:
             f.result()  # (re-raises a launch's error)
     finally:
         free.append(sets)
+
+
+@functools.lru_cache(maxsize=None)
+def sliced_callable(kernel, num_outputs: int, shared: frozenset = frozenset()):
+    """Warp's JAX callable (XLA's buffers handed over without a copy) that runs ``kernel`` in slices of
+    its batch from the pool's threads (:func:`launch_in_slices`). Its parameters are the kernel's own,
+    the last ``num_outputs`` of them its outputs, with ``n_slices`` (an int) between the inputs and the
+    outputs; every array parameter holds one row per body except those named in ``shared``."""
+    import inspect
+
+    from warp.types import is_array
+
+    wp = warp()
+    params = [(a.label, a.type) for a in kernel.adj.args]
+    n_in = len(params) - num_outputs
+    scalar = frozenset(i for i, (_, t) in enumerate(params) if not is_array(t))
+    sliced = frozenset(i for i, (n, _) in enumerate(params) if i not in scalar and n not in shared)
+
+    def split(*args):
+        values = args[:n_in] + args[n_in + 1:]
+        launch_in_slices(kernel, args[n_in], {i: v for i, v in enumerate(values) if i not in scalar},
+                         {i: values[i] for i in scalar}, sliced)
+
+    # (Warp reads the callable's parameters from its signature and annotations; its int32 scalars
+    # are Python ints there)
+    types = [(n, int if i in scalar else t) for i, (n, t) in enumerate(params)]
+    types.insert(n_in, ("n_slices", int))
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    split.__signature__ = inspect.Signature([inspect.Parameter(n, kind) for n, _ in types])
+    split.__annotations__ = {**dict(types), "return": None}
+    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
+    return wp.jax_callable(split, num_outputs=num_outputs, vmap_method="sequential")
