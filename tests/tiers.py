@@ -125,6 +125,9 @@ SLOW: dict[str, str] = {
     "tests/test_newton.py::test_liemid_i_trajectory_gradients": "test_implicit_gradient_equals_unrolled_and_fd",
     # files and signals
     "tests/test_outputs.py::test_ctrl_c_during_reproduce_leaves_nothing[15-143-terminated]": "the SIGINT case",
+    # progress meters
+    "tests/test_progress_kinds.py::test_constant_steps_fused_report_every_interval[frames]":
+        "its final case (the same fused pieces and meter, the other output); the XLA frames cases",
     # rotation views
     "tests/test_rotations.py::test_trajectory_views_of_a_batch": "test_trajectory_views",
     # simulate
