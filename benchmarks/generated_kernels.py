@@ -1,9 +1,12 @@
-"""Generated kernels against the hand-written ones: body-steps per second of the fixed-step loop kernel
-built from a method's JAX code (:mod:`jaxrot.kernels.generate`) and of its hand-written Warp kernel
-(:data:`jaxrot.kernels.KERNELS`), on the same batch in the same process, timed in turn.
+"""Generated kernels against hand-written ones: body-steps per second of the fixed-step loop kernel
+built from a method's JAX code (:mod:`jaxrot.kernels.generate`, this checkout) and of the
+hand-written Warp kernel of another checkout that still has them (``--hand``, e.g. a worktree of
+``a9bc8fd``), on the same batch, timed in turn: a call of one, then a call of the other (run in a
+worker process of that checkout), so that load on a shared machine hits both alike.
 
-    python benchmarks/generated_kernels.py --out DIR [--methods buss2p,rk4,rkmk8] [--bodies 1,10000]
-        [--steps 1000] [--reps 7] [--dtype float64] [--user-pair 10000]
+    git worktree add /tmp/base a9bc8fd
+    python benchmarks/generated_kernels.py --out DIR --hand /tmp/base [--methods buss2p,rk4,rkmk8]
+        [--bodies 1,10000] [--steps 1000] [--reps 7] [--dtype float64] [--problem fast_top] [--user-pair 10000]
 
 ``--user-pair B`` also times the Crouch-Grossman 3(2) pair of examples/user_pair_fused.py (a method in a
 user's file) on B heavy tops, error-controlled (rtol = atol = 1e-8) with a terminal event, through
@@ -21,13 +24,65 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+
+
+def _setup(repo, name, B, steps, dtype_name, problem):
+    """``(run, system, s0)``: one call of ``name``'s kernel on ``B`` bodies; the generated kernel of
+    this checkout, or (``repo`` given) the hand-written kernel of the checkout at ``repo``."""
+    if repo is not None:
+        sys.path.insert(0, repo)
+    import jax
+
+    jax.config.update("jax_enable_x64", dtype_name == "float64")
+    import jax.numpy as jnp
+
+    import jaxrot
+    from jaxrot import kernels
+
+    p = jaxrot.problems.get(problem)
+    dtype = jnp.dtype(dtype_name)
+    system = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype) if hasattr(x, "dtype") else x, p.system)
+    m = jaxrot.integrators.get(name)
+    scale = jnp.linspace(0.9, 1.1, B, dtype=dtype)[:, None]
+    s0 = jaxrot.State(jnp.broadcast_to(jnp.asarray(p.state0.R, dtype), (B, 3, 3)), jnp.asarray(p.state0.Pi, dtype) * scale)
+    dt, t0 = jnp.asarray(1e-3, dtype), jnp.asarray(0.0, dtype)
+    if repo is not None:  # (the hand-written kernels' entry points of a9bc8fd)
+        assert os.path.realpath(jaxrot.__file__).startswith(os.path.realpath(repo)), jaxrot.__file__
+        e = kernels.KERNELS[name]
+        P = e.params(m, system, dtype)
+        kind = kernels.torque_kind(system.torque, dtype)
+        K = int(kernels.torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
+        return lambda: kernels._launch((dtype.name, name, kind, K), kernels._kernel, kernels._ffi, e.split_weight, s0, dt,
+                                       t0, system, P, 1, steps)
+    from jaxrot.kernels import generate
+
+    low = generate.lower(m, system, dtype)
+    return lambda: kernels._launch((dtype.name, low.key), s0, dt, t0, system, low.params, 1, steps)
+
+
+def _worker(repo, name, B, steps, dtype_name, problem, out):
+    """The hand-written kernel's side: compile, save the first call's ``Pi`` to ``out``, then one timed
+    call per line read."""
+    import jax
+    import numpy as np
+
+    run = _setup(repo, name, B, steps, dtype_name, problem)
+    np.save(out, np.asarray(jax.block_until_ready(run())[1]))
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        t = time.perf_counter()
+        jax.block_until_ready(run())
+        print(time.perf_counter() - t, flush=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--hand", help="a checkout with the hand-written kernels (git worktree add /tmp/base a9bc8fd)")
     ap.add_argument("--methods", default="buss2p,buss4,rk4,rkmk8")
     ap.add_argument("--bodies", default="1,10000")
     ap.add_argument("--steps", type=int, default=1000)
@@ -35,54 +90,40 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     ap.add_argument("--problem", default="fast_top")
     ap.add_argument("--user-pair", type=int, default=0)
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)  # (method, bodies): the hand-written side
     a = ap.parse_args(argv)
+    if a.worker:
+        return _worker(a.hand, a.worker[0], int(a.worker[1]), a.steps, a.dtype, a.problem, a.out)
+    if not a.out or not a.hand:
+        ap.error("--out and --hand are required")
     import jax
-
-    jax.config.update("jax_enable_x64", a.dtype == "float64")
-    import jax.numpy as jnp
     import numpy as np
 
-    import jaxrot
-    from jaxrot import kernels
-    from jaxrot.kernels import generate
-
-    p = jaxrot.problems.get(a.problem)
-    dtype = jnp.dtype(a.dtype)
-    system = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype) if hasattr(x, "dtype") else x, p.system)
     rows = []
     for name in a.methods.split(","):
-        m = jaxrot.integrators.get(name)
         for B in (int(b) for b in a.bodies.split(",")):
-            scale = jnp.linspace(0.9, 1.1, B, dtype=dtype)[:, None]
-            s0 = jaxrot.State(jnp.broadcast_to(jnp.asarray(p.state0.R, dtype), (B, 3, 3)),
-                              jnp.asarray(p.state0.Pi, dtype) * scale)
-            dt, t0 = jnp.asarray(1e-3, dtype), jnp.asarray(0.0, dtype)
-            low = generate.lower(m, system, dtype)
-            hand_P = kernels.KERNELS[name].params(m, system, dtype)
-            kind = kernels.torque_kind(system.torque, dtype)
-            w = kernels.KERNELS[name].split_weight
-
-            def gen():
-                return kernels._launch((dtype.name, low.key), generate.loop, kernels._generated_ffi, w, s0, dt, t0,
-                                       system, low.params, 1, a.steps)
-
-            def hand():
-                return kernels._launch((dtype.name, name, kind, 0), kernels._kernel, kernels._ffi, w, s0, dt, t0,
-                                       system, hand_P, 1, a.steps)
-
-            outs = {}
-            for label, fn in (("generated", gen), ("hand", hand)):
-                outs[label] = jax.block_until_ready(fn())  # compiled, and the answers kept to compare
-            times = {"generated": [], "hand": []}
-            for _ in range(a.reps):
-                for label, fn in (("generated", gen), ("hand", hand)):
+            with tempfile.TemporaryDirectory() as tmp:
+                ref = os.path.join(tmp, "Pi.npy")
+                w = subprocess.Popen([sys.executable, __file__, "--worker", name, str(B), "--hand", a.hand, "--out", ref,
+                                      "--steps", str(a.steps), "--dtype", a.dtype, "--problem", a.problem],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                gen = _setup(None, name, B, a.steps, a.dtype, a.problem)
+                out = np.asarray(jax.block_until_ready(gen())[1])  # compiled, and the answer kept to compare
+                assert w.stdout.readline().strip() == "ready"
+                hand_Pi = np.load(ref)
+                times = {"generated": [], "hand": []}
+                for _ in range(a.reps):
                     t = time.perf_counter()
-                    jax.block_until_ready(fn())
-                    times[label].append(time.perf_counter() - t)
+                    jax.block_until_ready(gen())
+                    times["generated"].append(time.perf_counter() - t)
+                    w.stdin.write("run\n")
+                    w.stdin.flush()
+                    times["hand"].append(float(w.stdout.readline()))
+                w.stdin.close()
+                w.wait()
             med = {k: statistics.median(v) for k, v in times.items()}
-            diff = float(np.max(np.abs(np.asarray(outs["generated"][1]) - np.asarray(outs["hand"][1])))
-                         / np.max(np.abs(np.asarray(outs["hand"][1]))))
-            row = dict(method=name, bodies=B, steps=a.steps, dtype=a.dtype,
+            diff = float(np.max(np.abs(out - hand_Pi)) / np.max(np.abs(hand_Pi)))
+            row = dict(method=name, bodies=B, steps=a.steps, dtype=a.dtype, problem=a.problem,
                        generated_s=med["generated"], hand_s=med["hand"],
                        generated_rate=B * a.steps / med["generated"], hand_rate=B * a.steps / med["hand"],
                        ratio=med["hand"] / med["generated"], max_rel_diff_Pi=diff)
@@ -92,14 +133,15 @@ def main(argv=None):
     pair_rows = _user_pair(a.user_pair, a.reps) if a.user_pair else []
     meta = dict(command="python " + " ".join([os.path.relpath(__file__), *(argv or sys.argv[1:])]),
                 machine=platform.processor() or platform.machine(), cores=os.cpu_count(), jax=jax.__version__,
-                load=os.getloadavg(), reps=a.reps)
-    lines = ["# Generated kernels against hand-written ones", "", f"`{meta['command']}`; {meta['cores']} cores, "
-             f"jax {meta['jax']}, load {tuple(round(x, 1) for x in meta['load'])}; medians of {a.reps} calls, timed in turn.",
-             "", "| method | bodies | steps | generated (body-steps/s) | hand-written | generated / hand | max rel. diff of Pi |",
-             "|---|---|---|---|---|---|---|"]
+                load=os.getloadavg(), reps=a.reps, hand=_commit(a.hand))
+    lines = ["# Generated kernels against hand-written ones", "", f"`{meta['command']}`; hand-written kernels of "
+             f"{meta['hand']}; {meta['cores']} cores, jax {meta['jax']}, load "
+             f"{tuple(round(x, 1) for x in meta['load'])}; medians of {a.reps} calls, timed in turn.",
+             "", "| method | problem | bodies | steps | generated (body-steps/s) | hand-written | generated / hand "
+             "| max rel. diff of Pi |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['bodies']} | {r['steps']} | {r['generated_rate']:.3g} | {r['hand_rate']:.3g} "
-                     f"| {r['ratio']:.2f} | {r['max_rel_diff_Pi']:.1e} |")
+        lines.append(f"| {r['method']} | {r['problem']} | {r['bodies']} | {r['steps']} | {r['generated_rate']:.3g} "
+                     f"| {r['hand_rate']:.3g} | {r['ratio']:.2f} | {r['max_rel_diff_Pi']:.1e} |")
     for r in pair_rows:
         lines += ["", f"User's Crouch-Grossman 3(2) pair, {r['bodies']} bodies, rtol = atol = 1e-8, terminal event: "
                   f"fused {r['fused_s']:.3g} s, XLA {r['xla_s']:.3g} s (XLA / fused {r['ratio']:.2f}); "
@@ -109,6 +151,14 @@ def main(argv=None):
 
     provenance.write_record(a.out, "generated_kernels", dict(meta=meta, rows=rows, user_pair=pair_rows),
                             "\n".join(lines) + "\n", command=meta["command"])
+
+
+def _commit(repo: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return repo
 
 
 def _user_pair(B: int, reps: int) -> list:

@@ -1,6 +1,6 @@
-"""The fused kernels (jaxrot.kernels) against the JAX methods they restate.
+"""The fused kernels (jaxrot.kernels), generated from the JAX methods' own code, against those methods.
 
-Every (method, torque) pair of the kernel registry is compared with a plain ``vmap`` of a ``lax.scan``
+Every (method, torque) pair of the kernel registry (the enrolled methods) is compared with a plain ``vmap`` of a ``lax.scan``
 over ``method.step``, in float64 (1e-13 relative after 1000 steps, a few roundings after one; euler_quat
 5e-12, see its registry line) and float32 (1000 steps at about one
 float32 rounding, 1.2e-7, each: 1000 * eps32 = 1.2e-4 relative; measured: 1e-7 to 7e-6, up to 5.2e-5 for
@@ -22,7 +22,7 @@ from jax import lax
 import jaxrot
 from jaxrot import integrators, problems
 from jaxrot import kernels
-from jaxrot.physics.problems import System
+from jaxrot.kernels import generate
 from jaxrot.driver import replay
 
 from .helpers import subprocess_env
@@ -210,12 +210,12 @@ def test_gradients_come_from_the_reference(name, torque):
 
 def test_supports_and_bad_input():
     free, _ = _setup("free")
-    # no hand-written kernel: one generated from the method's JAX code (tests/test_kernels_generated.py)
+    # a method that is not enrolled: its kernel generated the same way (tests/test_kernels_generated.py)
     assert kernels.supports(integrators.get("liemid_ea"), free) and kernels.method_name(integrators.get("liemid_ea")) is None
     assert kernels.supports("rkmk8", free) and not kernels.supports("euler_svd", free)  # by name too
     assert not kernels.supports(integrators.get("split4_231"), _setup("gravity")[0])  # torque-free only
-    wall = problems.get("coulomb_wall").system  # a torque no hand-written kernel restates: generated
-    assert kernels.supports(integrators.get("buss2p"), wall) and kernels._hand_written("buss2p", wall) is None
+    wall = problems.get("coulomb_wall").system  # a torque the method's enrolment does not name: generated too
+    assert kernels.supports(integrators.get("buss2p"), wall) and kernels.hand_kernel("buss2p", wall) is None
     _, states = _setup("free")
     with pytest.raises(ValueError, match="no fused kernel"):
         kernels.fused_frames(integrators.get("euler_svd"), free, states, 1e-3, 0.0, 2, 2)
@@ -331,7 +331,9 @@ def test_a_cpu_batch_is_split_over_the_cores(monkeypatch, dtype):
     assert host_threads.threads_for(100, 20) == 2 and host_threads.threads_for(100, 19) == 1
     # a kernel whose body-steps cost twice the cheapest's splits from half as many
     assert host_threads.threads_for(100, 10, 2.0) == 2 and host_threads.threads_for(100, 9, 2.0) == 1
-    assert kernels.KERNELS["rkmk8"].split_weight == 2.0 and kernels.KERNELS["rk4"].split_weight == 1.0
+    # (a generated step's weight: its source's length, rkmk8's about twice the cheapest kernels')
+    weights = {n: generate.split_weight(generate.lower(integrators.get(n), system, dtype).key) for n in ("rk4", "rkmk8")}
+    assert weights["rk4"] == 1.0 and 1.8 <= weights["rkmk8"] <= 3.0, weights
     got = run()
     assert calls == [3]
     monkeypatch.setattr(host_threads, "cores", lambda: 1)

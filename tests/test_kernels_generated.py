@@ -59,12 +59,11 @@ def test_every_method_runs_generated_or_names_what_it_cannot_restate(name):
         assert any(f"'{prim}'" in why for prim in REFUSED), why
         assert not kernels.supports(m, p.system) or kernels.method_name(m) is not None
         return
-    # the comparison runs the generated kernel also where a hand-written one exists
+    # (the kernel itself: an error-controlled pair's constant-step run too)
     low = generate.lower(m, p.system, jnp.float64)
     s0 = _batch(p)
     dt, t0 = jnp.asarray(1e-3), jnp.asarray(0.0)
-    R, Pi, failed, code = kernels._launch(("float64", low.key), generate.loop, kernels._generated_ffi, 1.0, s0, dt, t0,
-                                          p.system, low.params, 3, 20)
+    R, Pi, failed, code = kernels._launch(("float64", low.key), s0, dt, t0, p.system, low.params, 3, 20)
     xla = jaxrot.simulate(m, p, dt, 60, state0=s0, saveat=jaxrot.SaveAt(steps=20, t0=False), executor=jaxrot.XLA())
     rtol = 1e-10 if m.implicit else 1e-12  # (Newton iterations stop at a tolerance, not at one rounding)
     np.testing.assert_allclose(np.asarray(Pi), np.asarray(xla.states.Pi), rtol=0,
@@ -73,7 +72,7 @@ def test_every_method_runs_generated_or_names_what_it_cannot_restate(name):
     assert np.all(np.asarray(failed) == -1) and np.all(np.asarray(code) == 0)
 
 
-def test_methods_without_a_hand_written_kernel_run_fused_through_simulate():
+def test_methods_the_automatic_choice_does_not_fuse_run_fused_through_simulate():
     _compare("lie_taylor3", jaxrot.problems.get("fast_top"))
     _compare("liemid_ea", jaxrot.problems.get("fast_top"), rtol=1e-10)
 
@@ -160,9 +159,9 @@ def test_registered_pairs_take_their_generated_attempt(name):
 
 
 def test_the_automatic_choice_keeps_xla_where_only_a_generated_kernel_runs_the_job():
-    """rk4 has a hand-written kernel, but not for the Coulomb wall's torque: a batch large enough to be
-    fused automatically (10^5 body-steps) stays on XLA, as for a method with no hand-written kernel;
-    with gravity it is fused."""
+    """rk4 is enrolled (jaxrot.kernels.KERNELS) with gravity, not with the Coulomb wall's torque: a batch
+    large enough to be fused automatically (10^5 body-steps) stays on XLA there, as for a method that is
+    not enrolled; with gravity it is fused."""
     wall, top = jaxrot.problems.get("coulomb_wall"), jaxrot.problems.get("fast_top")
     for p, want in ((wall, "Sharded"), (top, "Fused")):
         s0 = State(jnp.broadcast_to(p.state0.R, (100, 3, 3)), jnp.broadcast_to(p.state0.Pi, (100, 3)))

@@ -1,15 +1,18 @@
 """Fused kernels: the whole fixed-step run of an explicit method in one compiled kernel (NVIDIA Warp).
 
 One launch runs every step of every body, one thread per body with its state in registers, and
-writes only the saved frames and a per-body failure flag. A kernel restates the JAX ``step`` of its
-method (same equations, same order of operations where it matters) and agrees with it to round-off
-(``tests/test_kernels.py``: 1e-13 relative in float64 after 1000 steps). Gradients never go through
-Warp: with ``reference=`` (the pure-JAX run) :func:`fused_frames` is a ``jax.custom_jvp`` whose
-tangents are the reference's, in forward and reverse mode. See ``docs/kernels.md``.
+writes only the saved frames and a per-body failure flag. The kernel's step is generated from the
+method's own JAX ``init`` and ``step`` (:mod:`jaxrot.kernels.generate`), inside one loop template
+(:func:`jaxrot.kernels._common.loop_kernel`; with an event :mod:`jaxrot.kernels.fixed_event`), and
+agrees with the XLA loop to round-off (``tests/test_kernels.py``: 1e-13 relative in float64 after
+1000 steps). Gradients never go through these kernels: with ``reference=`` (the pure-JAX run)
+:func:`fused_frames` is a ``jax.custom_jvp`` whose tangents are the reference's, in forward and
+reverse mode. See ``docs/kernels.md``.
 
-``KERNELS`` maps a method name to its kernel family and the torques it covers; :func:`supports`
-says whether a run can be fused. Warp is imported lazily: importing jaxrot never needs it, and a
-fused call without it raises ``ImportError`` naming the ``fast`` extra.
+``KERNELS`` enrols the registered methods the automatic executor choice fuses, with the torques their
+agreement tests run; :func:`supports` says whether a run can be fused (any method whose step can be
+generated). Warp is imported lazily: importing jaxrot never needs it, and a fused call without it
+raises ``ImportError`` naming the ``fast`` extra.
 """
 
 from __future__ import annotations
@@ -21,14 +24,10 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from ._common import have_warp, loop_kernel, warp
+from ._common import have_warp, warp
 from .torques import PARAM_LAYOUT
 from . import buss as _buss
-from . import dmv as _dmv
-from . import energy_projection as _ep
-from . import rk as _rk
 from . import rkmk as _rkmk
-from . import splitting as _splitting
 from . import host_threads
 from . import transpile as _transpile
 from . import generate as _generate
@@ -37,26 +36,21 @@ __all__ = ["KERNELS", "KernelEntry", "fused_frames", "supports", "why_not", "kee
            "method_name", "registered_name"]
 
 _TORQUED = ("free", "gravity", "poly")
-#: the kernels that call the torque as a function of (t, R, Pi) and so can take a plain-function torque
-#: (``jaxrot.Torque``) restated from its jaxpr (:mod:`jaxrot.kernels.transpile`)
+#: a plain-function torque (``jaxrot.Torque``) restated from its jaxpr (:mod:`jaxrot.kernels.transpile`)
 _CALLS_TAU = ("user",)
 
 
 @dataclasses.dataclass(frozen=True)
 class KernelEntry:
-    """A method's kernel: ``family.<builder>(S, name, torque, K)`` builds its Warp ``(init, step)``;
-    ``torques`` are the torque kinds it restates."""
+    """An enrolled method: the torque kinds its agreement tests (and the automatic executor choice)
+    take, with the tolerances of those tests; ``family.<builder>(S, name, torque, K)``, where given, is
+    the Warp ``(init, step)`` the hand-written error-controlled pairs of
+    :mod:`jaxrot.kernels.adaptive_pairs` still take."""
 
-    family: ModuleType
     torques: tuple[str, ...]
-    builder: str = "make"
     #: relative agreement with the JAX method after 1000 float64 steps (``tests/test_kernels.py``); above
     #: 1e-13 only where the method itself amplifies a one-rounding difference per step that much
     rtol64: float = 1e-13
-    #: a body-step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
-    #: body-steps count towards splitting it over the cores (``host_threads.threads_for``): 2 for
-    #: ``rkmk8``, whose body-step costs several of ``buss2p``'s (docs/benchmarks.md, "Fused kernels")
-    split_weight: float = 1.0
     #: agreement after one float64 step, in units of eps: a few roundings, more where the method solves
     #: an ill-conditioned system (one rounding of its right-hand side moves the solution by cond * eps)
     step_eps: int = 4
@@ -64,45 +58,39 @@ class KernelEntry:
     #: (the energy projection counts projections that missed the polhode) the automatic executor choice
     #: keeps the XLA loop, and a run with ``executor=Fused()`` reports zeros
     zero_stats: bool = True
-    #: a function ``family.<constants>(method, system, dtype)`` of the run's constants (an array appended
-    #: to the torque's parameters), or None
-    constants: str | None = None
+    family: ModuleType | None = None
+    builder: str = "make"
 
     def make(self, S, name: str, torque: str, K: int):
-        """``(init, step)`` or ``(init, step, reason)`` (see :func:`jaxrot.kernels._common.loop_kernel`)."""
+        """``(init, step)`` of the hand-written pair kernels' method."""
         return getattr(self.family, self.builder)(S, name, torque, K)
 
-    def params(self, method, system, dtype):
-        """The kernel's parameter array: the torque's, then the method's constants."""
-        P = torque_params(system.torque, dtype)
-        if self.constants is None:
-            return P
-        return jnp.concatenate([P, getattr(self.family, self.constants)(method, system, dtype)])
 
+_SPLITS = [f"split{o}_{a}" for o in (2, 4) for a in ("123", "132", "213", "231", "312", "321")]
 
-#: method name -> kernel entry (one line enrols a kernel; the tests are generated from this table)
+#: method name -> enrolled entry (one line enrols a method; the tests are generated from this table)
 KERNELS: dict[str, KernelEntry] = {
-    "buss2p": KernelEntry(_buss, _TORQUED),
-    "buss4": KernelEntry(_buss, _TORQUED),
-    "rk4": KernelEntry(_rk, (*_TORQUED, *_CALLS_TAU)),
-    "buss1": KernelEntry(_buss, _TORQUED),
-    "buss2": KernelEntry(_buss, _TORQUED),
-    "buss3": KernelEntry(_buss, _TORQUED),
-    "buss3_false": KernelEntry(_buss, _TORQUED),
+    "buss2p": KernelEntry(_TORQUED),
+    "buss4": KernelEntry(_TORQUED, family=_buss),
+    "rk4": KernelEntry((*_TORQUED, *_CALLS_TAU)),
+    "buss1": KernelEntry(_TORQUED),
+    "buss2": KernelEntry(_TORQUED),
+    "buss3": KernelEntry(_TORQUED, family=_buss),
+    "buss3_false": KernelEntry(_TORQUED),
     # one step agrees to 1-2 roundings; R rebuilt from a renormalised quaternion every step amplifies
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
-    "euler_quat": KernelEntry(_rk, (*_TORQUED, *_CALLS_TAU), "make_euler_quat", rtol64=5e-12),
+    "euler_quat": KernelEntry((*_TORQUED, *_CALLS_TAU), rtol64=5e-12),
     # and the satellite's gravity gradient (in the precision suite the best stepping method there)
-    "rkmk8": KernelEntry(_rkmk, (*_TORQUED, "gravity_gradient", *_CALLS_TAU), "make_rkmk8", split_weight=2.0),
-    **{name: KernelEntry(_splitting, ("free",), "make_split") for name in _splitting.NAMES},
+    "rkmk8": KernelEntry((*_TORQUED, "gravity_gradient", *_CALLS_TAU), family=_rkmk, builder="make_rkmk8"),
+    **{name: KernelEntry(("free",)) for name in _SPLITS},
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
     # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are
     # nearly tangent along the polhode), so one step agrees to 4-15 eps rather than 4 (then 1e-13 on)
-    **{f"{name}_ep": KernelEntry(_ep, ("free",), "make_ep", step_eps=64, zero_stats=False)
-       for name in ("buss1", "buss2", "buss2p", "buss3", "buss4", *_splitting.NAMES)},
+    **{f"{name}_ep": KernelEntry(("free",), step_eps=64, zero_stats=False)
+       for name in ("buss1", "buss2", "buss2p", "buss3", "buss4", *_SPLITS)},
     # the discrete Moser-Veselov map and its modified-inertia versions (a Newton solve each step: the
     # iteration counts are not kept)
-    **{name: KernelEntry(_dmv, ("free",), "make_dmv", zero_stats=False, constants="constants") for name in _dmv.NAMES},
+    **{name: KernelEntry(("free",), zero_stats=False) for name in ("dmv", "dmv4", "dmv6", "dmv8", "dmv10")},
 }
 
 
@@ -201,64 +189,35 @@ def generated_refusal(method, system) -> str | None:
 
 
 def hand_kernel(method, system) -> str | None:
-    """The name of the hand-written kernel that restates ``method`` with ``system``'s torque, or None
-    (nothing is generated to answer)."""
+    """The enrolled name (:data:`KERNELS`) of ``method`` where its tests take ``system``'s torque, or
+    None: the runs the automatic executor choice fuses (nothing is generated to answer)."""
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
     if name is None or getattr(system.body.J, "shape", None) != (3,):
         return None
     return name if _family(torque_kind(system.torque, run_dtype(system))) in KERNELS[name].torques else None
 
 
-def _hand_written(method, system) -> str | None:
-    """The hand-written kernel's name where it runs ``method`` with ``system``'s torque, or where no
-    kernel can be generated either (its refusal then says why); None where a generated kernel runs it."""
-    name = method if isinstance(method, str) and method in KERNELS else method_name(method)
-    if name is None or hand_kernel(method, system) or getattr(system.body.J, "shape", None) != (3,):
-        return name
-    return None if generated_refusal(method, system) is None else name
-
-
 def supports(method, system) -> bool:
-    """True if a kernel exists for this method (an integrator or a registered name) and this torque:
-    a hand-written one, or one generated from the method's JAX code (Warp need not be installed for the
-    former)."""
-    name = _hand_written(method, system)
-    if name is None:
-        return generated_refusal(method, system) is None
-    J = system.body.J
-    if getattr(J, "shape", None) != (3,):
-        return False
-    dtype = run_dtype(system)
-    kind = _family(torque_kind(system.torque, dtype))
-    return kind is not None and kind in KERNELS[name].torques
+    """True if a kernel can be generated from this method's JAX code (an integrator or a registered
+    name) for this system."""
+    return why_not(method, system) is None
 
 
 def why_not(method, system) -> str | None:
-    """Why :func:`supports` is False for this method and torque (a sentence), or None."""
-    name = _hand_written(method, system)
-    if name is None:
-        why = generated_refusal(method, system)
-        if why is None:
-            return None
-        label = method if isinstance(method, str) else registered_name(method)
-        return f"no fused kernel for the method {label}: its step cannot be restated in a kernel ({why})"
-    J = system.body.J
-    if getattr(J, "shape", None) != (3,):
+    """Why :func:`supports` is False for this method and system (a sentence), or None."""
+    if getattr(system.body.J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
-    dtype = run_dtype(system)
-    kind = torque_kind(system.torque, dtype)
-    if kind is None:
-        return torque_refusal(system.torque, dtype)
-    if _family(kind) not in KERNELS[name].torques:
-        return (f"the kernel of {name} restates the torques {', '.join(KERNELS[name].torques)}, not "
-                f"{type(system.torque).__name__}")
-    return None
+    why = generated_refusal(method, system)
+    if why is None:
+        return None
+    label = method if isinstance(method, str) else registered_name(method)
+    return f"no fused kernel for the method {label}: its step cannot be restated in a kernel ({why})"
 
 
 def keeps_stats(method, system=None) -> bool:
-    """Whether a fused run of ``method`` (an integrator or a registered name with a kernel) has the
-    XLA run's step statistics (all zero: the kernel writes none); a generated kernel's (``system``
-    given) where every step's statistics are the same constants."""
+    """Whether a fused run of ``method`` (an integrator or a registered name) has the XLA run's step
+    statistics (the kernel writes none): an enrolled method's where they are all zero, another's
+    (``system`` given) where every step's statistics are the same constants."""
     name = method if isinstance(method, str) and method in KERNELS else method_name(method)
     if name is not None:
         return KERNELS[name].zero_stats
@@ -283,20 +242,6 @@ def torque_params(torque, dtype):
     return jnp.zeros((1,), dtype)
 
 
-@functools.lru_cache(maxsize=None)
-def _kernel(dtype_name: str, name: str, torque: str, K: int):
-    """``(Warp scalar type, kernel)`` of (dtype, method, torque), built once."""
-    wp = warp()
-    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    return S, loop_kernel(S, *KERNELS[name].make(S, name, torque, K), key=f"{name}_{torque}{K}_{dtype_name}")
-
-
-@functools.lru_cache(maxsize=None)
-def _ffi(dtype_name: str, name: str, torque: str, K: int):
-    """The JAX-callable kernel of (dtype, method, torque), built and compiled once."""
-    return warp().jax_kernel(_kernel(dtype_name, name, torque, K)[1], num_outputs=4, vmap_method="sequential")
-
-
 def _check(method, system, states0, n_frames, save_every, event=None):
     for arg, v in (("n_frames", n_frames), ("save_every", save_every)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if arg == "n_frames" else 1):
@@ -308,13 +253,16 @@ def _check(method, system, states0, n_frames, save_every, event=None):
                          f"Pi {Pi.shape}")
     if jnp.dtype(R.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise TypeError(f"states0 must be float32 or float64, got {R.dtype}")
-    if not supports(method, system):
-        raise ValueError(f"no fused kernel for method {type(method).__name__} with torque "
-                         f"{type(system.torque).__name__}; check jaxrot.kernels.supports(method, system) first")
+    why = why_not(method, system)
+    if why is not None:
+        raise ValueError(why)
     if event is not None:
         from .fixed_event import why_not_event
 
         why = why_not_event(event, R.dtype)
+        if why is None and torque_kind(system.torque, run_dtype(system)) is None:
+            why = (f"a constant-step run with an event locates it on the dense output, which restates the "
+                   f"torques of jaxrot.kernels.torques, not {type(system.torque).__name__}")
         if why is not None:
             raise ValueError(why)
 
@@ -329,23 +277,12 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
             return empty
         return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
                         jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
-    name = _hand_written(method, system)
-    if name is None:  # a kernel generated from the method's JAX code
-        if event is not None:
-            raise ValueError("a constant-step run with an event is fused for the hand-written kernels only")
-        low = _generate.lower(method, system, dtype)
-        return _launch((jnp.dtype(dtype).name, low.key), _generate.loop, _generated_ffi, 1.0,
-                       states0, dt, t0, system, low.params, n_frames, save_every)
-    kind = torque_kind(system.torque, dtype)
-    P = KERNELS[name].params(method, system, dtype)
-    K = int(torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
     if event is not None:
         from . import fixed_event
 
-        return fixed_event.launch(name, kind, K, P, states0, dt, t0, system.body.J, int(n_frames), int(save_every),
-                                  event)
-    return _launch((jnp.dtype(dtype).name, name, kind, K), _kernel, _ffi, KERNELS[name].split_weight,
-                   states0, dt, t0, system, P, n_frames, save_every)
+        return fixed_event.launch(method, system, states0, dt, t0, int(n_frames), int(save_every), event)
+    low = _generate.lower(method, system, dtype)
+    return _launch((jnp.dtype(dtype).name, low.key), states0, dt, t0, system, low.params, n_frames, save_every)
 
 
 @functools.lru_cache(maxsize=None)
@@ -354,23 +291,23 @@ def _generated_ffi(dtype_name: str, key: str):
     return warp().jax_kernel(_generate.loop(dtype_name, key)[1], num_outputs=4, vmap_method="sequential")
 
 
-def _launch(key, kernel, ffi, split_weight, states0, dt, t0, system, P, n_frames, save_every):
-    """The loop kernel ``kernel(*key)`` (its JAX-callable ``ffi(*key)``) on a batch: one custom call,
-    or a slice of the batch per core (:mod:`jaxrot.kernels.host_threads`)."""
+def _launch(key, states0, dt, t0, system, P, n_frames, save_every):
+    """The loop kernel of the generated method ``key = (dtype name, source key)`` on a batch: one
+    custom call, or a slice of the batch per core (:mod:`jaxrot.kernels.host_threads`)."""
     dtype = states0.R.dtype
     B = states0.R.shape[0]
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(jnp.asarray(dt, dtype), (1,)),
             jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P)
 
     def custom_call(*args):  # Warp's own custom call: CUDA, and a CPU batch too small to split
-        return tuple(ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,),
-                               output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames), "failed_out": (B,),
-                                            "result_out": (B,)}))
+        return tuple(_generated_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,),
+                                          output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames),
+                                                       "failed_out": (B,), "result_out": (B,)}))
 
-    threads = host_threads.threads_for(B, int(n_frames) * int(save_every), split_weight)
+    threads = host_threads.threads_for(B, int(n_frames) * int(save_every), _generate.split_weight(key[1]))
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return custom_call(*args)
-    S, k = kernel(*key)
+    S, k = _generate.loop(*key)
     return host_threads.call(k, S, threads, int(n_frames), int(save_every), *args)
 
 

@@ -1,10 +1,11 @@
-"""Buss's methods restated as Warp functions (see :mod:`jaxrot.integrators.buss`).
+"""Buss's third- and fourth-order methods restated as Warp functions (see :mod:`jaxrot.integrators.buss`)
+for the hand-written error-controlled pair ``buss4(3)``.
 
 One step, with ``w = I_w^-1 L``, the derivatives of ``w`` and (for gravity) of the world momentum along
 the exact flow from :mod:`jaxrot.integrators.buss_rates`, the same Python functions the JAX methods
 use, compiled here by Warp::
 
-    h w_bar  (buss1 ... buss4, the table of the integrator module)
+    h w_bar  (buss3, buss4, the table of the integrator module)
     L1 = L + sum_{k <= order} h^k / k! L^(k)          (prescribed L(t): L1 = L(t + h))
     R1 = reorth(R exp(hat(R^T h w_bar))),  Pi1 = R1^T L1
 
@@ -19,12 +20,9 @@ from ..integrators.buss_rates import formulas
 from ._common import so3_funcs, warp
 from .torques import torque_funcs
 
-#: name -> (order, number of omega derivatives)
+#: name -> (order, number of omega derivatives): the methods of the hand-written error-controlled pair
+#: ``buss4(3)`` (:mod:`jaxrot.kernels.adaptive_pairs`); constant-step runs take generated kernels
 METHODS = {
-    "buss1": (1, 0),
-    "buss2": (2, 1),
-    "buss3_false": (2, 2),
-    "buss2p": (2, 1),
     "buss3": (3, 2),
     "buss4": (4, 3),
 }
@@ -51,10 +49,8 @@ def make(S, name: str, torque: str, K: int):
     f = rates(S)
     order, NO = METHODS[name]
     NL = max(order, NO)
-    GRAV, POLY, FREE = torque == "gravity", torque == "poly", torque == "free"
-    B1, B2P, B3F, B3, B4 = (name == "buss1", name == "buss2p", name == "buss3_false", name == "buss3",
-                            name == "buss4")
-    B2 = name == "buss2"
+    GRAV, POLY = torque == "gravity", torque == "poly"
+    B3, B4 = name == "buss3", name == "buss4"
 
     @wp.func
     def init(R: M, Pi: V, J: V, P: wp.array(dtype=S), h: S):
@@ -102,12 +98,6 @@ def make(S, name: str, torque: str, K: int):
             L4 = f.gravity_term(mgl, c3, up)
         # the net rate
         wbar = w
-        if wp.static(B2):
-            wbar = w + S(0.5) * h * w1
-        if wp.static(B3F):
-            wbar = w + S(0.5) * h * w1 + h * h / S(6.0) * w2
-        if wp.static(B2P):
-            wbar = w + S(0.5) * h * w1 + h * h / S(12.0) * wp.cross(w1, w)
         if wp.static(B3):
             wbar = w + S(0.5) * h * w1 + h * h / S(6.0) * w2 + h * h / S(12.0) * wp.cross(w1, w)
         if wp.static(B4):

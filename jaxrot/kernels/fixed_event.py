@@ -8,7 +8,8 @@ A terminal event leaves the frames as the XLA loop's bounded while loop leaves t
 which the event fell holds the state after the crossing step, later frames that state too (the
 trajectory sets every frame after the event time to the event state), and ``steps`` says how many
 steps were taken. The condition is a plain function restated from its jaxpr
-(:mod:`jaxrot.kernels.event_restate`).
+(:mod:`jaxrot.kernels.event_restate`), the step the method's own, generated from its JAX code
+(:mod:`jaxrot.kernels.generate`).
 """
 
 
@@ -112,19 +113,15 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(dtype_name: str, name: str, torque: str, K: int, event_key: str, direction, terminal: bool):
-    """``(Warp scalar type, kernel)`` of (dtype, method, torque, event), built once."""
-    from . import KERNELS
+def _kernel(dtype_name: str, gen_key: str, torque: str, K: int, event_key: str, direction, terminal: bool,
+            polished: bool):
+    """``(Warp scalar type, kernel)`` of (dtype, generated method, torque, event), built once."""
+    from . import generate
 
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    made = KERNELS[name].make(S, name, torque, K)
-    init, step, reason = (*made, None)[:3]
-    key = f"{name}_{torque.replace(':', '_')}{K}_{dtype_name}_ev{event_key}_{direction}_{int(terminal)}"
-    from .. import integrators
-
-    polished = polishes(getattr(integrators.get(name), "order", None))
-    return S, event_loop_kernel(S, init, step, reason, torque, K, event_key, direction, terminal, key=key,
+    key = f"{gen_key}_{torque.replace(':', '_')}{K}_{dtype_name}_ev{event_key}_{direction}_{int(terminal)}"
+    return S, event_loop_kernel(S, *generate.funcs(S, gen_key), torque, K, event_key, direction, terminal, key=key,
                                 polished=polished)
 
 
@@ -163,19 +160,27 @@ def why_not_event(event, dtype) -> str | None:
     return None if why is None else f"the event condition cannot be restated in a kernel: {why}"
 
 
-def launch(entry_name: str, kind: str, K: int, P, states0, dt, t0, J, n_frames: int, save_every: int, event):
-    """The kernel on a batch: ``(R (B, n_frames, 3, 3), Pi (B, n_frames, 3), failed, result, t_event,
-    R_event, Pi_event, steps)`` (the event's NaN where none was found)."""
+def launch(method, system, states0, dt, t0, n_frames: int, save_every: int, event):
+    """The kernel of ``method``'s generated step (:mod:`jaxrot.kernels.generate`) on a batch:
+    ``(R (B, n_frames, 3, 3), Pi (B, n_frames, 3), failed, result, t_event, R_event, Pi_event, steps)``
+    (the event's NaN where none was found). The dense output restates the torque
+    (:mod:`jaxrot.kernels.torques`): its parameters come first in ``P``, the method's after them."""
+    from . import generate, run_dtype, torque_kind, torque_params
+
     dtype = states0.R.dtype
     B = states0.R.shape[0]
+    kind = torque_kind(system.torque, run_dtype(system))
+    T = torque_params(system.torque, dtype)
+    K = int(T.shape[0] // 3) if kind == "poly" else 0
+    low = generate.lower(method, system, dtype, int(T.shape[0]))
     ekey, Q = event_restate.lower(event.cond_fn, dtype)
-    key = (jnp.dtype(dtype).name, entry_name, kind, K, ekey, event.direction, bool(event.terminal))
+    polished = polishes(getattr(method, "order", None))
+    key = (jnp.dtype(dtype).name, low.key, kind, K, ekey, event.direction, bool(event.terminal), polished)
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(dt, (1,)),
-            jnp.reshape(t0, (1,)), jnp.asarray(J, dtype).reshape(1, 3), P, jnp.asarray(Q, dtype))
+            jnp.reshape(t0, (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3),
+            jnp.concatenate([T, jnp.asarray(low.params, dtype)]), jnp.asarray(Q, dtype))
     dims = {"R_out": (B, n_frames), "Pi_out": (B, n_frames), **{k: (B,) for k in _OUTPUTS[2:]}}
-    from . import KERNELS
-
-    threads = host_threads.threads_for(B, n_frames * save_every, KERNELS[entry_name].split_weight)
+    threads = host_threads.threads_for(B, n_frames * save_every, generate.split_weight(low.key))
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return tuple(_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,), output_dims=dims))
     return tuple(_callable(*key)(*args, int(n_frames), int(save_every), int(threads), output_dims=dims))

@@ -55,6 +55,11 @@ class Lowered:
     params: object
 
 
+#: a generated source of up to this many lines counts as the cheapest kernels' body-step (``buss2p``'s
+#: has about 500, ``rk4``'s about 400) towards splitting a batch over the cores; ``rkmk8``'s, about
+#: twice as long, counts twice (as its body-step costs, docs/benchmarks.md "Fused kernels")
+STEP_LINES = 1000
+
 #: key -> (source, literals, memory length, whether the step statistics are constant)
 _SOURCES: dict[str, tuple[str, tuple, int]] = {}
 #: structure key (:func:`_cache_key`) -> (key, memory length, constants to P) or the Unsupported
@@ -273,12 +278,22 @@ def attempt_funcs(S, key: str):
     return env["init"], env["attempt"]
 
 
-def lower(method, system, dtype) -> Lowered:
-    """Restate ``method``'s ``init`` and ``step`` for ``system`` at ``dtype`` (float32 or float64);
-    raises :class:`Unsupported` naming what cannot be restated (or, Warp installed, a restatement that
-    does not compile or does not agree with the JAX step)."""
-    key, n_mem, traced = _lowered(method, system, dtype)
+def lower(method, system, dtype, offset: int = 0) -> Lowered:
+    """Restate ``method``'s ``init`` and ``step`` for ``system`` at ``dtype`` (float32 or float64), its
+    parameters read from ``P[offset]`` on (after the torque's, where the run's dense output restates
+    the torque: :mod:`jaxrot.kernels.fixed_event`); raises :class:`Unsupported` naming what cannot be
+    restated (or, Warp installed, a restatement that does not compile or does not agree with the JAX
+    step)."""
+    key, n_mem, traced = _lowered(method, system, dtype, False, offset)
     return Lowered(key, n_mem, params(method, system, dtype, traced))
+
+
+def split_weight(key: str) -> float:
+    """A generated step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's body-steps count towards splitting it over the
+    cores (:func:`jaxrot.kernels.host_threads.threads_for`): its lines of arithmetic over
+    :data:`STEP_LINES`, at least 1."""
+    src = _SOURCES[key][0]
+    return max(1.0, src.count("\n") / STEP_LINES)
 
 
 def params(method, system, dtype, traced=()):

@@ -55,34 +55,49 @@ def plan(jaxpr):
                                          for v in eqns[j].outvars):
             dead.add(j)
     cones, deferred = {}, set(dead)
-    for s, e in enumerate(eqns):
-        pos = select_positions(e)
-        if pos is None or s in dead:
-            continue
-        per_case = [sorted(_cone(eqns, producer, uses, outputs, s, k, e.invars[k]) - dead) for k in pos[1:]]
+    selects = {s: pos for s, e in enumerate(eqns) if s not in dead and (pos := select_positions(e)) is not None}
+    # the selects with one predicate share what only their cases use (Rodrigues' S1 and S2 the angle's
+    # square root): a case's cone is what only that case of those selects uses, computed again in each
+    # block that needs it (once where the case is taken)
+    joint = {}
+    for s, pos in selects.items():
+        pred = eqns[s].invars[pos[0]]
+        for c in (1, 2):
+            if (pred, c) not in joint:
+                group = [(i, q[c]) for i, q in selects.items() if eqns[i].invars[q[0]] is pred]
+                joint[pred, c] = _cone(eqns, producer, uses, outputs, set(group) | dead,
+                                       [eqns[i].invars[k] for i, k in group])
+    for s, pos in selects.items():
+        e = eqns[s]
+        per_case = [sorted((_reach(eqns, producer, [e.invars[pos[c]]]) & joint[e.invars[pos[0]], c]) - dead)
+                    for c in (1, 2)]
         if any(per_case):
             cones[s] = (pos, per_case)
             deferred.update(*per_case)
     return cones, deferred
 
 
-def _cone(eqns, producer, uses, outputs, s: int, k: int, var) -> set:
-    if hasattr(var, "val") or var not in producer:
-        return set()
-    # every equation reachable backwards from the case's operand, consumers before producers
-    reach, stack = set(), [producer[var]]
+def _reach(eqns, producer, vars) -> set:
+    """Every equation reachable backwards from ``vars``."""
+    reach, stack = set(), [producer[v] for v in vars if not hasattr(v, "val") and v in producer]
     while stack:
         j = stack.pop()
         if j in reach:
             continue
         reach.add(j)
         stack.extend(producer[v] for v in eqns[j].invars if not hasattr(v, "val") and v in producer)
+    return reach
+
+
+def _cone(eqns, producer, uses, outputs, allowed: set, vars) -> set:
+    """The equations reachable from ``vars`` whose results only the cone itself and the ``allowed``
+    uses (equation indices, or ``(equation, operand position)``) take."""
     cone = set()
-    for j in sorted(reach, reverse=True):
+    for j in sorted(_reach(eqns, producer, vars), reverse=True):  # consumers before producers
         e = eqns[j]
         if any(v in outputs for v in e.outvars) or _effects(e):
             continue
-        if all(all((i in cone) or (i == s and pos == k) for i, pos in uses[v]) for v in e.outvars):
+        if all(all((i in cone) or i in allowed or (i, pos) in allowed for i, pos in uses[v]) for v in e.outvars):
             cone.add(j)
     return cone
 
@@ -116,8 +131,11 @@ def branches(g: Source, eqn, read, planned, run) -> list:
         out[idx] = g.variable(g.literal(0.0 if kind == "f" else 0, kind) if kind != "b" else g.literal(False, "b"))
     for k, head in ((1, f"if {pred[0].code}:"), (0, "else:")):
         g.line(head)
+        known = g.known
+        g.known = {**known, pred[0].code: bool(k)}
         with g.loop([]):
             for j in cones[k]:
                 run(j)
             assign(g, [out], [np.broadcast_to(np.asarray(read(eqn.invars[(c0, c1)[k]])), shape)])
+        g.known = known
     return [out]

@@ -57,6 +57,7 @@ class Source:
         self.n = 0
         self.depth = 1  # the indentation of the lines emitted (loops nest it)
         self.cache: dict = {}  # (expression, kind) -> the local holding it
+        self.known: dict = {}  # a bool local's code -> its value inside an if/else block on it
 
     def emit(self, expr: str, kind: str) -> Element:
         """A new local computing ``expr``, or the local that already holds the same expression
@@ -164,90 +165,36 @@ def convert(g: Source, x: Element, kind: str, dtype=None) -> Element:
     raise Unsupported("a conversion of a floating-point value to an integer")
 
 
-def _sum(g: Source, terms: list[str], kind: str) -> Element:
-    return g.emit("(" + " + ".join(terms) + ")" if len(terms) > 1 else terms[0], kind)
-
-
-def _dot_general(g: Source, lhs: np.ndarray, rhs: np.ndarray, params, kind: str) -> np.ndarray:
-    (lc, rc), (lb, rb) = params["dimension_numbers"]
-    lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
-    rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
-    L = np.transpose(lhs, [*lb, *lf, *lc])
-    Rr = np.transpose(rhs, [*rb, *rf, *rc])
-    nb, nlf, nrf = len(lb), len(lf), len(rf)
-    out_shape = L.shape[:nb + nlf] + Rr.shape[nb:nb + nrf]
-    out = np.empty(out_shape, dtype=object)
-    for idx in np.ndindex(out_shape):
-        b, i, j = idx[:nb], idx[nb:nb + nlf], idx[nb + nlf:]
-        a_row = np.asarray(L[b + i]).reshape(-1)
-        b_row = np.asarray(Rr[b + j]).reshape(-1)
-        if a_row.size == 0:
-            out[idx] = g.literal(0.0, kind)
-            continue
-        out[idx] = _sum(g, [f"{x.code} * {y.code}" for x, y in zip(a_row, b_row)], kind)
-    return out
-
-
-def _reduce(g: Source, x: np.ndarray, axes, op: str, kind: str) -> np.ndarray:
-    axes = tuple(int(a) for a in axes)
-    keep = [d for d in range(x.ndim) if d not in axes]
-    moved = np.transpose(x, [*keep, *axes])
-    shape = moved.shape[:len(keep)]
-    flat = moved.reshape(shape + (-1,))
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(shape):
-        terms = list(flat[idx])
-        if op in ("and", "or"):
-            out[idx] = (g.literal(op == "and", "b") if not terms
-                        else g.emit("(" + f" {op} ".join(t.code for t in terms) + ")", "b"))
-            continue
-        if not terms:
-            raise Unsupported(f"{op} over an empty axis")
-        if op == "sum":
-            out[idx] = _sum(g, [t.code for t in terms], kind)
-        elif op == "prod":
-            out[idx] = g.emit("(" + " * ".join(t.code for t in terms) + ")", kind)
-        else:
-            acc = terms[0]
-            for t in terms[1:]:
-                acc = extremum(g, acc, t, op, kind)
-            out[idx] = acc
-    return out
-
-
-def _arg_extremum(g: Source, x: np.ndarray, axes, op: str) -> np.ndarray:
-    """argmax (``op`` ``">"``) or argmin (``"<"``) over one axis: the first extremal index."""
-    (axis,) = (int(a) for a in axes)
-    moved = np.moveaxis(x, axis, -1)
-    out = np.empty(moved.shape[:-1], dtype=object)
-    for idx in np.ndindex(out.shape):
-        row = list(moved[idx])
-        if all(e.value is not None for e in row):  # known values: the index itself
-            vals = [e.value for e in row]
-            out[idx] = g.literal(int(np.argmax(vals) if op == ">" else np.argmin(vals)), "i")
-            continue
-        best, where = row[0], g.literal(0, "i")
-        for k, e in enumerate(row[1:], start=1):
-            # a NaN is the extremum (the first one), as in lax
-            nan = f" or (({e.code} != {e.code}) and ({best.code} == {best.code}))" if e.kind == "f" else ""
-            better = g.emit(f"(({e.code} {op} {best.code}){nan})", "b")
-            where = g.emit(f"wp.where({better.code}, int({k}), {where.code})", "i")
-            best = g.emit(f"wp.where({better.code}, {e.code}, {best.code})", best.kind)
-        out[idx] = where
-    return out
-
-
 def _select(g: Source, which: Element, cases, kind: str) -> Element:
     """``cases[which]`` (lax's ``select_n``): a bool picks the second case when true, an integer its
     case by index."""
     if len(cases) == 1:
         return cases[0]
+    if which.value is not None or which.code in g.known:  # (known, or inside a block on the same predicate)
+        k = int(which.value if which.value is not None else g.known[which.code])
+        return cases[min(max(k, 0), len(cases) - 1)]
     if which.kind == "b":
         return g.emit(f"wp.where({which.code}, {cases[1].code}, {cases[0].code})", kind)
     acc = cases[-1]
     for k in range(len(cases) - 2, -1, -1):
         acc = g.emit(f"wp.where({which.code} == int({k}), {cases[k].code}, {acc.code})", kind)
     return acc
+
+
+def pick(g: Source, which: Element, cases: list) -> np.ndarray:
+    """``cases[which]`` for arrays of the same shape: more than two cases by an integer known only when
+    the step runs are one ``if``/``elif`` chain for all the elements (a branch the processor predicts,
+    where nested selects would each wait for the index), else selects."""
+    if len(cases) <= 2 or which.kind != "i" or which.value is not None or which.code in g.known:
+        return elementwise(lambda *cs: _select(g, which, cs, cs[0].kind), *cases)
+    from .jaxpr_control import assign
+
+    out = elementwise(g.variable, cases[-1])
+    for k, case in enumerate(cases[:-1]):
+        g.line(f"{'if' if k == 0 else 'elif'} {which.code} == int({k}):")
+        with g.loop([]):
+            assign(g, [out], [case])
+    return out
 
 
 def equation(g: Source, eqn, ins: list) -> list:
@@ -267,8 +214,7 @@ def equation(g: Source, eqn, ins: list) -> list:
     if name == "cond":  # every branch evaluated (they are pure), the outputs selected by the index
         index, ops = ins[0], ins[1:]
         results = [restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops) for b in p["branches"]]
-        return [elementwise(lambda w, *cs, kk=kind_of(v.aval.dtype): _select(g, w, cs, kk), index, *[r[k] for r in results])
-                for k, v in enumerate(outs)]
+        return [pick(g, np.asarray(index).reshape(()).item(), [r[k] for r in results]) for k in range(len(outs))]
     if name == "sign":  # (wp.sign(0) is 1; lax.sign is 0 at 0, -0 at -0 and NaN at NaN: x * 0 there)
         z, o = ("S(0.0)", "S(1.0)") if kind == "f" else ("int(0)", "int(1)")
         rest = f"({{0}} * {z})" if kind == "f" else z
@@ -296,7 +242,10 @@ def equation(g: Source, eqn, ins: list) -> list:
         t = BINARY[name]
         if name in ("add", "mul") and kind == "b":
             t = "({0} or {1})" if name == "add" else "({0} and {1})"
-        return [elementwise(lambda a, b: binary(g, name, a, b, kind) or g.emit(t.format(a.code, b.code), kind), *ins)]
+        # (a + b and b + a are the same number: one local for both)
+        swap = name in ("add", "mul")
+        return [elementwise(lambda a, b: binary(g, name, a, b, kind) or (swap and g.cache.get((t.format(b.code, a.code), kind)))
+                            or g.emit(t.format(a.code, b.code), kind), *ins)]
     if name in _UNARY:
         if kind != "f" and name not in ("neg", "abs", "is_finite"):
             raise Unsupported(f"{name} of a {kind!r} value")
@@ -354,7 +303,7 @@ def equation(g: Source, eqn, ins: list) -> list:
     if name == "stack":
         return [np.stack(ins, axis=int(p["axis"]))]
     if name in ("argmax", "argmin"):
-        return [_arg_extremum(g, ins[0], p["axes"], ">" if name == "argmax" else "<")]
+        return [arg_extremum(g, ins[0], p["axes"], ">" if name == "argmax" else "<")]
     if name == "split":
         cuts = np.cumsum(p["sizes"])[:-1]
         return list(np.split(ins[0], cuts, axis=int(p["axis"])))
@@ -371,8 +320,7 @@ def equation(g: Source, eqn, ins: list) -> list:
                 continue
             # a start known only when the step runs: every clamped start's slice, selected by it
             c = g.emit(f"wp.min(wp.max({s.code}, int(0)), int({last}))", "i")
-            cases = [np.take(out, range(k, k + n), axis=d) for k in range(last + 1)]
-            out = elementwise(lambda *cs: _select(g, c, cs, cs[0].kind), *cases)
+            out = pick(g, c, [np.take(out, range(k, k + n), axis=d) for k in range(last + 1)])
         return [out]
     if name == "iota":
         shape, dim = tuple(p["shape"]), int(p["dimension"])
@@ -380,15 +328,15 @@ def equation(g: Source, eqn, ins: list) -> list:
                                shape)
         return [g.array(vals, kind)]
     if name == "dot_general":
-        return [_dot_general(g, ins[0], ins[1], p, kind)]
+        return [dot_general(g, ins[0], ins[1], p, kind)]
     if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
         op = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}[name]
-        return [_reduce(g, ins[0], p["axes"], op, kind)]
+        return [reduce(g, ins[0], p["axes"], op, kind)]
     if name == "add_any":  # (a linearisation's sum of cotangents)
-        return [elementwise(lambda a, b: g.emit(f"({a.code} + {b.code})", kind), *ins)]
+        return [elementwise(lambda a, b: binary(g, "add", a, b, kind) or g.emit(f"({a.code} + {b.code})", kind), *ins)]
     if name in ("reduce_and", "reduce_or"):
         op = "and" if name == "reduce_and" else "or"
-        return [_reduce(g, ins[0], p["axes"], op, "b")]
+        return [reduce(g, ins[0], p["axes"], op, "b")]
     if name == "unstack":
         axis = int(p["axis"])
         return [np.take(ins[0], k, axis=axis) for k in range(ins[0].shape[axis])]
@@ -442,6 +390,6 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
 
 
 # (imported last: these modules use this one's names)
-from .jaxpr_algebra import binary, extremum, integer_pow, unary  # noqa: E402
+from .jaxpr_algebra import arg_extremum, binary, dot_general, extremum, integer_pow, reduce, unary  # noqa: E402
 from .jaxpr_branches import branches, plan  # noqa: E402
 from .jaxpr_control import by_index, fold, pad, reduce_precision, scan_loop, while_loop  # noqa: E402
