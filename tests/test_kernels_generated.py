@@ -19,13 +19,14 @@ from .helpers import user_pair
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
-#: what the methods that are not generated use: an SVD (the polar/SVD projections) or a sort (the
-#: elliptic functions of the exact flow and the compositions built on it)
-REFUSED = {"svd", "sort"}
-#: one method of each family in the default run (each is a Warp compilation of its own, 1-8 s on an empty
-#: cache); the slow tier runs every registered method
-DEFAULT = {"buss2p", "lie_taylor3", "rkmk4", "rkmk8(5)", "simo_wong_explicit", "split2_231", "liemid_ea", "dmv4",
-           "midpoint_exp", "nmb", "buss2p_ep", "euler_quat", "rk4_svd", "exact_free"}
+#: why the methods that are not generated are not: the longest compositions of exact flows (each flow's
+#: elliptic functions unrolled) pass the restatement's length limit
+REFUSED = ("lines once restated",)
+#: one method of each family the kernel table does not enrol in the default run (each is a Warp
+#: compilation of its own, 1-8 s on an empty cache; tests/test_kernels.py runs the enrolled ones, Buss's,
+#: the splittings, DMV and the energy projection, through the same generated kernels); the slow tier runs
+#: every registered method
+DEFAULT = {"lie_taylor3", "rkmk4", "rkmk8(5)", "simo_wong_explicit", "liemid_ea", "midpoint_exp", "nmb", "rk4_svd"}
 
 
 def _problem(name):
@@ -56,7 +57,7 @@ def test_every_method_runs_generated_or_names_what_it_cannot_restate(name):
     m, p = integrators.get(name), _problem(name)
     why = generate.reason(m, p.system, jnp.float64)
     if why is not None:
-        assert any(f"'{prim}'" in why for prim in REFUSED), why
+        assert any(r in why for r in REFUSED), why
         assert not kernels.supports(m, p.system) or kernels.method_name(m) is not None
         return
     # (the kernel itself: an error-controlled pair's constant-step run too)
@@ -115,14 +116,6 @@ def test_a_method_written_outside_the_package_runs_fused_with_constant_steps():
             for n in (25, 50, 100)]
     slopes = np.diff(np.log(errs)) / np.log(0.5)
     assert np.all(np.abs(slopes - 3) < 0.15), (errs, slopes)
-
-
-def test_an_unsupported_primitive_is_named_in_the_refusal():
-    p = jaxrot.problems.get("free_body_mz")
-    why = kernels.why_not(integrators.get("euler_svd"), p.system)
-    assert why is not None and "'svd'" in why
-    with pytest.raises(ValueError, match="'svd'"):
-        jaxrot.simulate("euler_svd", p, 1e-3, 10, executor=jaxrot.Fused())
 
 
 def test_a_pair_written_outside_the_package_runs_fused_with_error_control_and_an_event():

@@ -157,7 +157,7 @@ def test_a_wrong_restatement_stays_on_xla(monkeypatch):
     assert kernels.torque_kind(torque) is None
 
 
-def _sort(t, R, Pi):
+def _sort(t, R, Pi):  # the order of the components changes with the state: a sorting network
     return jnp.sort(Pi)
 
 
@@ -173,7 +173,7 @@ def _random(t, R, Pi):
     return jax.random.normal(jax.random.key(0), (3,)) * Pi
 
 
-@pytest.mark.parametrize("fn,names", [(_sort, "sort"), (_eigh, "eigh"), (_random, ("random", "key"))])
+@pytest.mark.parametrize("fn,names", [(_eigh, "eigh"), (_random, ("random", "key"))])
 def test_an_unsupported_function_stays_on_xla(fn, names):
     torque = jaxrot.Torque(fn)
     why = transpile.reason(torque, jnp.float64)
@@ -182,7 +182,7 @@ def test_an_unsupported_function_stays_on_xla(fn, names):
     p = Problem(body, torque, jaxrot.State(jnp.eye(3), jnp.array([0.3, -1.0, 2.0])), t_end=1.0)
     assert kernels.torque_kind(torque) is None and not kernels.supports("rkmk8", p.system)
     # asked for explicitly, the fused executor refuses with the reason; the automatic choice runs XLA
-    with pytest.raises(ValueError, match="Fused\\(\\) cannot run this job: the torque function cannot be restated"):
+    with pytest.raises(ValueError, match="Fused\\(\\) cannot run this job: .*cannot be restated"):
         jaxrot.simulate("rkmk8", p, 0.1, 5, executor=jaxrot.Fused())
     sol = jaxrot.simulate("rkmk8", p, 0.1, 5)
     assert sol.info["executor"] == "XLA" and np.all(np.isfinite(np.asarray(sol.states.Pi)))
@@ -207,7 +207,7 @@ def test_without_warps_cpu_compiler_a_restatement_is_refused_with_the_reason(mon
                 lambda: jaxrot.simulate("rkmk8(5)", p, t1=0.5, stepsize=jaxrot.Adaptive(rtol=1e-8, atol=1e-8),
                                         executor=jaxrot.Fused()),
                 lambda: jaxrot.simulate("rk4", free, 0.1, 5, event=flip, executor=jaxrot.Fused())):
-        with pytest.raises(ValueError, match="cannot be restated in a kernel: Warp's CPU compiler"):
+        with pytest.raises(ValueError, match="cannot be restated in a kernel.*Warp's CPU compiler"):
             run()
     monkeypatch.undo()  # with the compiler, the same torque runs fused
     assert jaxrot.simulate("rk4", p, 0.1, 5, executor=jaxrot.Fused()).info["executor"] == "Fused"
@@ -254,11 +254,12 @@ def test_a_torque_the_hand_written_kernels_do_not_restate_runs_in_a_generated_ke
                                atol=1e-12 * float(jnp.max(jnp.abs(xla.states.Pi))))
 
 
-def test_an_element_picked_by_a_state_dependent_index_is_restated():
-    torque = jaxrot.Torque(_gather)
+@pytest.mark.parametrize("fn", [_gather, _sort])
+def test_an_element_picked_by_a_state_dependent_index_or_a_sort_is_restated(fn):
+    torque = jaxrot.Torque(fn)
     assert transpile.reason(torque, jnp.float64) is None
     rng = np.random.default_rng(3)
     t, Pi = rng.uniform(size=5), rng.normal(size=(5, 3))
     R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(5, 3)))))
     got = transpile.evaluate(torque, t, R, Pi)
-    np.testing.assert_allclose(got, np.asarray(jax.vmap(_gather)(t, R, Pi)), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(got, np.asarray(jax.vmap(fn)(t, R, Pi)), rtol=1e-15, atol=0)

@@ -239,7 +239,7 @@ def _lowered(method, system, dtype, pair: bool = False, offset: int = 0):
 
             check(method, system, dtype, hit, pair, offset)
         except Unsupported as err:
-            if ck is not None:
+            if ck is not None and not getattr(err, "transient", False):
                 _LOWERED[ck] = err
             raise
         except Exception as err:  # noqa: BLE001 - any other failure: the XLA path runs the method as written

@@ -20,8 +20,10 @@ def verdict(checked: dict, key, compare, what: str):
         if not have_warp():
             return
         why = no_cpu_compiler()
-        if why is not None:
-            raise Unsupported(why)
+        if why is not None:  # (not remembered: the compiler may load later in the process)
+            err = Unsupported(why)
+            err.transient = True
+            raise err
         try:
             checked[key] = compare()
         except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source

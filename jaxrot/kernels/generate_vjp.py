@@ -223,7 +223,7 @@ def lower_vjp(pair, system, dtype, kind: str = "vjp", carried: bool = False) -> 
             hit = err
         except Exception as err:  # noqa: BLE001 - any other failure: the derivatives come from the XLA loop
             hit = Unsupported(f"{type(err).__name__}: {err}")
-        if ck is not None:
+        if ck is not None and not getattr(hit, "transient", False):
             _LOWERED[ck] = hit
     if isinstance(hit, Unsupported):
         raise hit

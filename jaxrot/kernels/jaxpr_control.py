@@ -106,17 +106,15 @@ def scan_loop(g: Source, p, ins: list) -> list:
     ``for`` loop over the carry."""
     jaxpr = p["jaxpr"]
     length, n_consts, n_carry = int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
-    if p.get("reverse"):
-        raise Unsupported("a reversed scan")
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
     body_consts = [g.array(c) for c in jaxpr.consts]
     n_ys = len(jaxpr.jaxpr.outvars) - n_carry
     if xs or n_ys or length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS:
-        carry, ys = list(init), []
-        for k in range(length):
+        carry, ys = list(init), [None] * length
+        # (a reversed scan reads xs and writes ys from the last slice; the loop below never sees k)
+        for k in (reversed(range(length)) if p.get("reverse") else range(length)):
             out = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *[x[k] for x in xs]])
-            carry, y = out[:n_carry], out[n_carry:]
-            ys.append(y)
+            carry, ys[k] = out[:n_carry], out[n_carry:]
         stacked = [np.stack([y[j] for y in ys]) if ys else np.empty((0,), dtype=object) for j in range(n_ys)]
         return [*carry, *stacked]
     carry = _carry(g, init)

@@ -47,6 +47,10 @@ def kind_of(dtype) -> str:
     raise Unsupported(f"values of dtype {dt}")
 
 
+#: the longest function restated (lines): beyond it the compilation, not the run, would dominate
+MAX_LINES = 50_000
+
+
 class Source:
     """The generated source: one line per new scalar, and the literals it refers to."""
 
@@ -91,6 +95,9 @@ class Source:
             self.cache = outer
 
     def line(self, text: str):
+        if len(self.lines) >= MAX_LINES:
+            raise Unsupported(f"a function longer than {MAX_LINES} lines once restated (Warp would take minutes "
+                              "to compile it; e.g. a composition of many exact flows, each unrolled)")
         self.lines.append("    " * self.depth + text)
 
     def variable(self, x: Element) -> Element:
@@ -342,6 +349,8 @@ def equation(g: Source, eqn, ins: list) -> list:
         return [np.take(ins[0], k, axis=axis) for k in range(ins[0].shape[axis])]
     if name == "reduce_precision":
         return [elementwise(lambda a: reduce_precision(g, a, int(p["exponent_bits"]), int(p["mantissa_bits"])), ins[0])]
+    if name in ORDERING:  # (sort, svd, and gathers whose indices depend on the state)
+        return ORDERING[name](g, eqn, ins)
     if name in ("scatter", "gather"):
         return [by_index(g, eqn, ins)]
     if name == "while":
@@ -393,3 +402,4 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
 from .jaxpr_algebra import arg_extremum, binary, dot_general, extremum, integer_pow, reduce, unary  # noqa: E402
 from .jaxpr_branches import branches, plan  # noqa: E402
 from .jaxpr_control import by_index, fold, pad, reduce_precision, scan_loop, while_loop  # noqa: E402
+from .jaxpr_ordering import ORDERING  # noqa: E402
