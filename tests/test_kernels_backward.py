@@ -86,9 +86,10 @@ def test_save_time_derivative_is_the_reference_loops():
     """The last step's length moves with a differentiated save time: that derivative (from the XLA loop,
     inside the same custom rule) equals the XLA executor's."""
     S = _batch(4, seed=2)
+    pair = user_pair()  # (a cheap pair: what is tested is the rule's plumbing, not the pair)
 
     def loss(t1, ex):
-        tr = jaxrot.simulate("rkmk8(5)", P, t1=t1, state0=S, stepsize=jaxrot.Adaptive(1e-9, 1e-9), executor=ex)
+        tr = jaxrot.simulate(pair, P, t1=t1, state0=S, stepsize=jaxrot.Adaptive(1e-9, 1e-9), executor=ex)
         return jnp.sum(tr.final.Pi * jnp.array([1.0, 2.0, 3.0]))
 
     g, gx = (jax.grad(loss)(1.0, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
@@ -118,8 +119,9 @@ def test_float32_gradient_in_the_kernels():
     S32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), S)
     J32 = P.body.J.astype(jnp.float32)
     ts = jnp.asarray([1.0], jnp.float32)
-    g = jax.grad(_loss("rkmk8(5)", ts, jaxrot.Fused(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
-    gx = jax.grad(_loss("rkmk8(5)", ts, jaxrot.XLA(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
+    pair = user_pair()
+    g = jax.grad(_loss(pair, ts, jaxrot.Fused(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
+    gx = jax.grad(_loss(pair, ts, jaxrot.XLA(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
     assert all(a.dtype == jnp.float32 for a in g)
     for a, b in zip(g, gx):
         assert _rel(a, b) <= 1e-4
@@ -179,8 +181,9 @@ def test_generated_step_derivatives_equal_jax(kind):
 
 
 def test_forward_mode_in_the_kernels_equals_the_xla_loops(monkeypatch):
-    """jax.jacfwd with ForwardMode: the tangents carried through the recorded steps by the generated
-    Jacobian-vector product (a sorted batch of 70, two save times), equal to the XLA executor's."""
+    """Forward mode: the tangents carried through the recorded steps by the generated Jacobian-vector
+    product (a sorted batch of 70, two save times) equal the XLA executor's; jax.jacfwd (a run per
+    direction) equals the tangents along each direction."""
     from jaxrot.kernels import adaptive_backward
 
     calls = []
@@ -189,19 +192,23 @@ def test_forward_mode_in_the_kernels_equals_the_xla_loops(monkeypatch):
     S = _batch(70, seed=6)
     ts = jnp.asarray([0.4, 1.0])
     fwd = jaxrot.ForwardMode()
-    # jacfwd in the three moments (a run per direction), and one tangent of everything
-    g = jax.jacfwd(_loss("rkmk8(5)", ts, None, fwd))(P.body.J, S.R, S.Pi)
-    assert calls, "the tangents did not come from the kernels"
-    gx = jax.jacfwd(_loss("rkmk8(5)", ts, jaxrot.XLA(), fwd))(P.body.J, S.R, S.Pi)
-    assert _rel(g, gx) <= 1e-9
+    # one tangent of everything, against the XLA executor's
     rng = np.random.default_rng(10)
     primals = (P.body.J, S.R, S.Pi)
     tangent = tuple(jnp.asarray(rng.normal(size=np.shape(x))) for x in primals)
     d, dx = (jax.jvp(_loss("rkmk8(5)", ts, ex, fwd), primals, tangent)[1] for ex in (None, jaxrot.XLA()))
+    assert calls, "the tangents did not come from the kernels"
     assert _rel(d, dx) <= 1e-9
-    # a save time's tangent (the reference's, inside the same rule)
+    # jacfwd in the three moments (a run per direction) equals the tangents along each
+    g = jax.jacfwd(_loss("rkmk8(5)", ts, None, fwd))(*primals)
+    along = [jax.jvp(lambda J: _loss("rkmk8(5)", ts, None, fwd)(J, S.R, S.Pi), (P.body.J,), (e,))[1]
+             for e in jnp.eye(3, dtype=P.body.J.dtype)]
+    assert _rel(g, jnp.stack(along)) <= 1e-12
+    # a save time's tangent (the reference's, inside the same rule; a cheap pair)
+    pair = user_pair()
+
     def final(t1, ex):
-        tr = jaxrot.simulate("rkmk8(5)", P, t1=t1, state0=_batch(3, seed=7), stepsize=jaxrot.Adaptive(1e-9, 1e-9),
+        tr = jaxrot.simulate(pair, P, t1=t1, state0=_batch(3, seed=7), stepsize=jaxrot.Adaptive(1e-9, 1e-9),
                              executor=ex, adjoint=fwd)
         return tr.final.Pi
     d, dx = (jax.jvp(lambda t: final(t, ex), (1.0,), (1.0,))[1] for ex in (jaxrot.Fused(), jaxrot.XLA()))
@@ -220,11 +227,12 @@ def test_where_the_kernels_cannot_differentiate_the_xla_loop_does(monkeypatch, m
     monkeypatch.setattr(adaptive_backward, "tangents", lambda *a: calls.append(1))
     S = _batch(4, seed=11)
     ts = jnp.asarray([1.0])
-    jaxrot.simulate("rkmk8(5)", P, t1=1.0, state0=S, stepsize=jaxrot.Adaptive(1e-8, 1e-8), executor=jaxrot.Fused())
+    pair = user_pair()
+    jaxrot.simulate(pair, P, t1=1.0, state0=S, stepsize=jaxrot.Adaptive(1e-8, 1e-8), executor=jaxrot.Fused())
     assert not asked
     adjoint = None if mode == "reverse" else jaxrot.ForwardMode()
     diff = jax.grad if mode == "reverse" else jax.jacfwd
-    g, gx = (diff(_loss("rkmk8(5)", ts, ex, adjoint, tol=1e-8))(P.body.J, S.R, S.Pi)
+    g, gx = (diff(_loss(pair, ts, ex, adjoint, tol=1e-8))(P.body.J, S.R, S.Pi)
              for ex in (jaxrot.Fused(), jaxrot.XLA()))
     assert asked and not calls
     assert _rel(g, gx) <= 1e-9
