@@ -12,7 +12,9 @@ worker process of that checkout), so that load on a shared machine hits both ali
 user's file) on B heavy tops, error-controlled (rtol = atol = 1e-8) with a terminal event, through
 ``jaxrot.simulate`` with ``executor=Fused()`` (its generated kernel) and ``executor=XLA()``.
 
-Writes ``generated_kernels.json`` and ``.md`` to DIR: per method and batch size the median time of a
+Writes ``generated_kernels.json`` and ``.md`` to DIR (``generated_kernels_<problem>`` for another
+``--problem``, e.g. ``free_body_mz`` for the torque-free methods: the splittings, DMV, the energy
+projection): per method and batch size the median time of a
 call (of ``reps``), body-steps/s, and the ratio generated / hand-written (above 1: the generated
 kernel is faster).
 """
@@ -31,7 +33,8 @@ import time
 
 
 def _setup(repo, name, B, steps, dtype_name, problem):
-    """``(run, system, s0)``: one call of ``name``'s kernel on ``B`` bodies; the generated kernel of
+    """``run``: one call of ``name``'s kernel on ``B`` bodies inside ``jax.jit`` (as a run of
+    ``jaxrot.simulate`` calls it: without the eager dispatch's milliseconds); the generated kernel of
     this checkout, or (``repo`` given) the hand-written kernel of the checkout at ``repo``."""
     if repo is not None:
         sys.path.insert(0, repo)
@@ -56,12 +59,14 @@ def _setup(repo, name, B, steps, dtype_name, problem):
         P = e.params(m, system, dtype)
         kind = kernels.torque_kind(system.torque, dtype)
         K = int(kernels.torque_params(system.torque, dtype).shape[0] // 3) if kind == "poly" else 0
-        return lambda: kernels._launch((dtype.name, name, kind, K), kernels._kernel, kernels._ffi, e.split_weight, s0, dt,
-                                       t0, system, P, 1, steps)
+        f = jax.jit(lambda s: kernels._launch((dtype.name, name, kind, K), kernels._kernel, kernels._ffi, e.split_weight,
+                                              s, dt, t0, system, P, 1, steps))
+        return lambda: f(s0)
     from jaxrot.kernels import generate
 
     low = generate.lower(m, system, dtype)
-    return lambda: kernels._launch((dtype.name, low.key), s0, dt, t0, system, low.params, 1, steps)
+    f = jax.jit(lambda s: kernels._launch((dtype.name, low.key), s, dt, t0, system, low.params, 1, steps))
+    return lambda: f(s0)
 
 
 def _worker(repo, name, B, steps, dtype_name, problem, out):
@@ -149,7 +154,8 @@ def main(argv=None):
                   f"{r['same_steps']}."]
     from jaxrot.present import provenance
 
-    provenance.write_record(a.out, "generated_kernels", dict(meta=meta, rows=rows, user_pair=pair_rows),
+    name = "generated_kernels" + ("" if a.problem == "fast_top" else f"_{a.problem}")
+    provenance.write_record(a.out, name, dict(meta=meta, rows=rows, user_pair=pair_rows),
                             "\n".join(lines) + "\n", command=meta["command"])
 
 

@@ -134,9 +134,9 @@ def test_kernel_restates_the_method(name, torque, dtype):
                          + [("gravity_gradient", jnp.float32)],
                          ids=[f"{t}-f64" for t in kernels.KERNELS["rkmk8"].torques] + ["gravity_gradient-f32"])
 def test_rkmk8_kernel_at_large_steps(torque, dtype):
-    """rkmk8's kernel takes a stage's exp and dexp^-1 coefficients from power series on tiers of the
-    rotation angle, and from sines and cosines beyond them: bodies spun so that one step turns them
-    by 0.05 to 2.5 rad (every tier and the closed forms) agree with the JAX method after one step and
+    """rkmk8's kernel takes a stage's exp and dexp^-1 coefficients from their Taylor polynomials at
+    small angles and from sines and cosines beyond (the JAX method's switch): bodies spun so that one
+    step turns them by 0.05 to 2.5 rad (both sides of it) agree with the JAX method after one step and
     after 20 to within 20 times what a one-rounding change of the initial momentum moves the method
     itself, plus 10 roundings (steps this large amplify roundings: up to ~400-fold after 20 steps)."""
     method = integrators.get("rkmk8")
@@ -208,17 +208,30 @@ def test_gradients_come_from_the_reference(name, torque):
     np.testing.assert_allclose(float(v), float(loss(reference, *args)), rtol=1e-13)
 
 
+class _FourierStep(jaxrot.integrators.AbstractIntegrator):
+    """A step through values no kernel restates (an FFT's complex numbers), for the refusals."""
+
+    order = 1
+
+    def init(self, system, t0, state0, dt):
+        return ()
+
+    def step(self, system, t, state, aux, dt):
+        return jaxrot.State(state.R, jnp.real(jnp.fft.ifft(jnp.fft.fft(state.Pi)))), aux, jaxrot.StepStats.explicit()
+
+
 def test_supports_and_bad_input():
     free, _ = _setup("free")
     # a method that is not enrolled: its kernel generated the same way (tests/test_kernels_generated.py)
     assert kernels.supports(integrators.get("liemid_ea"), free) and kernels.method_name(integrators.get("liemid_ea")) is None
-    assert kernels.supports("rkmk8", free) and not kernels.supports("euler_svd", free)  # by name too
+    assert kernels.supports("rkmk8", free) and kernels.supports("euler_svd", free)  # by name too
+    assert not kernels.supports(_FourierStep(), free) and "complex128" in kernels.why_not(_FourierStep(), free)
     assert not kernels.supports(integrators.get("split4_231"), _setup("gravity")[0])  # torque-free only
     wall = problems.get("coulomb_wall").system  # a torque the method's enrolment does not name: generated too
     assert kernels.supports(integrators.get("buss2p"), wall) and kernels.hand_kernel("buss2p", wall) is None
     _, states = _setup("free")
     with pytest.raises(ValueError, match="no fused kernel"):
-        kernels.fused_frames(integrators.get("euler_svd"), free, states, 1e-3, 0.0, 2, 2)
+        kernels.fused_frames(_FourierStep(), free, states, 1e-3, 0.0, 2, 2)
     with pytest.raises(ValueError, match="save_every"):
         kernels.fused_frames(integrators.get("buss2p"), free, states, 1e-3, 0.0, 2, 0)
     with pytest.raises(ValueError, match="states0"):
@@ -247,8 +260,8 @@ def test_the_fused_executor_equals_xla(monkeypatch):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-13, atol=1e-13)
         np.testing.assert_array_equal(np.asarray(a.failed_step), np.asarray(b.failed_step))
     # asked for explicitly, Fused refuses what it cannot run, saying why; the automatic choice runs it on XLA
-    with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: no fused kernel for the method euler_svd"):
-        jaxrot.simulate("euler_svd", p, 1e-3, 10, executor=jaxrot.Fused())
+    with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: no fused kernel for the method _FourierStep"):
+        jaxrot.simulate(_FourierStep(), p, 1e-3, 10, executor=jaxrot.Fused())
     with pytest.raises(ValueError, match=r"Fused\(\) cannot run this job: .*invariant monitor"):
         jaxrot.simulate("buss4", p, 1e-3, 10, executor=jaxrot.Fused(), monitor=jaxrot.InvariantMonitor(1e-3))
     assert jaxrot.simulate("liemid_ea", p, 1e-3, 10).info["executor"] == "XLA"

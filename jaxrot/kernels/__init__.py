@@ -81,7 +81,7 @@ KERNELS: dict[str, KernelEntry] = {
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
     "euler_quat": KernelEntry((*_TORQUED, *_CALLS_TAU), rtol64=5e-12),
     # and the satellite's gravity gradient (in the precision suite the best stepping method there)
-    "rkmk8": KernelEntry((*_TORQUED, "gravity_gradient", *_CALLS_TAU), family=_rkmk, builder="make_rkmk8"),
+    "rkmk8": KernelEntry((*_TORQUED, "gravity_gradient", *_CALLS_TAU), family=_rkmk),
     **{name: KernelEntry(("free",)) for name in _SPLITS},
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
     # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are

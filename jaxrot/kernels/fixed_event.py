@@ -26,8 +26,6 @@ __all__ = ["event_loop_kernel", "launch", "why_not_event"]
 
 #: the kernel's outputs (name, per-body shape after B) in order
 _OUTPUTS = ("R_out", "Pi_out", "failed_out", "result_out", "tev_out", "Rev_out", "Piev_out", "steps_out")
-_N_IN = 9  # 7 arrays (R0, Pi0, dt, t0, J, P, Q), then n_frames and save_every
-_SLICED = frozenset((0, 1)) | frozenset(range(_N_IN, _N_IN + len(_OUTPUTS)))
 
 
 def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str, direction, terminal: bool, *,
@@ -131,29 +129,6 @@ def _ffi(*key):
     return warp().jax_kernel(_kernel(*key)[1], num_outputs=len(_OUTPUTS), vmap_method="sequential")
 
 
-@functools.lru_cache(maxsize=None)
-def _callable(*key):
-    """Warp's JAX callable that launches the kernel in slices from the pool's threads (a CPU batch)."""
-    S, kernel = _kernel(*key)
-    wp = warp()
-    c = so3_funcs(S)
-
-    def split(R0, Pi0, dt, t0, J, P, Q, n_frames, save_every, n_slices, R_out, Pi_out, failed_out, result_out,
-              tev_out, Rev_out, Piev_out, steps_out):
-        outs = (R_out, Pi_out, failed_out, result_out, tev_out, Rev_out, Piev_out, steps_out)
-        arrays = {**dict(enumerate((R0, Pi0, dt, t0, J, P, Q))), **{_N_IN + k: o for k, o in enumerate(outs)}}
-        host_threads.launch_in_slices(kernel, n_slices, arrays, {7: n_frames, 8: save_every}, _SLICED)
-
-    A, I32 = wp.array, wp.int32
-    split.__annotations__ = dict(
-        R0=A(dtype=c.M), Pi0=A(dtype=c.V), dt=A(dtype=S), t0=A(dtype=S), J=A(dtype=c.V), P=A(dtype=S),
-        Q=A(dtype=S), n_frames=int, save_every=int, n_slices=int, R_out=wp.array2d(dtype=c.M),
-        Pi_out=wp.array2d(dtype=c.V), failed_out=A(dtype=I32), result_out=A(dtype=I32), tev_out=A(dtype=S),
-        Rev_out=A(dtype=c.M), Piev_out=A(dtype=c.V), steps_out=A(dtype=I32), **{"return": None})
-    split.__name__ = split.__qualname__ = f"split_{kernel.key}"
-    return wp.jax_callable(split, num_outputs=len(_OUTPUTS), vmap_method="sequential")
-
-
 def why_not_event(event, dtype) -> str | None:
     """Why the fixed-step kernels cannot check ``event`` (a sentence), or None."""
     why = event_restate.reason(event.cond_fn, dtype)
@@ -183,4 +158,5 @@ def launch(method, system, states0, dt, t0, n_frames: int, save_every: int, even
     threads = host_threads.threads_for(B, n_frames * save_every, generate.split_weight(low.key))
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
         return tuple(_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,), output_dims=dims))
-    return tuple(_callable(*key)(*args, int(n_frames), int(save_every), int(threads), output_dims=dims))
+    split = host_threads.sliced_callable(_kernel(*key)[1], len(_OUTPUTS), frozenset({"dtv", "t0v", "Jv", "P", "Q"}))
+    return tuple(split(*args, int(n_frames), int(save_every), int(threads), output_dims=dims))
