@@ -255,23 +255,6 @@ def so3_funcs(S):
                                  world_increment=world_increment, inv_inertia=inv_inertia)
 
 
-@functools.lru_cache(maxsize=None)
-def nonfinite_reason(S):
-    """A step's :class:`jaxrot.RESULTS` code where the method has no other: 2 (non-finite state)
-    where ``Pi`` is not finite, else 0."""
-    wp = warp()
-    V = so3_funcs(S).V
-
-    @wp.func
-    def reason(Pi: V, A: typing.Any):
-        code = int(0)
-        if not wp.isfinite(Pi[0] + Pi[1] + Pi[2]):
-            code = int(2)
-        return code
-
-    return reason
-
-
 def checked_step(S, step, reason):
     """``advance(R, Pi, A, t0, dt, k, failed, code, J, P) -> (R, Pi, A, k, failed, code)``: step ``k``
     of ``step`` at ``t0 + k dt`` (no accumulated round-off in time), the step counted, and the first
@@ -298,18 +281,18 @@ def checked_step(S, step, reason):
     return advance
 
 
-def loop_kernel(S, init, step, reason=None, *, key: str):
+def loop_kernel(S, init, step, reason, *, key: str):
     """The fused run: one thread per body, ``n_frames * save_every`` steps of ``step`` from ``init``'s
     memory, every ``save_every``-th state written, the first failed step flagged.
 
     ``init(R, Pi, J, P, h) -> A`` and ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` are Warp functions of
-    one body (``A``: a vector of memory, e.g. Buss's world momentum). ``reason(Pi, A) -> int``, if
-    given, is a step's :class:`jaxrot.RESULTS` code (default: 2, non-finite state, where ``Pi`` is not
-    finite, else 0)."""
+    one body (``A``: a vector of memory, e.g. Buss's world momentum), ``reason(Pi, A) -> int`` a step's
+    :class:`jaxrot.RESULTS` code (0: none); the three generated from a method's JAX code
+    (:func:`jaxrot.kernels.generate.funcs`)."""
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
-    advance = checked_step(S, step, nonfinite_reason(S) if reason is None else reason)
+    advance = checked_step(S, step, reason)
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
             Jv: wp.array(dtype=V), P: wp.array(dtype=S), n_frames: wp.int32, save_every: wp.int32,

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from . import event_restate, host_threads
-from ._common import FUSE_FP, checked_step, nonfinite_reason, so3_funcs, warp
+from ._common import FUSE_FP, checked_step, so3_funcs, warp
 from .adaptive_dense import crossing, dense_funcs, polish_func, polishes
 
 __all__ = ["event_loop_kernel", "launch", "why_not_event"]
@@ -39,7 +39,7 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
     g, locate = dense_funcs(S, torque, K, event_key)
     TERMINAL = bool(terminal)
     crossed = crossing(S, direction)
-    advance = checked_step(S, step, nonfinite_reason(S) if reason is None else reason)
+    advance = checked_step(S, step, reason)
 
     @wp.func
     def one_step(R: M, Pi: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
