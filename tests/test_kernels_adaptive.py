@@ -310,6 +310,19 @@ def test_cpu_slices_and_order_give_the_same_bits(monkeypatch):
     np.testing.assert_array_equal(np.asarray(alone.R[0]), np.asarray(many.R[b]))
 
 
+def _eigh_pair():
+    """The Crouch-Grossman 3(2) pair of a user's file with an eigendecomposition in its step."""
+    from .helpers import user_pair
+
+    class EighPair(type(user_pair())):
+        def step_with_error(self, system, t, state, aux, dt):
+            high, aux, stats, err = super().step_with_error(system, t, state, aux, dt)
+            w = jnp.linalg.eigvalsh(high.R @ high.R.T)
+            return type(high)(high.R, high.Pi * (w[0] / w[0])), aux, stats, err
+
+    return EighPair()
+
+
 def test_support_and_refusals():
     from jaxrot.kernels import adaptive_pairs
 
@@ -320,21 +333,22 @@ def test_support_and_refusals():
     # a pair with no enrolled kernel runs its attempt generated from its JAX code
     assert ka.supports_adaptive("lie_taylor5(4)", p.system) and adaptive_pairs.uses_generated("lie_taylor5(4)", p.system)
     assert not ka.supports_adaptive(("buss4", "buss2"), p.system)
-    # a pair built on the exact flow's elliptic functions (a sort) is refused, naming the primitive
-    assert "'sort'" in ka.why_not_adaptive("exact_split_tj4(2)", p.system)
+    # a pair whose step uses a primitive with no restatement (an eigendecomposition) is refused, naming it
+    eigh_pair = _eigh_pair()
+    assert "'eigh'" in ka.why_not_adaptive(eigh_pair, p.system)
     gg = problems.get("gravity_gradient")
     # buss4(3)'s enrolled kernel does not restate the gravity gradient: its generated attempt does
     assert ka.supports_adaptive("rkmk8(5)", gg.system) and not adaptive_pairs.uses_generated("rkmk8(5)", gg.system)
     assert ka.supports_adaptive("buss4(3)", gg.system) and adaptive_pairs.uses_generated("buss4(3)", gg.system)
-    # an event condition the restatement cannot write out (a sort) is refused, with the reason
-    sorted_ = jaxrot.Event(lambda t, s, a: jnp.sort(s.Pi)[0])
+    # an event condition the restatement cannot write out (an eigendecomposition) is refused, with the reason
+    sorted_ = jaxrot.Event(lambda t, s, a: jnp.linalg.eigvalsh(s.R + s.R.T)[0])
     assert not ka.supports_adaptive("rkmk8(5)", p.system, sorted_)
     assert "event condition" in ka.why_not_adaptive("rkmk8(5)", p.system, sorted_)
     S = _batch(p, jnp.float64, n=2)
     with pytest.raises(ValueError, match="event condition"):
         ka.fused_adaptive("rkmk8(5)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8, event=sorted_)
     with pytest.raises(ValueError, match="no fused adaptive kernel"):
-        ka.fused_adaptive("exact_split_tj4(2)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8)
+        ka.fused_adaptive(eigh_pair, p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8)
     with pytest.raises(ValueError, match="max_steps"):
         ka.fused_adaptive("rkmk8(5)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8, max_steps=0)
 

@@ -120,11 +120,14 @@ def test_float32_gradient_in_the_kernels():
     J32 = P.body.J.astype(jnp.float32)
     ts = jnp.asarray([1.0], jnp.float32)
     pair = user_pair()
-    g = jax.grad(_loss(pair, ts, jaxrot.Fused(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
-    gx = jax.grad(_loss(pair, ts, jaxrot.XLA(), tol=1e-5), argnums=(0, 2))(J32, S32.R, S32.Pi)
+    # (tolerances at float32's floor for this run, about 1e-4: below it the library warns. The two
+    # executors round differently and may accept different steps, so their derivatives agree to the
+    # solver's tolerance times the loss's sensitivity, not to a few roundings: 10 tol)
+    g = jax.grad(_loss(pair, ts, jaxrot.Fused(), tol=1e-4), argnums=(0, 2))(J32, S32.R, S32.Pi)
+    gx = jax.grad(_loss(pair, ts, jaxrot.XLA(), tol=1e-4), argnums=(0, 2))(J32, S32.R, S32.Pi)
     assert all(a.dtype == jnp.float32 for a in g)
     for a, b in zip(g, gx):
-        assert _rel(a, b) <= 1e-4
+        assert _rel(a, b) <= 1e-3
 
 
 
