@@ -16,7 +16,8 @@ round (A then B) so that load on a shared machine hits both alike:
   dispatch off (``jax_cpu_enable_async_dispatch=False``: the program on the calling thread, no
   wake-up, no overlap of the Python work with the program either); ``small_call_new_ms``: the
   same run with a new ``SaveAt()`` object per call (a
-  call not made before, so checked and set up again);
+  call not made before, so checked and set up again); ``small_call_steps_ms``: the same with
+  ``saveat=SaveAt(steps=10)`` written in the call (an option object of numbers, matched by value);
 - ``terminal_one`` / ``terminal_batch``: the time of a run with a terminal event at T/10 over the time
   of the same run without it (``rk4`` on the T-handle: one body of 400 000 steps; 1 000 bodies of
   4 000 steps), final state only, XLA's loop (``executor=None`` for the batch: the run without the event
@@ -91,6 +92,9 @@ def measure(repo: str, small_only: bool = False) -> dict:
         return dict(small_call_ms=1e3 * small, small_call_after_idle_ms=1e3 * small_idle)
     # the same run, but a new SaveAt object each call: not the same call, so checked and set up again
     small_new = median(lambda: jaxrot.simulate("buss4", p, 1e-3, 10, saveat=jaxrot.SaveAt()), 300)
+    # the same with a saving option that holds a number, written in the call (matched by value)
+    small_steps = median(lambda: jaxrot.simulate("buss4", p, 1e-3, 10, saveat=jaxrot.SaveAt(steps=10)), 300,
+                         warm_s=1.0)
     th = jaxrot.problems.get("t_handle")
     final = jaxrot.SaveAt(t0=False)
     n, dt = 400_000, 1e-4
@@ -117,6 +121,7 @@ def measure(repo: str, small_only: bool = False) -> dict:
     for d in (1e-3, 2e-3, 5e-4):
         f(jaxrot.simulate("buss4", p, d, 10))
     return dict(small_call_ms=1e3 * small, small_call_after_idle_ms=1e3 * small_idle, small_call_new_ms=1e3 * small_new,
+                small_call_steps_ms=1e3 * small_steps,
                 terminal_one=cut1 / full1, terminal_one_s=(cut1, full1),
                 terminal_batch=cutB / fullB, terminal_batch_s=(cutB, fullB), terminal_batch_blocked=cutC / fullC,
                 terminal_batch_blocked_s=(cutC, fullC), traces=count[0])
@@ -154,7 +159,7 @@ def main():
         print(f"round {r + 1} this, synchronous dispatch: {sync[-1]}", flush=True)
     summary = {}
     for k in repos:
-        fields = ("small_call_ms", "small_call_after_idle_ms", "small_call_new_ms", "terminal_one",
+        fields = ("small_call_ms", "small_call_after_idle_ms", "small_call_new_ms", "small_call_steps_ms", "terminal_one",
                   "terminal_batch_blocked", "terminal_batch", "traces")
         summary[k] = {f: statistics.median(x[f] for x in runs[k]) for f in fields}
         summary[k].update({f: statistics.median(x[f] for x in imports[k]) for f in ("jax_equinox_s", "jaxrot_s")})
