@@ -19,7 +19,7 @@ import itertools
 
 import numpy as np
 
-from .jaxpr_warp import Element, Source, Unsupported, elementwise, kind_of
+from .jaxpr_warp import Element, Source, Unsupported, elementwise, kind_of, pick
 
 __all__ = ["ORDERING"]
 
@@ -45,21 +45,11 @@ def _after(g: Source, keys_a: list, keys_b: list) -> Element:
     return out
 
 
-def _pick(g: Source, cond: Element, a: Element, b: Element, kind: str) -> Element:
-    """``a`` where ``cond`` holds, else ``b``."""
-    if cond.value is not None:
-        return a if cond.value else b
-    if a.code == b.code:
-        return a
-    return g.emit(f"wp.where({cond.code}, {a.code}, {b.code})", kind)
-
-
 def sort(g: Source, eqn, ins: list) -> list:
     """``lax.sort`` along one axis, stable: odd-even transposition (adjacent compare-exchanges that swap
     only when the first is strictly after the second; ``n`` rounds sort ``n`` numbers)."""
     p = eqn.params
     dim, n_keys = int(p["dimension"]), int(p["num_keys"])
-    kinds = [kind_of(v.aval.dtype) for v in eqn.outvars]
     ops = [np.moveaxis(np.asarray(x), dim, -1).copy() for x in ins]
     n = ops[0].shape[-1]
     for lane in np.ndindex(ops[0].shape[:-1]):
@@ -67,9 +57,11 @@ def sort(g: Source, eqn, ins: list) -> list:
         for r in range(n):
             for i in range(r % 2, n - 1, 2):
                 swap = _after(g, [rows[k][i] for k in range(n_keys)], [rows[k][i + 1] for k in range(n_keys)])
-                for row, kind in zip(rows, kinds):
-                    lo, hi = row[i], row[i + 1]
-                    row[i], row[i + 1] = _pick(g, swap, hi, lo, kind), _pick(g, swap, lo, hi, kind)
+                first = np.asarray([row[i] for row in rows], dtype=object)
+                second = np.asarray([row[i + 1] for row in rows], dtype=object)
+                lo, hi = pick(g, swap, [first, second]), pick(g, swap, [second, first])
+                for k, row in enumerate(rows):
+                    row[i], row[i + 1] = lo[k], hi[k]
         for x, row in zip(ops, rows):
             for i, e in enumerate(row):
                 x[lane + (i,)] = e
@@ -129,15 +121,10 @@ def gather(g: Source, eqn, ins: list) -> list:
             for j, v in zip(comps, choice):
                 idx[vec + (j,)] = v
             cand.append(where(idx))
-        kind = kind_of(eqn.outvars[0].aval.dtype)
-        for k in np.ndindex(out_ids.shape):
-            picks = [int(c[k]) for c in cand]
-            if len(set(picks)) == 1:
-                continue
-            acc = pool[picks[-1] - 1]
-            for m in range(len(picks) - 2, -1, -1):
-                acc = _pick(g, g.emit(f"({which.code} == int({m}))", "b"), pool[picks[m] - 1], acc, kind)
-            out[k] = acc
+        moved = [k for k in np.ndindex(out_ids.shape) if len({int(c[k]) for c in cand}) > 1]
+        cases = [np.asarray([pool[int(c[k]) - 1] for k in moved], dtype=object) for c in cand]
+        for k, e in zip(moved, pick(g, which, cases) if moved else ()):
+            out[k] = e
     return [out]
 
 
