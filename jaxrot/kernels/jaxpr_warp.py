@@ -47,7 +47,8 @@ def kind_of(dtype) -> str:
     raise Unsupported(f"values of dtype {dt}")
 
 
-#: the longest function restated (lines): beyond it the compilation, not the run, would dominate
+#: the longest function restated (lines): writing out, compiling and checking a longer one takes minutes
+#: (docs/kernels.md, 'What is refused')
 MAX_LINES = 50_000
 
 
@@ -96,8 +97,9 @@ class Source:
 
     def line(self, text: str):
         if len(self.lines) >= MAX_LINES:
-            raise Unsupported(f"a function longer than {MAX_LINES} lines once restated (Warp would take minutes "
-                              "to compile it; e.g. a composition of many exact flows, each unrolled)")
+            raise Unsupported(f"a function longer than {MAX_LINES} lines once restated (writing it out, "
+                              "compiling and checking it would take minutes; e.g. a composition of many exact flows, "
+                              "each unrolled)")
         self.lines.append("    " * self.depth + text)
 
     def variable(self, x: Element) -> Element:
