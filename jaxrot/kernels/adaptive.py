@@ -84,7 +84,8 @@ def first_step(q: int, system, states0, t0, ts, rtol):
 
 
 def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_steps: int = 100_000, *,
-                   event=None, reference=None, adjoint: str = "forward", stored_steps: int | None = None) -> AdaptiveRun:
+                   event=None, reference=None, adjoint: str = "forward", stored_steps: int | None = None,
+                   record: int = 0) -> AdaptiveRun:
     """Error-controlled runs of a batch of bodies, each body's whole PI-controlled loop in one thread
     of one fused kernel (see the module docstring): the same accepted steps as the XLA loop of
     :func:`jaxrot.simulate` with ``stepsize=jaxrot.Adaptive(rtol, atol)`` to round-off, each body
@@ -120,6 +121,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         allows it (as for ``"reverse"``), else ``"forward"``.
       stored_steps: the accepted steps per body the kernels' backward pass records (None:
         :func:`~jaxrot.kernels.adaptive_backward.capacity_for`).
+      record: without ``reference`` and event, the accepted steps per body to record as well (the first
+        ``record``): the result is then ``(run, record)``, the record as
+        :func:`jaxrot.kernels.adaptive_launch.launch` returns it (:mod:`jaxrot.kernels.adaptive_saved`).
 
     Returns:
       an :class:`AdaptiveRun`: ``R`` (B, n, 3, 3), ``Pi`` (B, n, 3), ``n_accepted``, ``n_rejected`` (B,)
@@ -180,7 +184,7 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
 
     given = dict(t0=t0, ts=ts, rtol=rtol, atol=atol, dt0=dt0)
     if reference is None:
-        return forward(system, states0, **given)
+        return forward(system, states0, **given, capacity=int(record))
 
     import equinox as eqx
 

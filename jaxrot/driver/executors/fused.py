@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import equinox as eqx
 
 from ...geometry.state import State
-from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint
+from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint, mode
 from ..attempts import attempts_frames
 from ..events import locate, method_step
 from .. import progress
@@ -127,7 +127,7 @@ def xla_attempts(spec: AttemptSpec):
 @eqx.filter_jit
 def _attempts_program(spec: AttemptSpec) -> Frames:
     """An error-controlled run in the fused adaptive kernel, as :class:`~jaxrot.driver.layout.Frames`."""
-    from ...kernels import adaptive
+    from ...kernels import adaptive, adaptive_saved
 
     one = not spec.batched
     states0 = jax.tree_util.tree_map(lambda x: x[None], spec.state0) if one else spec.state0
@@ -136,9 +136,19 @@ def _attempts_program(spec: AttemptSpec) -> Frames:
     # whose tangents are the XLA loop's
     mode = ("reverse" if isinstance(spec.adjoint, RecursiveCheckpointAdjoint)
             else "tangents" if isinstance(spec.adjoint, ForwardMode) else "forward")
-    run = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol, spec.atol,
-                                  spec.dt0, spec.max_steps, event=spec.event, reference=xla_attempts(spec),
-                                  adjoint=mode, stored_steps=getattr(spec.adjoint, "checkpoints", None))
+    saved = None
+    if spec.every is not None or spec.dense:
+        # every k-th accepted step, every step: gathers of the record of the accepted steps
+        # (kernels.adaptive_saved); not differentiated (refused in _attempts_refusal)
+        run, rec = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol,
+                                           spec.atol, spec.dt0, spec.max_steps, record=_record_steps(spec))
+        saved = adaptive_saved.buffers(rec, run, spec.t0, jnp.asarray(spec.targets)[-1], spec.every, spec.dense,
+                                       spec.max_steps)
+        saved = adaptive_saved.no_derivative(saved, "SaveAt(steps=...) and SaveAt(dense=True) frames")
+    else:
+        run = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol, spec.atol,
+                                      spec.dt0, spec.max_steps, event=spec.event, reference=xla_attempts(spec),
+                                      adjoint=mode, stored_steps=getattr(spec.adjoint, "checkpoints", None))
     B, n_out = run.R.shape[:2]
     dtype = run.R.dtype
     ts = jnp.concatenate([jnp.reshape(jnp.asarray(spec.t0, dtype), (1,)), jnp.asarray(spec.targets, dtype)])
@@ -151,8 +161,18 @@ def _attempts_program(spec: AttemptSpec) -> Frames:
     failed = jnp.where(run.result == adaptive.RESULT_MAX_STEPS_REACHED, spent, jnp.where(run.result != 0, 1, -1))
     event = None if spec.event is None else LocatedEvent(run.event_time, State(run.event_R, run.event_Pi))
     fr = Frames(jnp.broadcast_to(ts, (B, n_out + 1)), states, stats, failed.astype(jnp.int32), run.result, event,
-                (run.n_accepted, run.n_rejected, run.err_estimate))
+                (run.n_accepted, run.n_rejected, run.err_estimate), saved)
     return jax.tree_util.tree_map(lambda x: x[0], fr) if one else fr
+
+
+def _record_steps(spec: AttemptSpec) -> int:
+    """The accepted steps a body's record holds for ``SaveAt(steps=...)``/``dense``: every step the run
+    may take where the batch's record fits in the kernels' budget, else as many as fit (a body that
+    takes more fails with a message)."""
+    from ...kernels.adaptive_backward import capacity_for
+
+    bodies = spec.state0.R.shape[0] if spec.batched else 1
+    return capacity_for(bodies, spec.max_steps, jnp.dtype(spec.state0.R.dtype).itemsize)
 
 
 class Fused(AbstractExecutor):
@@ -271,11 +291,13 @@ def _attempts_refusal(spec: AttemptSpec) -> str | None:
 
     if spec.monitor is not None:
         return "the fused kernels keep no invariant monitor (monitor=)"
-    if spec.every is not None:
-        return ("the fused adaptive kernel writes states at output times only (SaveAt(t1=True) or SaveAt(ts=...)), "
-                "not every k-th step (SaveAt(steps=...))")
-    if spec.dense:
-        return "the fused adaptive kernel keeps no dense output (SaveAt(dense=True))"
+    if spec.every is not None or spec.dense:
+        if spec.event is not None:
+            return "the fused adaptive kernel keeps SaveAt(steps=...) and SaveAt(dense=True) frames without an event only"
+        if mode(jax.tree_util.tree_leaves((spec.system, spec.state0, spec.t0, spec.targets, spec.rtol, spec.atol,
+                                           spec.dt0))) is not None:
+            return ("the kernels do not differentiate SaveAt(steps=...) and SaveAt(dense=True) frames (the XLA "
+                    "loop does)")
     if spec.stacked:
         return "the fused kernels share one system among the bodies (stacked problems are not fused)"
     if jnp.dtype(spec.state0.R.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
