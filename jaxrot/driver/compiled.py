@@ -17,9 +17,9 @@ import jax.numpy as jnp
 from ..physics.problems import Problem
 from .checks import prepare
 from ..geometry.state import State
+from .executors.base import RunSpec
+from .executors.xla import XLA
 from .failures import result_of
-from .layout import assemble
-from .loop import init_carry, scan_frames
 from .precision import full_precision
 from .results import AdaptiveStats, Trajectory
 
@@ -57,18 +57,14 @@ def compile(method, problem: Problem, dt, n_steps: int, *, save_every: int | Non
     """
     save_every = int(n_steps if save_every is None else save_every)
     method, state0, dt, t0, system = prepare(method, problem, None, dt, t0, n_steps, save_every)
-    n_frames = int(n_steps) // save_every
     if batch is not None:
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ValueError(f"batch must be a positive integer or None, got {batch!r}")
         state0 = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), state0)
 
-    def run(s0, h):
-        carry = init_carry(method, system, s0, h, t0)
-        carry, (states, ts, stats) = scan_frames(method, system, carry, h, t0, n_frames, save_every, 1)
-        fr = assemble(s0, t0, states, ts, stats, carry[3], carry[4], None, carry[2])
+    def run(s0, h):  # simulate's loop, as the XLA executor runs it inside a trace (a batch vmapped)
+        fr = XLA().run(RunSpec(method, system, s0, h, t0, int(n_steps), save_every))
         return Trajectory(fr.ts, fr.states, fr.stats, fr.failed, result_of(fr.reason), AdaptiveStats(*fr.counts))
 
-    f = run if batch is None else jax.vmap(run, in_axes=(0, None))
-    exe = jax.jit(f).lower(state0, dt).compile()
+    exe = jax.jit(run).lower(state0, dt).compile()
     return CompiledRun(exe, state0, dt, int(n_steps), save_every, batch)
