@@ -8,6 +8,13 @@ worker process of that checkout), so that load on a shared machine hits both ali
     python benchmarks/generated_kernels.py --out DIR --hand /tmp/base [--methods buss2p,rk4,rkmk8]
         [--bodies 1,10000] [--steps 1000] [--reps 7] [--dtype float64] [--problem fast_top] [--user-pair 10000]
 
+A pair's name in ``--methods`` (``rkmk8(5)``, ``buss4(3)``) times its fused error-controlled run
+(:func:`jaxrot.kernels.adaptive.fused_adaptive` inside ``jax.jit``, rtol = atol = ``--rtol``) on heavy
+tops (``jaxrot.experiments.bench_heterogeneous.heavy_tops``: spins 5-100 rad/s, tilts 0.05-1.2 rad)
+over ``--span`` seconds, in each checkout as it runs it (here the attempt generated from the pair's
+JAX code; ``--hand`` a checkout whose fused adaptive kernel is written by hand); its body-steps are
+the accepted steps of all bodies, the same in both where they take the same steps.
+
 ``--user-pair B`` also times the Crouch-Grossman 3(2) pair of examples/user_pair_fused.py (a method in a
 user's file) on B heavy tops, error-controlled (rtol = atol = 1e-8) with a terminal event, through
 ``jaxrot.simulate`` with ``executor=Fused()`` (its generated kernel) and ``executor=XLA()``.
@@ -32,7 +39,26 @@ import tempfile
 import time
 
 
-def _setup(repo, name, B, steps, dtype_name, problem):
+def _setup_pair(name, B, dtype_name, span, rtol):
+    """``run``: the fused error-controlled run of pair ``name`` on ``B`` heavy tops inside ``jax.jit``,
+    as the imported checkout runs it."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxrot.experiments.bench_heterogeneous import heavy_tops
+    from jaxrot.kernels import adaptive
+
+    p, s0, _, _ = heavy_tops(B)
+    dtype = jnp.dtype(dtype_name)
+    s0 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), s0)
+    system = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype) if hasattr(x, "dtype") else x, p.system)
+    ts = np.array([span], dtype)
+    f = jax.jit(lambda s: adaptive.fused_adaptive(name, system, s, 0.0, ts, rtol, rtol))
+    return lambda: f(s0)
+
+
+def _setup(repo, name, B, steps, dtype_name, problem, span=0.0, rtol=0.0):
     """``run``: one call of ``name``'s kernel on ``B`` bodies inside ``jax.jit`` (as a run of
     ``jaxrot.simulate`` calls it: without the eager dispatch's milliseconds); the generated kernel of
     this checkout, or (``repo`` given) the hand-written kernel of the checkout at ``repo``."""
@@ -46,6 +72,11 @@ def _setup(repo, name, B, steps, dtype_name, problem):
     import jaxrot
     from jaxrot import kernels
 
+    if repo is not None:
+        assert os.path.realpath(jaxrot.__file__).startswith(os.path.realpath(repo)), jaxrot.__file__
+    if "(" in name:  # an error-controlled pair
+        return _setup_pair(name, B, dtype_name, span, rtol)
+
     p = jaxrot.problems.get(problem)
     dtype = jnp.dtype(dtype_name)
     system = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype) if hasattr(x, "dtype") else x, p.system)
@@ -54,7 +85,6 @@ def _setup(repo, name, B, steps, dtype_name, problem):
     s0 = jaxrot.State(jnp.broadcast_to(jnp.asarray(p.state0.R, dtype), (B, 3, 3)), jnp.asarray(p.state0.Pi, dtype) * scale)
     dt, t0 = jnp.asarray(1e-3, dtype), jnp.asarray(0.0, dtype)
     if repo is not None:  # (the hand-written kernels' entry points of a9bc8fd)
-        assert os.path.realpath(jaxrot.__file__).startswith(os.path.realpath(repo)), jaxrot.__file__
         e = kernels.KERNELS[name]
         P = e.params(m, system, dtype)
         kind = kernels.torque_kind(system.torque, dtype)
@@ -69,13 +99,13 @@ def _setup(repo, name, B, steps, dtype_name, problem):
     return lambda: f(s0)
 
 
-def _worker(repo, name, B, steps, dtype_name, problem, out):
+def _worker(repo, name, B, steps, dtype_name, problem, out, span, rtol):
     """The hand-written kernel's side: compile, save the first call's ``Pi`` to ``out``, then one timed
     call per line read."""
     import jax
     import numpy as np
 
-    run = _setup(repo, name, B, steps, dtype_name, problem)
+    run = _setup(repo, name, B, steps, dtype_name, problem, span, rtol)
     np.save(out, np.asarray(jax.block_until_ready(run())[1]))
     print("ready", flush=True)
     for _ in sys.stdin:
@@ -95,10 +125,12 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     ap.add_argument("--problem", default="fast_top")
     ap.add_argument("--user-pair", type=int, default=0)
+    ap.add_argument("--span", type=float, default=1.0, help="a pair's run: seconds of simulated time")
+    ap.add_argument("--rtol", type=float, default=1e-8, help="a pair's run: rtol = atol")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)  # (method, bodies): the hand-written side
     a = ap.parse_args(argv)
     if a.worker:
-        return _worker(a.hand, a.worker[0], int(a.worker[1]), a.steps, a.dtype, a.problem, a.out)
+        return _worker(a.hand, a.worker[0], int(a.worker[1]), a.steps, a.dtype, a.problem, a.out, a.span, a.rtol)
     if not a.out or not a.hand:
         ap.error("--out and --hand are required")
     import jax
@@ -110,10 +142,13 @@ def main(argv=None):
             with tempfile.TemporaryDirectory() as tmp:
                 ref = os.path.join(tmp, "Pi.npy")
                 w = subprocess.Popen([sys.executable, __file__, "--worker", name, str(B), "--hand", a.hand, "--out", ref,
-                                      "--steps", str(a.steps), "--dtype", a.dtype, "--problem", a.problem],
+                                      "--steps", str(a.steps), "--dtype", a.dtype, "--problem", a.problem,
+                                      "--span", str(a.span), "--rtol", str(a.rtol)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                gen = _setup(None, name, B, a.steps, a.dtype, a.problem)
-                out = np.asarray(jax.block_until_ready(gen())[1])  # compiled, and the answer kept to compare
+                gen = _setup(None, name, B, a.steps, a.dtype, a.problem, a.span, a.rtol)
+                first = jax.block_until_ready(gen())  # compiled, and the answer kept to compare
+                out = np.asarray(first[1])
+                steps = int(np.sum(np.asarray(first[2]))) if "(" in name else B * a.steps
                 assert w.stdout.readline().strip() == "ready"
                 hand_Pi = np.load(ref)
                 times = {"generated": [], "hand": []}
@@ -128,9 +163,10 @@ def main(argv=None):
                 w.wait()
             med = {k: statistics.median(v) for k, v in times.items()}
             diff = float(np.max(np.abs(out - hand_Pi)) / np.max(np.abs(hand_Pi)))
-            row = dict(method=name, bodies=B, steps=a.steps, dtype=a.dtype, problem=a.problem,
+            row = dict(method=name, bodies=B, steps=steps // B, dtype=a.dtype,
+                       problem=a.problem if "(" not in name else f"heavy tops, {a.span:g} s, rtol {a.rtol:g}",
                        generated_s=med["generated"], hand_s=med["hand"],
-                       generated_rate=B * a.steps / med["generated"], hand_rate=B * a.steps / med["hand"],
+                       generated_rate=steps / med["generated"], hand_rate=steps / med["hand"],
                        ratio=med["hand"] / med["generated"], max_rel_diff_Pi=diff)
             rows.append(row)
             print(f"{name:8s} B={B:7d}  generated {row['generated_rate']:.3e}  hand {row['hand_rate']:.3e} body-steps/s"

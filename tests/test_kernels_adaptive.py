@@ -2,7 +2,8 @@
 ``jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(rtol, atol), executor=jaxrot.Fused())`` and the
 kernel's own function.
 
-Generated from ``ADAPTIVE_KERNELS``: every enrolled pair runs a batch of six bodies (spins spread over
+Every pair of ``PAIRS`` (the registered pairs whose kernels were once written by hand; the others
+are enrolled in ``tests/test_kernels_generated.py``) runs a batch of six bodies (spins spread over
 0.5-2x the problem's, attitudes turned at random) fused and on XLA's loop; in float64 the accepted
 and rejected counts are equal body by body and the final states agree within 1e-12 relative. The
 fast tier runs every pair on the heavy top at 1e-10; every torque the pair's kernel restates, and
@@ -58,12 +59,18 @@ def _plain_function_problem():
 #: grows with the angle turned: 1e-12 holds to about there)
 PROBLEM_OF = {"free": ("free_body_mz", 30.0), "gravity": ("asymmetric_top", 2.0), "poly": ("buss_torqued", 2.0),
               "gravity_gradient": ("gravity_gradient", 12.0), "user": (_plain_function_problem, 2.0)}
-#: every (pair, torque) of the registry; the heavy top ("gravity") of each pair in the fast tier
+PAIRS = ["rkmk8(5)", "rkmk8(5,3)", "buss4(3)"]
+#: every (pair, torque kind); the heavy top ("gravity") of each pair in the fast tier
 CASES = [pytest.param(pair, torque, id=f"{pair}-{torque}", marks=() if torque == "gravity" else pytest.mark.slow)
-         for pair, entry in ka.ADAPTIVE_KERNELS.items() for torque in entry.torques]
-PAIRS = list(ka.ADAPTIVE_KERNELS)
+         for pair in PAIRS for torque in PROBLEM_OF]
 B = 6
 RTOL64 = 1e-12
+#: the asymmetric heavy top ("gravity") is not integrable: a rounding's difference between the two loops
+#: grows along the run (one step agrees to a rounding or two); buss4(3)'s ~10^4 steps at 1e-10 end
+#: 1.3e-12 apart in the attitude under the suite's XLA flags (its momenta 2e-14)
+RTOL64_TOP = 3e-12
+#: the order of each pair's lower solution (the first step's scaling, _first_step_at_half_tolerance)
+LOW_ORDER = {"rkmk8(5)": 5, "rkmk8(5,3)": 5, "buss4(3)": 3}
 
 
 def _problem(torque):
@@ -93,7 +100,7 @@ def _dt0(p, S):
 def _first_step_at_half_tolerance(pair, system, S, ts, tol):
     """A first step whose error estimate is about half the tolerance for the body that has the largest
     (one kernel attempt at a guess, then scaled by the estimate's order; halved while rejected)."""
-    q1 = ka.ADAPTIVE_KERNELS[pair].low_order + 1
+    q1 = LOW_ORDER[pair] + 1
     w = np.linalg.norm(np.asarray(S.Pi, np.float64) / np.asarray(system.body.J, np.float64), axis=-1)
     h = 0.2 / float(np.max(w))
     for _ in range(20):
@@ -159,7 +166,7 @@ def test_same_steps_as_xla(pair, torque, tol):
     np.testing.assert_array_equal(got[2], want[2])
     assert len(set(want[1].tolist())) > 1  # (the bodies take their own steps)
     for x, y in ((got[0].R, want[0].R), (got[0].Pi, want[0].Pi)):
-        assert np.all(_rel(x, y) <= RTOL64), _rel(x, y)
+        assert np.all(_rel(x, y) <= (RTOL64_TOP if torque == "gravity" else RTOL64)), _rel(x, y)
     # the last accepted error estimate (of the step that lands on the output time, whose length moves
     # with the round-off in the time reached: ~1e-3 of a step after 10^4 steps at 1e-10)
     e_k, e_x = got[3], want[3]
@@ -324,22 +331,18 @@ def _eigh_pair():
 
 
 def test_support_and_refusals():
-    from jaxrot.kernels import adaptive_pairs
-
     p = problems.get("asymmetric_top")
     assert ka.supports_adaptive("rkmk8(5)", p.system) and ka.supports_adaptive("buss4(3)", p.system)
+    assert ka.supports_adaptive("lie_taylor5(4)", p.system)
+    # a (high, low) tuple is an embedded pair, as simulate takes it (names or methods)
+    assert ka.supports_adaptive(("buss4", "buss2"), p.system)
     assert ka.supports_adaptive(("rkmk8", jaxrot.integrators.RKMK8Embedded5()), p.system)
-    assert ka.supports_adaptive(("buss4", "buss3"), p.system)
-    # a pair with no enrolled kernel runs its attempt generated from its JAX code
-    assert ka.supports_adaptive("lie_taylor5(4)", p.system) and adaptive_pairs.uses_generated("lie_taylor5(4)", p.system)
-    assert not ka.supports_adaptive(("buss4", "buss2"), p.system)
+    assert "higher-order first method" in ka.why_not_adaptive(("buss3", "buss4"), p.system)
     # a pair whose step uses a primitive with no restatement (an eigendecomposition) is refused, naming it
     eigh_pair = _eigh_pair()
     assert "'eigh'" in ka.why_not_adaptive(eigh_pair, p.system)
     gg = problems.get("gravity_gradient")
-    # buss4(3)'s enrolled kernel does not restate the gravity gradient: its generated attempt does
-    assert ka.supports_adaptive("rkmk8(5)", gg.system) and not adaptive_pairs.uses_generated("rkmk8(5)", gg.system)
-    assert ka.supports_adaptive("buss4(3)", gg.system) and adaptive_pairs.uses_generated("buss4(3)", gg.system)
+    assert ka.supports_adaptive("rkmk8(5)", gg.system) and ka.supports_adaptive("buss4(3)", gg.system)
     # an event condition the restatement cannot write out (an eigendecomposition) is refused, with the reason
     sorted_ = jaxrot.Event(lambda t, s, a: jnp.linalg.eigvalsh(s.R + s.R.T)[0])
     assert not ka.supports_adaptive("rkmk8(5)", p.system, sorted_)
@@ -353,15 +356,38 @@ def test_support_and_refusals():
         ka.fused_adaptive("rkmk8(5)", p.system, S, 0.0, np.array([1.0]), 1e-8, 1e-8, max_steps=0)
 
 
+def test_the_automatic_choice_fuses_generated_attempts_up_to_a_length(monkeypatch):
+    """By default an error-controlled batch on a CPU runs fused for a registered pair and a user's
+    alike, where the attempt generated from the pair's JAX code is at most FUSED_ADAPTIVE_MAX_LINES
+    long; a longer one keeps XLA's loop (measured written out, before anything is compiled)."""
+    from jaxrot.driver import executors
+
+    from .helpers import user_pair
+
+    if jax.devices()[0].platform != "cpu" or len(jax.devices()) != 1:
+        pytest.skip("the choice measured on one CPU device")
+    p = problems.get("fast_top")
+    S = _batch(p, jnp.float64, n=3)
+    run = dict(state0=S, stepsize=jaxrot.Adaptive(1e-8, 1e-8))
+    for pair in ("rkmk8(5)", user_pair()):
+        assert jaxrot.simulate(pair, p, t1=0.2, **run).info["executor"] == "Fused"
+    monkeypatch.setattr(executors, "FUSED_ADAPTIVE_MAX_LINES", 2000)  # (rkmk8(5)'s attempt: about 2 200 lines)
+    assert jaxrot.simulate("rkmk8(5)", p, t1=0.3, **run).info["executor"] == "Sharded"
+
+
 def test_controller_orders_are_the_pairs():
     """The controller's exponents come from the order the JAX pair gives them (its lower method's, or
     DOP853's 7 for its combined estimate)."""
     from jaxrot import integrators
+    from jaxrot.kernels import adaptive_pairs
 
-    for name, entry in ka.ADAPTIVE_KERNELS.items():
-        ref = integrators.get(name)  # the registered pair object
-        assert ka.pair_name(ref) == name
-        assert entry.controller_order == ref.error_order() == integrators.info(name).error_order, name
+    p = problems.get("asymmetric_top")
+    for name in PAIRS:
+        key, _ = adaptive_pairs.generated_pair(integrators.get(name), p.system, jnp.float64)
+        entry = adaptive_pairs.GENERATED_PAIRS[key]
+        assert entry.controller_order == integrators.info(name).error_order == (7 if name == "rkmk8(5,3)" else
+                                                                                 LOW_ORDER[name]), name
+        assert entry.high_order == integrators.get(name).order
 
 
 def test_result_codes_are_the_drivers():

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from types import ModuleType
 
 import jax
 import jax.numpy as jnp
 
 from ._common import have_warp, warp
 from .torques import PARAM_LAYOUT
-from . import buss as _buss
-from . import rkmk as _rkmk
 from . import host_threads
 from . import transpile as _transpile
 from . import generate as _generate
@@ -43,9 +40,7 @@ _CALLS_TAU = ("user",)
 @dataclasses.dataclass(frozen=True)
 class KernelEntry:
     """An enrolled method: the torque kinds its agreement tests (and the automatic executor choice)
-    take, with the tolerances of those tests; ``family.<builder>(S, name, torque, K)``, where given, is
-    the Warp ``(init, step)`` the hand-written error-controlled pairs of
-    :mod:`jaxrot.kernels.adaptive_pairs` still take."""
+    take, with the tolerances of those tests."""
 
     torques: tuple[str, ...]
     #: relative agreement with the JAX method after 1000 float64 steps (``tests/test_kernels.py``); above
@@ -58,12 +53,6 @@ class KernelEntry:
     #: (the energy projection counts projections that missed the polhode) the automatic executor choice
     #: keeps the XLA loop, and a run with ``executor=Fused()`` reports zeros
     zero_stats: bool = True
-    family: ModuleType | None = None
-    builder: str = "make"
-
-    def make(self, S, name: str, torque: str, K: int):
-        """``(init, step)`` of the hand-written pair kernels' method."""
-        return getattr(self.family, self.builder)(S, name, torque, K)
 
 
 _SPLITS = [f"split{o}_{a}" for o in (2, 4) for a in ("123", "132", "213", "231", "312", "321")]
@@ -71,17 +60,17 @@ _SPLITS = [f"split{o}_{a}" for o in (2, 4) for a in ("123", "132", "213", "231",
 #: method name -> enrolled entry (one line enrols a method; the tests are generated from this table)
 KERNELS: dict[str, KernelEntry] = {
     "buss2p": KernelEntry(_TORQUED),
-    "buss4": KernelEntry(_TORQUED, family=_buss),
+    "buss4": KernelEntry(_TORQUED),
     "rk4": KernelEntry((*_TORQUED, *_CALLS_TAU)),
     "buss1": KernelEntry(_TORQUED),
     "buss2": KernelEntry(_TORQUED),
-    "buss3": KernelEntry(_TORQUED, family=_buss),
+    "buss3": KernelEntry(_TORQUED),
     "buss3_false": KernelEntry(_TORQUED),
     # one step agrees to 1-2 roundings; R rebuilt from a renormalised quaternion every step amplifies
     # them to 3e-13 (free) - 3e-12 (gravity) relative after 1000 steps (the XLA reductions' order differs)
     "euler_quat": KernelEntry((*_TORQUED, *_CALLS_TAU), rtol64=5e-12),
     # and the satellite's gravity gradient (in the precision suite the best stepping method there)
-    "rkmk8": KernelEntry((*_TORQUED, "gravity_gradient", *_CALLS_TAU), family=_rkmk),
+    "rkmk8": KernelEntry((*_TORQUED, "gravity_gradient", *_CALLS_TAU)),
     **{name: KernelEntry(("free",)) for name in _SPLITS},
     # Buss's energy projection after any of the above (torque-free, rule "nearest"); its 2x2 Gauss-Newton
     # system has condition ~1e3 on the tested states (the momentum sphere and the energy ellipsoid are
@@ -311,7 +300,8 @@ def _launch(key, states0, dt, t0, system, P, n_frames, save_every):
     return host_threads.call(k, S, threads, int(n_frames), int(save_every), *args)
 
 
-def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, event=None, reference=None):
+def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, event=None, reference=None,
+                 derivative: str | None = None):
     """Run ``n_frames * save_every`` steps of every body in one fused kernel launch.
 
     Frame ``k`` (0-based) is the state after ``(k + 1) * save_every`` steps; step ``j`` starts at
@@ -337,6 +327,12 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
         differentiable in forward and reverse mode (``jax.custom_jvp``: tangents are
         ``jax.jvp(reference, ...)``'s, the values the kernel's) with respect to ``states0``, ``dt``,
         ``t0`` and the system's array leaves.
+      derivative: with ``reference`` and without an event, ``"vjp"`` (the run is being differentiated in
+        reverse mode only) or ``"jvp"`` (forward mode): that derivative runs in the kernels instead,
+        through the method's step derivative generated from its JAX code
+        (:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`; the run keeps every step's start
+        for it, where the batch's record fits in ``adaptive_backward.RECORD_BYTES``); the step's and
+        the start's own derivatives, and those of a step that cannot be restated, the reference's.
 
     Returns:
       ``(R_frames (B, n_frames, 3, 3), Pi_frames (B, n_frames, 3), failed_step (B,) int32, result (B,) int32)``:
@@ -363,6 +359,20 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
         return _forward(method, system, states0, dt, t0, n_frames, save_every, event)
 
     import equinox as eqx
+
+    from .adaptive_backward import RECORD_BYTES
+
+    record = states0.R.shape[0] * n_frames * save_every * 26 * jnp.dtype(dtype).itemsize
+    if (derivative is not None and event is None and record <= RECORD_BYTES
+            and not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method))):
+        from .adaptive_derivatives import fixed_in_kernels
+
+        sys_static = eqx.partition(system, eqx.is_array)[1]
+
+        def sys_ref(a, s, dt, t0):
+            return reference(method, eqx.combine(a, sys_static), s, dt, t0, n_frames, save_every)
+
+        return fixed_in_kernels(method, system, states0, dt, t0, n_frames, save_every, derivative, _forward, sys_ref)
 
     # the event's arrays (values its condition closes over) are inputs too, not constants of the rule
     arrays, static = eqx.partition((method, system, event), eqx.is_array)

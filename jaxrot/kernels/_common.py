@@ -101,9 +101,9 @@ def _quiet_stderr(active: bool):
 # the Taylor coefficients and threshold of jaxrot.so3 (one set of numbers for both codes)
 _T1, _T2, _T3 = so3.RODRIGUES_TAYLOR
 SMALL_ANGLE2 = so3.SMALL_ANGLE2
-#: below the last of these squared angles (1.5 rad) rkmk8's kernel takes S1, S2 and dexp^{-1}'s
-#: coefficient from their power series, truncated for each tier (``so3_funcs``), beyond it from sines
-#: and cosines; the first tier is so3's own Taylor range
+#: below the last of these squared angles (1.5 rad) the dense output takes dexp^{-1}'s coefficient from
+#: its power series, truncated for each tier (``so3_funcs``), beyond it from sines and cosines; the
+#: first tier is so3's own Taylor range
 SERIES_TIERS = (SMALL_ANGLE2, 0.25, 1.0, 2.25)
 SERIES_ANGLE2 = SERIES_TIERS[-1]
 
@@ -130,9 +130,8 @@ FUSE_FP = False
 
 @functools.lru_cache(maxsize=None)
 def so3_funcs(S):
-    """Warp functions on 3-vectors and 3x3 matrices of scalar type ``S`` (restating
-    :mod:`jaxrot.geometry.so3`): ``exp`` (and its parts ``rodrigues12_half``, ``exp_of``),
-    ``reorthogonalize``, ``world_increment``, ``inv_inertia``."""
+    """The types ``V`` (3-vectors) and ``M`` (3x3 matrices) of scalar type ``S``, and the Warp
+    functions the dense output takes (restating :mod:`jaxrot.geometry.so3`): ``exp`` and ``dexpinv``."""
     wp = warp()
     V = wp.types.vector(3, S)
     M = wp.types.matrix((3, 3), S)
@@ -141,118 +140,50 @@ def so3_funcs(S):
     small = SMALL_ANGLE2
 
     @wp.func
-    def rodrigues12_half(a2: S):
-        """(S1, S2, a/2, sin(a/2)) with (S1, S2) = (sin a / a, (1 - cos a) / a^2) of the squared angle,
-        Taylor below 1e-2 (where the half angle and its sine are not formed: returned as zeros)."""
+    def exp(v: V):
+        """``exp(hat v) = cos a 1 + S1 hat v + S2 v v^T`` (Rodrigues) with ``S1 = sin a / a`` and ``S2 =
+        (1 - cos a) / a^2`` of the angle ``a = |v|``, from their Taylor series below ``SMALL_ANGLE2``."""
+        a2 = wp.dot(v, v)
         s1 = S(0.0)
         s2 = S(0.0)
-        half = S(0.0)
-        h = S(0.0)
         if a2 < S(small):
             s1 = (((S(a4) * a2 + S(a3)) * a2 + S(a2_)) * a2 + S(a1)) * a2 + S(a0)
             s2 = (((S(b4) * a2 + S(b3)) * a2 + S(b2)) * a2 + S(b1)) * a2 + S(b0)
         else:
             a = wp.sqrt(a2)
-            half = S(0.5) * a
-            h = wp.sin(half)
+            h = wp.sin(S(0.5) * a)
             s1 = wp.sin(a) / a
             s2 = S(2.0) * h * h / a2
-        return s1, s2, half, h
-
-    # S1, S2 and dexp^{-1}'s c as polynomials in a^2 on the squared-angle tiers of SERIES_TIERS (each
-    # series truncated at the dtype's rounding on its tier, so3.series_coefficients): a few
-    # multiply-adds instead of a square root, two sines, a cosine and divisions; the tiers keep the
-    # polynomials short where the angle is small (5 terms below 0.1 rad, up to 13 below 1.5 rad)
-    eps = float(np.finfo(np.float32 if S == wp.float32 else np.float64).eps)
-    P1, P2, PC = ([_poly(S, tuple(so3.series_coefficients(k, x, eps))) for x in SERIES_TIERS]
-                  for k in ("s1", "s2", "dexpinv"))
-    NT = len(SERIES_TIERS)
-
-    @wp.func
-    def rodrigues12_dexpinv_series(a2: S):
-        """(S1, S2, c) of the squared angle ``a2 < SERIES_ANGLE2`` from their power series."""
-        s1 = S(0.0)
-        s2 = S(0.0)
-        cc = S(0.0)
-        done = False
-        for k in range(wp.static(NT)):
-            if not done and a2 < S(wp.static(SERIES_TIERS[k])):
-                s1 = wp.static(P1[k])(a2)
-                s2 = wp.static(P2[k])(a2)
-                cc = wp.static(PC[k])(a2)
-                done = True
-        return s1, s2, cc
-
-    @wp.func
-    def dexpinv_series(a2: S):
-        """dexp^{-1}'s c of the squared angle ``a2 < SERIES_ANGLE2`` from its power series."""
-        cc = S(0.0)
-        done = False
-        for k in range(wp.static(NT)):
-            if not done and a2 < S(wp.static(SERIES_TIERS[k])):
-                cc = wp.static(PC[k])(a2)
-                done = True
-        return cc
-
-    @wp.func
-    def dexpinv_c(a2: S, half: S, sh: S):
-        """dexp^{-1}'s ``c = (1 - (a/2) cot(a/2)) / a^2`` in closed form, from ``a^2``, ``a/2`` and ``sin(a/2)``."""
-        return (S(1.0) - half * wp.cos(half) / sh) / a2
-
-    @wp.func
-    def dexpinv_with(v: V, x: V, cc: S):
-        """``dexp^{-1}_v x = x - v x x / 2 + c v x (v x x)`` with its coefficient ``c`` given."""
-        vx = wp.cross(v, x)
-        return x - S(0.5) * vx + cc * wp.cross(v, vx)
-
-    @wp.func
-    def dexpinv(v: V, x: V):
-        """``dexp^{-1}_v x`` (:func:`jaxrot.so3.dexpinv`): ``c`` from its power series below
-        ``SERIES_ANGLE2``, in closed form above."""
-        a2 = wp.dot(v, v)
-        cc = S(0.0)
-        if a2 < S(SERIES_ANGLE2):
-            cc = dexpinv_series(a2)
-        else:
-            half = S(0.5) * wp.sqrt(a2)
-            cc = dexpinv_c(a2, half, wp.sin(half))
-        return dexpinv_with(v, x, cc)
-
-    @wp.func
-    def exp_of(v: V, a2: S, s1: S, s2: S):
-        """``exp(hat v)`` (Rodrigues) from ``|v|^2`` and its coefficients: ``cos a 1 + S1 hat v + S2 v v^T``."""
         c = S(1.0) - s2 * a2
         return c * wp.identity(n=3, dtype=S) + s1 * wp.skew(v) + s2 * wp.outer(v, v)
 
+    # dexp^{-1}'s c as polynomials in a^2 on the squared-angle tiers of SERIES_TIERS (each series
+    # truncated at the dtype's rounding on its tier, so3.series_coefficients): a few multiply-adds
+    # instead of a square root, a sine, a cosine and divisions; the tiers keep the polynomials short
+    # where the angle is small (5 terms below 0.1 rad, up to 13 below 1.5 rad)
+    eps = float(np.finfo(np.float32 if S == wp.float32 else np.float64).eps)
+    PC = [_poly(S, tuple(so3.series_coefficients("dexpinv", x, eps))) for x in SERIES_TIERS]
+    NT = len(SERIES_TIERS)
+
     @wp.func
-    def exp(v: V):
-        """``exp(hat v)``."""
+    def dexpinv(v: V, x: V):
+        """``dexp^{-1}_v x = x - v x x / 2 + c v x (v x x)`` (:func:`jaxrot.so3.dexpinv`), ``c = (1 - (a/2)
+        cot(a/2)) / a^2`` from its power series below ``SERIES_ANGLE2``, in closed form above."""
         a2 = wp.dot(v, v)
-        s1, s2, half, h = rodrigues12_half(a2)
-        return exp_of(v, a2, s1, s2)
+        cc = S(0.0)
+        if a2 < S(SERIES_ANGLE2):
+            done = False
+            for k in range(wp.static(NT)):
+                if not done and a2 < S(wp.static(SERIES_TIERS[k])):
+                    cc = wp.static(PC[k])(a2)
+                    done = True
+        else:
+            half = S(0.5) * wp.sqrt(a2)
+            cc = (S(1.0) - half * wp.cos(half) / wp.sin(half)) / a2
+        vx = wp.cross(v, x)
+        return x - S(0.5) * vx + cc * wp.cross(v, vx)
 
-    @wp.func
-    def reorthogonalize(R: M):
-        """One Bjorck step ``R + R (1 - R^T R) / 2``."""
-        E = wp.identity(n=3, dtype=S) - wp.transpose(R) @ R
-        return R + S(0.5) * (R @ E)
-
-    @wp.func
-    def world_increment(R: M, L1: V, hw: V):
-        """``R1 = reorth(R exp(hat(R^T hw)))`` and ``Pi1 = R1^T L1`` (world_update.world_increment_step)."""
-        R1 = reorthogonalize(R @ exp(wp.transpose(R) @ hw))
-        return R1, wp.transpose(R1) @ L1
-
-    @wp.func
-    def inv_inertia(R: M, J: V, x: V):
-        """``I_w^-1 x = R diag(1/J) R^T x``."""
-        return R @ wp.cw_div(wp.transpose(R) @ x, J)
-
-    return types.SimpleNamespace(V=V, M=M, exp=exp, exp_of=exp_of, rodrigues12_half=rodrigues12_half,
-                                 rodrigues12_dexpinv_series=rodrigues12_dexpinv_series, dexpinv_series=dexpinv_series,
-                                 dexpinv_c=dexpinv_c, dexpinv_with=dexpinv_with, dexpinv=dexpinv,
-                                 reorthogonalize=reorthogonalize,
-                                 world_increment=world_increment, inv_inertia=inv_inertia)
+    return types.SimpleNamespace(V=V, M=M, exp=exp, dexpinv=dexpinv)
 
 
 def checked_step(S, step, reason):

@@ -33,8 +33,10 @@ step only polishes a root the bisection has located to the last bits). A termina
 body's loop: later outputs hold the event state. The condition is a plain function restated from its
 jaxpr (:mod:`jaxrot.kernels.event_restate`).
 
-``ADAPTIVE_KERNELS`` enrols a pair with one line and :func:`supports_adaptive` says whether a run
-can be fused (:mod:`jaxrot.kernels.adaptive_pairs`); :func:`fused_adaptive` runs it. The kernel is
+The pair's attempt (its ``step_with_error`` and ``error_norm``) is generated from its own JAX code
+(:func:`jaxrot.kernels.generate.lower_pair`), for a registered pair and a user's alike;
+:func:`supports_adaptive` says whether a run can be fused (:mod:`jaxrot.kernels.adaptive_pairs`) and
+:func:`fused_adaptive` runs it. The kernel is
 built by :mod:`jaxrot.kernels.adaptive_kernel` (the dense output and event location:
 :mod:`jaxrot.kernels.adaptive_dense`) and launched by :mod:`jaxrot.kernels.adaptive_launch` (on a
 CPU a batch is cut into slices that a pool of one thread per core takes in turn, the fastest bodies
@@ -50,13 +52,11 @@ from ..integrators.pairs import first_interval
 from ..integrators.pairs import first_step as pair_first_step
 from ._common import warp
 from .adaptive_launch import launch
-from . import torque_params
-from .adaptive_pairs import (ADAPTIVE_KERNELS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry,
-                             AdaptiveRun, generated_pair, pair_name, supports_adaptive, uses_generated,
-                             why_not_adaptive)
+from .adaptive_pairs import (RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveRun, event_offset,
+                             generated_pair, pair_object, supports_adaptive, why_not_adaptive)
 
-__all__ = ["ADAPTIVE_KERNELS", "AdaptiveEntry", "AdaptiveRun", "fused_adaptive", "supports_adaptive",
-           "why_not_adaptive", "pair_name", "first_step", "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
+__all__ = ["AdaptiveRun", "fused_adaptive", "supports_adaptive", "why_not_adaptive", "first_step",
+           "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
 
 
 def _check(pair, system, states0, ts, max_steps, event):
@@ -92,8 +92,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
     stopping when it is done.
 
     Args:
-      pair: a name of :data:`ADAPTIVE_KERNELS` (``"rkmk8(5)"``, ``"buss4(3)"``) or a ``(high, low)``
-        tuple of methods equal to an enrolled pair's (:func:`supports_adaptive`).
+      pair: an embedded pair whose attempt can be restated (:func:`supports_adaptive`): a registered
+        name (``"rkmk8(5)"``, ``"buss4(3)"``), a ``(high, low)`` tuple of methods, or a pair object
+        (a :class:`jaxrot.integrators.AbstractPair`, yours too).
       system: a :class:`jaxrot.physics.problems.System` (body ``J`` of shape (3,) and torque, shared by
         all bodies), cast to the states' dtype.
       states0: a :class:`jaxrot.State` with a leading batch axis B, float32 or float64 (the run's dtype).
@@ -150,15 +151,8 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
     warp()  # the ImportError early, outside any trace
     dtype = states0.R.dtype
     B = states0.R.shape[0]
-    generated = uses_generated(pair, system)
-    if generated:  # the attempt generated from the pair's JAX code
-        from .. import integrators
-
-        pair_obj = integrators.get(pair) if isinstance(pair, str) else pair
-        name, q = None, int(pair_obj.error_order())
-    else:
-        name = pair_name(pair)
-        q = ADAPTIVE_KERNELS[name].controller_order
+    pair_obj = pair_object(pair)
+    q = int(pair_obj.error_order())
     max_steps = int(max_steps)
 
     def to_dtype(system):
@@ -174,12 +168,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
             h0 = first_step(q, system, states0, t0, ts, rtol_b)
         else:
             h0 = jnp.broadcast_to(jnp.asarray(dt0, dtype), (B,))
-        if generated:
-            offset = 0 if event is None else int(torque_params(system.torque, dtype).shape[0])
-            gen_name, P = generated_pair(pair_obj, system, dtype, offset)
-            return launch(gen_name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event,
-                          method_params=P, capacity=capacity)
-        return launch(name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event,
+        # the attempt generated from the pair's JAX code
+        name, P = generated_pair(pair_obj, system, dtype, event_offset(system, event, dtype))
+        return launch(name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event, P,
                       capacity=capacity)
 
     given = dict(t0=t0, ts=ts, rtol=rtol, atol=atol, dt0=dt0)
@@ -241,12 +232,8 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
 
 
 def integrators_get(pair):
-    """The pair object of a name, an enrolled ``(high, low)`` tuple or a pair object (itself)."""
-    from .. import integrators
-
-    if hasattr(pair, "step_with_error"):
-        return pair
-    return integrators.get(pair) if isinstance(pair, str) else integrators.get(pair_name(pair))
+    """The pair object of a name, a ``(high, low)`` tuple or a pair object (itself)."""
+    return pair_object(pair)
 
 
 def backward_reason(pair, system, dtype, event=None, kind: str = "vjp") -> str | None:
@@ -259,11 +246,9 @@ def backward_reason(pair, system, dtype, event=None, kind: str = "vjp") -> str |
 
 
 def carries_memory(pair, system, dtype) -> bool:
-    """Whether the fused run of ``pair`` carries its memory from accepted step to accepted step (an
-    enrolled kernel that takes every attempt from fresh memory, or a pair without memory, does not)."""
-    if not uses_generated(pair, system) and ADAPTIVE_KERNELS[pair_name(pair)].memory == "per_attempt":
-        return False
-    p = integrators_get(pair)
+    """Whether the fused run of ``pair`` carries a memory from accepted step to accepted step (a pair
+    whose ``init`` returns arrays)."""
+    p = pair_object(pair)
     s0 = State(jnp.eye(3, dtype=dtype), jnp.ones(3, dtype))
     return bool(jax.tree_util.tree_leaves(
         jax.eval_shape(lambda s: p.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))

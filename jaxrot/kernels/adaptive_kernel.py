@@ -1,22 +1,22 @@
-"""The Warp kernel of an enrolled pair's error-controlled loop, one thread per body
-(:func:`adaptive_kernel`; see :mod:`jaxrot.kernels.adaptive` for the loop it restates), and the
-cache of built kernels (:func:`kernel_for`).
+"""The Warp kernel of a pair's error-controlled loop, one thread per body (:func:`adaptive_kernel`;
+see :mod:`jaxrot.kernels.adaptive` for the loop it restates), the pair's attempt generated from its
+JAX code (:func:`jaxrot.kernels.generate.attempt_funcs`), and the cache of built kernels
+(:func:`kernel_for`).
 """
 
 import functools
-import typing
 
 from ._common import FUSE_FP, so3_funcs, warp
 from .adaptive_dense import crossing, dense_funcs, polish_func, polishes
-from .adaptive_pairs import (RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveEntry, GeneratedPair,
-                             entry_of)
+from .generate import attempt_funcs
+from .adaptive_pairs import GENERATED_PAIRS, RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, GeneratedPair
 
 __all__ = ["adaptive_kernel", "kernel_for"]
 
 
-def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str | None = None,
+def adaptive_kernel(S, entry: GeneratedPair, torque: str, K: int, event_key: str | None = None,
                     direction: int | None = None, terminal: bool = True, record: bool = False, *, key: str):
-    """The Warp kernel of an enrolled pair's error-controlled loop, one thread per body (see the
+    """The Warp kernel of a generated pair's error-controlled loop, one thread per body (see the
     module docstring). Arguments: ``R0`` (B) 3x3, ``Pi0`` (B) 3-vectors, ``h0``, ``rtol``, ``atol``
     (B), ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (the torque's parameters), ``Q`` (the
     event condition's), ``max_steps``, ``n_out``; outputs ``R_out`` (B, n), ``Pi_out`` (B, n),
@@ -27,10 +27,9 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
-    init, attempt = _attempt(S, entry, torque, K)
+    init, attempt = attempt_funcs(S, entry.key)
     q1 = float(entry.controller_order) + 1.0
     alpha, beta = 0.7 / q1, 0.4 / q1
-    PER_ATTEMPT = entry.memory == "per_attempt"
     EVENT = event_key is not None
     TERMINAL = EVENT and bool(terminal)
     RECORD = bool(record)
@@ -97,10 +96,7 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
             step = h
             if hit:
                 step = target - t
-            Aa = A
-            if wp.static(PER_ATTEMPT):
-                Aa = init(R, Pi, J, P, step)
-            Rp, Pip, Ap, err = attempt(R, Pi, Aa, t, step, J, P, rt, at)
+            Rp, Pip, Ap, err = attempt(R, Pi, A, t, step, J, P, rt, at)
             ok = err <= S(1.0)  # (False where err is NaN or infinite)
             e = wp.max(err, S(1e-10))
             fac = S(0.2)  # a non-finite error: 0.9 inf^-alpha = 0, clipped to 0.2
@@ -171,10 +167,7 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
             if found:
                 # the crossing step again, from the same state and memory (the same values), then
                 # the event located on it; a save time it landed on at or before the event is written
-                Aa = A
-                if wp.static(PER_ATTEMPT):
-                    Aa = init(R, Pi, J, P, h_cross)
-                Rp, Pip, Ap, err = attempt(R, Pi, Aa, t, h_cross, J, P, rt, at)
+                Rp, Pip, Ap, err = attempt(R, Pi, A, t, h_cross, J, P, rt, at)
                 sev, gs, Rev, Piev = locate(t, h_cross, R, Pi, Rp, Pip, J, P, Q)
                 tev = t + sev
                 if wp.static(POLISHED):
@@ -207,81 +200,10 @@ def adaptive_kernel(S, entry: AdaptiveEntry, torque: str, K: int, event_key: str
 
 
 @functools.lru_cache(maxsize=None)
-def _attempt(S, entry, torque: str, K: int):
-    """``(init, attempt)``: the pair's memory and one attempt ``attempt(R, Pi, A, t, h, J, P, rtol, atol) ->
-    (R_p, Pi_p, A_p, err)``, the higher-order result and the scaled error: generated from the pair's JAX
-    code (:class:`~jaxrot.kernels.adaptive_pairs.GeneratedPair`), or the hand-written kernels' pair of
-    solutions with the error measured as the entry's ``estimator`` says."""
-    if isinstance(entry, GeneratedPair):
-        from .generate import attempt_funcs
-
-        return attempt_funcs(S, entry.key)
-    wp = warp()
-    c = so3_funcs(S)
-    V, M = c.V, c.M
-    init, step_pair = entry.make(S, torque, K)
-    DOP853 = entry.estimator == "dop853"
-
-    @wp.func
-    def scaled_error(R: M, Pi: V, Rp: M, Pip: V, Rq: M, Piq: V, rt: S, at: S):
-        """``sqrt(mean(((y_p - y_q) / (atol + rtol max(|y|, |y_p|)))^2))`` over ``(vec R, Pi)``."""
-        acc = S(0.0)
-        for r in range(3):
-            for k in range(3):
-                d = (Rp[r, k] - Rq[r, k]) / (at + rt * wp.max(wp.abs(R[r, k]), wp.abs(Rp[r, k])))
-                acc = acc + d * d
-        for k in range(3):
-            d = (Pip[k] - Piq[k]) / (at + rt * wp.max(wp.abs(Pi[k]), wp.abs(Pip[k])))
-            acc = acc + d * d
-        return wp.sqrt(acc / S(12.0))
-
-    @wp.func
-    def dop853_error(Pi: V, Pip: V, X: M, Y: V, rt: S, at: S):
-        """DOP853's ``e5 / sqrt(e5 + 0.01 e3)`` (:func:`jaxrot.integrators.rkmk8.dop853_error`): ``X``'s
-        rows the attitude's fifth- and third-order estimates and the momentum's fifth, ``Y`` the
-        momentum's third; non-finite: infinite."""
-        sa = at + rt
-        e5 = S(0.0)
-        e3 = S(0.0)
-        for k in range(3):
-            d = X[0, k] / sa
-            e5 = e5 + d * d
-            d = X[1, k] / sa
-            e3 = e3 + d * d
-        for k in range(3):
-            sc = at + rt * wp.max(wp.abs(Pi[k]), wp.abs(Pip[k]))
-            d = X[2, k] / sc
-            e5 = e5 + d * d
-            d = Y[k] / sc
-            e3 = e3 + d * d
-        e5 = e5 / S(6.0)
-        e3 = e3 / S(6.0)
-        den = e5 + S(0.01) * e3
-        err = S(0.0)
-        if den > S(0.0):
-            err = e5 / wp.sqrt(den)
-        if not (wp.isfinite(err) and wp.isfinite(den)):
-            err = S(wp.inf)
-        return err
-
-    @wp.func
-    def attempt(R: M, Pi: V, A: typing.Any, t: S, h: S, J: V, P: wp.array(dtype=S), rt: S, at: S):
-        Rp, Pip, Ap, Rq, Piq = step_pair(R, Pi, A, t, h, J, P)
-        err = S(0.0)
-        if wp.static(DOP853):  # Rq, Piq: the estimates
-            err = dop853_error(Pi, Pip, Rq, Piq, rt, at)
-        else:
-            err = scaled_error(R, Pi, Rp, Pip, Rq, Piq, rt, at)
-        return Rp, Pip, Ap, err
-
-    return init, attempt
-
-
-@functools.lru_cache(maxsize=None)
 def kernel_for(dtype_name: str, pair: str, torque: str, K: int, event_key, direction, terminal, record=False):
     """``(Warp scalar type, kernel)``, built once per (dtype, pair, torque, event, recording or not)."""
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
     ev = ("" if event_key is None else f"_ev{event_key}_{direction}_{int(terminal)}") + ("_rec" if record else "")
     key = f"{pair.replace('(', '_').replace(')', '').replace(',', '_').replace(':', '_')}_{torque.replace(':', '_')}{K}_{dtype_name}{ev}"
-    return S, adaptive_kernel(S, entry_of(pair), torque, K, event_key, direction, terminal, record, key=key)
+    return S, adaptive_kernel(S, GENERATED_PAIRS[pair], torque, K, event_key, direction, terminal, record, key=key)

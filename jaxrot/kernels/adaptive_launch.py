@@ -62,22 +62,21 @@ def _callable(*key):
     return host_threads.sliced_callable(kernel_for(*key)[1], len(_OUTPUTS), frozenset({"t0v", "ts", "Jv", "P", "Q"}))
 
 
-def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params=None, capacity=0):
-    """The kernel of pair ``name`` (an enrolled pair, or a generated one whose parameters are
-    ``method_params``) on a batch; an :class:`AdaptiveRun`. With ``capacity`` (no event): ``(run,
-    record)``, the record of each body's first ``capacity`` accepted steps, ``(R, Pi, t, h, out_k,
-    order)`` (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies were
-    launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order)."""
+def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params, capacity=0):
+    """The kernel of the generated pair ``name`` (:data:`~jaxrot.kernels.adaptive_pairs.GENERATED_PAIRS`)
+    whose parameters are ``method_params`` on a batch; an :class:`AdaptiveRun`. With ``capacity`` (no
+    event): ``(run, record)``, the record of each body's first ``capacity`` accepted steps, ``(R, Pi, t,
+    h, out_k, order)`` (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies
+    were launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order)."""
     dtype = states0.R.dtype
     B, n_out = states0.R.shape[0], ts.shape[0]
-    if method_params is not None and event is None:  # (the torque is inside the generated attempt)
+    if event is None:  # (the torque is inside the generated attempt)
         kind, P, K = "free", method_params, 0
-    else:
+    else:  # the dense output's torque parameters first, then the pair's
         kind = torque_kind(system.torque, dtype)
-        P = torque_params(system.torque, dtype)
-        K = int(P.shape[0] // 3) if kind == "poly" else 0
-        if method_params is not None:  # the dense output's torque parameters first, then the pair's
-            P = jnp.concatenate([P, method_params])
+        T = torque_params(system.torque, dtype)
+        K = int(T.shape[0] // 3) if kind == "poly" else 0
+        P = jnp.concatenate([T, method_params])
     if event is None:
         ekey, Q, direction, terminal = None, jnp.zeros((1,), dtype), None, True
     else:

@@ -36,7 +36,7 @@ import numpy as np
 from .jaxpr_inputs import as_float, elements, named, source_key, state, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
-__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "SOLVE_FAILED", "NONFINITE_STATE"]
+__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "pair_within", "SOLVE_FAILED", "NONFINITE_STATE"]
 
 #: the :class:`jaxrot.RESULTS` codes a generated ``reason`` writes (the driver's, restated: the kernels
 #: sit below the driver; ``tests/test_kernels_generated.py`` checks they are the same)
@@ -82,10 +82,29 @@ def _uses(jaxpr, var) -> bool:
     return any(var in e.invars for e in jaxpr.eqns) or var in jaxpr.outvars
 
 
-def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
+class _TooLong(Exception):
+    pass
+
+
+class _Bounded(Source):
+    """A source that stops once ``limit`` lines are written (:func:`pair_within`)."""
+
+    def __init__(self, S64: bool, limit: int):
+        super().__init__(S64)
+        self.limit, self.written = limit, 0
+
+    def line(self, text: str):
+        self.written += 1
+        if self.written > self.limit:
+            raise _TooLong
+        super().line(text)
+
+
+def _generate(method, system, dtype, pair: bool = False, offset: int = 0, limit: int | None = None):
     """``(key, memory length, closed-over tracers)``: the source of ``init``, ``step`` and ``reason``
     (registered in :data:`_SOURCES`); with ``pair``, of ``init`` and ``attempt`` (an embedded pair's
-    step with its scaled error, :func:`attempt_funcs`). The method's parameters start at ``P[offset]``."""
+    step with its scaled error, :func:`attempt_funcs`). The method's parameters start at ``P[offset]``;
+    with ``limit``, :class:`_TooLong` once more than that many lines are written."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -139,7 +158,7 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0):
     if _uses(closed_init.jaxpr, closed_init.jaxpr.invars[3]):
         raise Unsupported("a memory (init) that depends on the start time")
 
-    g = Source(dt == jnp.float64)
+    g = Source(dt == jnp.float64) if limit is None else _Bounded(dt == jnp.float64, limit)
     # P: the arrays of the method and the system, then the functions' closed-over tracers; the body's
     # moments read from the kernel's J (held in registers) instead
     P, off = [], offset
@@ -234,7 +253,8 @@ def _lowered(method, system, dtype, pair: bool = False, offset: int = 0):
         raise hit
     if hit is None:
         try:
-            hit = _generate(method, system, dtype, pair, offset)
+            hit = _WRITTEN.pop(ck, None) if ck is not None else None
+            hit = hit or _generate(method, system, dtype, pair, offset)
             from .generate_checks import check
 
             check(method, system, dtype, hit, pair, offset)
@@ -258,6 +278,36 @@ def lower_pair(pair, system, dtype, offset: int = 0) -> Lowered:
     :class:`Unsupported` as :func:`lower`."""
     key, n_mem, traced = _lowered(pair, system, dtype, True, offset)
     return Lowered(key, n_mem, params(pair, system, dtype, traced))
+
+
+#: sources written by :func:`pair_within` (structure key -> what :func:`_generate` returns), checked
+#: by :func:`_lowered` when a run takes them; and the (structure key, limit) pairs found longer or not restated
+_WRITTEN: dict = {}
+_NOT_WITHIN: set = set()
+
+
+def pair_within(pair, system, dtype, offset: int, lines: int) -> bool:
+    """Whether ``pair``'s generated attempt (:func:`lower_pair`) for ``system`` at ``dtype`` is at most
+    ``lines`` lines long, written out no further than that and not compiled (False where it cannot be
+    restated): a measure of what a first fused run compiles, cheap to take once more."""
+    ck = _cache_key(pair, system, dtype, True, offset)
+    hit = _LOWERED.get(ck) if ck is not None else None
+    if hit is None and ck is not None:
+        hit = _WRITTEN.get(ck)
+    if hit is None:
+        if ck is not None and (ck, lines) in _NOT_WITHIN:
+            return False
+        try:
+            hit = _generate(pair, system, dtype, True, offset, lines)
+        except (_TooLong, Unsupported):
+            if ck is not None:
+                _NOT_WITHIN.add((ck, lines))
+            return False
+        except Exception:  # noqa: BLE001 - whatever stops the restatement: not fused by default
+            return False
+        if ck is not None and not hit[2]:
+            _WRITTEN[ck] = hit
+    return not isinstance(hit, Unsupported) and _SOURCES[hit[0]][0].count("\n") <= lines
 
 
 def pair_reason(pair, system, dtype, offset: int = 0) -> str | None:

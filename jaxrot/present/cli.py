@@ -37,12 +37,11 @@ def _list(args) -> int:
         return 0
     from jaxrot.integrators import REGISTRY
     from jaxrot.kernels import KERNELS  # (the tables only: Warp is not imported)
-    from jaxrot.kernels.adaptive_pairs import ADAPTIVE_KERNELS
 
     rows = [
         (i.name, str(i.order), ",".join(i.conserves) or "-", "implicit" if i.implicit else "explicit",
          i.torque_evals, "yes" if i.torque else "free only", "yes" if i.name in KERNELS else "-",
-         "yes" if i.name in ADAPTIVE_KERNELS else "-", i.reference)
+         "yes" if i.error_order is not None else "-", i.reference)  # (a pair's attempt is generated)
         for i in REGISTRY.values()
     ]
     head = ("method", "order", "exact (no torque)", "kind", "torque evals/step", "torque", "fixed-step kernel",

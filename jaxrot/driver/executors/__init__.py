@@ -12,7 +12,8 @@ torque, a plain call or one inside ``jax.jit``/``jax.vmap``): on one CUDA GPU fr
 on a CPU one body saving frames from :data:`FUSED_MIN_STEPS` steps, and a batch on one CPU device from
 :data:`FUSED_MIN_BODY_STEPS_CPU` body-steps. An error-controlled run (:class:`AttemptSpec`) that the
 fused adaptive kernel can run goes there on one CPU device (one body or a batch), and on one CUDA GPU
-from :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies (docs/kernels.md, "Which runs are fused"). An
+from :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies, where the pair's generated attempt is at most
+:data:`FUSED_ADAPTIVE_MAX_LINES` lines long (docs/kernels.md, "Which runs are fused"). An
 executor asked for explicitly that cannot run the job raises a ValueError saying why
 (:meth:`~AbstractExecutor.refusal`); the trajectory's provenance names
 the executor that ran it.
@@ -60,6 +61,14 @@ FUSED_MIN_STEPS_GPU = 100
 FUSED_ADAPTIVE_MIN_BODIES_GPU = 100_000
 
 
+#: the longest generated attempt (lines of Warp source) an error-controlled run is fused with by default:
+#: its first call compiles the attempt in a few seconds, as XLA compiles its own loop (rkmk8(5)'s 2 241
+#: lines, lie_taylor5(4)'s 3 781; docs/benchmarks.md, "Generated error-controlled kernels"); a longer one
+#: (a composition of exact flows: tens of thousands of lines, a minute or more) runs there when asked
+#: for with executor=Fused()
+FUSED_ADAPTIVE_MAX_LINES = 5_000
+
+
 def _platform() -> str:
     return jax.devices()[0].platform
 
@@ -98,9 +107,10 @@ def _fused_wins(spec: RunSpec) -> bool:
 
 def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
     """Where the fused adaptive kernel was measured faster than XLA's error-controlled loop: on one CPU
-    device, one body or a batch of any size (each body stops when it is done, and the kernel compiles
-    in about a second where XLA's loop takes ten or more); on one CUDA GPU, batches of at least
-    :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies. Both: a plain call or one inside ``jax.jit``/``jax.vmap``,
+    device, one body or a batch of any size (each body stops when it is done); on one CUDA GPU,
+    batches of at least :data:`FUSED_ADAPTIVE_MIN_BODIES_GPU` bodies. Both: an attempt generated from
+    the pair's JAX code of at most :data:`FUSED_ADAPTIVE_MAX_LINES` lines (a registered pair or yours:
+    the measure is written out before anything is compiled), a plain call or one inside ``jax.jit``/``jax.vmap``,
     or under ``jax.grad`` where the kernels run the backward pass too
     (:func:`jaxrot.kernels.adaptive.backward_reason`; other differentiated runs keep the XLA loop, whose
     derivatives a fused run would borrow), Warp installed and a run the kernel supports
@@ -116,8 +126,8 @@ def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
     from ...kernels import adaptive_pairs
     from ...kernels.adaptive import backward_reason as adaptive_backward_reason
 
-    # (generated attempts are fused when asked for: their speed is measured in benchmarks/generated_kernels.py)
-    if adaptive_pairs.uses_generated(spec.method, spec.system) or not Fused.supports(_FUSED, spec):
+    if (not adaptive_pairs.attempt_within(spec.method, spec.system, spec.event, FUSED_ADAPTIVE_MAX_LINES)
+            or not Fused.supports(_FUSED, spec)):
         return False
     how = mode(jax.tree_util.tree_leaves((spec.method, spec.system, spec.state0, spec.t0, spec.targets, spec.rtol,
                                           spec.atol, spec.dt0, spec.event)))
