@@ -19,8 +19,8 @@ the accepted steps of all bodies, the same in both where they take the same step
 user's file) on B heavy tops, error-controlled (rtol = atol = 1e-8) with a terminal event, through
 ``jaxrot.simulate`` with ``executor=Fused()`` (its generated kernel) and ``executor=XLA()``.
 
-Writes ``generated_kernels.json`` and ``.md`` to DIR (``generated_kernels_<problem>`` for another
-``--problem``, e.g. ``free_body_mz`` for the torque-free methods: the splittings, DMV, the energy
+Writes ``generated_kernels.json`` and ``.md`` to DIR (``generated_pairs`` where every method is a
+pair, ``generated_kernels_<problem>`` for another ``--problem``, e.g. ``free_body_mz`` for the torque-free methods: the splittings, DMV, the energy
 projection): per method and batch size the median time of a
 call (of ``reps``), body-steps/s, and the ratio generated / hand-written (above 1: the generated
 kernel is faster).
@@ -190,7 +190,8 @@ def main(argv=None):
                   f"{r['same_steps']}."]
     from jaxrot.present import provenance
 
-    name = "generated_kernels" + ("" if a.problem == "fast_top" else f"_{a.problem}")
+    pairs_only = all("(" in m for m in a.methods.split(","))
+    name = "generated_pairs" if pairs_only else "generated_kernels" + ("" if a.problem == "fast_top" else f"_{a.problem}")
     provenance.write_record(a.out, name, dict(meta=meta, rows=rows, user_pair=pair_rows),
                             "\n".join(lines) + "\n", command=meta["command"])
 
