@@ -151,7 +151,7 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
         def steps(c):
             if unroll > 1 or save_every > 1:
                 return frame(c)
-            c, acc = lax.fori_loop(0, trips, lambda _, ca: inner(ca, None)[0], (c, empty_stats()))
+            c, acc = steps_from(method, system, c, empty_stats(), dt, t0, trips, monitor, event)
             return c, (c[0], t0 + c[2].astype(dt.dtype) * dt, acc)
 
         def body(i, val):
@@ -195,12 +195,19 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
 FRAME_NUMBERS = 64
 
 
-def exact_frames(args, n_frames: int, save_every: int, unroll: int):
-    """One body's initial carry and a scan of exactly ``n_frames`` frames (a run inside someone's trace):
-    ``(carry, frames)``; ``args`` is ``(method, system, state0, dt, t0, monitor, event)``."""
+def exact_frames(args, n_frames: int, save_every: int, unroll: int, reverse: bool = False) -> Frames:
+    """One body's frames from a scan of exactly ``n_frames`` frames (a run inside someone's trace);
+    ``args`` is ``(method, system, state0, dt, t0, monitor, event)``. ``reverse`` (``jax.grad`` only): a
+    few perturbed numbers (the moments, say) differentiated by forward tangents
+    (:func:`~jaxrot.driver.forward_vjp.by_jacobian`: one program of the loop and its tangents, where the
+    reverse pass would compile the loop's transpose and a second program)."""
+    if reverse:
+        run = functools.partial(exact_frames, n_frames=n_frames, save_every=save_every, unroll=unroll)
+        return by_jacobian(run, args, n_frames * FRAME_NUMBERS)
     method, system, state0, dt, t0, monitor, event = args
-    carry = init_carry(method, system, state0, dt, t0, monitor, event)
-    return scan_frames(method, system, carry, dt, t0, n_frames, save_every, unroll, monitor, event=event)
+    c = init_carry(method, system, state0, dt, t0, monitor, event)
+    c, (states, ts, stats) = scan_frames(method, system, c, dt, t0, n_frames, save_every, unroll, monitor, event=event)
+    return assemble(state0, t0, states, ts, stats, c[3], c[4], c[6], c[2])
 
 
 def init_carry(method, system, state0, dt, t0, monitor=None, event=None):
@@ -295,42 +302,32 @@ def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoi
 WHILE_GROUP = 8
 
 
-def while_body_frames(method, system, state0, dt, t0, n_steps: int, save_every: int, final_only: bool, adjoint,
-                      monitor=None, event=None) -> Frames:
-    """One body's constant steps in the frames' while loop (a terminal event ends it): every saved
-    frame, or only the final state (frames of one step, none kept)."""
+def while_run(args, n_steps: int, save_every: int, final_only: bool, adjoint, reverse: bool = False) -> Frames:
+    """One body's constant steps in the frames' while loop (a terminal event ends it), ``args`` as for
+    :func:`exact_frames`: every saved frame, or only the final state (frames of one step, none kept).
+    ``reverse`` (``jax.grad`` only): differentiated by forward tangents of the loop as a plain while
+    loop (:func:`~jaxrot.driver.forward_vjp.by_jacobian`) where the numbers perturbed are few, through
+    ``adjoint``'s loop otherwise."""
+    if reverse:
+        run = functools.partial(while_run, n_steps=n_steps, save_every=save_every, final_only=final_only)
+        frames = 1 if final_only else n_steps // save_every
+        return by_jacobian(functools.partial(run, adjoint=ForwardMode()), args, frames * FRAME_NUMBERS,
+                           reverse=functools.partial(run, adjoint=adjoint))
+    method, system, state0, dt, t0, monitor, event = args
     carry = init_carry(method, system, state0, dt, t0, monitor, event)
     if final_only:  # groups of steps per iteration of the while loop (its overhead per iteration is a step's)
         group = min(WHILE_GROUP, n_steps)
         n_groups = -(-n_steps // group)
         c, stats = while_frames(method, system, carry, dt, t0, n_groups, group, adjoint, n_groups, monitor, event,
                                 save=False, n_steps=n_steps)
-        one = jax.tree_util.tree_map(lambda x: x[None], (c[0], t0 + c[2].astype(dt.dtype) * dt, stats))
-        return assemble(state0, t0, *one, c[3], c[4], c[6], c[2])
+        return last_frame(state0, t0, dt, c, stats)
     n_frames = n_steps // save_every
     c, (states, ts, stats) = while_frames(method, system, carry, dt, t0, n_frames, save_every, adjoint, n_frames,
                                           monitor, event)
     return assemble(state0, t0, states, ts, stats, c[3], c[4], c[6], c[2])
 
 
-def while_frames_of(args, n_steps: int, save_every: int, final_only: bool, adjoint) -> Frames:
-    """:func:`while_body_frames` of ``args = (method, system, state0, dt, t0, monitor, event)``."""
-    method, system, state0, dt, t0, monitor, event = args
-    return while_body_frames(method, system, state0, dt, t0, n_steps, save_every, final_only, adjoint, monitor, event)
-
-
-def while_run(args, n_steps: int, save_every: int, final_only: bool, adjoint, reverse: bool) -> Frames:
-    """:func:`while_frames_of`; ``reverse`` (``jax.grad`` only): differentiated by forward tangents of
-    the loop as a plain while loop (:func:`~jaxrot.driver.forward_vjp.by_jacobian`) where the numbers
-    perturbed are few, through ``adjoint``'s loop otherwise."""
-    run = functools.partial(while_frames_of, n_steps=n_steps, save_every=save_every, final_only=final_only,
-                            adjoint=adjoint)
-    if not reverse:
-        return run(args)
-    plain = functools.partial(run, adjoint=ForwardMode())
-    frames = 1 if final_only else n_steps // save_every
-    return by_jacobian(plain, args, frames * FRAME_NUMBERS, reverse=run)
-
-
-def while_args(spec) -> tuple:
-    return (spec.dt, spec.t0, spec.n_steps, spec.save_every, spec.final_only, spec.adjoint, spec.monitor, spec.event)
+def loop_args(spec) -> tuple:
+    """A run's inputs (a :class:`~jaxrot.driver.executors.base.RunSpec`'s) as :func:`exact_frames` and
+    :func:`while_run` take them."""
+    return spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.monitor, spec.event

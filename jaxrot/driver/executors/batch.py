@@ -5,8 +5,6 @@ steps, so its data stay in cache)."""
 
 from __future__ import annotations
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -15,11 +13,10 @@ from jax import lax
 
 from ..adjoint import reverse_only
 from ..checks import is_concrete
-from ..forward_vjp import by_jacobian
-from ..layout import Frames, assemble, batch_frames_per_chunk, join, run_chunks
+from ..layout import Frames, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from,
-                    while_args, while_run)
+from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, loop_args,
+                    while_run)
 from ..paced import one_call, steps_in_pieces
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
 from .base import RunSpec
@@ -157,15 +154,10 @@ def map_batch(fn, block, devices, *trees):
 @lean_jit
 def _batch_exact(method, system, states0, dt, t0, n_frames: int, save_every: int, system_axis, unroll: int, block=None,
                  monitor=None, event=None, reverse: bool = False) -> Frames:
-    """Every body's initial carry and a scan of exactly ``n_frames`` frames (a batch inside someone's
-    trace), in blocks of ``block`` bodies; in reverse mode each body's few perturbed numbers are
-    differentiated by forward tangents (:func:`~jaxrot.driver.forward_vjp.by_jacobian`)."""
-    run = functools.partial(exact_frames, n_frames=n_frames, save_every=save_every, unroll=unroll)
-
+    """Every body's frames from a scan of exactly ``n_frames`` frames (a batch inside someone's trace,
+    :func:`~jaxrot.driver.loop.exact_frames`), in blocks of ``block`` bodies."""
     def one(p, s):
-        args = (method, p, s, dt, t0, monitor, event)
-        c, (states, ts, stats) = by_jacobian(run, args, n_frames * FRAME_NUMBERS) if reverse else run(args)
-        return assemble(s, t0, states, ts, stats, c[3], c[4], c[6], c[2])
+        return exact_frames((method, p, s, dt, t0, monitor, event), n_frames, save_every, unroll, reverse)
 
     if system_axis is None:
         return in_blocks(jax.vmap(lambda s: one(system, s)), block, states0)
@@ -243,19 +235,20 @@ def batch_while(spec: RunSpec, executor) -> Frames:
     reverse = reverse_only(leaves)
 
     def run():
-        return _batch_while(executor, spec.method, spec.system, spec.state0, while_args(spec), spec.stacked, reverse)
+        return _batch_while(executor, loop_args(spec), (spec.n_steps, spec.save_every, spec.final_only, spec.adjoint),
+                            spec.stacked, reverse)
 
     concrete = all(map(is_concrete, leaves))
     return run() if spec.report is None or not concrete else one_call(spec.report, run, spec.n_steps)
 
 
 @eqx.filter_jit
-def _batch_while(executor, method, system, state0, args, stacked: bool, reverse: bool) -> Frames:
+def _batch_while(executor, args, loop, stacked: bool, reverse: bool) -> Frames:
     map_bodies = type(executor).map_bodies.__get__(executor)
-    dt, t0, n_steps, save_every, final_only, adjoint, monitor, event = args
+    method, system, state0, dt, t0, monitor, event = args
 
     def one(p, s):
-        return while_run((method, p, s, dt, t0, monitor, event), n_steps, save_every, final_only, adjoint, reverse)
+        return while_run((method, p, s, dt, t0, monitor, event), *loop, reverse)
 
     if stacked:
         return map_bodies(one, system, state0)

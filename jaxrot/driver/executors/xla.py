@@ -17,11 +17,10 @@ import numpy as np
 
 from ..adjoint import reverse_only
 from ..checks import is_concrete
-from ..forward_vjp import by_jacobian
 from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (FRAME_NUMBERS, empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from,
-                    while_args, while_run)
+from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, loop_args,
+                    while_run)
 from ..paced import one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
 from .batch import batch_final, batch_frames, batch_while, inputs
@@ -42,16 +41,7 @@ def _one_short(method, system, state0, dt, t0, n_valid, save_every, unroll, moni
                        reverse_differentiable=False, columns=True, event=event)
 
 
-@lean_jit
-def _one_exact(method, system, state0, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
-               event=None, reverse: bool = False):
-    """The initial carry and a scan of exactly ``n_frames`` frames (for calls inside a trace). In
-    reverse mode (``jax.grad``) a few perturbed numbers (the moments, say) are differentiated by
-    forward tangents (:func:`~jaxrot.driver.forward_vjp.by_jacobian`: one program of the loop and its
-    tangents, where the reverse pass would compile the loop's transpose and a second program)."""
-    args = (method, system, state0, dt, t0, monitor, event)
-    run = functools.partial(exact_frames, n_frames=n_frames, save_every=save_every, unroll=unroll)
-    return by_jacobian(run, args, n_frames * FRAME_NUMBERS) if reverse else run(args)
+_one_exact = lean_jit(exact_frames)  # a run inside someone's trace: exactly its frames
 
 
 @lean_jit
@@ -70,12 +60,7 @@ _one_steps = lean_jit(steps_from)  # a final-state run in pieces (a progress rep
 _one_last = lean_jit(last_frame)
 
 
-@lean_jit
-def _one_while(method, system, state0, dt, t0, n_steps: int, save_every: int, final_only: bool, adjoint, monitor=None,
-               event=None, reverse: bool = False):
-    """One body's frames in the while loop a terminal event ends (:func:`~jaxrot.driver.loop.while_run`)."""
-    return while_run((method, system, state0, dt, t0, monitor, event), n_steps, save_every, final_only, adjoint,
-                     reverse)
+_one_while = lean_jit(while_run)  # the frames' while loop a terminal event ends
 
 
 @jax.jit
@@ -94,9 +79,10 @@ def one_body(spec: RunSpec) -> Frames:
     n_frames, is_traced, mon, ev = spec.n_frames, traced(spec), spec.monitor, spec.event
     if spec.terminal:
         reverse = is_traced and reverse_only(inputs(spec))
+        loop = (loop_args(spec), spec.n_steps, se, spec.final_only, spec.adjoint)
         if spec.report is not None and not is_traced:
-            return one_call(spec.report, lambda: _one_while(m, s, x0, *while_args(spec)), spec.n_steps)
-        return _one_while(m, s, x0, *while_args(spec), reverse=reverse)
+            return one_call(spec.report, lambda: _one_while(*loop), spec.n_steps)
+        return _one_while(*loop, reverse)
     if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
         if spec.report is not None:
             carry, stats = steps_in_pieces(
@@ -107,10 +93,8 @@ def one_body(spec: RunSpec) -> Frames:
     if is_traced:
         # inside someone's jit/grad/vmap the caller's program is compiled for this call anyway: one scan of
         # exactly n_frames, not chunks with the unused frames skipped
-        reverse = reverse_only(inputs(spec))
-        carry, part = _one_exact(m, s, x0, dt, t0, n_frames, se, spec.unroll, mon, ev, reverse)
-        parts, nvs = (part,), (n_frames,)
-    elif n_frames <= SHORT_RUN_FRAMES and spec.report is None:
+        return _one_exact(loop_args(spec), n_frames, se, spec.unroll, reverse_only(inputs(spec)))
+    if n_frames <= SHORT_RUN_FRAMES and spec.report is None:
         carry, part = _one_short(m, s, x0, dt, t0, np.asarray(n_frames, np.int32), se, spec.unroll, mon, ev)
         parts, nvs = (part,), (n_frames,)
     else:  # the initial carry, then the repeated chunk
