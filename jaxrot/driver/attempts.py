@@ -17,7 +17,6 @@ attempts as the loop in one call.
 from __future__ import annotations
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +24,7 @@ import numpy as np
 from ..geometry.state import State
 from ..integrators.pairs import first_interval, first_step
 from ..physics.flow import pack_body
+from .adjoint import ForwardMode
 from .controllers import adapt
 from .events import event_start, event_update, stopped
 from . import forward_vjp, progress
@@ -120,35 +120,27 @@ def _body(method, event, monitor, shape, replay=None):
     return body
 
 
-def _outputs(final):
-    # what the loop hands on: its carry without the problem's arrays (not JAX types throughout) and the record
-    return final[:15] + (None, None)
-
-
-def _plain(args, shape, record: bool = False):
-    """The loop itself (a plain while loop: no derivative through it); with ``record``, also the signed
-    step each accepted attempt took, the steps accepted and the output frames written."""
+def _loop(args, shape, adjoint=ForwardMode(), *, record: bool = False, replay=None, most=None):
+    """The loop from ``args = (c0, method, event, monitor)`` through ``adjoint``'s while loop (by default
+    a plain one: no derivative through it), handing on its carry without the problem's arrays (not JAX
+    types throughout). ``record``: also the signed step each accepted attempt took, the steps accepted
+    and the output frames written; ``replay``: such a record, its steps taken again in order, and the
+    frames the recorded run wrote after its last step (save times equal in the run's type) written
+    too; ``most``: the attempts (may be traced) after which the loop stops short of ``max_steps`` (a
+    piece of a run, for a progress report: the same attempts as one loop)."""
     c0, method, event, monitor = args
-    q, every, n_out, max_steps = shape
+    max_steps = shape[3]
     if record:
         c0 = c0[:16] + (jnp.zeros((max_steps,), c0[0].dtype),)
-    final = eqxi.while_loop(_cond(event, n_out, max_steps), _body(method, event, monitor, shape), c0,
-                            max_steps=max_steps, buffers=_buffers, kind="lax")
-    return (_outputs(final), (final[16], final[7], final[5])) if record else _outputs(final)
-
-
-def _again(args, adjoint, shape, record):
-    """The loop that takes the recorded steps again, in order, through ``adjoint``'s while loop; it also
-    writes the frames a recorded run wrote after its last step (save times equal in the run's type)."""
-    c0, method, event, monitor = args
-    taken, n_taken, i_final = record
-    max_steps = shape[3]
-
-    def cond(c):
-        return (c[7] < n_taken) | (c[5] < i_final)
-
-    return _outputs(adjoint.while_loop(cond, _body(method, event, monitor, shape, replay=taken), c0,
-                                       max_steps=max_steps, buffers=_buffers))
+    if replay is None:
+        cond = _cond(event, shape[2], max_steps if most is None else most)
+    else:
+        def cond(c):
+            return (c[7] < replay[1]) | (c[5] < replay[2])
+    body = _body(method, event, monitor, shape, None if replay is None else replay[0])
+    final = adjoint.while_loop(cond, body, c0, max_steps=max_steps, buffers=_buffers)
+    out = final[:15] + (None, None)
+    return (out, (final[16], final[7], final[5])) if record else out
 
 
 @eqx.filter_custom_vjp
@@ -160,11 +152,11 @@ def _recorded(args, adjoint, shape):
     next step, the recomputed steps drift from the run's, and the derivative is taken along other
     steps than the run's (docs/user_guide/saveat_events.md, "Gradients of adaptive runs"). So the run
     records the step it accepts each time (``max_steps`` numbers per body), and the backward pass
-    differentiates the loop that takes exactly those steps again (:func:`_again`, ``adjoint``'s
+    differentiates the loop that takes exactly those steps again (:func:`_loop`, through ``adjoint``'s
     checkpointed while loop), the step to each output time still its distance from it. The
     controller's choice carries no derivative in any mode (as diffrax's PIDController).
     """
-    return _plain(args, shape)
+    return _loop(args, shape)
 
 
 def _forward(perturbed, args, shape) -> bool:
@@ -176,15 +168,15 @@ def _forward(perturbed, args, shape) -> bool:
 @_recorded.def_fwd
 def _recorded_fwd(perturbed, args, adjoint, shape):
     if _forward(perturbed, args, shape):  # the loop with its tangents: one loop, no checkpoints
-        return forward_vjp.jacobian(lambda a: _plain(a, shape), args, perturbed)
-    return _plain(args, shape, record=True)
+        return forward_vjp.jacobian(lambda a: _loop(a, shape), args, perturbed)
+    return _loop(args, shape, record=True)
 
 
 @_recorded.def_bwd
 def _recorded_bwd(residuals, grad_obj, perturbed, args, adjoint, shape):
     if _forward(perturbed, args, shape):
         return forward_vjp.pull_back(residuals, grad_obj, args, perturbed)
-    out, vjp = eqx.filter_vjp(lambda a: _again(a, adjoint, shape, residuals), args)
+    out, vjp = eqx.filter_vjp(lambda a: _loop(a, shape, adjoint, replay=residuals), args)
     zero = jax.tree_util.tree_map(
         lambda o, g: g if g is not None else (jnp.zeros_like(o) if eqx.is_inexact_array(o) else None),
         out, grad_obj, is_leaf=lambda x: x is None)
@@ -197,14 +189,14 @@ def _recorded_both(args, *, adjoint, shape):
     """:func:`_recorded` for an adjoint that differentiates in both modes (``DirectAdjoint``, a bounded
     loop): the tangent is that of the loop taking the recorded steps again, which reverse mode
     transposes."""
-    return _plain(args, shape)
+    return _loop(args, shape)
 
 
 @_recorded_both.def_jvp
 def _recorded_both_jvp(primals, tangents, *, adjoint, shape):
     (args,), (t_args,) = primals, tangents
-    out, record = _plain(args, shape, record=True)
-    _, t_out = eqx.filter_jvp(lambda a: _again(a, adjoint, shape, record), (args,), (t_args,))
+    out, record = _loop(args, shape, record=True)
+    _, t_out = eqx.filter_jvp(lambda a: _loop(a, shape, adjoint, replay=record), (args,), (t_args,))
     return out, t_out
 
 
@@ -219,8 +211,7 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
                                event=event, every=every, dense=dense)
     args = (c0, method, event, monitor)
     if adjoint.kind == "lax":
-        final = _outputs(adjoint.while_loop(_cond(event, shape[2], max_steps), _body(method, event, monitor, shape), c0,
-                                            max_steps=max_steps, buffers=_buffers))
+        final = _loop(args, shape, adjoint)
     elif adjoint.kind == "bounded":
         final = _recorded_both(args, adjoint=adjoint, shape=shape)
     else:
@@ -263,12 +254,8 @@ def attempts_start(method, system, state0: State, t0, targets, rtol, atol, dt0, 
 def attempts_piece(method, event, monitor, shape, c, budget):
     """At most ``budget`` (may be traced) more attempts of the loop from its state ``c`` (a run in
     pieces, for a progress report: the same attempts as one loop): ``(c, finished)``."""
-    cond = _cond(event, shape[2], shape[3])
-    body = _body(method, event, monitor, shape)
-    c, _ = eqxi.while_loop(lambda w: cond(w[0]) & (w[1] < budget), lambda w: (body(w[0]), w[1] + 1),
-                           (c, jnp.asarray(0, jnp.int32)), max_steps=shape[3], buffers=lambda w: _buffers(w[0]),
-                           kind="lax")
-    return c, ~cond(c)
+    c = _loop((c, method, event, monitor), shape, most=jnp.minimum(c[7] + c[8] + budget, shape[3]))
+    return c, ~_cond(event, shape[2], shape[3])(c)
 
 
 def attempts_end(final, event, shape) -> Attempts:
