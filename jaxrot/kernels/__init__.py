@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 
 from ._common import have_warp, warp
-from .torques import PARAM_LAYOUT
 from . import host_threads
 from . import transpile as _transpile
 from . import generate as _generate
@@ -83,15 +82,20 @@ KERNELS: dict[str, KernelEntry] = {
 }
 
 
-def torque_refusal(torque, dtype=None) -> str:
-    """Why no kernel runs ``torque`` (for a torque :func:`torque_kind` does not recognise): a plain
-    function's restatement's failure, or the torque's type."""
-    from ..physics.torques import Torque
+def dense_torque(torque, dtype):
+    """``(key, parameters)`` of ``torque`` restated from its JAX code for the dense output of a run with
+    an event (:func:`jaxrot.kernels.transpile.lower`: its Warp function by ``key``; its array constants
+    and leaves, which come first in the kernel's parameter array); raises ``Unsupported`` where it
+    cannot be restated."""
+    low = _transpile.lower(torque, dtype)
+    return low.key, low.params
 
-    if type(torque) is Torque:
-        why = _transpile.reason(torque, dtype or jnp.zeros(()).dtype)
-        return f"the torque function cannot be restated in a kernel: {why}"
-    return f"no fused kernel restates the torque {type(torque).__name__}"
+
+def dense_torque_refusal(torque, dtype) -> str | None:
+    """Why the dense output on which an event is located cannot restate ``torque``, or None."""
+    why = _transpile.reason(torque, dtype)
+    return None if why is None else (f"an event is located on the dense output, which restates the torque from its "
+                                     f"JAX code, and {type(torque).__name__} cannot be restated: {why}")
 
 
 def torque_kind(torque, dtype=None) -> str | None:
@@ -215,22 +219,6 @@ def keeps_stats(method, system=None) -> bool:
     return _generate.constant_stats(_generate.lower(_instance(method), system, run_dtype(system)).key)
 
 
-def torque_params(torque, dtype):
-    """The torque's parameters packed in one flat array of ``dtype`` (traceable): gravity and the gravity
-    gradient their named parameters in the order of :data:`jaxrot.kernels.torques.PARAM_LAYOUT`
-    (``(mgl, com, up)``, ``(n, phase, J)``), polynomial momentum its ``(K, 3)`` coefficients row by row, a
-    plain-function torque its array constants and parameters
-    (:func:`jaxrot.kernels.transpile.lower`)."""
-    kind = torque_kind(torque, dtype)
-    if _family(kind) == "user":
-        return _transpile.lower(torque, dtype).params
-    if kind in PARAM_LAYOUT:  # the named parameters, read by name in the kernels (torques.param_struct)
-        return jnp.concatenate([jnp.asarray(getattr(torque, f), dtype).reshape(n) for f, n in PARAM_LAYOUT[kind]])
-    if kind == "poly":
-        return jnp.asarray(torque.coeffs, dtype).reshape(-1)
-    return jnp.zeros((1,), dtype)
-
-
 def _check(method, system, states0, n_frames, save_every, event=None):
     for arg, v in (("n_frames", n_frames), ("save_every", save_every)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if arg == "n_frames" else 1):
@@ -248,10 +236,7 @@ def _check(method, system, states0, n_frames, save_every, event=None):
     if event is not None:
         from .fixed_event import why_not_event
 
-        why = why_not_event(event, R.dtype)
-        if why is None and torque_kind(system.torque, run_dtype(system)) is None:
-            why = (f"a constant-step run with an event locates it on the dense output, which restates the "
-                   f"torques of jaxrot.kernels.torques, not {type(system.torque).__name__}")
+        why = why_not_event(event, R.dtype) or dense_torque_refusal(system.torque, run_dtype(system))
         if why is not None:
             raise ValueError(why)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import event_restate
 from ._common import so3_funcs, warp
-from .torques import torque_funcs
+from .transpile import user_tau
 
 __all__ = ["BISECTIONS", "DENSE_ORDER", "POLISH", "dense_funcs", "crossing", "polish_func", "polishes"]
 
@@ -40,12 +40,19 @@ def polishes(order) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def dense_funcs(S, torque: str, K: int, event_key: str | None):
-    """Warp functions of the dense output and the event's location (see the module docstring): ``(g, locate)``."""
+def dense_funcs(S, torque_key: str | None, event_key: str | None):
+    """Warp functions of the dense output and the event's location (see the module docstring): ``(g,
+    locate)``; the world torque ``tau(t, R, Pi, P)`` restated from its JAX code
+    (:func:`jaxrot.kernels.dense_torque`, by its key; None: no event, nothing is located)."""
     wp = warp()
     c = so3_funcs(S)
-    tq = torque_funcs(S, torque, K)
     V, M = c.V, c.M
+    if torque_key is not None:
+        tau = user_tau(S, torque_key)
+    else:
+        @wp.func
+        def tau(t: S, R: M, Pi: V, P: wp.array(dtype=S)):
+            return V(S(0.0), S(0.0), S(0.0))
 
     if event_key is not None:
         g = event_restate.event_g(S, event_key)
@@ -128,8 +135,8 @@ def dense_funcs(S, torque: str, K: int, event_key: str | None):
         w1 = wp.cw_div(Pi1, J)
         xi1 = log(wp.transpose(R0) @ R1)
         m1 = c.dexpinv(-xi1, w1)
-        d0 = wp.cross(Pi0, w0) + wp.transpose(R0) @ tq.tau(tk, R0, Pi0, P)
-        d1 = wp.cross(Pi1, w1) + wp.transpose(R1) @ tq.tau(tk + h, R1, Pi1, P)
+        d0 = wp.cross(Pi0, w0) + wp.transpose(R0) @ tau(tk, R0, Pi0, P)
+        d1 = wp.cross(Pi1, w1) + wp.transpose(R1) @ tau(tk + h, R1, Pi1, P)
         ga = g_at(tk, R0, Pi0, w0, d0, Pi1, d1, xi1, m1, h, S(0.0), Q)
         lo = S(0.0)
         hi = h

@@ -14,11 +14,12 @@ from .adaptive_pairs import GENERATED_PAIRS, RESULT_MAX_STEPS_REACHED, RESULT_NO
 __all__ = ["adaptive_kernel", "kernel_for"]
 
 
-def adaptive_kernel(S, entry: GeneratedPair, torque: str, K: int, event_key: str | None = None,
+def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: str | None = None,
                     direction: int | None = None, terminal: bool = True, record: bool = False, *, key: str):
     """The Warp kernel of a generated pair's error-controlled loop, one thread per body (see the
     module docstring). Arguments: ``R0`` (B) 3x3, ``Pi0`` (B) 3-vectors, ``h0``, ``rtol``, ``atol``
-    (B), ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (the torque's parameters), ``Q`` (the
+    (B), ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (the parameters: with an event the dense output's torque's
+    (``torque_key``, :func:`jaxrot.kernels.dense_torque`) first, then the pair's), ``Q`` (the
     event condition's), ``max_steps``, ``n_out``; outputs ``R_out`` (B, n), ``Pi_out`` (B, n),
     ``acc``, ``rej`` (int32), ``err``, ``result`` (int32), ``t_event``, ``R_event``, ``Pi_event`` (B);
     with ``record`` (for the backward pass, :mod:`jaxrot.kernels.adaptive_backward`), each accepted
@@ -34,7 +35,7 @@ def adaptive_kernel(S, entry: GeneratedPair, torque: str, K: int, event_key: str
     TERMINAL = EVENT and bool(terminal)
     RECORD = bool(record)
     crossed = crossing(S, direction)
-    g, locate = dense_funcs(S, torque, K, event_key)
+    g, locate = dense_funcs(S, torque_key, event_key)
 
     @wp.func
     def one_step(R: M, Pi: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
@@ -200,10 +201,11 @@ def adaptive_kernel(S, entry: GeneratedPair, torque: str, K: int, event_key: str
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_for(dtype_name: str, pair: str, torque: str, K: int, event_key, direction, terminal, record=False):
-    """``(Warp scalar type, kernel)``, built once per (dtype, pair, torque, event, recording or not)."""
+def kernel_for(dtype_name: str, pair: str, torque_key, event_key, direction, terminal, record=False):
+    """``(Warp scalar type, kernel)``, built once per (dtype, pair, the dense output's torque, event,
+    recording or not)."""
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    ev = ("" if event_key is None else f"_ev{event_key}_{direction}_{int(terminal)}") + ("_rec" if record else "")
-    key = f"{pair.replace('(', '_').replace(')', '').replace(',', '_').replace(':', '_')}_{torque.replace(':', '_')}{K}_{dtype_name}{ev}"
-    return S, adaptive_kernel(S, GENERATED_PAIRS[pair], torque, K, event_key, direction, terminal, record, key=key)
+    ev = ("" if event_key is None else f"_{torque_key}_ev{event_key}_{direction}_{int(terminal)}") + ("_rec" if record else "")
+    key = f"{pair.replace(':', '_')}_{dtype_name}{ev}"
+    return S, adaptive_kernel(S, GENERATED_PAIRS[pair], torque_key, event_key, direction, terminal, record, key=key)

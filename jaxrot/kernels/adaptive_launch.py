@@ -8,7 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from . import host_threads, torque_kind, torque_params
+from . import dense_torque, host_threads
 from . import event_restate
 from ._common import warp
 from .adaptive_kernel import kernel_for
@@ -71,15 +71,10 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
     dtype = states0.R.dtype
     B, n_out = states0.R.shape[0], ts.shape[0]
     if event is None:  # (the torque is inside the generated attempt)
-        kind, P, K = "free", method_params, 0
+        tkey, P, ekey, Q, direction, terminal = None, method_params, None, jnp.zeros((1,), dtype), None, True
     else:  # the dense output's torque parameters first, then the pair's
-        kind = torque_kind(system.torque, dtype)
-        T = torque_params(system.torque, dtype)
-        K = int(T.shape[0] // 3) if kind == "poly" else 0
+        tkey, T = dense_torque(system.torque, dtype)
         P = jnp.concatenate([T, method_params])
-    if event is None:
-        ekey, Q, direction, terminal = None, jnp.zeros((1,), dtype), None, True
-    else:
         ekey, Q = event_restate.lower(event.cond_fn, dtype)
         direction, terminal = event.direction, bool(event.terminal)
     if B == 0:
@@ -87,7 +82,7 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
         zi = jnp.zeros((0,), jnp.int32)
         ev = (None, None, None) if event is None else (z, jnp.zeros((0, 3, 3), dtype), jnp.zeros((0, 3), dtype))
         return AdaptiveRun(jnp.zeros((0, n_out, 3, 3), dtype), jnp.zeros((0, n_out, 3), dtype), zi, zi, z, zi, *ev)
-    key = (jnp.dtype(dtype).name, name, kind, K, ekey, direction, terminal, bool(capacity))
+    key = (jnp.dtype(dtype).name, name, tkey, ekey, direction, terminal, bool(capacity))
     J = jnp.asarray(system.body.J, dtype)
     per_body = [jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), h0, rtol, atol]
     inverse = order = None

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import jax
 
-from . import registered_name, run_dtype, torque_kind, torque_params
+from . import dense_torque, dense_torque_refusal, registered_name, run_dtype
 from . import event_restate
 
 __all__ = ["AdaptiveRun", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair",
@@ -68,7 +68,7 @@ def generated_pair(pair, system, dtype, offset: int = 0):
 def event_offset(system, event, dtype) -> int:
     """Where the pair's parameters start in the kernel's parameter array: after the torque's, which the
     dense output reads, where there is an event (0 without one)."""
-    return 0 if event is None else int(torque_params(system.torque, dtype).shape[0])
+    return 0 if event is None else int(dense_torque(system.torque, dtype)[1].shape[0])
 
 
 def attempt_within(pair, system, event, lines: int) -> bool:
@@ -83,7 +83,9 @@ def attempt_within(pair, system, event, lines: int) -> bool:
     except Exception:  # noqa: BLE001 - an unknown name, or methods that make no pair
         return False
     dtype = run_dtype(system)
-    return isinstance(obj, AbstractPair) and pair_within(obj, system, dtype, event_offset(system, event, dtype), lines)
+    if not isinstance(obj, AbstractPair) or (event is not None and dense_torque_refusal(system.torque, dtype)):
+        return False
+    return pair_within(obj, system, dtype, event_offset(system, event, dtype), lines)
 
 
 def _generated_refusal(pair, system, event) -> str | None:
@@ -95,10 +97,8 @@ def _generated_refusal(pair, system, event) -> str | None:
     if not isinstance(pair, AbstractPair):
         return "it is not an embedded pair (jaxrot.integrators.AbstractPair)"
     dtype = run_dtype(system)
-    if event is not None and torque_kind(system.torque, dtype) is None:
-        # the event is located on the dense output, whose interpolant restates the torque itself
-        return (f"an event is located on the dense output, which restates the torque models of "
-                f"jaxrot.kernels.torques and plain-function torques, not {type(system.torque).__name__}")
+    if event is not None and dense_torque_refusal(system.torque, dtype):
+        return dense_torque_refusal(system.torque, dtype)
     why = pair_reason(pair, system, dtype, event_offset(system, event, dtype))
     return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
 

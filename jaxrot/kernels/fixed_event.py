@@ -28,15 +28,16 @@ __all__ = ["event_loop_kernel", "launch", "why_not_event"]
 _OUTPUTS = ("R_out", "Pi_out", "failed_out", "result_out", "tev_out", "Rev_out", "Piev_out", "steps_out")
 
 
-def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str, direction, terminal: bool, *,
+def event_loop_kernel(S, init, step, reason, torque_key: str, event_key: str, direction, terminal: bool, *,
                       key: str, polished: bool = True):
     """The fused constant-step run with an event (see the module docstring): ``init``, ``step`` and
-    ``reason`` as :func:`~jaxrot.kernels._common.loop_kernel` takes them; ``polished``: the event
-    polished on the method's own steps (:func:`~jaxrot.kernels.adaptive_dense.polishes`)."""
+    ``reason`` as :func:`~jaxrot.kernels._common.loop_kernel` takes them; ``torque_key`` the dense
+    output's torque (:func:`jaxrot.kernels.dense_torque`); ``polished``: the event polished on the
+    method's own steps (:func:`~jaxrot.kernels.adaptive_dense.polishes`)."""
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
-    g, locate = dense_funcs(S, torque, K, event_key)
+    g, locate = dense_funcs(S, torque_key, event_key)
     TERMINAL = bool(terminal)
     crossed = crossing(S, direction)
     advance = checked_step(S, step, reason)
@@ -111,15 +112,15 @@ def event_loop_kernel(S, init, step, reason, torque: str, K: int, event_key: str
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(dtype_name: str, gen_key: str, torque: str, K: int, event_key: str, direction, terminal: bool,
+def _kernel(dtype_name: str, gen_key: str, torque_key: str, event_key: str, direction, terminal: bool,
             polished: bool):
     """``(Warp scalar type, kernel)`` of (dtype, generated method, torque, event), built once."""
     from . import generate
 
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    key = f"{gen_key}_{torque.replace(':', '_')}{K}_{dtype_name}_ev{event_key}_{direction}_{int(terminal)}"
-    return S, event_loop_kernel(S, *generate.funcs(S, gen_key), torque, K, event_key, direction, terminal, key=key,
+    key = f"{gen_key}_{torque_key}_{dtype_name}_ev{event_key}_{direction}_{int(terminal)}"
+    return S, event_loop_kernel(S, *generate.funcs(S, gen_key), torque_key, event_key, direction, terminal, key=key,
                                 polished=polished)
 
 
@@ -138,19 +139,17 @@ def why_not_event(event, dtype) -> str | None:
 def launch(method, system, states0, dt, t0, n_frames: int, save_every: int, event):
     """The kernel of ``method``'s generated step (:mod:`jaxrot.kernels.generate`) on a batch:
     ``(R (B, n_frames, 3, 3), Pi (B, n_frames, 3), failed, result, t_event, R_event, Pi_event, steps)``
-    (the event's NaN where none was found). The dense output restates the torque
-    (:mod:`jaxrot.kernels.torques`): its parameters come first in ``P``, the method's after them."""
-    from . import generate, run_dtype, torque_kind, torque_params
+    (the event's NaN where none was found). The dense output restates the torque from its JAX code
+    (:func:`jaxrot.kernels.dense_torque`): its parameters come first in ``P``, the method's after them."""
+    from . import dense_torque, generate
 
     dtype = states0.R.dtype
     B = states0.R.shape[0]
-    kind = torque_kind(system.torque, run_dtype(system))
-    T = torque_params(system.torque, dtype)
-    K = int(T.shape[0] // 3) if kind == "poly" else 0
+    tkey, T = dense_torque(system.torque, dtype)
     low = generate.lower(method, system, dtype, int(T.shape[0]))
     ekey, Q = event_restate.lower(event.cond_fn, dtype)
     polished = polishes(getattr(method, "order", None))
-    key = (jnp.dtype(dtype).name, low.key, kind, K, ekey, event.direction, bool(event.terminal), polished)
+    key = (jnp.dtype(dtype).name, low.key, tkey, ekey, event.direction, bool(event.terminal), polished)
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(dt, (1,)),
             jnp.reshape(t0, (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3),
             jnp.concatenate([T, jnp.asarray(low.params, dtype)]), jnp.asarray(Q, dtype))
