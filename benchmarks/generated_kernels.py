@@ -15,6 +15,12 @@ over ``--span`` seconds, in each checkout as it runs it (here the attempt genera
 JAX code; ``--hand`` a checkout whose fused adaptive kernel is written by hand); its body-steps are
 the accepted steps of all bodies, the same in both where they take the same steps.
 
+``--first-call`` also times each pair's first call in a fresh process with empty caches (Warp's
+kernels in an empty ``WARP_CACHE_PATH``, JAX's compilation cache off): 16 heavy tops through
+``jaxrot.simulate`` with ``executor=Fused()`` in this checkout (the attempt written out, checked and
+compiled) and in ``--hand``'s, and with ``executor=XLA()`` (XLA compiling its loop); the import of
+jaxrot is not counted.
+
 ``--user-pair B`` also times the Crouch-Grossman 3(2) pair of examples/user_pair_fused.py (a method in a
 user's file) on B heavy tops, error-controlled (rtol = atol = 1e-8) with a terminal event, through
 ``jaxrot.simulate`` with ``executor=Fused()`` (its generated kernel) and ``executor=XLA()``.
@@ -127,6 +133,7 @@ def main(argv=None):
     ap.add_argument("--user-pair", type=int, default=0)
     ap.add_argument("--span", type=float, default=1.0, help="a pair's run: seconds of simulated time")
     ap.add_argument("--rtol", type=float, default=1e-8, help="a pair's run: rtol = atol")
+    ap.add_argument("--first-call", action="store_true")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)  # (method, bodies): the hand-written side
     a = ap.parse_args(argv)
     if a.worker:
@@ -138,7 +145,7 @@ def main(argv=None):
 
     rows = []
     for name in a.methods.split(","):
-        for B in (int(b) for b in a.bodies.split(",")):
+        for B in (int(b) for b in a.bodies.split(",") if b):
             with tempfile.TemporaryDirectory() as tmp:
                 ref = os.path.join(tmp, "Pi.npy")
                 w = subprocess.Popen([sys.executable, __file__, "--worker", name, str(B), "--hand", a.hand, "--out", ref,
@@ -172,6 +179,7 @@ def main(argv=None):
             print(f"{name:8s} B={B:7d}  generated {row['generated_rate']:.3e}  hand {row['hand_rate']:.3e} body-steps/s"
                   f"  generated/hand {row['ratio']:.2f}  (Pi differ by {diff:.1e})", flush=True)
     pair_rows = _user_pair(a.user_pair, a.reps) if a.user_pair else []
+    first_rows = _first_calls([m for m in a.methods.split(",") if "(" in m], a.hand, a.rtol) if a.first_call else []
     meta = dict(command="python " + " ".join([os.path.relpath(__file__), *(argv or sys.argv[1:])]),
                 machine=platform.processor() or platform.machine(), cores=os.cpu_count(), jax=jax.__version__,
                 load=os.getloadavg(), reps=a.reps, hand=_commit(a.hand))
@@ -192,8 +200,49 @@ def main(argv=None):
 
     pairs_only = all("(" in m for m in a.methods.split(","))
     name = "generated_pairs" if pairs_only else "generated_kernels" + ("" if a.problem == "fast_top" else f"_{a.problem}")
-    provenance.write_record(a.out, name, dict(meta=meta, rows=rows, user_pair=pair_rows),
+    if first_rows:
+        lines += ["", "First call in a fresh process, empty caches (16 heavy tops, 1 s; seconds):", "",
+                  "| pair | generated, Fused() | hand-written, Fused() | XLA() |", "|---|---|---|---|"]
+        lines += [f"| {r['pair']} | {r['generated']:.1f} | {r['hand']:.1f} | {r['xla']:.1f} |" for r in first_rows]
+    provenance.write_record(a.out, name, dict(meta=meta, rows=rows, user_pair=pair_rows, first_call=first_rows),
                             "\n".join(lines) + "\n", command=meta["command"])
+
+
+_FIRST_CALL = """
+import sys, time
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import jaxrot
+from jaxrot.experiments.bench_heterogeneous import heavy_tops
+assert jaxrot.__file__.startswith(sys.argv[3]), jaxrot.__file__
+p, s0, _, _ = heavy_tops(16)
+ex = jaxrot.Fused() if sys.argv[2] == "fused" else jaxrot.XLA()
+tol = float(sys.argv[4])
+t = time.perf_counter()
+tr = jaxrot.simulate(sys.argv[1], p, t1=1.0, state0=s0, stepsize=jaxrot.Adaptive(tol, tol), executor=ex)
+jax.block_until_ready(tr.states.Pi)
+print(time.perf_counter() - t)
+"""
+
+
+def _first_calls(pairs, hand: str, rtol: float) -> list:
+    """Seconds of each pair's first call in a fresh process with empty caches (the module docstring)."""
+    here = str(pathlib.Path(__file__).resolve().parents[1])
+    rows = []
+    for pair in pairs:
+        row = dict(pair=pair)
+        for label, repo, ex in (("generated", here, "fused"), ("hand", os.path.realpath(hand), "fused"),
+                                ("xla", here, "xla")):
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, WARP_CACHE_PATH=cache, JAXROT_COMPILATION_CACHE="off", PYTHONPATH=repo)
+                out = subprocess.run([sys.executable, "-c", _FIRST_CALL, pair, ex, repo, str(rtol)], env=env,
+                                     capture_output=True, text=True, check=True, cwd=repo)
+                row[label] = float(out.stdout.strip().splitlines()[-1])
+        print(f"first call {pair}: generated {row['generated']:.1f} s, hand-written {row['hand']:.1f} s, "
+              f"XLA {row['xla']:.1f} s", flush=True)
+        rows.append(row)
+    return rows
 
 
 def _commit(repo: str) -> str:
