@@ -4,9 +4,9 @@ detection, event checks and statistics, driven by what is known before the run.
 - Constant steps, count known, no terminal event: frames of ``save_every`` steps scanned by
   ``lax.scan`` (:func:`scan_frames`; memory O(saved frames), compile time independent of the count,
   reverse mode at no extra cost); with only the final state wanted, a ``fori_loop`` to a traced count
-  (:func:`run_steps`, one program for every count).
+  (:func:`steps_from`, one program for every count).
 - Constant steps with a terminal event: the same frames in a bounded while loop that ends when the
-  event fires (:func:`while_frames`), run through the adjoint object.
+  event fires (:func:`while_run`), run through the adjoint object.
 - Error-controlled steps: attempts in a bounded while loop (:func:`while_attempts`, in
   :mod:`jaxrot.driver.attempts`), run through the adjoint object.
 
@@ -191,6 +191,23 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     return carry, jax.tree_util.tree_map(lambda x: x.reshape((n_frames,) + x.shape[2:]), ys)
 
 
+def masked_steps(method, system, carry, dt, t0, length: int, go, monitor=None, event=None):
+    """``length`` constant steps from ``carry`` (:func:`init_carry`) in a scan (reverse-differentiable),
+    a step where ``go(carry)`` is false leaving the carry as it was: ``(carry, StepStats folded over
+    the steps taken)``. A frame of the terminal event's while loop, and the dense output's re-run from
+    a checkpoint (:mod:`jaxrot.driver.dense`)."""
+    def inner(ca, _):
+        ca, acc = ca
+        new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
+        g = go(ca)
+        new = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), new, ca)
+        stats = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), stats, empty_stats())
+        return (new, fold(acc, stats)), None
+
+    (c, acc), _ = lax.scan(inner, (carry, empty_stats()), None, length=length)
+    return c, acc
+
+
 #: numbers in one body's frame and its share of the final carry, at most (a bound for the tangents kept)
 FRAME_NUMBERS = 64
 
@@ -246,27 +263,17 @@ def last_frame(state0, t0, dt, carry, stats) -> Frames:
     return assemble(state0, t0, *one, carry[3], carry[4], carry[6], carry[2])
 
 
-def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoint, max_frames: int, monitor=None,
-                 event=None, save: bool = True, n_steps: int | None = None):
-    """Frames of ``save_every`` constant steps in a bounded while loop (``adjoint``'s) that ends
-    after ``n_frames`` frames (may be traced, at most ``max_frames``) or when a terminal ``event``
-    fires: ``(carry, (states, times, stats) of max_frames frames)``, frames not reached holding the
-    last state (``save=False``: ``(carry, StepStats folded over every step)``); ``n_steps``: the steps
-    to take in all, where the last frame is only partly used."""
+def while_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, adjoint, monitor=None, event=None,
+                 save: bool = True, n_steps: int | None = None):
+    """Frames of ``save_every`` constant steps (:func:`masked_steps`) in a bounded while loop
+    (``adjoint``'s) that ends after ``n_frames`` frames or when a terminal ``event`` fires: ``(carry,
+    (states, times, stats) of n_frames frames)``, frames not reached holding the last state
+    (``save=False``: ``(carry, StepStats folded over every step)``); ``n_steps``: the steps to take in
+    all, where the last frame is only partly used."""
     dtype = dt.dtype
 
-    def frame(c):
-        def inner(ca, _):
-            ca, acc = ca
-            new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
-            # a step after a terminal event, or past n_steps, leaves the carry as it was
-            go = ~stopped(event, ca[6]) if n_steps is None else ~stopped(event, ca[6]) & (ca[2] < n_steps)
-            new = jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new, ca)
-            stats = jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), stats, empty_stats())
-            return (new, fold(acc, stats)), None
-
-        (c, acc), _ = lax.scan(inner, (c, empty_stats()), None, length=save_every)
-        return c, acc
+    def go(c):  # a step after a terminal event, or past n_steps, leaves the carry as it was
+        return ~stopped(event, c[6]) if n_steps is None else ~stopped(event, c[6]) & (c[2] < n_steps)
 
     def cond(w):
         c, i = w[0], w[1]
@@ -274,7 +281,7 @@ def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoi
 
     def body(w):
         c, i, out = w
-        c, acc = frame(c)
+        c, acc = masked_steps(method, system, c, dt, t0, save_every, go, monitor, event)
         if save:
             row = (c[0], t0 + c[2].astype(dtype) * dt, acc)
             out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x), row, out)
@@ -284,13 +291,13 @@ def while_frames(method, system, carry, dt, t0, n_frames, save_every: int, adjoi
 
     if save:
         shapes = jax.eval_shape(lambda c: (c[0], t0 + c[2].astype(dtype) * dt, empty_stats()), carry)
-        out0 = jax.tree_util.tree_map(lambda v: jnp.zeros((max_frames,) + v.shape, v.dtype), shapes)
+        out0 = jax.tree_util.tree_map(lambda v: jnp.zeros((n_frames,) + v.shape, v.dtype), shapes)
     else:
         out0 = empty_stats()
-    c, i, out = adjoint.while_loop(cond, body, (carry, jnp.asarray(0, jnp.int32), out0), max_steps=max_frames,
+    c, i, out = adjoint.while_loop(cond, body, (carry, jnp.asarray(0, jnp.int32), out0), max_steps=n_frames,
                                    buffers=(lambda w: w[2]) if save else None)
     if save:  # frames never reached hold the last state (a terminal event's are set to it afterwards)
-        idx = jnp.arange(max_frames, dtype=jnp.int32)
+        idx = jnp.arange(n_frames, dtype=jnp.int32)
         states = jax.tree_util.tree_map(lambda o, x: jnp.where((idx < i).reshape((-1,) + (1,) * x.ndim), o, x),
                                         out[0], c[0])
         times = jnp.where(idx < i, out[1], t0 + (idx + 1).astype(dtype) * (save_every * dt))
@@ -318,12 +325,11 @@ def while_run(args, n_steps: int, save_every: int, final_only: bool, adjoint, re
     if final_only:  # groups of steps per iteration of the while loop (its overhead per iteration is a step's)
         group = min(WHILE_GROUP, n_steps)
         n_groups = -(-n_steps // group)
-        c, stats = while_frames(method, system, carry, dt, t0, n_groups, group, adjoint, n_groups, monitor, event,
-                                save=False, n_steps=n_steps)
+        c, stats = while_frames(method, system, carry, dt, t0, n_groups, group, adjoint, monitor, event, save=False,
+                                n_steps=n_steps)
         return last_frame(state0, t0, dt, c, stats)
     n_frames = n_steps // save_every
-    c, (states, ts, stats) = while_frames(method, system, carry, dt, t0, n_frames, save_every, adjoint, n_frames,
-                                          monitor, event)
+    c, (states, ts, stats) = while_frames(method, system, carry, dt, t0, n_frames, save_every, adjoint, monitor, event)
     return assemble(state0, t0, states, ts, stats, c[3], c[4], c[6], c[2])
 
 
