@@ -377,7 +377,7 @@ def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
     np.testing.assert_allclose(np.asarray(a.states.R), np.asarray(b.states.R), rtol=1e-13, atol=1e-13)
     one = jaxrot.simulate("buss4", p, 1e-3, n, state0=jaxrot.State(states.R[0], states.Pi[0]))
     assert one.info["executor"] == "Fused"
-    # fewer steps, a method whose kernel drops its statistics, a differentiated run: the XLA loop
+    # fewer steps, a method whose kernel drops its statistics: the XLA loop
     assert jaxrot.simulate("buss4", p, 1e-3, n - 1, state0=states, saveat=jaxrot.SaveAt(steps=n - 1)).info["executor"] == "Sharded"
     free = problems.get("t_handle")
     assert jaxrot.simulate("buss2p_ep", free, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n)).info["executor"] == "Sharded"
@@ -390,8 +390,9 @@ def test_on_a_gpu_the_automatic_choice_is_fused(monkeypatch):
 
     jax.jit(traced)(states)  # inside jit as in a plain call: decided from shapes and options
     assert seen["executor"] == "Fused"
+    # differentiated: fused too, the kernels taking the derivative (tests/test_kernels_fixed_derivatives.py)
     jax.grad(lambda s: jnp.sum(traced(jaxrot.State(states.R, s))))(states.Pi)
-    assert seen["executor"] == "Sharded"
+    assert seen["executor"] == "Fused"
     # unroll asks for XLA's loop; a run with an event keeps it on a GPU (the kernel's events are measured on a CPU)
     assert jaxrot.simulate("buss4", p, 1e-3, n, state0=states, saveat=jaxrot.SaveAt(steps=n), unroll=2).info["executor"] == "Sharded"
     ev = jaxrot.Event(lambda t, s, args: s.Pi[0])

@@ -345,13 +345,9 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
 
     import equinox as eqx
 
-    from .adaptive_backward import RECORD_BYTES
+    from .adaptive_derivatives import fixed_in_kernels, fixed_reason
 
-    record = states0.R.shape[0] * n_frames * save_every * 26 * jnp.dtype(dtype).itemsize
-    if (derivative is not None and event is None and record <= RECORD_BYTES
-            and not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method))):
-        from .adaptive_derivatives import fixed_in_kernels
-
+    if fixed_reason(method, system, dtype, states0.R.shape[0], n_frames * save_every, derivative, event) is None:
         sys_static = eqx.partition(system, eqx.is_array)[1]
 
         def sys_ref(a, s, dt, t0):

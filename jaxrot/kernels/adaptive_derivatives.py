@@ -12,7 +12,7 @@ import numpy as np
 from ..geometry.state import State
 from .adaptive_backward import capacity_for
 
-__all__ = ["in_kernels", "in_kernels_jvp"]
+__all__ = ["in_kernels", "in_kernels_jvp", "fixed_in_kernels", "fixed_reason"]
 
 
 def _parts(pair, forward, static, states0, const, max_steps, stored_steps):
@@ -144,3 +144,113 @@ def in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const,
 
     run.defjvp(run_jvp, symbolic_zeros=True)
     return run(arrays, states0, dyn)
+
+
+def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every: int, kind: str, forward, ref):
+    """A constant-step run (without an event) whose derivative ``kind`` runs in the kernels: reverse mode
+    (``"vjp"``, a ``jax.custom_vjp``) or forward mode (``"jvp"``, a ``jax.custom_jvp``) through the
+    method's step derivative generated from its JAX code (:mod:`jaxrot.kernels.adaptive_backward`, the
+    walk over a record that an error-controlled run's derivatives take too).
+
+    The run keeps every step's start for it (the kernel run with ``save_every=1``; ``13 * n_steps``
+    numbers a body), its frames are every ``save_every``-th state of that run. ``forward(method, system,
+    states0, dt, t0, n_frames, save_every)`` is the kernel's run; ``ref(system, states0, dt, t0)`` the
+    reference loop's, whose derivatives are taken for ``dt`` and ``t0`` where they are differentiated
+    and for the whole run where the step's derivative cannot be generated. Returns
+    ``(R_frames, Pi_frames, failed_step, result)`` as :func:`jaxrot.kernels.fused_frames`."""
+    from .adaptive_backward import backward, tangents
+    from .generate_vjp import keeps_memory, vjp_reason
+
+    B, dtype, N = states0.R.shape[0], states0.R.dtype, n_frames * save_every
+    arrays, static = eqx.partition(system, eqx.is_array)
+
+    def plain(arrays, states0, dt, t0):
+        return forward(method, eqx.combine(arrays, static), states0, dt, t0, n_frames, save_every)
+
+    def every_step(arrays, states0, dt, t0):
+        """The frames, and the record of every step's start (the adaptive kernel's record's layout)."""
+        R, Pi, failed, result = forward(method, eqx.combine(arrays, static), states0, dt, t0, N, 1)
+        out = (R[:, save_every - 1::save_every], Pi[:, save_every - 1::save_every], failed, result)
+        starts = State(jnp.concatenate([states0.R[:, None].astype(dtype), R[:, :-1]], axis=1),
+                       jnp.concatenate([states0.Pi[:, None].astype(dtype), Pi[:, :-1]], axis=1))
+        t_rec = jnp.broadcast_to(t0 + jnp.arange(N).astype(dtype) * dt, (B, N))  # (as the kernel: t0 + j dt)
+        out_k = jnp.broadcast_to((jnp.arange(n_frames, dtype=jnp.int32) + 1) * save_every, (B, n_frames))
+        record = (starts.R, starts.Pi, t_rec, jnp.broadcast_to(dt, (B, N)).astype(dtype), out_k, None)
+        return out, record, jnp.full((B,), N, jnp.int32)
+
+    def in_kernels(arrays):
+        system = eqx.combine(arrays, static)
+        memory = keeps_memory(method, system, dtype)
+        return (vjp_reason(method, system, dtype, kind, memory) is None), system, memory
+
+    if kind == "vjp":
+        run = jax.custom_vjp(plain)
+
+        def run_fwd(arrays, states0, dt, t0):
+            times = dt.perturbed or t0.perturbed
+            primals = jax.tree_util.tree_map(lambda x: x.value, (arrays, states0, dt, t0),
+                                             is_leaf=lambda x: isinstance(x, jax.custom_derivatives.CustomVJPPrimal))
+            if not in_kernels(primals[0])[0]:
+                return plain(*primals), (primals, None, None, True)
+            out, record, n = every_step(*primals)
+            return out, (primals, record, n, times)
+
+        def run_bwd(res, ct):
+            primals, record, n, times = res
+            outs = jax.eval_shape(plain, *primals)
+            ct = jax.tree_util.tree_map(lambda c, o: _zero(o) if _symbolic(c) else c, ct, outs, is_leaf=_symbolic)
+            if record is None:  # the reference loop's backward pass
+                return jax.vjp(ref, *primals)[1](ct)
+            _, system, memory = in_kernels(primals[0])
+            cR0, cPi0, c_sys = backward(method, system, record, n, ct[0], ct[1], memory)
+            c_arrays = jax.tree_util.tree_map(lambda c, a: c.astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.inexact)
+                                              else None, eqx.filter(c_sys, eqx.is_array), primals[0])
+            c_dt = c_t0 = None
+            if times:  # the step's and the start's own derivatives: the reference's
+                c_dt, c_t0 = jax.vjp(lambda dt, t0: ref(primals[0], primals[1], dt, t0), *primals[2:])[1](ct)
+            return c_arrays, State(cR0.astype(states0.R.dtype), cPi0.astype(states0.Pi.dtype)), c_dt, c_t0
+
+        run.defvjp(run_fwd, run_bwd, symbolic_zeros=True)
+        return run(arrays, states0, dt, t0)
+
+    run = jax.custom_jvp(plain)
+
+    def run_jvp(primals, tangents_in):
+        ok, system, memory = in_kernels(primals[0])
+        if not ok:
+            t_in = jax.tree_util.tree_map(lambda t, x: _zero(x) if _symbolic(t) else t, tangents_in, primals,
+                                          is_leaf=_symbolic)
+            return run(*primals), jax.jvp(ref, primals, t_in)[1]
+        out, record, n = every_step(*primals)
+        t_arrays, t_states, t_dt, t_t0 = tangents_in
+        t_sys = jax.tree_util.tree_map(lambda t, a: _zero(a) if _symbolic(t) else t.astype(a.dtype), t_arrays,
+                                       eqx.filter(system, eqx.is_array), is_leaf=_symbolic)
+        dR0 = _zero(primals[1].R) if _symbolic(t_states.R) else t_states.R
+        dPi0 = _zero(primals[1].Pi) if _symbolic(t_states.Pi) else t_states.Pi
+        dR, dPi = tangents(method, system, record, n, dR0, dPi0, t_sys, memory)
+        if not (_symbolic(t_dt) and _symbolic(t_t0)):  # the step's and the start's own: the reference's
+            moved = tuple(_zero(x) if _symbolic(t) else t for t, x in zip((t_dt, t_t0), primals[2:]))
+            t_ref = jax.jvp(lambda dt, t0: ref(primals[0], primals[1], dt, t0), tuple(primals[2:]), moved)[1]
+            dR, dPi = dR + t_ref[0], dPi + t_ref[1]
+        t_out = (dR.astype(out[0].dtype), dPi.astype(out[1].dtype), *(_zero(x) for x in out[2:]))
+        return out, t_out
+
+    run.defjvp(run_jvp, symbolic_zeros=True)
+    return run(arrays, states0, dt, t0)
+
+
+def fixed_reason(method, system, dtype, bodies: int, n_steps: int, kind: str | None, event=None) -> str | None:
+    """Why the derivative ``kind`` (``"vjp"``, ``"jvp"``; None: none is taken) of a fused constant-step run
+    is not taken in the kernels (:func:`fixed_in_kernels`; it is then the reference loop's), or None."""
+    from .adaptive_backward import RECORD_BYTES
+    from .generate_vjp import keeps_memory, vjp_reason
+
+    if kind is None:
+        return "the run is not differentiated in one mode alone"
+    if event is not None:
+        return "the kernels' derivative passes do not differentiate an event's location"
+    if bodies * n_steps * 26 * jnp.dtype(dtype).itemsize > RECORD_BYTES:
+        return "every step's start does not fit in the record's budget (adaptive_backward.RECORD_BYTES)"
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
+        return "the method's own arrays are being differentiated"
+    return vjp_reason(method, system, dtype, kind, keeps_memory(method, system, dtype))

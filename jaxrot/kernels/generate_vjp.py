@@ -36,7 +36,8 @@ import numpy as np
 from .jaxpr_inputs import as_float, elements, named, source_key, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, restate
 
-__all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "KINDS"]
+__all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "KINDS",
+           "keeps_memory"]
 
 #: the derivatives generated: reverse mode (``vjp``) and forward mode (``jvp``)
 KINDS = ("vjp", "jvp")
@@ -114,14 +115,30 @@ def _pieces(pair, unflatten, carried: bool, dtype, F0):
             return jnp.zeros((1,), dtype)
         return ravel_pytree(mem0(R, Pi, t, F, jnp.ones((), dtype)))[0].astype(dtype)
 
+    # (a pair's accepted step, or a constant-step method's step: both return the new state and memory first)
+    advance = getattr(pair, "step_with_error", None) or pair.step
+
     def step(R, Pi, m, t, h, F):
         system = unflatten(F)
         s = State(R, Pi)
         mem = unravel(m) if carried else pair.init(system, t, s, h)
-        new, mem1 = pair.step_with_error(system, t, s, mem, h)[:2]
+        new, mem1 = advance(system, t, s, mem, h)[:2]
         return new.R, new.Pi, (ravel_pytree(mem1)[0].astype(dtype) if carried else m)
 
     return minit, step, n_mem
+
+
+def keeps_memory(pair, system, dtype) -> bool:
+    """Whether ``pair`` (or a constant-step method) carries a memory from step to step: an ``init`` that
+    returns arrays (Buss's world momentum)."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..geometry.state import State
+
+    s0 = State(jnp.eye(3, dtype=dtype), jnp.ones(3, dtype))
+    return bool(jax.tree_util.tree_leaves(
+        jax.eval_shape(lambda s: pair.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))
 
 
 def _functions(minit, step, kind: str):

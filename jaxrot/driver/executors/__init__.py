@@ -25,7 +25,7 @@ import jax
 
 from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint, mode
 from .base import AbstractExecutor, AttemptSpec, RunSpec
-from .fused import Fused
+from .fused import Fused, kernel_derivative
 from .sharded import CPUBlocked, Sharded
 from .batch import inputs
 from .xla import XLA
@@ -79,10 +79,11 @@ def _fused_wins(spec: RunSpec) -> bool:
     CPU device (one process), at least :data:`FUSED_MIN_BODY_STEPS_CPU` body-steps (several devices
     keep :class:`Sharded` until measured). On one CUDA GPU in one process: one body or a batch, at
     least :data:`FUSED_MIN_STEPS_GPU` steps (XLA launches a step's ~25 kernels one after another, the
-    fused run one kernel). Both: a plain call or one inside ``jax.jit``/``jax.vmap`` (a differentiated
-    run keeps XLA's loop), no progress report (one launch has no chunks to report), no ``unroll``, Warp
-    installed and a kernel for the method and torque that loses none of its step statistics; with an
-    event (its condition restated) on a CPU only, where it was measured."""
+    fused run one kernel). Both: a plain call or one inside ``jax.jit``/``jax.vmap``, or a differentiated
+    run whose derivative the kernels take (:func:`_kernels_differentiate`); no progress report (one
+    launch has no chunks to report), no ``unroll``, Warp installed and a kernel for the method and
+    torque that loses none of its step statistics; with an event (its condition restated) on a CPU
+    only, where it was measured."""
     if isinstance(spec, AttemptSpec):
         return _fused_adaptive_wins(spec)
     if not isinstance(spec, RunSpec) or spec.monitor is not None:
@@ -98,11 +99,23 @@ def _fused_wins(spec: RunSpec) -> bool:
             where = not spec.final_only and spec.n_steps >= FUSED_MIN_STEPS
     else:
         where = platform == "gpu" and spec.n_steps >= FUSED_MIN_STEPS_GPU and _one_cuda_gpu()
-    # inside jax.jit / jax.vmap as in a plain call (shapes and options decide); a differentiated run keeps
-    # the XLA loop, whose derivatives a fused constant-step run would borrow anyway
-    return (where and spec.report is None and spec.unroll == 1 and kernels.have_warp() and mode(inputs(spec)) is None
+    # inside jax.jit / jax.vmap as in a plain call (shapes and options decide); a differentiated run where
+    # the kernels take its derivative too (else the XLA loop, whose derivatives a fused run would borrow)
+    return (where and spec.report is None and spec.unroll == 1 and kernels.have_warp()
             and kernels.hand_kernel(spec.method, spec.system) is not None
-            and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method))
+            and Fused.supports(_FUSED, spec) and kernels.keeps_stats(spec.method)
+            and (mode(inputs(spec)) is None or _kernels_differentiate(spec)))
+
+
+def _kernels_differentiate(spec: RunSpec) -> bool:
+    """Whether the kernels take the derivative of a differentiated constant-step run
+    (:func:`jaxrot.kernels.adaptive_derivatives.fixed_reason`): reverse mode alone or forward mode, read
+    from the inputs' tracers at the call."""
+    from ...kernels.adaptive_derivatives import fixed_reason
+
+    bodies = spec.state0.R.shape[0] if spec.batched else 1
+    return fixed_reason(spec.method, spec.system, spec.state0.R.dtype, bodies, spec.n_steps, kernel_derivative(spec),
+                        spec.event) is None
 
 
 def _fused_adaptive_wins(spec: AttemptSpec) -> bool:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import equinox as eqx
 
 from ...geometry.state import State
-from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint, mode
+from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint, mode, reverse_only
 from ..attempts import attempts_frames
 from ..events import locate, method_step
 from .. import progress
@@ -53,16 +53,19 @@ def xla_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, 
 
 
 @lean_jit
-def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, mesh, batch: int, one: bool):
+def _program(method, system, states0, dt, t0, n_frames: int, save_every: int, mesh, batch: int, one: bool,
+             derivative: str | None = None):
     """The whole run in one compiled program (one dispatch a call): the kernel on each device's part
-    of the batch, the padding dropped, the trajectory assembled (``one``: a single body, unbatched)."""
+    of the batch, the padding dropped, the trajectory assembled (``one``: a single body, unbatched).
+    ``derivative``: the derivative the kernels take (:func:`kernel_derivative`), or None."""
     if one:
         states0 = jax.tree_util.tree_map(lambda x: x[None], states0)
 
     from ... import kernels
 
     def run(s):
-        return kernels.fused_frames(method, system, s, dt, t0, n_frames, save_every, reference=xla_frames)
+        return kernels.fused_frames(method, system, s, dt, t0, n_frames, save_every, reference=xla_frames,
+                                    derivative=derivative)
 
     R, Pi, failed, reason = (x[:batch] for x in per_device(run, mesh)(states0))
     states0 = jax.tree_util.tree_map(lambda x: x[:batch], states0)
@@ -263,8 +266,19 @@ class Fused(AbstractExecutor):
                                   spec.save_every, batch, not spec.batched, spec.event)
         else:
             traj = _program(spec.method, spec.system, states0, spec.dt, spec.t0, spec.n_frames, spec.save_every,
-                            mesh, batch, not spec.batched)
+                            mesh, batch, not spec.batched, None if mesh is not None else kernel_derivative(spec))
         return traj
+
+
+def kernel_derivative(spec: RunSpec) -> str | None:
+    """The derivative of a constant-step run that the kernels take, read from how the run is being
+    transformed (never from values): ``"vjp"`` under reverse mode alone (``jax.grad``), ``"jvp"`` under
+    forward mode (``jax.jvp``, ``jax.jacfwd``), else None (a plain run; a derivative taken outside a
+    ``jax.jit`` around the call: then the XLA loop's, by the kernel's custom JVP)."""
+    leaves = jax.tree_util.tree_leaves((spec.system, spec.state0, spec.dt, spec.t0))
+    if reverse_only(leaves):
+        return "vjp"
+    return "jvp" if mode(leaves) == "forward" else None
 
 
 def _devices(executor: Fused) -> list:
