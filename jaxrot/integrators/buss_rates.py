@@ -1,11 +1,10 @@
 """Buss's closed formulas for the derivatives of the world angular velocity, and the Taylor terms of
-the gravity torque along the flow, written once for the JAX methods and the fused kernels.
+the gravity torque along the flow.
 
 :func:`formulas` returns plain Python functions of the algebra it is given: ``jnp.cross`` and a JAX
-``I_w^-1`` for :mod:`jaxrot.integrators.buss`, Warp's ``wp.cross`` and a Warp ``I_w^-1`` for
-:mod:`jaxrot.kernels.buss`, which compiles these same functions with ``wp.func`` (their annotations
-are the Warp vector and matrix types there, unused in JAX). The order of operations is therefore
-the same in both, and a kernel agrees with its JAX method to round-off.
+``I_w^-1`` for :mod:`jaxrot.integrators.buss` (the ``V``, ``M`` annotations are for an algebra whose
+compiler reads them, unused in JAX). The fused kernels are generated from the JAX methods that use
+them (:mod:`jaxrot.kernels.generate`), so a kernel agrees with its JAX method to round-off.
 
 With ``w = I_w^-1 L`` and the derivatives ``L', L'', L'''`` of the world momentum::
 
@@ -22,7 +21,7 @@ For gravity ``tau = -mgl chi x up`` with the world centre of mass ``chi = R c`` 
     chi''' = w'' x chi + 2 w' x chi' + w x chi''
 
 The JAX methods take ``L^(k)`` of any torque from Taylor-mode AD (:func:`jaxrot.physics.flow.momentum_derivatives`);
-the kernels take gravity's from these formulas (``tests/test_buss.py`` checks the two agree).
+gravity's closed terms here are checked against it (``tests/test_buss.py``).
 
 Reference: Buss, J. Comput. Phys. 164 (2000) 377-406, Section 4.
 """

@@ -62,10 +62,10 @@ FUSED_ADAPTIVE_MIN_BODIES_GPU = 100_000
 
 
 #: the longest generated attempt (lines of Warp source) an error-controlled run is fused with by default:
-#: its first call compiles the attempt in a few seconds, as XLA compiles its own loop (rkmk8(5)'s 2 241
-#: lines, lie_taylor5(4)'s 3 781; docs/benchmarks.md, "Generated error-controlled kernels"); a longer one
-#: (a composition of exact flows: tens of thousands of lines, a minute or more) runs there when asked
-#: for with executor=Fused()
+#: up to it a first call writes out, checks and compiles the attempt in about twice the time XLA takes to
+#: compile its own loop (rkmk8(5), buss4(3), lie_taylor5(4); docs/benchmarks.md, "Generated
+#: error-controlled kernels"); a longer one (a composition of exact flows: tens of thousands of lines,
+#: a minute or more) runs fused when asked for with executor=Fused()
 FUSED_ADAPTIVE_MAX_LINES = 5_000
 
 

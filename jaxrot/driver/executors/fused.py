@@ -183,8 +183,8 @@ class Fused(AbstractExecutor):
     one thread per body, its state in registers, only the saved frames written. Runs the methods and
     torques of :data:`jaxrot.kernels.KERNELS` (explicit methods) with constant steps, without an
     invariant monitor, with or without an event whose condition the kernel restates (on one device;
-    :mod:`jaxrot.kernels.fixed_event`); and error-controlled runs (``stepsize=jaxrot.Adaptive``) of the
-    pairs of :data:`jaxrot.kernels.adaptive.ADAPTIVE_KERNELS`, saving at output times
+    :mod:`jaxrot.kernels.fixed_event`); and error-controlled runs (``stepsize=jaxrot.Adaptive``) of any
+    embedded pair whose attempt is generated from its JAX code (:mod:`jaxrot.kernels.adaptive`), saving at output times
     (``SaveAt(t1=True)``, ``SaveAt(ts=...)``), with or without an event whose condition the kernel
     restates, on one device (``devices`` is not used for them); any other run is refused with the
     reason (docs/kernels.md has the table). One body runs as a batch of one. A batch is split over ``devices``,
