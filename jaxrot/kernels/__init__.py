@@ -99,9 +99,11 @@ def dense_torque_refusal(torque, dtype) -> str | None:
 
 
 def torque_kind(torque, dtype=None) -> str | None:
-    """``"free"``, ``"gravity"``, ``"poly"`` or ``"gravity_gradient"`` for the torque models a kernel
-    restates, ``"user:<key>"`` for a :class:`jaxrot.Torque` whose function :mod:`~jaxrot.kernels.transpile`
-    restates at ``dtype`` (default: the default floating dtype), else ``None``."""
+    """The torque's family in :data:`KERNELS`' lists (what the automatic choice fuses and the agreement
+    tests run): ``"free"``, ``"gravity"``, ``"poly"`` or ``"gravity_gradient"`` for those torque
+    models, ``"user:<key>"`` for a :class:`jaxrot.Torque` whose function :mod:`~jaxrot.kernels.transpile`
+    restates at ``dtype`` (default: the default floating dtype), else ``None`` (a kernel may still run
+    it: every kernel evaluates the torque as its JAX code does)."""
     from ..physics.orbit import GravityGradientTorque
     from ..physics.torques import FreeTorque, GravityTorque, PolynomialMomentum, Torque
 
