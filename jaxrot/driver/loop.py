@@ -114,13 +114,8 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     ``n_frames`` buffer per number, unpacked by :func:`~jaxrot.driver.layout.join`. A non-terminal
     ``event`` is checked after every step (a terminal one needs :func:`while_frames`)."""
 
-    def inner(c, _):
-        c, acc = c
-        c, stats = fixed_step(method, system, c, dt, t0, monitor, event)
-        return (c, fold(acc, stats)), None
-
     def frame(c):
-        (c, acc), _ = lax.scan(inner, (c, empty_stats()), None, length=save_every, unroll=min(unroll, save_every))
+        c, acc = masked_steps(method, system, c, dt, t0, save_every, None, monitor, event, min(unroll, save_every))
         return c, (c[0], t0 + c[2].astype(dt.dtype) * dt, acc)
 
     if n_frames > 1:
@@ -191,20 +186,22 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     return carry, jax.tree_util.tree_map(lambda x: x.reshape((n_frames,) + x.shape[2:]), ys)
 
 
-def masked_steps(method, system, carry, dt, t0, length: int, go, monitor=None, event=None):
+def masked_steps(method, system, carry, dt, t0, length: int, go=None, monitor=None, event=None, unroll: int = 1):
     """``length`` constant steps from ``carry`` (:func:`init_carry`) in a scan (reverse-differentiable),
-    a step where ``go(carry)`` is false leaving the carry as it was: ``(carry, StepStats folded over
-    the steps taken)``. A frame of the terminal event's while loop, and the dense output's re-run from
-    a checkpoint (:mod:`jaxrot.driver.dense`)."""
+    a step where ``go(carry)`` is false leaving the carry as it was (None: every step taken):
+    ``(carry, StepStats folded over the steps taken)``. A frame of every constant-step loop with a
+    known count (:func:`scan_frames`, :func:`while_frames`), and the dense output's re-run from a
+    checkpoint (:mod:`jaxrot.driver.dense`)."""
     def inner(ca, _):
         ca, acc = ca
         new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
-        g = go(ca)
-        new = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), new, ca)
-        stats = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), stats, empty_stats())
+        if go is not None:
+            g = go(ca)
+            new = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), new, ca)
+            stats = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), stats, empty_stats())
         return (new, fold(acc, stats)), None
 
-    (c, acc), _ = lax.scan(inner, (carry, empty_stats()), None, length=length)
+    (c, acc), _ = lax.scan(inner, (carry, empty_stats()), None, length=length, unroll=unroll)
     return c, acc
 
 
