@@ -35,11 +35,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ..geometry import so3
 from ..geometry.state import State
 from ..physics.torques import body_torque
-from .failures import SUCCESSFUL
 from .precision import full_precision
 
 __all__ = ["interpolate", "momentum_rate", "DenseOutput", "StepDenseOutput", "StoppedDenseOutput",
@@ -139,13 +139,19 @@ def _state_at(method, system, ckpt: State, t0, dt, c: int, n_steps: int, t):
     """One body's state at time ``t`` from its checkpoint frames ``ckpt`` (every ``c`` steps)."""
     k = jnp.clip(jnp.floor((t - t0) / dt).astype(jnp.int32), 0, n_steps - 1)
     j = k // c
+    r = k - j * c
     s0 = jax.tree_util.tree_map(lambda x: x[j], ckpt)
-    from .loop import masked_steps  # (the loop's events interpolate with this module)
+    tj = t0 + (j * c).astype(dt.dtype) * dt
+    aux0 = method.init(system, tj, s0, dt)
 
-    # the run's steps again, at its times t0 + k dt, from the checkpoint up to the step that brackets t
-    aux0 = method.init(system, t0 + (j * c).astype(dt.dtype) * dt, s0, dt)
-    carry = (s0, aux0, j * c, jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), None, None)
-    (sk, auxk, *_), _ = masked_steps(method, system, carry, dt, t0, c, lambda ca: ca[2] < k)
+    def body(carry, i):
+        s, aux = carry
+        s2, aux2, _ = method.step(system, tj + i.astype(dt.dtype) * dt, s, aux, dt)
+        keep = i < r
+        pick = lambda a, b: jnp.where(keep, a, b)  # noqa: E731
+        return (jax.tree_util.tree_map(pick, s2, s), jax.tree_util.tree_map(pick, aux2, aux)), None
+
+    (sk, auxk), _ = lax.scan(body, (s0, aux0), jnp.arange(c, dtype=jnp.int32))
     tk = t0 + k.astype(dt.dtype) * dt
     advance = method_step(method)
     if advance is not None:  # a step of the method itself to t: its own accuracy, not the interpolant's

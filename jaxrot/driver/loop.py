@@ -189,9 +189,8 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
 def masked_steps(method, system, carry, dt, t0, length: int, go=None, monitor=None, event=None, unroll: int = 1):
     """``length`` constant steps from ``carry`` (:func:`init_carry`) in a scan (reverse-differentiable),
     a step where ``go(carry)`` is false leaving the carry as it was (None: every step taken):
-    ``(carry, StepStats folded over the steps taken)``. A frame of every constant-step loop with a
-    known count (:func:`scan_frames`, :func:`while_frames`), and the dense output's re-run from a
-    checkpoint (:mod:`jaxrot.driver.dense`)."""
+    ``(carry, StepStats folded over the steps taken)``: a frame of every constant-step loop with a
+    known count (:func:`scan_frames`, :func:`while_frames`)."""
     def inner(ca, _):
         ca, acc = ca
         new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
