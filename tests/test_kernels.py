@@ -344,9 +344,10 @@ def test_a_cpu_batch_is_split_over_the_cores(monkeypatch, dtype):
     assert host_threads.threads_for(100, 20) == 2 and host_threads.threads_for(100, 19) == 1
     # a kernel whose body-steps cost twice the cheapest's splits from half as many
     assert host_threads.threads_for(100, 10, 2.0) == 2 and host_threads.threads_for(100, 9, 2.0) == 1
-    # (a generated step's weight: its source's length, rkmk8's about twice the cheapest kernels')
+    # (a generated step's weight: its source's length, rkmk8's (two branches of each SO(3) coefficient,
+    # power series and closed form, written out) two to four times the cheapest kernels')
     weights = {n: generate.split_weight(generate.lower(integrators.get(n), system, dtype).key) for n in ("rk4", "rkmk8")}
-    assert weights["rk4"] == 1.0 and 1.8 <= weights["rkmk8"] <= 3.0, weights
+    assert weights["rk4"] == 1.0 and 1.8 <= weights["rkmk8"] <= 4.0, weights
     got = run()
     assert calls == [3]
     monkeypatch.setattr(host_threads, "cores", lambda: 1)

@@ -200,10 +200,10 @@ def test_rotation_angle_of_a_diverged_attitude_is_nan():
     assert np.isnan(float(so3.rotation_angle(jnp.eye(3), bad.at[0, 0].set(jnp.inf))))
 
 
-@pytest.mark.parametrize("kind", ["s1", "s2", "dexpinv"])
+@pytest.mark.parametrize("kind", ["s1", "s2", "s3", "dexpinv"])
 @pytest.mark.parametrize("x_max", [1e-2, 0.25, 1.0, 2.25])
 def test_series_coefficients_reach_the_rounding(kind, x_max):
-    """The truncated series (so3.series_coefficients, used by rkmk8's kernel) agree with the closed
+    """The truncated series (so3.series_coefficients, so3's coefficients below SMALL_ANGLE2) agree with the closed
     forms, evaluated in extended precision, to a few roundings on their whole range, and one term
     fewer would not."""
     import math
@@ -211,7 +211,7 @@ def test_series_coefficients_reach_the_rounding(kind, x_max):
 
     eps = float(np.finfo(np.float64).eps)
     c = so3.series_coefficients(kind, x_max, eps)
-    assert [round(1 / v) for v in c[:2]] == {"s1": [1, -6], "s2": [2, -24], "dexpinv": [12, 720]}[kind]
+    assert [round(1 / v) for v in c[:2]] == {"s1": [1, -6], "s2": [2, -24], "s3": [6, -120], "dexpinv": [12, 720]}[kind]
 
     B = so3._bernoulli(122)
 
@@ -222,6 +222,8 @@ def test_series_coefficients_reach_the_rounding(kind, x_max):
                 t = Fraction((-1) ** k, math.factorial(2 * k + 1))
             elif kind == "s2":
                 t = Fraction((-1) ** k, math.factorial(2 * k + 2))
+            elif kind == "s3":
+                t = Fraction((-1) ** k, math.factorial(2 * k + 3))
             else:
                 t = abs(B[2 * k + 2]) / math.factorial(2 * k + 2)
             total += t * X ** k

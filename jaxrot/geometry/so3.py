@@ -18,16 +18,12 @@ import math
 import jax
 import jax.numpy as jnp
 
-# Below this squared angle the Taylor polynomials (through a^8) are used. Their truncation error is
-# < 1e-17 there, and the closed forms lose at most ~3 digits of S3 above it (which multiplies a^2).
-SMALL_ANGLE2 = 1e-2
-# Taylor coefficients in a^2 (lowest first) of S1 = sin a / a, S2 = (1 - cos a) / a^2,
-# S3 = (a - sin a) / a^3 and of c(a) = (1 - (a/2) cot(a/2)) / a^2 (dexp^-1); the fused kernels use
-# the same numbers
-RODRIGUES_TAYLOR = ([1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880],
-                    [1 / 2, -1 / 24, 1 / 720, -1 / 40320, 1 / 3628800],
-                    [1 / 6, -1 / 120, 1 / 5040, -1 / 362880, 1 / 39916800])
-DEXPINV_TAYLOR = [1 / 12, 1 / 720, 1 / 30240, 1 / 1209600, 1 / 47900160]
+# Below this squared angle (1.5 rad) the coefficients below come from their power series, truncated
+# where the remainder is below a quarter of float64's rounding (series_coefficients: 11 to 13 terms);
+# above it from sines and cosines. A step's rotation is mostly smaller: a generated kernel then
+# evaluates a polynomial (multiply-adds) instead of a square root, sines, cosines and divisions, and
+# the closed forms are never taken near zero angle, where they cancel.
+SMALL_ANGLE2 = 2.25
 
 
 def _bernoulli(n: int) -> list:
@@ -42,23 +38,27 @@ def _bernoulli(n: int) -> list:
 
 def series_coefficients(kind: str, x_max: float, eps: float) -> list[float]:
     """Coefficients in ``x = a^2`` (lowest first) of the power series of ``"s1"`` = sin a / a,
-    ``"s2"`` = (1 - cos a) / a^2 or ``"dexpinv"`` = (1 - (a/2) cot(a/2)) / a^2, truncated where the
-    remainder is below ``eps / 4`` of the function's value on ``0 <= x <= x_max`` (``x_max < 4 pi^2``).
+    ``"s2"`` = (1 - cos a) / a^2, ``"s3"`` = (a - sin a) / a^3 or ``"dexpinv"`` = (1 - (a/2) cot(a/2)) /
+    a^2, truncated where the remainder is below ``eps / 4`` of the function's value on
+    ``0 <= x <= x_max`` (``x_max < 4 pi^2``).
 
-    The terms are exact: (-1)^k / (2k+1)!, (-1)^k / (2k+2)! and |B_(2k+2)| / (2k+2)! (Bernoulli
-    numbers). The first two series alternate with decreasing terms (for x_max < 6), so the first term
-    left out bounds the remainder; the third has positive terms whose ratio rises to 1 / (4 pi^2),
-    bounding the remainder by the first term left out over 1 - x_max / (4 pi^2)."""
+    The terms are exact: (-1)^k / (2k+1)!, (-1)^k / (2k+2)!, (-1)^k / (2k+3)! and |B_(2k+2)| /
+    (2k+2)! (Bernoulli numbers). The first three series alternate with decreasing terms (for
+    x_max < 6), so the first term left out bounds the remainder; the last has positive terms whose
+    ratio rises to 1 / (4 pi^2), bounding the remainder by the first term left out over
+    1 - x_max / (4 pi^2)."""
     from fractions import Fraction
 
     factorial, pi = math.factorial, math.pi
 
-    if not 0 < x_max < (6.0 if kind in ("s1", "s2") else 4 * pi ** 2):
+    if not 0 < x_max < (6.0 if kind in ("s1", "s2", "s3") else 4 * pi ** 2):
         raise ValueError(f"x_max = {x_max} is outside the range where the {kind} bound holds")
     if kind == "s1":
         term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 1))), _sinc_at(x_max), 1.0
     elif kind == "s2":
         term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 2))), _versinc_at(x_max), 1.0
+    elif kind == "s3":
+        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 3))), _s3_at(x_max), 1.0
     elif kind == "dexpinv":
         B = _bernoulli(64)
         term, low, tail = (lambda k: abs(B[2 * k + 2]) / factorial(2 * k + 2)), 1 / 12, 1 / (1 - x_max / (4 * pi ** 2))
@@ -82,6 +82,19 @@ def _versinc_at(x: float) -> float:
     """(1 - cos a) / a^2 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
     a = math.sqrt(x)
     return 2 * math.sin(a / 2) ** 2 / x
+
+
+def _s3_at(x: float) -> float:
+    """(a - sin a) / a^3 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
+    a = math.sqrt(x)
+    return (a - math.sin(a)) / (a * x)
+
+
+# Taylor coefficients in a^2 (lowest first) of S1 = sin a / a, S2 = (1 - cos a) / a^2,
+# S3 = (a - sin a) / a^3 and of c(a) = (1 - (a/2) cot(a/2)) / a^2 (dexp^-1) on [0, SMALL_ANGLE2]; the
+# fused kernels use the same numbers
+RODRIGUES_TAYLOR = tuple(tuple(series_coefficients(k, SMALL_ANGLE2, 2.0 ** -52)) for k in ("s1", "s2", "s3"))
+DEXPINV_TAYLOR = tuple(series_coefficients("dexpinv", SMALL_ANGLE2, 2.0 ** -52))
 
 
 # Tiny products written out component by component: XLA fuses them with the surrounding

@@ -101,10 +101,10 @@ def _quiet_stderr(active: bool):
 # the Taylor coefficients and threshold of jaxrot.so3 (one set of numbers for both codes)
 _T1, _T2, _T3 = so3.RODRIGUES_TAYLOR
 SMALL_ANGLE2 = so3.SMALL_ANGLE2
-#: below the last of these squared angles (1.5 rad) the dense output takes dexp^{-1}'s coefficient from
-#: its power series, truncated for each tier (``so3_funcs``), beyond it from sines and cosines; the
-#: first tier is so3's own Taylor range
-SERIES_TIERS = (SMALL_ANGLE2, 0.25, 1.0, 2.25)
+#: below the last of these squared angles (so3's series range) the dense output takes dexp^{-1}'s
+#: coefficient from its power series, truncated for each tier (``so3_funcs``), beyond it from sines and
+#: cosines
+SERIES_TIERS = (1e-2, 0.25, 1.0, SMALL_ANGLE2)
 SERIES_ANGLE2 = SERIES_TIERS[-1]
 
 
@@ -135,8 +135,7 @@ def so3_funcs(S):
     wp = warp()
     V = wp.types.vector(3, S)
     M = wp.types.matrix((3, 3), S)
-    a0, a1, a2_, a3, a4 = _T1
-    b0, b1, b2, b3, b4 = _T2
+    P1, P2 = _poly(S, tuple(_T1)), _poly(S, tuple(_T2))
     small = SMALL_ANGLE2
 
     @wp.func
@@ -147,8 +146,8 @@ def so3_funcs(S):
         s1 = S(0.0)
         s2 = S(0.0)
         if a2 < S(small):
-            s1 = (((S(a4) * a2 + S(a3)) * a2 + S(a2_)) * a2 + S(a1)) * a2 + S(a0)
-            s2 = (((S(b4) * a2 + S(b3)) * a2 + S(b2)) * a2 + S(b1)) * a2 + S(b0)
+            s1 = P1(a2)
+            s2 = P2(a2)
         else:
             a = wp.sqrt(a2)
             h = wp.sin(S(0.5) * a)
