@@ -156,12 +156,17 @@ def _batch_exact(method, system, states0, dt, t0, n_frames: int, save_every: int
                  monitor=None, event=None, reverse: bool = False) -> Frames:
     """Every body's frames from a scan of exactly ``n_frames`` frames (a batch inside someone's trace,
     :func:`~jaxrot.driver.loop.exact_frames`), in blocks of ``block`` bodies."""
-    def one(p, s):
+    def one(p, s, dt, t0):
         return exact_frames((method, p, s, dt, t0, monitor, event), n_frames, save_every, unroll, reverse)
 
+    # the step and the start time go to every body as its own (B,) copies: a derivative taken per body
+    # (forward tangents in reverse mode) then returns per-body cotangents that the copy sums, where a
+    # value shared by the bodies of a vmap would need them summed inside the custom rule
+    B = states0.R.shape[0]
+    times = (jnp.broadcast_to(dt, (B,) + jnp.shape(dt)), jnp.broadcast_to(t0, (B,) + jnp.shape(t0)))
     if system_axis is None:
-        return in_blocks(jax.vmap(lambda s: one(system, s)), block, states0)
-    return in_blocks(jax.vmap(one), block, system, states0)
+        return in_blocks(jax.vmap(lambda s, dt, t0: one(system, s, dt, t0)), block, states0, *times)
+    return in_blocks(jax.vmap(one), block, system, states0, *times)
 
 
 def batch_frames(spec: RunSpec, block, devices) -> Frames:
