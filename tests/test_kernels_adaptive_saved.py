@@ -58,7 +58,7 @@ def test_a_record_too_small_fails_with_the_remedy(case, monkeypatch):
         jax.block_until_ready(_run(case, jaxrot.SaveAt(steps=1), jaxrot.Fused(), max_steps=300).states.R)
 
 
-def test_derivatives_are_refused_with_the_remedy_and_taken_by_xla_by_default(case):
+def _saved_loss(case):
     p, S = case
 
     def loss(scale, executor):
@@ -66,6 +66,13 @@ def test_derivatives_are_refused_with_the_remedy_and_taken_by_xla_by_default(cas
                                saveat=jaxrot.SaveAt(steps=5), stepsize=jaxrot.Adaptive(TOL, TOL, max_steps=400))
         return jnp.sum(jnp.where(jnp.isfinite(traj.ts), traj.states.Pi[..., 0], 0.0))
 
+    return loss
+
+
+def test_derivatives_are_refused_with_the_remedy(case):
     with pytest.raises(ValueError, match="XLA"):
-        jax.grad(loss)(1.0, jaxrot.Fused())
-    assert np.isfinite(jax.grad(loss)(1.0, None))
+        jax.grad(_saved_loss(case))(1.0, jaxrot.Fused())
+
+
+def test_the_automatic_choice_differentiates_saved_steps_on_xla(case):
+    assert np.isfinite(jax.grad(_saved_loss(case))(1.0, None))

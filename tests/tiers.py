@@ -150,6 +150,20 @@ SLOW: dict[str, str] = {
     "tests/test_torque_functions.py::test_plain_function_gravity_matches_gravity_torque[liemid_ea]": "the buss4 case",
     # torque restatement
     "tests/test_transpile.py::test_restatement_equals_the_function[elementary-f64]": "the elementary-f32 case",
+    # derivatives in the kernels
+    "tests/test_kernels_backward.py::test_a_pair_that_carries_memory_is_differentiated_in_the_kernels[reverse]":
+        "the same test's [forward] case and test_kernels_fixed_derivatives.py::"
+        "test_reverse_mode_in_the_kernels_equals_the_xla_loop[buss2p] (the backward kernel's memory sweep)",
+    "tests/test_kernels_backward.py::test_where_the_kernels_cannot_differentiate_the_xla_loop_does[reverse]":
+        "the same test's [forward] case (the same refusal, the reference loop's derivative)",
+    "tests/test_kernels_backward.py::test_save_time_derivative_is_the_reference_loops":
+        "test_kernels_fixed_derivatives.py::test_reverse_mode_in_the_kernels_equals_the_xla_loop "
+        "(a time's derivative from the reference loop inside the same kind of custom rule)",
+    "tests/test_kernels_fixed_derivatives.py::test_forward_mode_in_the_kernels_equals_the_xla_loop[buss2p]":
+        "the [rk4] case and test_kernels_backward.py::"
+        "test_a_pair_that_carries_memory_is_differentiated_in_the_kernels[forward] (memory in forward mode)",
+    "tests/test_kernels_adaptive_saved.py::test_the_automatic_choice_differentiates_saved_steps_on_xla":
+        "test_kernels_adaptive_saved.py::test_derivatives_are_refused_with_the_remedy (the same refusal)",
 }
 
 # test function -> the axes (parameter names) whose values, or tuples of values, every kept case covers
