@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 # Below this squared angle (1.5 rad) the coefficients below come from their power series, truncated
-# where the remainder is below a quarter of float64's rounding (series_coefficients: 11 to 13 terms);
+# where the remainder is below a quarter of float64's rounding (series_coefficients: 10 to 13 terms);
 # above it from sines and cosines. A step's rotation is mostly smaller: a generated kernel then
 # evaluates a polynomial (multiply-adds) instead of a square root, sines, cosines and divisions, and
 # the closed forms are never taken near zero angle, where they cancel.

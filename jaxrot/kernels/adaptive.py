@@ -47,7 +47,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..geometry.state import State
 from ..integrators.pairs import first_interval
 from ..integrators.pairs import first_step as pair_first_step
 from ._common import warp
@@ -241,17 +240,10 @@ def backward_reason(pair, system, dtype, event=None, kind: str = "vjp") -> str |
     mode (``kind="vjp"``) or forward mode (``"jvp"``) (:mod:`jaxrot.kernels.adaptive_backward`; its
     derivatives then come from the XLA loop), or None."""
     from .adaptive_backward import why_not_backward
+    from .generate_vjp import keeps_memory
 
-    return why_not_backward(integrators_get(pair), system, dtype, carries_memory(pair, system, dtype), event, kind)
-
-
-def carries_memory(pair, system, dtype) -> bool:
-    """Whether the fused run of ``pair`` carries a memory from accepted step to accepted step (a pair
-    whose ``init`` returns arrays)."""
-    p = pair_object(pair)
-    s0 = State(jnp.eye(3, dtype=dtype), jnp.ones(3, dtype))
-    return bool(jax.tree_util.tree_leaves(
-        jax.eval_shape(lambda s: p.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))
+    p = integrators_get(pair)
+    return why_not_backward(p, system, dtype, keeps_memory(p, system, dtype), event, kind)
 
 
 def eqx_float(x) -> bool:

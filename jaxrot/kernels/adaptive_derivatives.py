@@ -11,6 +11,7 @@ import numpy as np
 
 from ..geometry.state import State
 from .adaptive_backward import capacity_for
+from .generate_vjp import keeps_memory
 
 __all__ = ["in_kernels", "in_kernels_jvp", "fixed_in_kernels", "fixed_reason"]
 
@@ -28,12 +29,6 @@ def _parts(pair, forward, static, states0, const, max_steps, stored_steps):
         return forward(eqx.combine(arrays, static), states0, **{**const, **dyn})
 
     return B, dtype, cap, integrators_get(pair), fwd_run
-
-
-def _memory(pair, system, dtype) -> bool:
-    from .adaptive import carries_memory
-
-    return carries_memory(pair, system, dtype)
 
 
 def _in_kernels(pair, system, dtype, kind: str) -> bool:
@@ -74,7 +69,7 @@ def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref
             ct = jax.tree_util.tree_map(lambda c, o: _zero(o) if _symbolic(c) else c, ct, out_avals, is_leaf=_symbolic)
             return jax.vjp(lambda a, s, d: ref(a, s, d, None), *primals)[1](ct)
         system = to_dtype(eqx.combine(primals[0], static))
-        memory = _memory(pair, system, dtype)
+        memory = keeps_memory(p, system, dtype)
         zero = jnp.zeros((B, record[4].shape[1], 3, 3), dtype)
         cR_out = zero if _symbolic(ct.R) else ct.R
         cPi_out = zero[..., 0] if _symbolic(ct.Pi) else ct.Pi
@@ -127,7 +122,7 @@ def in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const,
             return run(*primals), jax.jvp(lambda a, s, d: ref(a, s, d, None), primals, t_in)[1]
         out, record = forward(eqx.combine(arrays, static), states0, **{**const, **dyn}, capacity=cap)
         system = to_dtype(eqx.combine(arrays, static))
-        memory = _memory(pair, system, states0.R.dtype)
+        memory = keeps_memory(p, system, states0.R.dtype)
         sys_arrays = eqx.filter(system, eqx.is_array)
         t_sys = jax.tree_util.tree_map(lambda t, a: _zero(a) if _symbolic(t) else t.astype(a.dtype),
                                        t_arrays, sys_arrays, is_leaf=_symbolic)
@@ -159,7 +154,7 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     and for the whole run where the step's derivative cannot be generated. Returns
     ``(R_frames, Pi_frames, failed_step, result)`` as :func:`jaxrot.kernels.fused_frames`."""
     from .adaptive_backward import backward, tangents
-    from .generate_vjp import keeps_memory, vjp_reason
+    from .generate_vjp import vjp_reason
 
     B, dtype, N = states0.R.shape[0], states0.R.dtype, n_frames * save_every
     arrays, static = eqx.partition(system, eqx.is_array)
@@ -243,7 +238,7 @@ def fixed_reason(method, system, dtype, bodies: int, n_steps: int, kind: str | N
     """Why the derivative ``kind`` (``"vjp"``, ``"jvp"``; None: none is taken) of a fused constant-step run
     is not taken in the kernels (:func:`fixed_in_kernels`; it is then the reference loop's), or None."""
     from .adaptive_backward import RECORD_BYTES
-    from .generate_vjp import keeps_memory, vjp_reason
+    from .generate_vjp import vjp_reason
 
     if kind is None:
         return "the run is not differentiated in one mode alone"
