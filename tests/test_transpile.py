@@ -263,3 +263,48 @@ def test_an_element_picked_by_a_state_dependent_index_or_a_sort_is_restated(fn):
     R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(5, 3)))))
     got = transpile.evaluate(torque, t, R, Pi)
     np.testing.assert_allclose(got, np.asarray(jax.vmap(fn)(t, R, Pi)), rtol=1e-15, atol=0)
+
+
+def _as_python(fn, *names):
+    """``fn`` of scalar arguments restated (the kernels' source), run as Python: ``(source, function)``."""
+    import math
+    import types
+
+    from jaxrot.kernels.jaxpr_inputs import as_float, named
+
+    closed = jax.make_jaxpr(fn)(*(jnp.zeros((), jnp.float64) for _ in names))
+    g = jaxpr_warp.Source(True)
+    outs = jaxpr_warp.restate(g, closed.jaxpr, [g.array(np.asarray(c)) for c in closed.consts],
+                              [named(lambda i, a=a: a, ()) for a in names])
+    rets = [as_float(g, e) for o in outs for e in np.asarray(o).reshape(-1)]
+    src = f"def f({', '.join(names)}):\n" + "\n".join(g.lines) + f"\n    return ({', '.join(rets)},)\n"
+    env = dict(wp=types.SimpleNamespace(sqrt=math.sqrt, sin=math.sin, cos=math.cos, static=lambda x: x),
+               S=float, LIT=g.lits)
+    exec(src, env)  # noqa: S102 - the generated source of a function written above
+    return src, env["f"]
+
+
+def test_selects_on_one_predicate_share_one_block():
+    """The Rodrigues coefficients' three values and their three slopes are six selects on one
+    predicate: one if/else, one square root and two sines; equal to JAX on both sides of it, and a
+    select whose case needs a value computed after the first stays in a block of its own."""
+
+    def fn(a2, da2):
+        return jax.jvp(so3.rodrigues_coefficients, (a2,), (da2,))
+
+    src, f = _as_python(fn, "a2", "da2")
+    assert (src.count("if "), src.count("wp.sqrt("), src.count("wp.sin(")) == (1, 1, 2)
+    for a2 in (1e-3, 1.0, 2.2, 2.3, 9.0):  # (the series below 2.25)
+        want = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(fn(jnp.float64(a2), jnp.float64(0.7)))])
+        np.testing.assert_array_equal(np.asarray(f(a2, 0.7)), want)
+
+    def later(x, y):
+        small = x < 1.0
+        first = jnp.where(small, x * x, jnp.sin(x))
+        z = first * y  # computed after the first select, used only by the second's case
+        return first, jnp.where(small, jnp.cos(z), z + 1.0)
+
+    src, f = _as_python(later, "x", "y")
+    assert src.count("if ") == 2
+    for x, y in ((0.5, 2.0), (1.5, 3.0)):
+        np.testing.assert_array_equal(np.asarray(f(x, y)), np.asarray(later(jnp.float64(x), jnp.float64(y))))

@@ -221,31 +221,37 @@ def _slope_poly(coeffs):
 # value's ``where`` (a derivative program, and its generated kernel, then computes only the side that
 # is taken: the kernels' backward passes take a step's VJP per accepted step). The slopes are those
 # of the same closed forms and truncated series, and finite at zero angle.
-@jax.custom_jvp
-def rodrigues_coefficients(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(S1, S2, S3) as functions of the squared angle ``a2`` (see module docstring)."""
-    small, a2s = _safe_angle2(a2)
+def _rodrigues_closed(a2s):
+    """The closed forms of (S1, S2, S3) and of their slopes in ``a2s`` (away from zero), from one sine
+    of the angle and one of its half."""
     a = jnp.sqrt(a2s)
     s = jnp.sin(a)
     h = jnp.sin(0.5 * a)
     s1 = s / a
     s2 = 2.0 * h * h / a2s  # 1 - cos a = 2 sin^2(a/2): no cancellation
     s3 = (a - s) / (a * a2s)
-    t1, t2, t3 = (_poly(a2, c) for c in RODRIGUES_TAYLOR)
-    return (jnp.where(small, t1, s1), jnp.where(small, t2, s2), jnp.where(small, t3, s3))
+    d1 = (1.0 - s2 * a2s - s1) / (2.0 * a2s)  # d(sin a / a)/d(a^2) = (cos a - S1) / (2 a^2)
+    d2 = (0.5 * s1 - s2) / a2s  # d((1 - cos a)/a^2)/d(a^2)
+    d3 = (-d1 - s3) / a2s  # S3 = (1 - S1)/a^2
+    return (s1, s2, s3), (d1, d2, d3)
+
+
+@jax.custom_jvp
+def rodrigues_coefficients(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(S1, S2, S3) as functions of the squared angle ``a2`` (see module docstring)."""
+    small, a2s = _safe_angle2(a2)
+    closed, _ = _rodrigues_closed(a2s)
+    return tuple(jnp.where(small, _poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
 
 
 @rodrigues_coefficients.defjvp
 def _rodrigues_jvp(primals, tangents):
+    # values and slopes from the same sines: each is one ``where`` on the same predicate
     (a2,), (da2,) = primals, tangents
-    out = rodrigues_coefficients(a2)
     small, a2s = _safe_angle2(a2)
-    s1, s2, s3 = rodrigues_coefficients(a2s)
-    d1 = (1.0 - s2 * a2s - s1) / (2.0 * a2s)  # d(sin a / a)/d(a^2) = (cos a - S1) / (2 a^2)
-    d2 = (0.5 * s1 - s2) / a2s  # d((1 - cos a)/a^2)/d(a^2)
-    d3 = (-d1 - s3) / a2s  # S3 = (1 - S1)/a^2
-    slopes = [jnp.where(small, _poly(a2, _slope_poly(c)), d) for c, d in zip(RODRIGUES_TAYLOR, (d1, d2, d3))]
-    return out, tuple(d * da2 for d in slopes)
+    closed, slopes = _rodrigues_closed(a2s)
+    out = tuple(jnp.where(small, _poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
+    return out, tuple(jnp.where(small, _poly(a2, _slope_poly(c)), d) * da2 for c, d in zip(RODRIGUES_TAYLOR, slopes))
 
 
 def exp(v: jax.Array) -> jax.Array:
@@ -273,26 +279,30 @@ def left_jacobian(v: jax.Array) -> jax.Array:
     return s1 * jnp.eye(3, dtype=v.dtype) + s2 * hat(v) + s3 * jnp.outer(v, v)
 
 
+def _dexpinv_closed(a2s):
+    """The closed form of ``c`` and of its slope in ``a2s`` (away from zero): ``c = f(h)/a^2`` with
+    ``f(h) = 1 - h cot h``, ``h = a/2``, ``dc/d(a^2) = f'(h)/(8 h a^2) - c/a^2``."""
+    half = 0.5 * jnp.sqrt(a2s)
+    sh = jnp.sin(half)
+    ch = jnp.cos(half)
+    c = (1.0 - half * ch / sh) / a2s
+    return c, (half / (sh * sh) - ch / sh) / (8.0 * half * a2s) - c / a2s
+
+
 @jax.custom_jvp
 def _dexpinv_coefficient(a2):
     """``c(a) = (1 - (a/2) cot(a/2)) / a^2`` of ``a^2`` (its Taylor series at small angles)."""
     small, a2s = _safe_angle2(a2)
-    half = 0.5 * jnp.sqrt(a2s)
-    c_closed = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / a2s
-    c_taylor = _poly(a2, DEXPINV_TAYLOR)
-    return jnp.where(small, c_taylor, c_closed)
+    return jnp.where(small, _poly(a2, DEXPINV_TAYLOR), _dexpinv_closed(a2s)[0])
 
 
 @_dexpinv_coefficient.defjvp
 def _dexpinv_coefficient_jvp(primals, tangents):
     (a2,), (da2,) = primals, tangents
     small, a2s = _safe_angle2(a2)
-    half = 0.5 * jnp.sqrt(a2s)
-    sh = jnp.sin(half)
-    c = _dexpinv_coefficient(a2s)
-    # c = f(h)/a^2 with f(h) = 1 - h cot h, h = a/2: dc/d(a^2) = f'(h)/(8 h a^2) - c/a^2
-    closed = (half / (sh * sh) - jnp.cos(half) / sh) / (8.0 * half * a2s) - c / a2s
-    return _dexpinv_coefficient(a2), jnp.where(small, _poly(a2, _slope_poly(DEXPINV_TAYLOR)), closed) * da2
+    c, slope = _dexpinv_closed(a2s)
+    return (jnp.where(small, _poly(a2, DEXPINV_TAYLOR), c),
+            jnp.where(small, _poly(a2, _slope_poly(DEXPINV_TAYLOR)), slope) * da2)
 
 
 def left_jacobian_inv(v: jax.Array) -> jax.Array:

@@ -38,10 +38,16 @@ from . import host_threads
 from ._common import so3_funcs, warp
 from .generate_vjp import carried, flat_system, lower_vjp, vjp_funcs, vjp_reason
 
-__all__ = ["RECORD_BYTES", "capacity_for", "why_not_backward", "backward", "tangents"]
+__all__ = ["RECORD_BYTES", "steps_in_budget", "capacity_for", "why_not_backward", "backward", "tangents"]
 
 #: the memory the record of a batch's accepted steps may take by default (bytes)
 RECORD_BYTES = 512 * 2**20
+
+
+def steps_in_budget(bodies: int, itemsize: int, numbers: int = 13) -> int:
+    """How many steps a body's record holds within :data:`RECORD_BYTES` for the batch, at ``numbers``
+    numbers of ``itemsize`` bytes a step."""
+    return RECORD_BYTES // max(1, bodies * numbers * itemsize)
 
 
 def capacity_for(bodies: int, max_steps: int, itemsize: int, checkpoints: int | None = None) -> int:
@@ -49,8 +55,7 @@ def capacity_for(bodies: int, max_steps: int, itemsize: int, checkpoints: int | 
     :data:`RECORD_BYTES` holds for the batch (13 numbers a step), at least 64."""
     if checkpoints is not None:
         return int(checkpoints)
-    fits = RECORD_BYTES // max(1, bodies * 13 * itemsize)
-    return int(max(64, min(int(max_steps), fits)))
+    return int(max(64, min(int(max_steps), steps_in_budget(bodies, itemsize))))
 
 
 def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str = "vjp") -> str | None:

@@ -5,7 +5,9 @@ thread of a kernel need not. :func:`plan` finds, for each ``select_n`` of a jaxp
 results only that case of that select uses (its *exclusive cone*: computed for nothing else, and not
 an output); :func:`restate` defers them and, where the select's predicate is one scalar for all its
 elements, writes them inside ``if``/``else`` blocks, so that a Rodrigues coefficient's Taylor branch
-skips the sine, cosine, square root and division of the closed form. Where the predicate differs from
+skips the sine, cosine, square root and division of the closed form. The later selects on the same
+predicate whose inputs are already computed are written in the same blocks (a Rodrigues coefficient's
+three values and their slopes share one square root and two sines). Where the predicate differs from
 element to element, the deferred equations are written before the select as usual.
 """
 
@@ -36,9 +38,10 @@ def select_positions(eqn):
 
 
 def plan(jaxpr):
-    """``(cones, deferred)``: ``cones[i]`` the positions of the select at index ``i`` and its case-by-case
-    lists of equation indices (increasing) used only by that case, ``deferred`` all of them and the
-    equations whose results nothing uses."""
+    """``(cones, deferred)``: ``cones[i]`` the positions of the select at index ``i``, its case-by-case
+    lists of equation indices (increasing) used only by that case, and the later selects on the same
+    predicate that its blocks can compute too (:func:`_joined`); ``deferred`` all of those equations and
+    the equations whose results nothing uses."""
     eqns = jaxpr.eqns
     producer, uses = {}, defaultdict(list)
     for i, e in enumerate(eqns):
@@ -74,7 +77,38 @@ def plan(jaxpr):
         if any(per_case):
             cones[s] = (pos, per_case)
             deferred.update(*per_case)
-    return cones, deferred
+    later = _joined(eqns, producer, cones, deferred)
+    return {s: (pos, per_case, later[s]) for s, (pos, per_case) in cones.items()}, deferred
+
+
+def _joined(eqns, producer, cones, deferred) -> dict:
+    """``s -> [s2, ...]``: the later selects on select ``s``'s predicate whose cases need nothing computed
+    after ``s`` but their own cones, so that ``s``'s blocks compute them as well (each select joined to
+    the first one that can take it)."""
+    later = {s: [] for s in cones}
+    taken = set()
+    # (which select's case computes an equation: a select is joined only to one written in the same place)
+    place = defaultdict(set)
+    for x, (_, per_case) in cones.items():
+        for c, js in enumerate(per_case):
+            for j in js:
+                place[j].add((x, c))
+    for s in sorted(cones):
+        if s in taken:
+            continue
+        pred = eqns[s].invars[cones[s][0][0]]
+        for s2 in sorted(cones):
+            if (s2 <= s or s2 in taken or eqns[s2].invars[cones[s2][0][0]] is not pred
+                    or place[s2] != place[s]):
+                continue
+            (_, c0, c1), per_case = cones[s2]
+            own = set(per_case[0]) | set(per_case[1])
+            needs = [v for j in own for v in eqns[j].invars] + [eqns[s2].invars[c0], eqns[s2].invars[c1]]
+            if all(hasattr(v, "val") or v not in producer or producer[v] in own
+                   or (producer[v] < s and producer[v] not in deferred) for v in needs):
+                later[s].append(s2)
+                taken.add(s2)
+    return later
 
 
 def _reach(eqns, producer, vars) -> set:
@@ -106,36 +140,45 @@ def _effects(eqn) -> bool:
     return bool(getattr(eqn, "effects", None))
 
 
-def branches(g: Source, eqn, read, planned, run) -> list:
+def branches(g: Source, eqn, read, planned, run, joined) -> list:
     """A select whose cases' exclusive equations were deferred (:func:`plan`): with one predicate for
     every element, each case's equations written in its own block (only the taken case's where the
-    predicate is known); else all of them, then the select as usual."""
-    (p, c0, c1), cones = planned
+    predicate is known), with those of the later selects joined to it, whose results go to
+    ``joined(index, outputs)``; else all of them, then the select as usual."""
+    (p, c0, c1), cones, later = planned
     pred = np.asarray(read(eqn.invars[p])).reshape(-1)
     one = all(e.code == pred[0].code for e in pred)
-    if one and pred[0].value is not None:  # known: the other case is never computed
-        k = int(bool(pred[0].value))
-        for j in cones[k]:
-            run(j)
-        return [np.asarray(read(eqn.invars[(c0, c1)[k]]))]
     if not one:
         for j in sorted(cones[0] + cones[1]):
             run(j)
         return equation(g, eqn, [read(v) for v in eqn.invars])
-    from .jaxpr_control import assign
+    # (index, select equation, its positions, its cones): this select's first
+    sels = [(None, eqn, (c0, c1), cones)] + [(s2, e2, pos[1:], cs) for s2, e2, pos, cs in later]
+    if pred[0].value is not None:  # known: the other case is never computed
+        k = int(bool(pred[0].value))
+        for j in sorted(set().union(*(cs[k] for _, _, _, cs in sels))):
+            run(j)
+        outs = [np.asarray(read(e.invars[pos[k]])) for _, e, pos, _ in sels]
+    else:
+        from .jaxpr_control import assign
 
-    kind = kind_of(eqn.outvars[0].aval.dtype)
-    shape = tuple(eqn.outvars[0].aval.shape)
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(shape):
-        out[idx] = g.variable(g.literal(0.0 if kind == "f" else 0, kind) if kind != "b" else g.literal(False, "b"))
-    for k, head in ((1, f"if {pred[0].code}:"), (0, "else:")):
-        g.line(head)
-        known = g.known
-        g.known = {**known, pred[0].code: bool(k)}
-        with g.loop([]):
-            for j in cones[k]:
-                run(j)
-            assign(g, [out], [np.broadcast_to(np.asarray(read(eqn.invars[(c0, c1)[k]])), shape)])
-        g.known = known
-    return [out]
+        outs = []
+        for _, e, _, _ in sels:
+            kind = kind_of(e.outvars[0].aval.dtype)
+            out = np.empty(tuple(e.outvars[0].aval.shape), dtype=object)
+            for idx in np.ndindex(out.shape):
+                out[idx] = g.variable(g.literal(0.0 if kind == "f" else 0, kind) if kind != "b" else g.literal(False, "b"))
+            outs.append(out)
+        for k, head in ((1, f"if {pred[0].code}:"), (0, "else:")):
+            g.line(head)
+            known = g.known
+            g.known = {**known, pred[0].code: bool(k)}
+            with g.loop([]):
+                for j in sorted(set().union(*(cs[k] for _, _, _, cs in sels))):
+                    run(j)
+                assign(g, outs, [np.broadcast_to(np.asarray(read(e.invars[pos[k]])), o.shape)
+                                 for (_, e, pos, _), o in zip(sels, outs)])
+            g.known = known
+    for (s2, _, _, _), out in zip(sels[1:], outs[1:]):
+        joined(s2, [out])
+    return [outs[0]]

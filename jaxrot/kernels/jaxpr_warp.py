@@ -379,11 +379,21 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
     for v, x in zip(jaxpr.invars, args):
         env[v] = x
     cones, deferred = plan(jaxpr)
+    done = set()  # selects computed in an earlier select's blocks
+
+    def joined(i, outs):
+        done.add(i)
+        for v, x in zip(jaxpr.eqns[i].outvars, outs):
+            env[v] = x
 
     def run(i):
         eqn = jaxpr.eqns[i]
+        if i in done:
+            return
         if i in cones:
-            outs = branches(g, eqn, read, cones[i], run)
+            pos, per_case, later = cones[i]
+            planned = (pos, per_case, [(s2, jaxpr.eqns[s2], cones[s2][0], cones[s2][1]) for s2 in later if s2 not in done])
+            outs = branches(g, eqn, read, planned, run, joined)
         else:
             ins = [read(v) for v in eqn.invars]
             outs = fold(g, eqn, ins)
