@@ -121,7 +121,7 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         allows it (as for ``"reverse"``), else ``"forward"``.
       stored_steps: the accepted steps per body the kernels' backward pass records (None:
         :func:`~jaxrot.kernels.adaptive_backward.capacity_for`).
-      record: without ``reference`` and event, the accepted steps per body to record as well (the first
+      record: without ``reference``, the accepted steps per body to record as well (the first
         ``record``): the result is then ``(run, record)``, the record as
         :func:`jaxrot.kernels.adaptive_launch.launch` returns it (:mod:`jaxrot.kernels.adaptive_saved`).
 

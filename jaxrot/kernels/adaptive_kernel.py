@@ -22,9 +22,11 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
     (``torque_key``, :func:`jaxrot.kernels.dense_torque`) first, then the pair's), ``Q`` (the
     event condition's), ``max_steps``, ``n_out``; outputs ``R_out`` (B, n), ``Pi_out`` (B, n),
     ``acc``, ``rej`` (int32), ``err``, ``result`` (int32), ``t_event``, ``R_event``, ``Pi_event`` (B);
-    with ``record`` (for the backward pass, :mod:`jaxrot.kernels.adaptive_backward`), each accepted
-    step's start ``R_rec``, ``Pi_rec``, ``t_rec`` and length ``h_rec`` (B, capacity; the first
-    ``capacity`` steps) and, for each output, the accepted steps before it was written ``out_k`` (B, n)."""
+    with ``record`` (for the backward pass, :mod:`jaxrot.kernels.adaptive_backward`, and the saved steps,
+    :mod:`jaxrot.kernels.adaptive_saved`), each accepted step's start ``R_rec``, ``Pi_rec``, ``t_rec``
+    and length ``h_rec`` (B, capacity; the first ``capacity`` steps; after a terminal event's crossing
+    step, ``acc`` of them, the state after it in column ``acc`` with its time and length 0) and, for
+    each output, the accepted steps before it was written ``out_k`` (B, n)."""
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
@@ -122,6 +124,12 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
                         gprev = gb
                 err_prev = e
                 acc = acc + 1
+                if wp.static(RECORD):  # (a terminal event's crossing step too: SaveAt(steps=...), dense)
+                    if acc <= R_rec.shape[1]:
+                        R_rec[b, acc - 1] = R
+                        Pi_rec[b, acc - 1] = Pi
+                        t_rec[b, acc - 1] = t
+                        h_rec[b, acc - 1] = step
                 if wp.static(TERMINAL) and cross:
                     # the body stops here: t, R, Pi (and the pair's memory) stay at the crossing step's
                     # start and the event is located after the loop, where the threads of a GPU warp
@@ -131,12 +139,6 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
                     h_cross = step
                     hit_cross = hit
                 else:
-                    if wp.static(RECORD):
-                        if acc <= R_rec.shape[1]:
-                            R_rec[b, acc - 1] = R
-                            Pi_rec[b, acc - 1] = Pi
-                            t_rec[b, acc - 1] = t
-                            h_rec[b, acc - 1] = step
                     tk = t
                     Rk = R
                     Pik = Pi
@@ -173,9 +175,21 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
                 tev = t + sev
                 if wp.static(POLISHED):
                     tev, Rev, Piev = polish(t, R, Pi, sev, gs, J, P, Q)
+                if wp.static(RECORD):
+                    # the state after the crossing step, the start of a step that is never taken (the
+                    # XLA loop's last state, its time where the loop puts the step's end)
+                    if acc < R_rec.shape[1]:
+                        R_rec[b, acc] = Rp
+                        Pi_rec[b, acc] = Pip
+                        t_rec[b, acc] = t + h_cross
+                        if hit_cross:
+                            t_rec[b, acc] = ts[i]
+                        h_rec[b, acc] = S(0.0)
                 if hit_cross and not (ts[i] > tev):
                     R_out[b, i] = Rp
                     Pi_out[b, i] = Pip
+                    if wp.static(RECORD):
+                        out_k[b, i] = acc
                     i = i + 1
                 Rf = Rev
                 Pif = Piev

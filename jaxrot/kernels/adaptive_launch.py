@@ -64,8 +64,8 @@ def _callable(*key):
 
 def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params, capacity=0):
     """The kernel of the generated pair ``name`` (:data:`~jaxrot.kernels.adaptive_pairs.GENERATED_PAIRS`)
-    whose parameters are ``method_params`` on a batch; an :class:`AdaptiveRun`. With ``capacity`` (no
-    event): ``(run, record)``, the record of each body's first ``capacity`` accepted steps, ``(R, Pi, t,
+    whose parameters are ``method_params`` on a batch; an :class:`AdaptiveRun`. With ``capacity``:
+    ``(run, record)``, the record of each body's first ``capacity`` accepted steps, ``(R, Pi, t,
     h, out_k, order)`` (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies
     were launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order)."""
     dtype = states0.R.dtype
@@ -100,10 +100,7 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
     else:
         out = _callable(*key)(*args, int(max_steps), int(n_out), int(n_slices), output_dims=_output_dims(B, n_out, capacity))
     out = tuple(out)
-    if capacity:  # the record stays in the launch's order (a gather of it would copy it whole)
-        run = AdaptiveRun(*(out[:6] if inverse is None else (x[inverse] for x in out[:6])))
-        return run, (*out[9:], order if inverse is not None else None)
-    out = out if inverse is None else tuple(x[inverse] for x in out)
-    if event is None:
-        return AdaptiveRun(*out[:6])
-    return AdaptiveRun(*out[:9])
+    kept = 6 if event is None else 9
+    run = AdaptiveRun(*(out[:kept] if inverse is None else (x[inverse] for x in out[:kept])))
+    # the record stays in the launch's order (a gather of it would copy it whole)
+    return (run, (*out[9:], order if inverse is not None else None)) if capacity else run

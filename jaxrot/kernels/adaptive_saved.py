@@ -11,8 +11,14 @@ the record, written after the run instead of inside the loop::
              = the last state, t_end     j = n       (n the accepted steps)
              = the last state, t = +inf  j > n       (never reached, as the XLA loop leaves them)
 
-The kernel needs no code of its own for either, and the values are the kernel's own states, bit for
-bit. A body that accepts more steps than the record holds fails with a message naming the remedy.
+With an event that is not terminal the record is the same. A terminal event ends its body's loop
+with the step across which the condition changed sign, accepted and counted, as in the XLA loop; the
+kernel records that step's start as well and, in the next column ``n``, the state the step ended in
+and its time: ``after(n)`` is that column (the XLA loop's last state, which its buffers hold for the
+frames after it; the trajectory replaces the steps' frames after the event time by the event state,
+and the dense output ends at the event). The kernel needs no other code for either, and the values
+are the kernel's own states, bit for bit. A body that accepts more steps than the record holds (a
+body stopped by its event: one column more) fails with a message naming the remedy.
 """
 
 from __future__ import annotations
@@ -38,15 +44,17 @@ def _after(rec, n, last, t_end, idx):
     return t, take(R_rec, last[0]), take(Pi_rec, last[1])
 
 
-def buffers(record, run, t0, t1, every: int | None, dense: bool, max_steps: int):
+def buffers(record, run, t0, t1, every: int | None, dense: bool, max_steps: int, terminal: bool = False):
     """``(steps, dense)`` for :attr:`jaxrot.driver.layout.Frames.dense` of a batch: each ``(times, State)``
     with a leading batch axis, or None where not asked for.
 
     Args:
       record: the kernel's record ``(R, Pi, t, h, out_k, order)`` (rows in launch order: row ``k`` is
         body ``order[k]``; ``order`` None: the caller's order).
-      run: the run's :class:`~jaxrot.kernels.adaptive_pairs.AdaptiveRun` (no event): its outputs not
-        reached hold the last state, so the last output is each body's last state.
+      run: the run's :class:`~jaxrot.kernels.adaptive_pairs.AdaptiveRun`: its outputs not reached hold
+        the last state, so the last output is each body's last state (but after a terminal event).
+      terminal: the run has a terminal event: a body that found it (a finite event time) has the
+        state after its crossing step in the record's column ``n`` (module docstring).
       t0: the start time; ``t1`` the last output time, where a successful run ends.
       every: keep the state after every ``every``-th accepted step (``max_steps // every`` frames), or None.
       dense: keep the state after every accepted step, the initial one first (``max_steps + 1`` frames).
@@ -65,8 +73,17 @@ def buffers(record, run, t0, t1, every: int | None, dense: bool, max_steps: int)
     j = jnp.clip(n_acc - 1, 0, cap - 1)[:, None]
     stopped = jnp.take_along_axis(t_rec, j, 1)[:, 0] + jnp.take_along_axis(h_rec, j, 1)[:, 0]
     t_end = jnp.where(run.result == 0, jnp.asarray(t1, t_rec.dtype), stopped)
+    last = (run.R[:, -1], run.Pi[:, -1])
+    need = n_acc
+    if terminal:  # a body stopped by its event: its last state and time are the record's column n
+        ended = jnp.isfinite(run.event_time)
+        k = jnp.clip(n_acc, 0, cap - 1)
+        t_end = jnp.where(ended, jnp.take_along_axis(t_rec, k[:, None], 1)[:, 0], t_end)
+        last = tuple(jnp.where(ended.reshape((-1,) + (1,) * (held.ndim - 1)), x[jnp.arange(x.shape[0]), k], held)
+                     for x, held in zip((R_rec, Pi_rec), last))
+        need = n_acc + ended.astype(n_acc.dtype)
     # a body whose steps were not all recorded would lose frames: fail, as the XLA loop never would
-    n_acc = eqx.error_if(n_acc, n_acc > cap,
+    n_acc = eqx.error_if(n_acc, need > cap,
                          f"a body accepted more steps than the fused kernel records ({cap}) for SaveAt(steps=...) or "
                          "SaveAt(dense=True): lower max_steps, or run with executor=jaxrot.XLA()")
     rec = (R_rec, Pi_rec, t_rec)
@@ -76,7 +93,7 @@ def buffers(record, run, t0, t1, every: int | None, dense: bool, max_steps: int)
         if idx is None:
             out.append(None)
             continue
-        t, R, Pi = _after(rec, n_acc, (run.R[:, -1], run.Pi[:, -1]), t_end, idx)
+        t, R, Pi = _after(rec, n_acc, last, t_end, idx)
         out.append((t, State(R, Pi)))
     if dense:  # its first frame is the initial state at t0, also where no step was accepted
         t, s = out[1]

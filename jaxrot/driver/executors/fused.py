@@ -144,9 +144,10 @@ def _attempts_program(spec: AttemptSpec) -> Frames:
         # every k-th accepted step, every step: gathers of the record of the accepted steps
         # (kernels.adaptive_saved); not differentiated (refused in _attempts_refusal)
         run, rec = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol,
-                                           spec.atol, spec.dt0, spec.max_steps, record=_record_steps(spec))
+                                           spec.atol, spec.dt0, spec.max_steps, event=spec.event,
+                                           record=_record_steps(spec))
         saved = adaptive_saved.buffers(rec, run, spec.t0, jnp.asarray(spec.targets)[-1], spec.every, spec.dense,
-                                       spec.max_steps)
+                                       spec.max_steps, terminal=spec.event is not None and spec.event.terminal)
         saved = adaptive_saved.no_derivative(saved, "SaveAt(steps=...) and SaveAt(dense=True) frames")
     else:
         run = adaptive.fused_adaptive(spec.method, spec.system, states0, spec.t0, spec.targets, spec.rtol, spec.atol,
@@ -175,7 +176,9 @@ def _record_steps(spec: AttemptSpec) -> int:
     from ...kernels.adaptive_backward import capacity_for
 
     bodies = spec.state0.R.shape[0] if spec.batched else 1
-    return capacity_for(bodies, spec.max_steps, jnp.dtype(spec.state0.R.dtype).itemsize)
+    # (a terminal event: one more, the state after the crossing step, kernels.adaptive_saved)
+    terminal = spec.event is not None and spec.event.terminal
+    return capacity_for(bodies, spec.max_steps + terminal, jnp.dtype(spec.state0.R.dtype).itemsize)
 
 
 class Fused(AbstractExecutor):
@@ -185,7 +188,8 @@ class Fused(AbstractExecutor):
     invariant monitor, with or without an event whose condition the kernel restates (on one device;
     :mod:`jaxrot.kernels.fixed_event`); and error-controlled runs (``stepsize=jaxrot.Adaptive``) of any
     embedded pair whose attempt is generated from its JAX code (:mod:`jaxrot.kernels.adaptive`), saving at output times
-    (``SaveAt(t1=True)``, ``SaveAt(ts=...)``), with or without an event whose condition the kernel
+    (``SaveAt(t1=True)``, ``SaveAt(ts=...)``), every ``k``-th accepted step (``SaveAt(steps=k)``) or the dense
+    output (``SaveAt(dense=True)``; not differentiated), with or without an event whose condition the kernel
     restates, on one device (``devices`` is not used for them); any other run is refused with the
     reason (docs/kernels.md has the table). One body runs as a batch of one. A batch is split over ``devices``,
     one launch each (default: every accelerator; on CPUs the default device only, whose launch is
@@ -306,10 +310,8 @@ def _attempts_refusal(spec: AttemptSpec) -> str | None:
     if spec.monitor is not None:
         return "the fused kernels keep no invariant monitor (monitor=)"
     if spec.every is not None or spec.dense:
-        if spec.event is not None:
-            return "the fused adaptive kernel keeps SaveAt(steps=...) and SaveAt(dense=True) frames without an event only"
         if mode(jax.tree_util.tree_leaves((spec.system, spec.state0, spec.t0, spec.targets, spec.rtol, spec.atol,
-                                           spec.dt0))) is not None:
+                                           spec.dt0, spec.event))) is not None:
             return ("the kernels do not differentiate SaveAt(steps=...) and SaveAt(dense=True) frames (the XLA "
                     "loop does)")
     if spec.stacked:
