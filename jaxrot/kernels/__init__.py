@@ -3,7 +3,7 @@
 One launch runs every step of every body, one thread per body with its state in registers, and
 writes only the saved frames and a per-body failure flag. The kernel's step is generated from the
 method's own JAX ``init`` and ``step`` (:mod:`jaxrot.kernels.generate`), inside one loop template
-(:func:`jaxrot.kernels._common.loop_kernel`; with an event :mod:`jaxrot.kernels.fixed_event`), and
+(:func:`jaxrot.kernels.fixed_loop.loop_kernel`, with an event or without), and
 agrees with the XLA loop to round-off (``tests/test_kernels.py``: 1e-13 relative in float64 after
 1000 steps). Gradients never go through these kernels: with ``reference=`` (the pure-JAX run)
 :func:`fused_frames` is a ``jax.custom_jvp`` whose tangents are the reference's, in forward and
@@ -236,7 +236,7 @@ def _check(method, system, states0, n_frames, save_every, event=None):
     if why is not None:
         raise ValueError(why)
     if event is not None:
-        from .fixed_event import why_not_event
+        from .fixed_loop import why_not_event
 
         why = why_not_event(event, R.dtype) or dense_torque_refusal(system.torque, run_dtype(system))
         if why is not None:
@@ -253,38 +253,47 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
             return empty
         return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
                         jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
-    if event is not None:
-        from . import fixed_event
+    if event is None:
+        low = _generate.lower(method, system, dtype)
+        return _launch((jnp.dtype(dtype).name, low.key), states0, dt, t0, system, low.params, n_frames, save_every)
+    from . import event_restate
+    from .adaptive_dense import polishes
 
-        return fixed_event.launch(method, system, states0, dt, t0, int(n_frames), int(save_every), event)
-    low = _generate.lower(method, system, dtype)
-    return _launch((jnp.dtype(dtype).name, low.key), states0, dt, t0, system, low.params, n_frames, save_every)
+    # the dense output restates the torque from its JAX code: its parameters first in P, the method's after them
+    tkey, T = dense_torque(system.torque, dtype)
+    low = _generate.lower(method, system, dtype, int(T.shape[0]))
+    ekey, Q = event_restate.lower(event.cond_fn, dtype)
+    ev = (tkey, ekey, event.direction, bool(event.terminal), polishes(getattr(method, "order", None)))
+    return _launch((jnp.dtype(dtype).name, low.key, ev), states0, dt, t0, system,
+                   jnp.concatenate([T, jnp.asarray(low.params, dtype)]), n_frames, save_every, Q)
 
 
 @functools.lru_cache(maxsize=None)
-def _generated_ffi(dtype_name: str, key: str):
-    """The JAX-callable kernel of a generated method, built and compiled once."""
-    return warp().jax_kernel(_generate.loop(dtype_name, key)[1], num_outputs=4, vmap_method="sequential")
+def _ffi(*key):
+    """Warp's JAX custom call of a constant-step kernel (:func:`jaxrot.kernels.fixed_loop.kernel`), built once."""
+    from .fixed_loop import OUTPUTS, kernel
+
+    return warp().jax_kernel(kernel(*key)[1], num_outputs=len(OUTPUTS), vmap_method="sequential")
 
 
-def _launch(key, states0, dt, t0, system, P, n_frames, save_every):
-    """The loop kernel of the generated method ``key = (dtype name, source key)`` on a batch: one
-    custom call, or a slice of the batch per core (:mod:`jaxrot.kernels.host_threads`)."""
+def _launch(key, states0, dt, t0, system, P, n_frames, save_every, Q=None):
+    """The constant-step kernel of ``key = (dtype name, generated method's key[, event])``
+    (:func:`jaxrot.kernels.fixed_loop.kernel`) on a batch: one custom call, or a slice of the batch per
+    core (:mod:`jaxrot.kernels.host_threads`); its outputs, the first four without an event."""
+    from .fixed_loop import kernel, output_dims
+
     dtype = states0.R.dtype
     B = states0.R.shape[0]
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(jnp.asarray(dt, dtype), (1,)),
-            jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P)
-
-    def custom_call(*args):  # Warp's own custom call: CUDA, and a CPU batch too small to split
-        return tuple(_generated_ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,),
-                                          output_dims={"R_out": (B, n_frames), "Pi_out": (B, n_frames),
-                                                       "failed_out": (B,), "result_out": (B,)}))
-
+            jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P,
+            jnp.zeros((1,), dtype) if Q is None else jnp.asarray(Q, dtype))
     threads = host_threads.threads_for(B, int(n_frames) * int(save_every), _generate.split_weight(key[1]))
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
-        return custom_call(*args)
-    S, k = _generate.loop(*key)
-    return host_threads.call(k, S, threads, int(n_frames), int(save_every), *args)
+        out = _ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,), output_dims=output_dims(B, n_frames))
+    else:
+        S, k = kernel(*key)
+        out = host_threads.call(k, S, threads, int(n_frames), int(save_every), *args)
+    return tuple(out) if len(key) > 2 else tuple(out)[:4]
 
 
 def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, event=None, reference=None,
@@ -308,7 +317,7 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
       dt, t0: step and start time (scalars, may be traced).
       n_frames, save_every: Python ints.
       event: a :class:`jaxrot.Event` whose condition the kernel restates (:func:`why_not` with the
-        event), checked after every step (:mod:`jaxrot.kernels.fixed_event`), or None.
+        event), checked after every step (:mod:`jaxrot.kernels.fixed_loop`), or None.
       reference: optional pure-JAX function of the same signature and outputs (with ``event=event``
         where there is one); with it the result is
         differentiable in forward and reverse mode (``jax.custom_jvp``: tangents are

@@ -1,4 +1,4 @@
-"""Shared pieces of the fused kernels: the lazy Warp import, SO(3) functions and the time loop.
+"""Shared pieces of the fused kernels: the lazy Warp import and SO(3) functions.
 
 Everything here is built per scalar type ``S`` (``warp.float32`` or ``warp.float64``) by closures:
 Warp compiles one module per closure, so a float32 and a float64 run get their own machine code.
@@ -13,7 +13,6 @@ import linecache
 import os
 import sys
 import types
-import typing
 
 import numpy as np
 
@@ -183,68 +182,3 @@ def so3_funcs(S):
         return x - S(0.5) * vx + cc * wp.cross(v, vx)
 
     return types.SimpleNamespace(V=V, M=M, exp=exp, dexpinv=dexpinv)
-
-
-def checked_step(S, step, reason):
-    """``advance(R, Pi, A, t0, dt, k, failed, code, J, P) -> (R, Pi, A, k, failed, code)``: step ``k``
-    of ``step`` at ``t0 + k dt`` (no accumulated round-off in time), the step counted, and the first
-    step whose ``reason`` is not 0 recorded (1-based) with its code; the loop kernels' step."""
-    wp = warp()
-    c = so3_funcs(S)
-    V, M = c.V, c.M
-
-    @wp.func
-    def advance(R: M, Pi: V, A: typing.Any, t0: S, dt: S, k: int, failed: int, code: int, J: V,
-                P: wp.array(dtype=S)):
-        t = t0 + S(k) * dt
-        R1, Pi1, A1 = step(R, Pi, A, t, dt, J, P)
-        k1 = k + 1
-        failed1 = failed
-        code1 = code
-        if failed < 0:
-            r = reason(Pi1, A1)
-            if r != 0:
-                failed1 = k1
-                code1 = r
-        return R1, Pi1, A1, k1, failed1, code1
-
-    return advance
-
-
-def loop_kernel(S, init, step, reason, *, key: str):
-    """The fused run: one thread per body, ``n_frames * save_every`` steps of ``step`` from ``init``'s
-    memory, every ``save_every``-th state written, the first failed step flagged.
-
-    ``init(R, Pi, J, P, h) -> A`` and ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` are Warp functions of
-    one body (``A``: a vector of memory, e.g. Buss's world momentum), ``reason(Pi, A) -> int`` a step's
-    :class:`jaxrot.RESULTS` code (0: none); the three generated from a method's JAX code
-    (:func:`jaxrot.kernels.generate.funcs`)."""
-    wp = warp()
-    c = so3_funcs(S)
-    V, M = c.V, c.M
-    advance = checked_step(S, step, reason)
-
-    def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), dtv: wp.array(dtype=S), t0v: wp.array(dtype=S),
-            Jv: wp.array(dtype=V), P: wp.array(dtype=S), n_frames: wp.int32, save_every: wp.int32,
-            R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V), failed_out: wp.array(dtype=wp.int32),
-            result_out: wp.array(dtype=wp.int32)):
-        b = wp.tid()
-        R = R0[b]
-        Pi = Pi0[b]
-        dt = dtv[0]
-        t0 = t0v[0]
-        J = Jv[0]
-        A = init(R, Pi, J, P, dt)
-        k = int(0)
-        failed = int(-1)
-        code = int(0)
-        for f in range(n_frames):
-            for _s in range(save_every):
-                R, Pi, A, k, failed, code = advance(R, Pi, A, t0, dt, k, failed, code, J, P)
-            R_out[b, f] = R
-            Pi_out[b, f] = Pi
-        failed_out[b] = failed
-        result_out[b] = code
-
-    run.__name__ = run.__qualname__ = f"fused_{key}"
-    return wp.kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})

@@ -3,7 +3,7 @@
 A method is defined once, by its JAX ``init`` and ``step`` (:class:`jaxrot.AbstractIntegrator`). Their
 jaxprs, traced at one body's shapes with the method's and the system's arrays as inputs, are written
 out by :func:`jaxrot.kernels.jaxpr_warp.restate` (one scalar local per array element) into three Warp
-functions of one body, the pieces the fused loop template (:func:`jaxrot.kernels._common.loop_kernel`)
+functions of one body, the pieces the fused loop template (:func:`jaxrot.kernels.fixed_loop.loop_kernel`)
 calls::
 
     init(R, Pi, J, P, h) -> A                  the method's memory, flattened into a vector A
@@ -331,7 +331,7 @@ def attempt_funcs(S, key: str):
 def lower(method, system, dtype, offset: int = 0) -> Lowered:
     """Restate ``method``'s ``init`` and ``step`` for ``system`` at ``dtype`` (float32 or float64), its
     parameters read from ``P[offset]`` on (after the torque's, where the run's dense output restates
-    the torque: :mod:`jaxrot.kernels.fixed_event`); raises :class:`Unsupported` naming what cannot be
+    the torque: :mod:`jaxrot.kernels.fixed_loop`); raises :class:`Unsupported` naming what cannot be
     restated (or, Warp installed, a restatement that does not compile or does not agree with the JAX
     step)."""
     key, n_mem, traced = _lowered(method, system, dtype, False, offset)
@@ -390,13 +390,3 @@ def funcs(S, key: str):
     once per scalar type."""
     env = _compiled_env(S, key)
     return env["init"], env["step"], env["reason"]
-
-
-@functools.lru_cache(maxsize=None)
-def loop(dtype_name: str, key: str):
-    """``(Warp scalar type, the fixed-step loop kernel)`` of a generated method."""
-    from ._common import loop_kernel, warp
-
-    wp = warp()
-    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    return S, loop_kernel(S, *funcs(S, key), key=f"gen_{key}_{dtype_name}")

@@ -97,11 +97,12 @@ def _compare(method, system, dtype, hit):
     from ..geometry.state import State
     from ._common import so3_funcs, warp
 
-    from .generate import loop, params
+    from . import fixed_loop
+    from .generate import params
 
     key, n_mem, traced = hit
     wp = warp()
-    S, kernel = loop(np.dtype(dtype).name, key)
+    S, kernel = fixed_loop.kernel(np.dtype(dtype).name, key)
     n = 4
     if _traced(method, system, traced):
         return None  # (compiled above; the values are known only inside the trace)
@@ -119,10 +120,11 @@ def _compare(method, system, dtype, hit):
     c = so3_funcs(S)
     dev = "cpu"
     outs = [wp.zeros((n, 1), dtype=c.M, device=dev), wp.zeros((n, 1), dtype=c.V, device=dev),
-            wp.zeros(n, dtype=wp.int32, device=dev), wp.zeros(n, dtype=wp.int32, device=dev)]
+            *(wp.zeros(n, dtype=t, device=dev) for t in (wp.int32, wp.int32, S, c.M, c.V, wp.int32))]
     ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
            wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
-           wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev), 1, 1]
+           wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev),
+           wp.zeros(1, dtype=S, device=dev), 1, 1]
     wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
     return disagreement("step", ("R", "Pi"), [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]], [want_R, want_Pi], {}, n)
 

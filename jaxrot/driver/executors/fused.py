@@ -186,7 +186,7 @@ class Fused(AbstractExecutor):
     one thread per body, its state in registers, only the saved frames written. Runs the methods and
     torques of :data:`jaxrot.kernels.KERNELS` (explicit methods) with constant steps, without an
     invariant monitor, with or without an event whose condition the kernel restates (on one device;
-    :mod:`jaxrot.kernels.fixed_event`); and error-controlled runs (``stepsize=jaxrot.Adaptive``) of any
+    :mod:`jaxrot.kernels.fixed_loop`); and error-controlled runs (``stepsize=jaxrot.Adaptive``) of any
     embedded pair whose attempt is generated from its JAX code (:mod:`jaxrot.kernels.adaptive`), saving at output times
     (``SaveAt(t1=True)``, ``SaveAt(ts=...)``), every ``k``-th accepted step (``SaveAt(steps=k)``) or the dense
     output (``SaveAt(dense=True)``; not differentiated), with or without an event whose condition the kernel
@@ -226,7 +226,7 @@ class Fused(AbstractExecutor):
         if not kernels.supports(spec.method, spec.system):
             return kernels.why_not(spec.method, spec.system)
         if spec.event is not None:
-            from ...kernels.fixed_event import why_not_event
+            from ...kernels.fixed_loop import why_not_event
 
             if kernels.method_name(spec.method) is None:
                 return ("a constant-step run with an event is fused for the methods of jaxrot.kernels.KERNELS only "
