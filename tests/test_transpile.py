@@ -308,3 +308,44 @@ def test_selects_on_one_predicate_share_one_block():
     assert src.count("if ") == 2
     for x, y in ((0.5, 2.0), (1.5, 3.0)):
         np.testing.assert_array_equal(np.asarray(f(x, y)), np.asarray(later(jnp.float64(x), jnp.float64(y))))
+
+
+@pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
+def test_a_verdict_is_kept_for_the_next_process_only_where_values_were_compared(tmp_path, monkeypatch):
+    """A restatement's comparison with JAX is kept beside Warp's kernel cache: the next process (a new
+    in-memory table) reads an agreement or a disagreement back instead of comparing again; a check that
+    compared no values (known only inside a trace) or a failed compilation is not kept."""
+    from jaxrot.kernels import generate_checks
+    from jaxrot.kernels._common import warp
+
+    monkeypatch.setattr(warp().config, "kernel_cache_dir", str(tmp_path))
+    calls = []
+
+    def agree():
+        calls.append("agree")
+        return None if np.all(generate_checks.within(np.zeros(2), np.zeros(2), 0.0)) else "no"
+
+    def differ():
+        calls.append("differ")
+        return None if np.all(generate_checks.within(np.zeros(2), np.ones(2), 0.0)) else "differs at a test state"
+
+    def unchecked():
+        calls.append("unchecked")
+        return None
+
+    def broken():
+        calls.append("broken")
+        raise RuntimeError("the compiler stopped")
+
+    def ask(key, fn):
+        try:
+            generate_checks.verdict({}, (key, "float64"), fn, "a test function")
+            return None
+        except jaxpr_warp.Unsupported as err:
+            return str(err)
+
+    answers = [ask(k, f) for k, f in (("a", agree), ("d", differ), ("u", unchecked), ("b", broken))]
+    assert answers[0] is None and "differs" in answers[1] and answers[2] is None and "could not compile" in answers[3]
+    calls.clear()  # the next process
+    assert [ask(k, f) for k, f in (("a", agree), ("d", differ), ("u", unchecked), ("b", broken))] == answers
+    assert calls == ["unchecked", "broken"]

@@ -4,6 +4,7 @@ states, compared to 10^3 roundings; a restatement that does not compile or does 
 refused (:class:`~jaxrot.kernels.jaxpr_warp.Unsupported`) and the run stays on XLA."""
 
 import functools
+import os
 
 import numpy as np
 
@@ -24,16 +25,79 @@ def verdict(checked: dict, key, compare, what: str):
             err = Unsupported(why)
             err.transient = True
             raise err
-        try:
-            checked[key] = compare()
-        except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
-            checked[key] = f"Warp could not compile {what} ({type(err).__name__}: {str(err)[:400]})"
+        kept = _kept(key, what)
+        if kept is not None and os.path.exists(kept):
+            with open(kept, encoding="utf-8") as f:
+                checked[key] = f.read() or None
+        else:
+            before = _COMPARISONS[0]
+            try:
+                checked[key] = compare()
+            except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
+                checked[key] = f"Warp could not compile {what} ({type(err).__name__}: {str(err)[:400]})"
+            else:  # (kept only where values were compared: not where they were known only inside a trace)
+                if kept is not None and _COMPARISONS[0] > before:
+                    _keep(kept, checked[key] or "")
     if checked[key] is not None:
         raise Unsupported(checked[key])
 
 
+#: how many comparisons of a restatement's values with JAX's (:func:`within`) this process has made
+_COMPARISONS = [0]
+
+
+def _kept(key, what: str) -> str | None:
+    """Where the verdict on ``key`` is kept beside Warp's kernel cache, so that the next process using
+    the same source skips the comparison (a source's key is the hash of its text and literals; the
+    versions of jaxrot, of its kernels' code, of JAX and of Warp are part of the file's name), or None
+    (no cache folder)."""
+    import hashlib
+
+    import jax
+
+    from .. import __version__
+    from ._common import warp
+
+    folder = getattr(warp().config, "kernel_cache_dir", None)
+    if not folder:
+        return None
+    versions = (__version__, _kernels_code(), jax.__version__, warp().config.version)
+    name = hashlib.sha256(repr((key, what, versions)).encode()).hexdigest()
+    return os.path.join(folder, "jaxrot-checks", name[:40])
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels_code() -> str:
+    """A hash of this package's code (the Warp functions a generated source calls are written here)."""
+    import hashlib
+
+    folder = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(name.encode() + f.read())
+    return h.hexdigest()
+
+
+def _keep(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file, then a rename); a folder that
+    cannot be written only costs the next process the comparison."""
+    import tempfile
+
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def within(got, want, tol):
     """Where ``got`` agrees with ``want`` to ``tol`` (NaN where both are, equal infinities)."""
+    _COMPARISONS[0] += 1
     return (np.abs(got - want) <= tol) | (np.isnan(got) & np.isnan(want)) | (got == want)
 
 
