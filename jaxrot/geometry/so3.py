@@ -216,14 +216,12 @@ def _slope_poly(coeffs):
 
 
 # The coefficients below take their derivatives by rules of their own (``jax.custom_jvp``): the slope
-# with respect to ``a2`` is one ``jnp.where`` of the Taylor series' slope and the closed form's, so a
-# derivative multiplies by one coefficient instead of carrying cotangents through both sides of the
-# value's ``where`` (a derivative program, and its generated kernel, then computes only the side that
-# is taken: the kernels' backward passes take a step's VJP per accepted step). The slopes are those
-# of the same closed forms and truncated series, and finite at zero angle.
+# in ``a2`` is one ``jnp.where`` of the Taylor series' slope and the closed form's (taken from the same
+# sines as the value), so a derivative multiplies by one coefficient instead of carrying cotangents
+# through both sides of the value's ``where`` (a derivative program, and its generated kernel, computes
+# only the side that is taken). The slopes are finite at zero angle.
 def _rodrigues_closed(a2s):
-    """The closed forms of (S1, S2, S3) and of their slopes in ``a2s`` (away from zero), from one sine
-    of the angle and one of its half."""
+    """Closed forms of (S1, S2, S3) and of their slopes in ``a2s`` (away from zero)."""
     a = jnp.sqrt(a2s)
     s = jnp.sin(a)
     h = jnp.sin(0.5 * a)
