@@ -49,19 +49,18 @@ _COMPARISONS = [0]
 def _kept(key, what: str) -> str | None:
     """Where the verdict on ``key`` is kept beside Warp's kernel cache, so that the next process using
     the same source skips the comparison (a source's key is the hash of its text and literals; the
-    versions of jaxrot, of its kernels' code, of JAX and of Warp are part of the file's name), or None
-    (no cache folder)."""
+    versions of jaxrot's kernels' code, of JAX and of Warp are part of the file's name), or None (no
+    cache folder)."""
     import hashlib
 
     import jax
 
-    from .. import __version__
     from ._common import warp
 
     folder = getattr(warp().config, "kernel_cache_dir", None)
     if not folder:
         return None
-    versions = (__version__, _kernels_code(), jax.__version__, warp().config.version)
+    versions = (_kernels_code(), jax.__version__, warp().config.version)
     name = hashlib.sha256(repr((key, what, versions)).encode()).hexdigest()
     return os.path.join(folder, "jaxrot-checks", name[:40])
 
