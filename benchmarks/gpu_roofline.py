@@ -29,6 +29,7 @@ import json
 import pathlib
 import sys
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,7 +39,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxrot  # noqa: E402
 from jaxrot import kernels, problems  # noqa: E402
 from jaxrot.integrators import get as get_method  # noqa: E402
-from jaxrot.kernels import _common  # noqa: E402
+from jaxrot.kernels import _common, fixed_loop  # noqa: E402
 from jaxrot.present import provenance  # noqa: E402
 from jaxrot.studies.timing import median_seconds_interleaved  # noqa: E402
 
@@ -53,14 +54,15 @@ def configure(fma: bool | None = None, block_dim: int | None = None):
     """Build the kernels of what follows with multiply-adds contracted or not (``fma``; None: as
     built) and launch them with ``block_dim`` threads per block (None: Warp's default)."""
     _common.FUSE_FP = AS_BUILT_FUSE_FP if fma is None else fma
-    kernels._kernel.cache_clear()
+    fixed_loop.kernel.cache_clear()
     AS_BUILT_FFI.cache_clear()
     if block_dim is None:
         kernels._ffi = AS_BUILT_FFI
     else:
         @functools.lru_cache(maxsize=None)
         def ffi(*key):
-            return _common.warp().jax_kernel(kernels._kernel(*key)[1], num_outputs=4, block_dim=block_dim)
+            return _common.warp().jax_kernel(fixed_loop.kernel(*key)[1], num_outputs=len(fixed_loop.OUTPUTS),
+                                             block_dim=block_dim)
 
         kernels._ffi = ffi
 
@@ -71,6 +73,8 @@ VARIANTS = {"as built": {}, "fma": {"fma": True}, "block 128": {"block_dim": 128
 
 def kernel_call(s, n):
     method, system = get_method(METHOD), problems.get(PROBLEM).system
+    # (the system in the run's dtype, as simulate casts it: the generated kernel is checked in that dtype)
+    system = jax.tree_util.tree_map(lambda x: jnp.asarray(x, s.R.dtype) if eqx.is_inexact_array(x) else x, system)
     f = jax.jit(lambda R, Pi: kernels.fused_frames(method, system, jaxrot.State(R, Pi), DT, 0.0, 1, n)[0])
     return lambda: f(s.R, s.Pi).block_until_ready()
 
