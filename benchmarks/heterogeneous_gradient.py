@@ -14,6 +14,9 @@ Contenders, timed in turn in one process (medians of ``reps`` calls after one un
   the initial momenta, the default path (the kernels' backward pass);
 - ``jvp in one direction of J, jit``: forward mode (``jax.jvp``, the default path: the kernels'
   tangents through the recorded steps);
+- the gradient's two parts: ``vjp's forward pass, jit`` (``jax.vjp``'s forward run, which keeps each
+  body's record of accepted steps) and ``vjp's backward pass alone, jit`` (the pullback of that forward
+  run called on its own: the kernels' backward sweep);
 - ``value_and_grad, XLA executor``: the same with ``executor=jaxrot.XLA()`` (the XLA loop's
   checkpointed reverse mode; ``--no-xla`` skips it);
 - ``diffrax <solver>, value_and_grad``: diffrax's solver with its PID controller on the body-frame
@@ -76,9 +79,15 @@ def main(argv=None):
     vg_xla = jax.jit(jax.value_and_grad(lambda J, Pi: loss_of(run(J, Pi, jaxrot.XLA())), argnums=(0, 1)))
     dJ = jnp.array([1.0, 0.0, 0.0])
     jvp = jax.jit(lambda J, Pi: jax.jvp(lambda J: loss_of(run(J, Pi)), (J,), (dJ,)))
+    loss = lambda J, Pi: loss_of(run(J, Pi))  # noqa: E731
+    vjp_fwd = jax.jit(lambda J, Pi: jax.vjp(loss, J, Pi))  # (the pullback's residuals returned: all kept)
+    pull = vjp_fwd(J0, S.Pi)[1]
+    vjp_bwd = jax.jit(lambda pull: pull(jnp.ones((), jnp.float64)))
     contenders = [("forward, plain", lambda: run(J0, S.Pi).R), ("forward, jit", lambda: forward_jit(J0, S.Pi)),
                   ("value_and_grad, jit (default path)", lambda: vg(J0, S.Pi)),
-                  ("jvp in one direction of J, jit (default path)", lambda: jvp(J0, S.Pi))]
+                  ("jvp in one direction of J, jit (default path)", lambda: jvp(J0, S.Pi)),
+                  ("vjp's forward pass, jit (keeps the record)", lambda: vjp_fwd(J0, S.Pi)),
+                  ("vjp's backward pass alone, jit", lambda: vjp_bwd(pull))]
     if not a.no_xla:
         contenders.append(("value_and_grad, XLA executor", lambda: vg_xla(J0, S.Pi)))
 
