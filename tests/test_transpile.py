@@ -311,14 +311,16 @@ def test_selects_on_one_predicate_share_one_block():
 
 
 @pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
-def test_a_verdict_is_kept_for_the_next_process_only_where_values_were_compared(tmp_path, monkeypatch):
-    """A restatement's comparison with JAX is kept beside Warp's kernel cache: the next process (a new
-    in-memory table) reads an agreement or a disagreement back instead of comparing again; a check that
-    compared no values (known only inside a trace) or a failed compilation is not kept."""
+def test_an_agreement_is_kept_for_the_next_process_only_where_values_were_compared(tmp_path, monkeypatch):
+    """A restatement's agreement with JAX is kept beside Warp's kernel cache: the next process (a new
+    in-memory table) reads it back instead of comparing again. A disagreement (it may belong to the
+    sampled system alone), a check that compared no values (known only inside a trace), a failed
+    compilation, or a check made with ``JAXROT_KEEP_CHECKS=off`` is not kept."""
     from jaxrot.kernels import generate_checks
     from jaxrot.kernels._common import warp
 
     monkeypatch.setattr(warp().config, "kernel_cache_dir", str(tmp_path))
+    monkeypatch.setenv("JAXROT_KEEP_CHECKS", "on")
     calls = []
 
     def agree():
@@ -329,8 +331,9 @@ def test_a_verdict_is_kept_for_the_next_process_only_where_values_were_compared(
         calls.append("differ")
         return None if np.all(generate_checks.within(np.zeros(2), np.ones(2), 0.0)) else "differs at a test state"
 
-    def unchecked():
+    def unchecked():  # another check compared values inside it; this one compared none
         calls.append("unchecked")
+        ask("inner", agree)
         return None
 
     def broken():
@@ -344,8 +347,13 @@ def test_a_verdict_is_kept_for_the_next_process_only_where_values_were_compared(
         except jaxpr_warp.Unsupported as err:
             return str(err)
 
-    answers = [ask(k, f) for k, f in (("a", agree), ("d", differ), ("u", unchecked), ("b", broken))]
+    cases = (("a", agree), ("d", differ), ("u", unchecked), ("b", broken))
+    answers = [ask(k, f) for k, f in cases]
     assert answers[0] is None and "differs" in answers[1] and answers[2] is None and "could not compile" in answers[3]
     calls.clear()  # the next process
-    assert [ask(k, f) for k, f in (("a", agree), ("d", differ), ("u", unchecked), ("b", broken))] == answers
-    assert calls == ["unchecked", "broken"]
+    assert [ask(k, f) for k, f in cases] == answers
+    assert calls == ["differ", "unchecked", "broken"]  # (the inner check's agreement was kept)
+    monkeypatch.setenv("JAXROT_KEEP_CHECKS", "off")
+    calls.clear()
+    assert ask("a", agree) is None and ask("a2", agree) is None and ask("a2", agree) is None
+    assert calls == ["agree", "agree", "agree"]

@@ -5,6 +5,7 @@ refused (:class:`~jaxrot.kernels.jaxpr_warp.Unsupported`) and the run stays on X
 
 import functools
 import os
+import threading
 
 import numpy as np
 
@@ -26,28 +27,36 @@ def verdict(checked: dict, key, compare, what: str):
             err.transient = True
             raise err
         kept = _kept(key, what)
-        if kept is not None and os.path.exists(kept):
-            with open(kept, encoding="utf-8") as f:
-                checked[key] = f.read() or None
+        if kept is not None and _agreed(kept):
+            checked[key] = None
         else:
-            before = _COMPARISONS[0]
+            outer, _COMPARISONS.n = getattr(_COMPARISONS, "n", 0), 0  # (a check made inside another's)
             try:
                 checked[key] = compare()
             except Exception as err:  # noqa: BLE001 - Warp's code generator or compiler refused the source
                 checked[key] = f"Warp could not compile {what} ({type(err).__name__}: {str(err)[:400]})"
-            else:  # (kept only where values were compared: not where they were known only inside a trace)
-                if kept is not None and _COMPARISONS[0] > before:
-                    _keep(kept, checked[key] or "")
+            compared, _COMPARISONS.n = _COMPARISONS.n, outer
+            # only an agreement is kept, and only where values were compared (not where they were known
+            # only inside a trace): a disagreement may belong to the sampled system's values alone
+            if kept is not None and checked[key] is None and compared:
+                _keep(kept)
     if checked[key] is not None:
         raise Unsupported(checked[key])
 
 
-#: how many comparisons of a restatement's values with JAX's (:func:`within`) this process has made
-_COMPARISONS = [0]
+#: how many comparisons of a restatement's values with JAX's (:func:`within`) this thread has made
+#: since its check began
+_COMPARISONS = threading.local()
+
+
+def keeping() -> bool:
+    """Whether agreements are kept on disk (the environment's ``JAXROT_KEEP_CHECKS``: ``off`` or ``0``
+    compares in every process; the test suite does)."""
+    return os.environ.get("JAXROT_KEEP_CHECKS", "on").lower() not in ("off", "0", "false", "no")
 
 
 def _kept(key, what: str) -> str | None:
-    """Where the verdict on ``key`` is kept beside Warp's kernel cache, so that the next process using
+    """Where an agreement on ``key`` is kept beside Warp's kernel cache, so that the next process using
     the same source skips the comparison (a source's key is the hash of its text and literals; the
     versions of jaxrot's kernels' code, of JAX and of Warp are part of the file's name), or None (no
     cache folder)."""
@@ -58,7 +67,7 @@ def _kept(key, what: str) -> str | None:
     from ._common import warp
 
     folder = getattr(warp().config, "kernel_cache_dir", None)
-    if not folder:
+    if not folder or not keeping():
         return None
     versions = (_kernels_code(), jax.__version__, warp().config.version)
     name = hashlib.sha256(repr((key, what, versions)).encode()).hexdigest()
@@ -79,24 +88,34 @@ def _kernels_code() -> str:
     return h.hexdigest()
 
 
-def _keep(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file, then a rename); a folder that
-    cannot be written only costs the next process the comparison."""
+def _agreed(path: str) -> bool:
+    """Whether an agreement is kept at ``path`` (a file that cannot be read: not kept)."""
+    try:
+        return os.path.isfile(path)
+    except OSError:
+        return False
+
+
+def _keep(path: str) -> None:
+    """Keep an agreement at ``path`` (an empty file, written under a temporary name, then renamed: a
+    reader never sees a half-made one); a folder that cannot be written only costs the next process the
+    comparison."""
     import tempfile
 
+    tmp = None
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        os.close(fd)
         os.replace(tmp, path)
     except OSError:
-        pass
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def within(got, want, tol):
     """Where ``got`` agrees with ``want`` to ``tol`` (NaN where both are, equal infinities)."""
-    _COMPARISONS[0] += 1
+    _COMPARISONS.n = getattr(_COMPARISONS, "n", 0) + 1
     return (np.abs(got - want) <= tol) | (np.isnan(got) & np.isnan(want)) | (got == want)
 
 
