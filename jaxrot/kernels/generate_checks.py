@@ -89,9 +89,9 @@ def _kernels_code() -> str:
 
 
 def _agreed(path: str) -> bool:
-    """Whether an agreement is kept at ``path`` (a file that cannot be read: not kept)."""
+    """Whether an agreement is kept at ``path``: an empty file (anything else: not kept)."""
     try:
-        return os.path.isfile(path)
+        return os.path.isfile(path) and os.path.getsize(path) == 0
     except OSError:
         return False
 
