@@ -1,8 +1,9 @@
-"""Derivatives of a fused error-controlled run computed in the kernels: the custom rules around
-:func:`jaxrot.kernels.adaptive.fused_adaptive` whose backward pass (``jax.custom_vjp``) or tangents
-(``jax.custom_jvp``) run through the recorded accepted steps (:mod:`jaxrot.kernels.adaptive_backward`),
-the derivatives with respect to the save times (the last step's length moves with them) from the
-reference loop where they are wanted."""
+"""Derivatives of fused runs computed in the kernels: the custom rules (one builder, :func:`_rule`)
+around an error-controlled run (:func:`jaxrot.kernels.adaptive.fused_adaptive`, :func:`in_kernels`) or a
+constant-step one (:func:`jaxrot.kernels.fused_frames`, :func:`fixed_in_kernels`) whose backward pass
+(``jax.custom_vjp``) or tangents (``jax.custom_jvp``) run through the record of the steps taken
+(:mod:`jaxrot.kernels.adaptive_backward`); the derivatives with respect to the times (the save times,
+``dt``, ``t0``) from the reference loop where they are wanted."""
 
 import equinox as eqx
 import jax

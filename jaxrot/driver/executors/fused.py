@@ -1,11 +1,14 @@
 """The fused executor: the whole run of an explicit method in one compiled kernel per device.
 
 Every step of every body runs in one launch of a Warp kernel (:mod:`jaxrot.kernels`), one thread per
-body, writing only the saved frames; the XLA loop stays the reference and carries the gradients
-(``jax.custom_jvp``: tangents, forward or reverse, come from the XLA run). Error-controlled runs of
-an enrolled pair run in the fused adaptive kernel (:mod:`jaxrot.kernels.adaptive`), each body at its
-own pace, events located in the kernel; their gradients come from the XLA loop too (a custom VJP
-through the checkpointed loop, a custom JVP for forward mode). Needs the ``fast`` extra.
+body, writing only the saved frames; the XLA loop stays the reference. Error-controlled runs of an
+enrolled pair run in the fused adaptive kernel (:mod:`jaxrot.kernels.adaptive`), each body at its own
+pace, events located in the kernel. Derivatives (``jax.grad``, ``jax.jvp``, ``jax.jacfwd``) of a run
+without an event, constant steps or error control, saving at output times, are taken in the kernels
+through the method's step derivative generated from its JAX code
+(:mod:`jaxrot.kernels.adaptive_derivatives`); the others (an event, ``SaveAt(steps=k)``,
+``SaveAt(dense=True)``, a step derivative that cannot be generated) come from the XLA loop. Needs the
+``fast`` extra.
 """
 
 from __future__ import annotations
@@ -193,9 +196,10 @@ class Fused(AbstractExecutor):
     restates, on one device (``devices`` is not used for them); any other run is refused with the
     reason (docs/kernels.md has the table). One body runs as a batch of one. A batch is split over ``devices``,
     one launch each (default: every accelerator; on CPUs the default device only, whose launch is
-    itself split over the cores, :mod:`jaxrot.kernels.host_threads`). Gradients (``jax.grad``
-    through :func:`jaxrot.simulate`) come from the XLA loop, so they equal the :class:`XLA`
-    executor's. The kernels keep no step statistics: they are zero in the trajectory, as they are for
+    itself split over the cores, :mod:`jaxrot.kernels.host_threads`). Derivatives (``jax.grad``,
+    ``jax.jvp`` through :func:`jaxrot.simulate`) of a run without an event that saves at output times
+    are taken in the kernels (the step's derivative generated from its JAX code), the others from the
+    XLA loop; both equal the :class:`XLA` executor's to round-off. The kernels keep no step statistics: they are zero in the trajectory, as they are for
     most explicit methods (the ``_ep`` methods' count of projections that missed the polhode is the
     exception, see :func:`jaxrot.kernels.keeps_stats`).
 
