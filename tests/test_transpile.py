@@ -357,3 +357,48 @@ def test_an_agreement_is_kept_for_the_next_process_only_where_values_were_compar
     calls.clear()
     assert ask("a", agree) is None and ask("a2", agree) is None and ask("a2", agree) is None
     assert calls == ["agree", "agree", "agree"]
+
+
+def _read_outside_their_block(src: str) -> list:
+    """The locals of a generated source read outside the block (``if``/``else``/loop body) that first
+    assigned them, or any block around it: Python runs such a read, Warp's code need not."""
+    import re
+
+    defined, bad, stack = {}, [], [(0, ())]  # (indentation, block path)
+    n_blocks = 0
+    for line in src.splitlines()[1:]:
+        if not line.strip() or line.strip().startswith("return"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        while indent < stack[-1][0]:
+            stack.pop()
+        if indent > stack[-1][0]:
+            n_blocks += 1
+            stack.append((indent, stack[-1][1] + (n_blocks,)))
+        path = stack[-1][1]
+        target, _, expr = line.strip().partition(" = ")
+        for v in re.findall(r"\bv\d+\b", expr if expr else target):
+            if v in defined and defined[v] != path[:len(defined[v])]:
+                bad.append(v)
+        if expr and re.fullmatch(r"v\d+", target):
+            defined.setdefault(target, path)
+    return bad
+
+
+def test_a_select_computed_in_one_block_is_computed_again_in_another():
+    """Two selects on one predicate, joined, inside the cases of two selects on another predicate that
+    cannot be joined (the second needs the first's result): each outer block computes both inner ones
+    (a local assigned in one ``if`` block is not read in another), and once each."""
+
+    def fn(x, y):
+        p, q = y < 1.0, x < 0.5
+        s = jnp.where(q, x * 2.0, jnp.sin(x))
+        s2 = jnp.where(q, x * 3.0, jnp.cos(x))
+        first = jnp.where(p, s * s2 + 1.0, y)
+        return first, jnp.where(p, s * s2 * first, y * 2.0)
+
+    src, f = _as_python(fn, "x", "y")
+    assert _read_outside_their_block(src) == []
+    assert (src.count("wp.sin("), src.count("wp.cos(")) == (2, 2)  # (once in each outer block)
+    for x, y in ((0.2, 0.3), (0.7, 0.3), (0.2, 2.0), (0.7, 2.0)):
+        np.testing.assert_array_equal(np.asarray(f(x, y)), np.asarray(fn(jnp.float64(x), jnp.float64(y))))

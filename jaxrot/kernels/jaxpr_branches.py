@@ -78,7 +78,16 @@ def plan(jaxpr):
             cones[s] = (pos, per_case)
             deferred.update(*per_case)
     later = _joined(eqns, producer, cones, deferred)
-    return {s: (pos, per_case, later[s]) for s, (pos, per_case) in cones.items()}, deferred
+    # a select inside a case's cone computes its own cases' equations in its own blocks: the outer
+    # block leaves them to it (written once, where taken, instead of before it as well)
+    nested = {}
+    for s, (pos, per_case) in cones.items():
+        own = []
+        for js in per_case:
+            inner = set().union(*(set(cones[t][1][0]) | set(cones[t][1][1]) for t in js if t in cones and t != s))
+            own.append([j for j in js if j not in inner])
+        nested[s] = (pos, own, later[s])
+    return nested, deferred
 
 
 def _joined(eqns, producer, cones, deferred) -> dict:

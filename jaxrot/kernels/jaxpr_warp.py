@@ -63,6 +63,8 @@ class Source:
         self.depth = 1  # the indentation of the lines emitted (loops nest it)
         self.cache: dict = {}  # (expression, kind) -> the local holding it
         self.known: dict = {}  # a bool local's code -> its value inside an if/else block on it
+        self.scope: tuple = ()  # the blocks (if/else, loop bodies) the next line is written in
+        self._blocks = 0
 
     def emit(self, expr: str, kind: str) -> Element:
         """A new local computing ``expr``, or the local that already holds the same expression
@@ -89,11 +91,14 @@ class Source:
         outer = fresh(self.cache)
         self.cache = dict(outer)
         self.depth += 1
+        self._blocks += 1
+        scope, self.scope = self.scope, self.scope + (self._blocks,)
         try:
             yield
         finally:
             self.depth -= 1
             self.cache = outer
+            self.scope = scope
 
     def line(self, text: str):
         if len(self.lines) >= MAX_LINES:
@@ -379,20 +384,23 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
     for v, x in zip(jaxpr.invars, args):
         env[v] = x
     cones, deferred = plan(jaxpr)
-    done = set()  # selects computed in an earlier select's blocks
+    done = {}  # select -> the blocks in which an earlier select's blocks computed it
 
     def joined(i, outs):
-        done.add(i)
+        done[i] = g.scope
         for v, x in zip(jaxpr.eqns[i].outvars, outs):
             env[v] = x
 
+    def ready(i):  # computed where this line can read it: in this block or one around it
+        return i in done and g.scope[:len(done[i])] == done[i]
+
     def run(i):
         eqn = jaxpr.eqns[i]
-        if i in done:
+        if ready(i):
             return
         if i in cones:
             pos, per_case, later = cones[i]
-            planned = (pos, per_case, [(s2, jaxpr.eqns[s2], cones[s2][0], cones[s2][1]) for s2 in later if s2 not in done])
+            planned = (pos, per_case, [(s2, jaxpr.eqns[s2], cones[s2][0], cones[s2][1]) for s2 in later if not ready(s2)])
             outs = branches(g, eqn, read, planned, run, joined)
         else:
             ins = [read(v) for v in eqn.invars]
