@@ -155,14 +155,21 @@ def backward_kernel(dtype_name: str, key: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _ffi(dtype_name, key):
-    return warp().jax_kernel(backward_kernel(dtype_name, key)[2], num_outputs=4, vmap_method="sequential")
+def _ffi(kernel, num_outputs: int):
+    return warp().jax_kernel(kernel, num_outputs=num_outputs, vmap_method="sequential")
 
 
-@functools.lru_cache(maxsize=None)
-def _callable(dtype_name, key):
-    """The backward kernel launched in slices of the batch from the pool's threads (a CPU)."""
-    return host_threads.sliced_callable(backward_kernel(dtype_name, key)[2], 4, frozenset({"F"}))
+def _launch(kernel, shared: frozenset, args, n_out: int, dims: dict):
+    """A derivative kernel on the batch (one row per body in ``args[0]``): Warp's custom call (a GPU, a
+    small batch), or slices of the batch from the pool's threads (a CPU; ``shared``: the arrays every
+    slice reads whole)."""
+    from .adaptive_launch import slices_for
+
+    B = args[0].shape[0]
+    n_slices = min(slices_for(B), B)
+    if n_slices == 1 or jax.default_backend() != "cpu":
+        return _ffi(kernel, len(dims))(*args, int(n_out), launch_dims=(B,), output_dims=dims)
+    return host_threads.sliced_callable(kernel, len(dims), shared)(*args, int(n_out), int(n_slices), output_dims=dims)
 
 
 def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False):
@@ -172,8 +179,6 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     body's accepted steps ``n_acc`` (``memory``: the pair carries its memory from step to step); a body
     whose steps were not all recorded fails with a message."""
     import equinox as eqx
-
-    from .adaptive_launch import slices_for
 
     R_rec, Pi_rec, t_rec, h_rec, out_k, order = record
     if order is not None:  # the record's rows are the bodies in the order they were launched
@@ -189,11 +194,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
     # (m_rec: the memory at each step's start, scratch for the backward sweep)
     dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,), "m_rec": (B, R_rec.shape[1] if memory else 1)}
-    n_slices = min(slices_for(B), B)
-    if n_slices == 1 or jax.default_backend() != "cpu":
-        cR0, cPi0, cF, _ = _ffi(name, low.key)(*args, int(n_out), launch_dims=(B,), output_dims=dims)
-    else:
-        cR0, cPi0, cF, _ = _callable(name, low.key)(*args, int(n_out), int(n_slices), output_dims=dims)
+    cR0, cPi0, cF, _ = _launch(backward_kernel(name, low.key)[2], frozenset({"F"}), args, n_out, dims)
     cR0, cPi0, cF = over((cR0, cPi0, cF), "gradient's", "adjoint=jaxrot.RecursiveCheckpointAdjoint(checkpoints=N) with N "
                          "at least the steps a body takes, or executor=jaxrot.XLA() (recomputes instead of storing)")
     if order is not None:
@@ -243,17 +244,6 @@ def tangent_kernel(dtype_name: str, key: str):
     return S, wp.kernel(tan, module=derivative_module(dtype_name, key), enable_backward=False)
 
 
-@functools.lru_cache(maxsize=None)
-def _tangent_ffi(dtype_name, key):
-    return warp().jax_kernel(tangent_kernel(dtype_name, key)[1], num_outputs=2, vmap_method="sequential")
-
-
-@functools.lru_cache(maxsize=None)
-def _tangent_callable(dtype_name, key):
-    """The tangent kernel launched in slices of the batch from the pool's threads (a CPU)."""
-    return host_threads.sliced_callable(tangent_kernel(dtype_name, key)[1], 2, frozenset({"F", "dF"}))
-
-
 def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = False):
     """``(dR_out, dPi_out)`` (B, n, 3, 3), (B, n, 3): the tangents of a batch's outputs from those of its
     initial states ``dR0``, ``dPi0`` and of the system's arrays ``d_system`` (a system of tangents, as
@@ -272,15 +262,8 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = Fa
     n_acc, over = _unrecorded(n_acc, R_rec.shape[1])
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0.astype(dtype), dPi0.astype(dtype),
             jnp.concatenate([F, pad]), jnp.concatenate([dF, pad]))
-    from .adaptive_launch import slices_for
-
     dims = {"dR_out": (B, n_out), "dPi_out": (B, n_out)}
-    n_slices = min(slices_for(B), B)
-    if n_slices == 1 or jax.default_backend() != "cpu":
-        dR, dPi = _tangent_ffi(jnp.dtype(dtype).name, low.key)(*args, int(n_out), launch_dims=(B,), output_dims=dims)
-    else:
-        dR, dPi = _tangent_callable(jnp.dtype(dtype).name, low.key)(*args, int(n_out), int(n_slices),
-                                                                     output_dims=dims)
+    dR, dPi = _launch(tangent_kernel(jnp.dtype(dtype).name, low.key)[1], frozenset({"F", "dF"}), args, n_out, dims)
     dR, dPi = over((dR, dPi), "derivative's", "adjoint=jaxrot.ForwardMode() on executor=jaxrot.XLA(), or lower max_steps")
     if order is not None:
         inverse = jnp.argsort(order)
