@@ -2,8 +2,8 @@
 
 One launch runs every step of every body, one thread per body with its state in registers, and
 writes only the saved frames and a per-body failure flag. The kernel's step is generated from the
-method's own JAX ``init`` and ``step`` (:mod:`jaxrot.kernels.generate`), inside one loop template
-(:func:`jaxrot.kernels.fixed_loop.loop_kernel`, with an event or without), and
+method's own JAX ``init`` and ``step`` (:mod:`jaxrot.kernels.generate`), inside the one loop template
+(:func:`jaxrot.kernels.loop.loop`, at constant steps, with an event or without), and
 agrees with the XLA loop to round-off (``tests/test_kernels.py``: 1e-13 relative in float64 after
 1000 steps). Gradients never go through these kernels: with ``reference=`` (the pure-JAX run)
 :func:`fused_frames` is a ``jax.custom_jvp`` whose tangents are the reference's, in forward and
