@@ -5,9 +5,11 @@ writes only the saved frames and a per-body failure flag. The kernel's step is g
 method's own JAX ``init`` and ``step`` (:mod:`jaxrot.kernels.generate`), inside the one loop template
 (:func:`jaxrot.kernels.loop.loop`, at constant steps, with an event or without), and
 agrees with the XLA loop to round-off (``tests/test_kernels.py``: 1e-13 relative in float64 after
-1000 steps). Gradients never go through these kernels: with ``reference=`` (the pure-JAX run)
-:func:`fused_frames` is a ``jax.custom_jvp`` whose tangents are the reference's, in forward and
-reverse mode. See ``docs/kernels.md``.
+1000 steps). Derivatives: with ``reference=`` (the pure-JAX run) and ``derivative=`` (the mode the
+caller takes, read from its inputs' tracers), :func:`fused_frames` takes the derivative through the
+recorded steps in the kernels where the method's step derivative can be generated
+(:mod:`jaxrot.kernels.adaptive_derivatives`), else it is a custom rule whose derivatives are the
+reference's. See ``docs/kernels.md``.
 
 ``KERNELS`` enrols the registered methods the automatic executor choice fuses, with the torques their
 agreement tests run; :func:`supports` says whether a run can be fused (any method whose step can be

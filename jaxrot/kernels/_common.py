@@ -127,6 +127,11 @@ def _poly(S, coeffs: tuple):
 FUSE_FP = False
 
 
+def fuse_fp() -> bool:
+    """:data:`FUSE_FP` as it is when a kernel is built (a benchmark may set it between builds)."""
+    return FUSE_FP
+
+
 @functools.lru_cache(maxsize=None)
 def so3_funcs(S):
     """The types ``V`` (3-vectors) and ``M`` (3x3 matrices) of scalar type ``S``, and the Warp

@@ -71,10 +71,10 @@ def derivative_module(dtype_name: str, key: str) -> str:
     """The Warp module of the derivative kernels of ``key`` (and of its check before use,
     :mod:`jaxrot.kernels.generate_vjp`): one compilation of the large generated functions for all of
     them. Each operation rounded on its own, as in the forward kernels."""
-    from ._common import FUSE_FP
+    from ._common import fuse_fp
 
     name = f"jaxrot_derivatives_{key}_{dtype_name}"
-    warp().set_module_options({"fuse_fp": FUSE_FP, "enable_backward": False}, module=name)
+    warp().set_module_options({"fuse_fp": fuse_fp(), "enable_backward": False}, module=name)
     return name
 
 

@@ -19,7 +19,7 @@ method's own steps (:mod:`jaxrot.kernels.adaptive_dense`, as :func:`jaxrot.drive
 
 from typing import Any
 
-from ._common import FUSE_FP, so3_funcs, warp
+from ._common import fuse_fp, so3_funcs, warp
 from .adaptive_dense import crossing, dense_funcs, polish_func
 from .adaptive_pairs import RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE
 
@@ -30,7 +30,7 @@ def as_kernel(run, name: str):
     """The Warp kernel of the Python function ``run`` (around :func:`loop`), named ``name``, in a module
     of its own, with per-operation rounding (no contraction into fused multiply-adds)."""
     run.__name__ = run.__qualname__ = name
-    return warp().kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": FUSE_FP})
+    return warp().kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": fuse_fp()})
 
 
 def loop(S, init, advance, reason, event=None, record: bool = False, order=None):
