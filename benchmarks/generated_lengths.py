@@ -53,14 +53,6 @@ def measure(repo: str, pairs: str) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _commit(repo: str) -> str:
-    try:
-        return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return repo
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -68,6 +60,9 @@ def main(argv=None):
     ap.add_argument("--against", default=None, help="another checkout, measured the same way")
     a = ap.parse_args(argv)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from generated_kernels import _commit  # (the checkout's commit, as that benchmark names it)
+
     rows = measure(here, a.pairs)
     before = {(r["pair"], r["source"]): r for r in measure(a.against, a.pairs)} if a.against else {}
     command = "python " + " ".join([os.path.relpath(__file__, here), *(argv if argv is not None else sys.argv[1:])])
