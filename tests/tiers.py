@@ -164,6 +164,12 @@ SLOW: dict[str, str] = {
         "test_a_pair_that_carries_memory_is_differentiated_in_the_kernels[forward] (memory in forward mode)",
     "tests/test_kernels_adaptive_saved.py::test_the_automatic_choice_differentiates_saved_steps_on_xla":
         "test_kernels_adaptive_saved.py::test_derivatives_are_refused_with_the_remedy (the same refusal)",
+    "tests/test_kernels_backward.py::test_forward_mode_in_the_kernels_equals_the_xla_loops":
+        "test_kernels_backward.py::test_a_pair_that_carries_memory_is_differentiated_in_the_kernels[forward] "
+        "(an error-controlled pair's tangent sweep against the XLA loop) and "
+        "test_kernels_fixed_derivatives.py::test_forward_mode_in_the_kernels_equals_the_xla_loop[rk4]",
+    "tests/test_kernels_adaptive_saved.py::test_every_kth_step_and_dense_output_with_an_event_as_the_xla_loop[False]":
+        "its [True] case (a terminal event: the same record and frames, and the crossing step's column)",
 }
 
 # test function -> the axes (parameter names) whose values, or tuples of values, every kept case covers
