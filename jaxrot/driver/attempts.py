@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..geometry.state import State
-from ..integrators.pairs import first_interval, first_step
+from ..integrators.pairs import LANDING, first_interval, first_step
 from ..physics.flow import pack_body
 from .adjoint import ForwardMode
 from .controllers import adapt
@@ -78,7 +78,7 @@ def _body(method, event, monitor, shape, replay=None):
         system, targets, rtol, atol, ref = consts
         target = targets[i]
         if replay is None:
-            hit = t + h >= target - 1e-12 * jnp.maximum(1.0, jnp.abs(target))
+            hit = t + h >= target - LANDING * jnp.maximum(1.0, jnp.abs(target))
             step = jnp.where(hit, target - t, h)
         else:
             taken = replay[jnp.minimum(acc, replay.shape[0] - 1)]

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..integrators.pairs import scaled_rms
+from ..integrators.pairs import ERROR_FLOOR, FACTOR_MAX, FACTOR_MIN, I_COEFF, P_COEFF, SAFETY, scaled_rms
 
 __all__ = ["AbstractController", "Fixed", "Adaptive", "error_norm"]
 
@@ -48,10 +48,7 @@ class Fixed(AbstractController):
                           "is the default)", DeprecationWarning, stacklevel=5)
 
 
-#: the PI controller's constants (Hairer & Wanner, Solving ODEs II, IV.2; the same in the fused kernels)
-SAFETY, FACTOR_MIN, FACTOR_MAX, P_COEFF, I_COEFF = 0.9, 0.2, 5.0, 0.7, 0.4
-#: errors below this are taken as this (the step grows by at most FACTOR_MAX anyway)
-ERROR_FLOOR = 1e-10
+# (the PI controller's constants are defined once, beside the error norm, for the kernels too)
 
 
 class Adaptive(AbstractController):

@@ -46,6 +46,15 @@ def _sqrt_zero_safe_jvp(primals, tangents):
     return y, jnp.where(pos, 0.5 / jnp.where(pos, y, 1.0), 0.0) * dx
 
 
+#: the PI controller's constants (Hairer & Wanner, Solving ODEs II, IV.2), for the XLA loop
+#: (:func:`jaxrot.driver.controllers.adapt`) and the fused kernels' loop (:mod:`jaxrot.kernels.loop`)
+SAFETY, FACTOR_MIN, FACTOR_MAX, P_COEFF, I_COEFF = 0.9, 0.2, 5.0, 0.7, 0.4
+#: errors below this are taken as this (the step grows by at most FACTOR_MAX anyway)
+ERROR_FLOOR = 1e-10
+#: a step reaching within this (relative, at least absolute) of an output time is shortened to land on it
+LANDING = 1e-12
+
+
 def scaled_rms(y, y1, y_err, rtol, atol):
     """``sqrt(mean((y_err / (atol + rtol max(|y|, |y1|)))^2))`` over the packed numbers of a step from
     ``y`` to ``y1`` (non-finite: inf, so the step is rejected)."""
