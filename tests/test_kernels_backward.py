@@ -42,10 +42,11 @@ def _rel(a, b):
     return float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
 
 
-def _loss(pair, ts, executor, adjoint=None, tol=1e-9):
+def _loss(pair, ts, executor, adjoint=None, tol=1e-9, max_steps=100_000):
     def loss(J, R0, Pi0):
         q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 1.0)
-        tr = jaxrot.simulate(pair, q, t1=1.0, state0=jaxrot.State(R0, Pi0), stepsize=jaxrot.Adaptive(tol, tol),
+        tr = jaxrot.simulate(pair, q, t1=1.0, state0=jaxrot.State(R0, Pi0),
+                             stepsize=jaxrot.Adaptive(tol, tol, max_steps=max_steps),
                              saveat=jaxrot.SaveAt(t0=False, ts=ts), executor=executor, adjoint=adjoint)
         return (jnp.sum(tr.states.R[..., 2, :] * jnp.array([1.0, 2.0, 3.0], tr.states.R.dtype))
                 + 1e-2 * jnp.sum(tr.states.Pi ** 2 * jnp.arange(1, tr.states.Pi.shape[-2] + 1, dtype=tr.states.Pi.dtype)[:, None]))
@@ -96,11 +97,63 @@ def test_save_time_derivative_is_the_reference_loops():
     assert abs(float(g - gx)) <= 1e-9 * abs(float(gx)) and abs(float(gx)) > 1e-3
 
 
-def test_a_record_too_small_for_the_steps_taken_fails_with_the_remedy():
+def test_a_record_too_small_for_the_steps_taken_fails_with_the_remedy(monkeypatch):
+    """A batch whose record (512 MiB by default) holds fewer steps than a body takes."""
+    from jaxrot.kernels import adaptive_derivatives
+
+    monkeypatch.setattr(adaptive_derivatives, "record_layout", lambda *a: 5)
     S = _batch(3, seed=3)
-    loss = _loss("rkmk8(5)", jnp.asarray([1.0]), jaxrot.Fused(), jaxrot.RecursiveCheckpointAdjoint(checkpoints=5))
-    with pytest.raises(Exception, match="accepted more steps than the 5 its gradient's record holds"):
+    loss = _loss("rkmk8(5)", jnp.asarray([1.0]), jaxrot.Fused())
+    with pytest.raises(Exception, match="accepted more steps than the 5 its gradient's record holds: pass "
+                                        r"adjoint=jaxrot.RecursiveCheckpointAdjoint\(checkpoints=N\)"):
         jax.block_until_ready(jax.grad(loss)(P.body.J, S.R, S.Pi))
+
+
+def test_the_record_layout_of_checkpoints():
+    """Without checkpoints every step's state; with C of them the times of T steps (max_steps, or what
+    the budget holds at 2 numbers a step) and every ceil(T / C)-th state, C or fewer."""
+    from jaxrot.kernels.adaptive_backward import RECORD_BYTES, record_layout
+
+    assert record_layout(10, 600, 8) == 600
+    assert record_layout(10, 600, 8, 7) == (600, 7)  # every 86th state: 7 of them
+    assert record_layout(10, 600, 8, 599) == (600, 300)  # every 2nd
+    assert record_layout(10, 600, 8, 1000) == (600, 600)  # every step's: nothing recomputed
+    budget = RECORD_BYTES // (10**4 * 2 * 8)
+    assert record_layout(10**4, 10**5, 8) == RECORD_BYTES // (10**4 * 13 * 8)
+    T, C = record_layout(10**4, 10**5, 8, 100)
+    assert T == budget and C <= 100 and C * -(-T // C) >= T
+
+
+@pytest.mark.parametrize("pair, max_steps, mode", [("rkmk8(5)", 600, "reverse"), ("buss4(3)", 2500, "reverse"),
+                                                    ("buss4(3)", 2500, "forward")])
+def test_checkpoints_recompute_the_states_between_them(monkeypatch, pair, max_steps, mode):
+    """With checkpoints=7 (of 175 to 2 200 accepted steps) the record keeps every ceil(max_steps / 7)-th
+    state and the derivative passes step the states between them again (buss4(3): its memory too):
+    the derivatives equal those taken from every step's state."""
+    from jaxrot.kernels import adaptive_backward
+
+    strides = []
+    for name in ("backward", "tangents"):
+        real = getattr(adaptive_backward, name)
+        monkeypatch.setattr(adaptive_backward, name, lambda *a, real=real: strides.append(
+            adaptive_backward.stride_of(a[2])) or real(*a))
+    S = _batch(5)
+    ts = jnp.asarray([0.25, 0.6, 1.0])
+    primals = (P.body.J, S.R, S.Pi)
+    tangent = tuple(jnp.asarray(np.random.default_rng(12).normal(size=np.shape(x))) for x in primals)
+
+    def derivative(adjoint):
+        loss = _loss(pair, ts, jaxrot.Fused(), adjoint, max_steps=max_steps)
+        if mode == "reverse":
+            return jax.grad(loss, argnums=(0, 1, 2))(*primals)
+        return jax.jvp(loss, primals, tangent)
+
+    kind = jaxrot.RecursiveCheckpointAdjoint if mode == "reverse" else jaxrot.ForwardMode
+    whole = derivative(kind())
+    kept = derivative(kind(checkpoints=7))
+    assert strides == [1, -(-max_steps // 7)]
+    for a, b in zip(kept, whole):
+        assert _rel(a, b) <= 1e-12
 
 
 def test_forward_mode_with_a_record_too_small_fails_with_the_remedy(monkeypatch):
@@ -108,7 +161,7 @@ def test_forward_mode_with_a_record_too_small_fails_with_the_remedy(monkeypatch)
     read past its end."""
     from jaxrot.kernels import adaptive_derivatives
 
-    monkeypatch.setattr(adaptive_derivatives, "capacity_for", lambda *a: 5)
+    monkeypatch.setattr(adaptive_derivatives, "record_layout", lambda *a: 5)
     S = _batch(3, seed=3)
     loss = _loss("rkmk8(5)", jnp.asarray([1.0]), jaxrot.Fused())
     with pytest.raises(Exception, match="accepted more steps than the 5 its derivative's record holds"):

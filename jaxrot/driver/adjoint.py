@@ -54,12 +54,22 @@ class AbstractAdjoint(eqx.Module):
         return {}
 
 
+def _check_checkpoints(owner: str, c) -> None:
+    if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+        raise ValueError(f"{owner}.checkpoints must be a positive int or None, got {c!r}")
+
+
 class RecursiveCheckpointAdjoint(AbstractAdjoint):
     """Reverse mode (``jax.grad``) by recursive checkpointing; the default.
 
     Args:
       checkpoints: copies of the loop state kept for the backward pass (None: chosen from
-        ``max_steps``). More copies, less recomputation.
+        ``max_steps``). More copies, less recomputation. A fused run (:class:`~jaxrot.Fused`, the
+        automatic choice) keeps every accepted step's state by default; with ``checkpoints=C`` it keeps
+        the state of every ``s = ceil(T / C)``-th step and each step's time and length, ``T``
+        ``max_steps`` (or as many steps as the record's budget holds), and the backward pass recomputes
+        each stretch of ``s`` states from its checkpoint: one more step evaluated per accepted step, for
+        about ``12 C + 2 T + 13 s`` numbers a body instead of ``13 T`` (docs/kernels.md, "Derivatives").
 
     Example::
 
@@ -71,9 +81,7 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
     checkpoints: int | None = None
 
     def __check_init__(self):
-        c = self.checkpoints
-        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
-            raise ValueError(f"RecursiveCheckpointAdjoint.checkpoints must be a positive int or None, got {c!r}")
+        _check_checkpoints("RecursiveCheckpointAdjoint", self.checkpoints)
 
     def _options(self) -> dict:
         return {"checkpoints": self.checkpoints}
@@ -81,6 +89,12 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
 
 class ForwardMode(AbstractAdjoint):
     """Forward mode (``jax.jvp``, ``jax.jacfwd``) through a plain ``lax.while_loop``; no ``jax.grad``.
+
+    Args:
+      checkpoints: a fused run's tangents are carried after the run through its record of accepted
+        steps; None keeps every step's state, ``C`` the state of every ``ceil(T / C)``-th step only (as
+        :class:`RecursiveCheckpointAdjoint`), the states between stepped again beside the tangents.
+        The XLA loop carries its tangents along and keeps nothing.
 
     Example::
 
@@ -90,6 +104,10 @@ class ForwardMode(AbstractAdjoint):
     """
 
     kind: ClassVar[str] = "lax"
+    checkpoints: int | None = None
+
+    def __check_init__(self):
+        _check_checkpoints("ForwardMode", self.checkpoints)
 
 
 class DirectAdjoint(AbstractAdjoint):

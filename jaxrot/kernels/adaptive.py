@@ -119,8 +119,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         ``ts`` when they are differentiated. ``"tangents"``: forward mode only (a custom JVP that cannot
         be transposed), its tangents carried through the recorded steps in the kernels where the pair
         allows it (as for ``"reverse"``), else ``"forward"``.
-      stored_steps: the accepted steps per body the kernels' backward pass records (None:
-        :func:`~jaxrot.kernels.adaptive_backward.capacity_for`).
+      stored_steps: the states per body the kernels' derivative passes keep (None: every accepted
+        step's, :func:`~jaxrot.kernels.adaptive_backward.capacity_for`; fewer than the steps: the
+        states between them recomputed, :func:`~jaxrot.kernels.adaptive_backward.record_layout`).
       record: without ``reference``, the accepted steps per body to record as well (the first
         ``record``): the result is then ``(run, record)``, the record as
         :func:`jaxrot.kernels.adaptive_launch.launch` returns it (:mod:`jaxrot.kernels.adaptive_saved`).

@@ -17,11 +17,21 @@ Forward mode (``jax.jvp``, ``jax.jacfwd``) walks the same record from the first 
 carried through each step's Jacobian-vector product (generated the same way) and written out at the
 outputs (:func:`tangents`).
 
-Memory against recomputation: every accepted step's start is stored (13 numbers a step), so nothing
-is computed twice: the backward pass costs the derivatives of the accepted steps only. The record
-holds ``capacity`` steps a body (:func:`capacity_for`: ``max_steps`` where the batch's record fits in
-:data:`RECORD_BYTES`, fewer otherwise); a body that accepts more fails the gradient with a message
-(raise the budget with ``RecursiveCheckpointAdjoint(checkpoints=...)`` or lower ``max_steps``).
+Memory against recomputation (:func:`record_layout`, the adjoint's ``checkpoints``): by default every
+accepted step's start is stored (13 numbers a step), so nothing is computed twice and the backward
+pass costs the derivatives of the accepted steps only. The record holds ``capacity`` steps a body
+(:func:`capacity_for`: ``max_steps`` where the batch's record fits in :data:`RECORD_BYTES`, fewer
+otherwise); a body that accepts more fails the derivative with a message. With
+``RecursiveCheckpointAdjoint(checkpoints=C)`` the forward run keeps each step's time and length (2
+numbers a step, for up to ``T`` steps) and the state of every ``s = ceil(T / C)``-th step only; the
+backward pass recomputes the states of each stretch of ``s`` steps from its checkpoint with the
+step itself (generated from the same JAX code) before it walks them back::
+
+    memory  12 C + 2 T + 13 s numbers a body     (every step stored: 13 T)
+    work    one more step per accepted step, the step's derivative as before
+
+and forward mode steps the states forward beside the tangents. The recomputed states are the
+generated step's, which may differ from the forward kernel's attempt in the last bits.
 
 Reference: Griewank & Walther, *Evaluating Derivatives* (2008), ch. 12 (reverse sweeps over a stored
 tape); diffrax's ``RecursiveCheckpointAdjoint`` (the derivative of the steps taken).
@@ -36,9 +46,10 @@ import jax.numpy as jnp
 
 from . import host_threads
 from ._common import so3_funcs, warp
-from .generate_vjp import carried, flat_system, lower_vjp, vjp_funcs, vjp_reason
+from .generate_vjp import carried, flat_system, lower_vjp, recomputes, vjp_funcs, vjp_reason
 
-__all__ = ["RECORD_BYTES", "steps_in_budget", "capacity_for", "why_not_backward", "backward", "tangents"]
+__all__ = ["RECORD_BYTES", "steps_in_budget", "capacity_for", "record_layout", "why_not_backward", "backward",
+           "tangents"]
 
 #: the memory the record of a batch's accepted steps may take by default (bytes)
 RECORD_BYTES = 512 * 2**20
@@ -56,6 +67,24 @@ def capacity_for(bodies: int, max_steps: int, itemsize: int, checkpoints: int | 
     if checkpoints is not None:
         return int(checkpoints)
     return int(max(64, min(int(max_steps), steps_in_budget(bodies, itemsize))))
+
+
+def record_layout(bodies: int, max_steps: int, itemsize: int, checkpoints: int | None = None):
+    """The record a differentiated run keeps per body (module docstring): without ``checkpoints``
+    :func:`capacity_for`'s steps, each whole; with it ``(T, C)``: the times and lengths of ``T`` steps
+    (``max_steps``, or as many as :data:`RECORD_BYTES` holds at 2 numbers a step, at least
+    ``checkpoints``) and the states of every ``ceil(T / C)``-th step, ``C <= checkpoints`` of them."""
+    if checkpoints is None:
+        return capacity_for(bodies, max_steps, itemsize)
+    T = max(1, min(int(max_steps), max(int(checkpoints), steps_in_budget(bodies, itemsize, 2))))
+    stride = -(-T // min(int(checkpoints), T))
+    return T, -(-T // stride)
+
+
+def stride_of(record) -> int:
+    """Every how many steps a record keeps a state (1: every step's)."""
+    T, C = record[2].shape[1], record[0].shape[1]
+    return -(-T // C)
 
 
 def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str = "vjp") -> str | None:
@@ -86,34 +115,46 @@ def define_kernels(dtype_name: str, key: str) -> None:
 
 
 def _pieces(dtype_name: str, key: str):
-    """``(wp, S, V, M, (step derivative, init's derivative, minit, mstep), F_T, MT, carried)``: what both
-    derivative kernels of ``key`` are built from."""
+    """``(wp, S, V, M, (step derivative, init's derivative, minit, mstep, fstep), F_T, MT, carried,
+    recomputed)``: what both derivative kernels of ``key`` are built from."""
     wp = warp()
     S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
     c = so3_funcs(S)
     fns, F_T, MT = vjp_funcs(S, key)
     kind = "vjp" if "vjp" in fns else "jvp"
-    return wp, S, c.V, c.M, (fns[kind], fns[f"init_{kind}"], fns["minit"], fns["mstep"]), F_T, MT, carried(key)
+    pieces = (fns[kind], fns[f"init_{kind}"], fns["minit"], fns["mstep"], fns.get("fstep", fns["mstep"]))
+    return wp, S, c.V, c.M, pieces, F_T, MT, carried(key), recomputes(key)
 
 
 @functools.lru_cache(maxsize=None)
 def backward_kernel(dtype_name: str, key: str):
     """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
-    wp, S, V, M, (vjp, init_vjp, minit, mstep), F_T, MT, CARRIED = _pieces(dtype_name, key)
+    wp, S, V, M, (vjp, init_vjp, minit, mstep, fstep), F_T, MT, CARRIED, STRIDED = _pieces(dtype_name, key)
 
-    def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, cR0, cPi0, cF, m_rec):
+    def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, stride, cR0, cPi0, cF, m_rec,
+             R_scr, Pi_scr, m_scr):
         b = wp.tid()
         cR = M()
         cPi = V()
         cm = MT()
         acc = F_T()
         n = n_acc[b]  # (0 for a body whose steps were not all recorded: :func:`_unrecorded`)
-        if wp.static(CARRIED):  # the memory at each step's start, from the first (a forward sweep)
+        if wp.static(CARRIED):  # the memory at each step's start (each checkpoint's), from the first
             if n > 0:
                 m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
+                Rq = R_rec[b, 0]
+                Piq = Pi_rec[b, 0]
                 for k in range(n):
-                    m_rec[b, k] = m
-                    m = mstep(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F)
+                    if wp.static(STRIDED):
+                        if k % stride == 0:
+                            m_rec[b, k // stride] = m
+                            Rq = R_rec[b, k // stride]
+                            Piq = Pi_rec[b, k // stride]
+                        Rq, Piq, m = fstep(Rq, Piq, m, t_rec[b, k], h_rec[b, k], F)
+                    else:
+                        m_rec[b, k] = m
+                        m = mstep(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F)
+        seg = int(-1)
         i = n_out - 1
         k = n
         while k >= 0:
@@ -129,9 +170,32 @@ def backward_kernel(dtype_name: str, key: str):
             if k > 0:
                 j = k - 1
                 mj = MT()
-                if wp.static(CARRIED):
-                    mj = m_rec[b, j]
-                cR, cPi, cm, f = vjp(R_rec[b, j], Pi_rec[b, j], mj, t_rec[b, j], h_rec[b, j], F, cR, cPi, cm)
+                if wp.static(STRIDED):
+                    if j // stride != seg:  # the stretch's states again, from its checkpoint
+                        seg = j // stride
+                        base = seg * stride
+                        Rq = R_rec[b, seg]
+                        Piq = Pi_rec[b, seg]
+                        mq = MT()
+                        if wp.static(CARRIED):
+                            mq = m_rec[b, seg]
+                        for q in range(base, j + 1):
+                            R_scr[b, q - base] = Rq
+                            Pi_scr[b, q - base] = Piq
+                            if wp.static(CARRIED):
+                                m_scr[b, q - base] = mq
+                            if q < j:
+                                Rq, Piq, mq = fstep(Rq, Piq, mq, t_rec[b, q], h_rec[b, q], F)
+                    Rj = R_scr[b, j - seg * stride]
+                    Pij = Pi_scr[b, j - seg * stride]
+                    if wp.static(CARRIED):
+                        mj = m_scr[b, j - seg * stride]
+                else:
+                    Rj = R_rec[b, j]
+                    Pij = Pi_rec[b, j]
+                    if wp.static(CARRIED):
+                        mj = m_rec[b, j]
+                cR, cPi, cm, f = vjp(Rj, Pij, mj, t_rec[b, j], h_rec[b, j], F, cR, cPi, cm)
                 acc = acc + f
             k = k - 1
         if wp.static(CARRIED):  # the first memory's dependence on the initial state and the system
@@ -147,8 +211,9 @@ def backward_kernel(dtype_name: str, key: str):
     A, A2 = wp.array, wp.array2d
     back.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
                                 n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), cR_out=A2(dtype=M),
-                                cPi_out=A2(dtype=V), F=A(dtype=S), n_out=wp.int32, cR0=A(dtype=M), cPi0=A(dtype=V),
-                                cF=A(dtype=F_T), m_rec=A2(dtype=MT))
+                                cPi_out=A2(dtype=V), F=A(dtype=S), n_out=wp.int32, stride=wp.int32, cR0=A(dtype=M),
+                                cPi0=A(dtype=V), cF=A(dtype=F_T), m_rec=A2(dtype=MT), R_scr=A2(dtype=M),
+                                Pi_scr=A2(dtype=V), m_scr=A2(dtype=MT))
     back.__name__ = back.__qualname__ = f"backward_{key}_{dtype_name}"
     kernel = wp.kernel(back, module=derivative_module(dtype_name, key), enable_backward=False)
     return S, F_T, kernel
@@ -159,17 +224,18 @@ def _ffi(kernel, num_outputs: int):
     return warp().jax_kernel(kernel, num_outputs=num_outputs, vmap_method="sequential")
 
 
-def _launch(kernel, shared: frozenset, args, n_out: int, dims: dict):
-    """A derivative kernel on the batch (one row per body in ``args[0]``): Warp's custom call (a GPU, a
-    small batch), or slices of the batch from the pool's threads (a CPU; ``shared``: the arrays every
-    slice reads whole)."""
+def _launch(kernel, shared: frozenset, args, scalars: tuple, dims: dict):
+    """A derivative kernel on the batch (one row per body in ``args[0]``; ``scalars`` its int arguments
+    after the arrays): Warp's custom call (a GPU, a small batch), or slices of the batch from the pool's
+    threads (a CPU; ``shared``: the arrays every slice reads whole)."""
     from .adaptive_launch import slices_for
 
     B = args[0].shape[0]
     n_slices = min(slices_for(B), B)
+    ints = tuple(int(x) for x in scalars)
     if n_slices == 1 or jax.default_backend() != "cpu":
-        return _ffi(kernel, len(dims))(*args, int(n_out), launch_dims=(B,), output_dims=dims)
-    return host_threads.sliced_callable(kernel, len(dims), shared)(*args, int(n_out), int(n_slices), output_dims=dims)
+        return _ffi(kernel, len(dims))(*args, *ints, launch_dims=(B,), output_dims=dims)
+    return host_threads.sliced_callable(kernel, len(dims), shared)(*args, *ints, int(n_slices), output_dims=dims)
 
 
 def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False):
@@ -185,18 +251,21 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
         n_acc, cR_out, cPi_out = n_acc[order], cR_out[order], cPi_out[order]
     dtype = R_rec.dtype
     name = jnp.dtype(dtype).name
-    low = lower_vjp(pair, system, dtype, "vjp", memory)
+    stride = stride_of(record)
+    low = lower_vjp(pair, system, dtype, "vjp", memory, stride > 1)
     arrays, static = eqx.partition(system, eqx.is_array)
     F, pull_F = jax.vjp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], arrays)
     F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
     B, n_out = cR_out.shape[:2]
-    n_acc, over = _unrecorded(n_acc, R_rec.shape[1])
+    n_acc, over = _unrecorded(n_acc, t_rec.shape[1])
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
-    # (m_rec: the memory at each step's start, scratch for the backward sweep)
-    dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,), "m_rec": (B, R_rec.shape[1] if memory else 1)}
-    cR0, cPi0, cF, _ = _launch(backward_kernel(name, low.key)[2], frozenset({"F"}), args, n_out, dims)
-    cR0, cPi0, cF = over((cR0, cPi0, cF), "gradient's", "adjoint=jaxrot.RecursiveCheckpointAdjoint(checkpoints=N) with N "
-                         "at least the steps a body takes, or executor=jaxrot.XLA() (recomputes instead of storing)")
+    # scratch for the sweep: m_rec the memory at each recorded state; with checkpoints, a stretch's
+    # recomputed states and memories
+    scr = stride if stride > 1 else 1
+    dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,), "m_rec": (B, R_rec.shape[1] if memory else 1),
+            "R_scr": (B, scr), "Pi_scr": (B, scr), "m_scr": (B, scr if memory else 1)}
+    cR0, cPi0, cF = _launch(backward_kernel(name, low.key)[2], frozenset({"F"}), args, (n_out, stride), dims)[:3]
+    cR0, cPi0, cF = over((cR0, cPi0, cF), "gradient's", _MORE)
     if order is not None:
         inverse = jnp.argsort(order)
         cR0, cPi0 = cR0[inverse], cPi0[inverse]
@@ -207,9 +276,9 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
 @functools.lru_cache(maxsize=None)
 def tangent_kernel(dtype_name: str, key: str):
     """``(S, kernel)``: the forward sweep of tangents over each body's recorded steps (:func:`tangents`)."""
-    wp, S, V, M, (jvp, init_jvp, minit, mstep), _, MT, CARRIED = _pieces(dtype_name, key)
+    wp, S, V, M, (jvp, init_jvp, minit, mstep, fstep), _, MT, CARRIED, STRIDED = _pieces(dtype_name, key)
 
-    def tan(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, dR_out, dPi_out):
+    def tan(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, stride, dR_out, dPi_out):
         b = wp.tid()
         dR = dR0[b]
         dPi = dPi0[b]
@@ -220,6 +289,8 @@ def tangent_kernel(dtype_name: str, key: str):
             if n > 0:
                 m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
                 dm = init_jvp(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F, dR, dPi, dF)
+        R = R_rec[b, 0]
+        Pi = Pi_rec[b, 0]
         i = int(0)
         for k in range(n + 1):
             more = i < n_out
@@ -232,14 +303,24 @@ def tangent_kernel(dtype_name: str, key: str):
                 else:
                     more = False
             if k < n:
-                dR, dPi, dm = jvp(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F, dR, dPi, dm, dF)
-                if wp.static(CARRIED):
-                    m = mstep(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F)
+                if wp.static(STRIDED):  # the states stepped forward, from each checkpoint
+                    if k % stride == 0:
+                        R = R_rec[b, k // stride]
+                        Pi = Pi_rec[b, k // stride]
+                else:
+                    R = R_rec[b, k]
+                    Pi = Pi_rec[b, k]
+                dR, dPi, dm = jvp(R, Pi, m, t_rec[b, k], h_rec[b, k], F, dR, dPi, dm, dF)
+                if wp.static(STRIDED):
+                    R, Pi, m = fstep(R, Pi, m, t_rec[b, k], h_rec[b, k], F)
+                elif wp.static(CARRIED):
+                    m = mstep(R, Pi, m, t_rec[b, k], h_rec[b, k], F)
 
     A, A2 = wp.array, wp.array2d
     tan.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
                                n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), dR0=A(dtype=M), dPi0=A(dtype=V),
-                               F=A(dtype=S), dF=A(dtype=S), n_out=wp.int32, dR_out=A2(dtype=M), dPi_out=A2(dtype=V))
+                               F=A(dtype=S), dF=A(dtype=S), n_out=wp.int32, stride=wp.int32, dR_out=A2(dtype=M),
+                               dPi_out=A2(dtype=V))
     tan.__name__ = tan.__qualname__ = f"tangents_{key}_{dtype_name}"
     return S, wp.kernel(tan, module=derivative_module(dtype_name, key), enable_backward=False)
 
@@ -254,21 +335,28 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = Fa
     dtype = R_rec.dtype
     if order is not None:
         n_acc, dR0, dPi0 = n_acc[order], dR0[order], dPi0[order]
-    low = lower_vjp(pair, system, dtype, "jvp", memory)
+    stride = stride_of(record)
+    low = lower_vjp(pair, system, dtype, "jvp", memory, stride > 1)
     arrays, static = eqx.partition(system, eqx.is_array)
     F, dF = jax.jvp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], (arrays,), (d_system,))
     pad = jnp.zeros((1,), dtype)
     B, n_out = out_k.shape
-    n_acc, over = _unrecorded(n_acc, R_rec.shape[1])
+    n_acc, over = _unrecorded(n_acc, t_rec.shape[1])
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0.astype(dtype), dPi0.astype(dtype),
             jnp.concatenate([F, pad]), jnp.concatenate([dF, pad]))
     dims = {"dR_out": (B, n_out), "dPi_out": (B, n_out)}
-    dR, dPi = _launch(tangent_kernel(jnp.dtype(dtype).name, low.key)[1], frozenset({"F", "dF"}), args, n_out, dims)
-    dR, dPi = over((dR, dPi), "derivative's", "adjoint=jaxrot.ForwardMode() on executor=jaxrot.XLA(), or lower max_steps")
+    dR, dPi = _launch(tangent_kernel(jnp.dtype(dtype).name, low.key)[1], frozenset({"F", "dF"}), args,
+                      (n_out, stride), dims)
+    dR, dPi = over((dR, dPi), "derivative's", _MORE)
     if order is not None:
         inverse = jnp.argsort(order)
         dR, dPi = dR[inverse], dPi[inverse]
     return dR, dPi
+
+
+#: what a body whose steps outnumber its record can do
+_MORE = ("adjoint=jaxrot.RecursiveCheckpointAdjoint(checkpoints=N) to keep N states a body and recompute the steps "
+         "between them, a lower max_steps, or executor=jaxrot.XLA()")
 
 
 def _unrecorded(n_acc, capacity: int):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..geometry.state import State
-from .adaptive_backward import capacity_for
+from .adaptive_backward import record_layout
 from .generate_vjp import keeps_memory
 
 __all__ = ["in_kernels", "in_kernels_jvp", "fixed_in_kernels", "fixed_reason"]
@@ -114,7 +114,7 @@ def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref
 
     p = integrators_get(pair)
     dtype = states0.R.dtype
-    cap = capacity_for(states0.R.shape[0], max_steps, jnp.dtype(dtype).itemsize, stored_steps)
+    cap = record_layout(states0.R.shape[0], max_steps, jnp.dtype(dtype).itemsize, stored_steps)
 
     def plain(arrays, states0, dyn):
         return forward(eqx.combine(arrays, static), states0, **{**const, **dyn})

@@ -23,8 +23,10 @@ _OUTPUTS = ("R_out", "Pi_out", "acc_out", "rej_out", "err_out", "result_out", "t
 
 
 def _output_dims(B, n_out, capacity):
-    """The outputs' shapes; the record's (the last five) of one column where nothing is recorded."""
-    rec = {k: (B, max(capacity, 1)) for k in _OUTPUTS[9:13]}
+    """The outputs' shapes; the record's (the last five) of one column where nothing is recorded;
+    ``capacity`` the steps recorded, or ``(steps, states)`` where fewer states are kept (checkpoints)."""
+    steps, states = capacity if isinstance(capacity, tuple) else (capacity, capacity)
+    rec = {k: (B, max(n, 1)) for k, n in zip(_OUTPUTS[9:13], (states, states, steps, steps))}
     return {"R_out": (B, n_out), "Pi_out": (B, n_out), **{k: (B,) for k in _OUTPUTS[2:9]}, **rec,
             "out_k": (B, n_out if capacity else 1)}
 
@@ -66,7 +68,8 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
     """The kernel of the generated pair ``name`` (:data:`~jaxrot.kernels.adaptive_pairs.GENERATED_PAIRS`)
     whose parameters are ``method_params`` on a batch; an :class:`AdaptiveRun`. With ``capacity``:
     ``(run, record)``, the record of each body's first ``capacity`` accepted steps, ``(R, Pi, t,
-    h, out_k, order)`` (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies
+    h, out_k, order)`` (``capacity = (T, C)``: the times and lengths of ``T`` steps, the states of every
+    ``ceil(T / C)``-th) (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies
     were launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order)."""
     dtype = states0.R.dtype
     B, n_out = states0.R.shape[0], ts.shape[0]

@@ -19,6 +19,7 @@ one body's shapes and written out as Warp functions by the same restatement as t
     jvp(R, Pi, m, t, h, F, dR, dPi, dm, dF) -> (dR, dPi, dm)      dF the tangent of F
     init_jvp(R, Pi, t, F, dR, dPi, dF) -> dm
     minit(R, Pi, t, F) -> m;  mstep(R, Pi, m, t, h, F) -> m'      the memory along the recorded steps
+    fstep(R, Pi, m, t, h, F) -> (R', Pi', m')                    the step itself, where states are recomputed
 
 so the derivative passes, like the forward one, are generated from the pair's single definition. Each
 source is compared once with JAX on a few random states (to 10^3 roundings of the largest term) before
@@ -36,7 +37,8 @@ import numpy as np
 from .jaxpr_inputs import as_float, elements, named, source_key, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, restate
 
-__all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "KINDS",
+__all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "recomputes",
+           "KINDS",
            "keeps_memory"]
 
 #: the derivatives generated: reverse mode (``vjp``) and forward mode (``jvp``)
@@ -141,8 +143,9 @@ def keeps_memory(pair, system, dtype) -> bool:
         jax.eval_shape(lambda s: pair.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))
 
 
-def _functions(minit, step, kind: str):
-    """name -> (JAX function, its argument names and types, its outputs' types) of ``kind``'s source."""
+def _functions(minit, step, kind: str, recompute: bool = False):
+    """name -> (JAX function, its argument names and types, its outputs' types) of ``kind``'s source
+    (``recompute``: with the step itself, for passes that recompute the states between checkpoints)."""
     import jax
 
     def vjp(R, Pi, m, t, h, F, cR, cPi, cm):
@@ -167,6 +170,8 @@ def _functions(minit, step, kind: str):
 
     state_args = "R M Pi V m MT t S h S F P"
     fns = {"minit": (minit1, "R M Pi V t S F P", ("MT",)), "mstep": (mstep, state_args, ("MT",))}
+    if recompute:
+        fns["fstep"] = (step, state_args, ("M", "V", "MT"))
     if kind == "vjp":
         fns["vjp"] = (vjp, state_args + " cR M cPi V cm MT", ("M", "V", "MT", "F_T"))
         fns["init_vjp"] = (init_vjp, "R M Pi V t S F P cm MT", ("M", "V", "F_T"))
@@ -176,7 +181,7 @@ def _functions(minit, step, kind: str):
     return fns
 
 
-def _generate(pair, system, dtype, kind: str, carried: bool):
+def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
     import jax
     import jax.numpy as jnp
 
@@ -190,7 +195,7 @@ def _generate(pair, system, dtype, kind: str, carried: bool):
     shapes = {"M": (3, 3), "V": (3,), "S": (), "P": (n,), "MT": (n_mem,)}
     g = Source(dt == jnp.float64)
     parts = []
-    for name, (fn, sig, outs_t) in _functions(minit, step, kind).items():
+    for name, (fn, sig, outs_t) in _functions(minit, step, kind, recompute).items():
         args = sig.split()[::2], sig.split()[1::2]
         closed = jax.make_jaxpr(fn)(*(sds(shapes[ty], dt) for ty in args[1]))
         consts = []
@@ -219,22 +224,24 @@ def _generate(pair, system, dtype, kind: str, carried: bool):
         parts.append(f"def {name}({head}):\n" + "".join(x + "\n" for x in g.lines) + f"    return {', '.join(rets)}\n")
     src = "\n\n".join(parts)
     key = source_key(src, g.lits)
-    _SOURCES[key] = (src, tuple(g.lits), max(n, 1), n_mem, kind, bool(carried))
+    _SOURCES[key] = (src, tuple(g.lits), max(n, 1), n_mem, kind, bool(carried), bool(recompute))
     return LoweredVJP(key, n, kind, n_mem)
 
 
-def lower_vjp(pair, system, dtype, kind: str = "vjp", carried: bool = False) -> LoweredVJP:
+def lower_vjp(pair, system, dtype, kind: str = "vjp", carried: bool = False, recompute: bool = False) -> LoweredVJP:
     """Restate the derivative ``kind`` (``"vjp"`` or ``"jvp"``) of ``pair``'s accepted step for ``system``
-    at ``dtype``, its memory ``carried`` from step to step or fresh at each (checked against JAX once,
-    Warp installed); raises :class:`Unsupported` saying why it cannot be."""
-    ck = structure_key((pair, system), np.dtype(dtype).name, kind, bool(carried))
+    at ``dtype``, its memory ``carried`` from step to step or fresh at each, with the step itself where
+    the pass ``recompute``s the states between checkpoints (checked against JAX once, Warp installed);
+    raises :class:`Unsupported` saying why it cannot be."""
+    ck = structure_key((pair, system), np.dtype(dtype).name, kind, bool(carried), bool(recompute))
     hit = _LOWERED.get(ck) if ck is not None else None
     if hit is None:
         try:
-            hit = _generate(pair, system, dtype, kind, carried)
+            hit = _generate(pair, system, dtype, kind, carried, recompute)
             from .generate_checks import verdict
 
-            verdict(_CHECKED, (hit.key, np.dtype(dtype).name), lambda: _compare(pair, system, dtype, hit, carried),
+            verdict(_CHECKED, (hit.key, np.dtype(dtype).name),
+                    lambda: _compare(pair, system, dtype, hit, carried, recompute),
                     "the generated step derivative")
         except Unsupported as err:
             hit = err
@@ -267,16 +274,21 @@ def carried(key: str) -> bool:
     return _SOURCES[key][5]
 
 
+def recomputes(key: str) -> bool:
+    """Whether the generated functions of ``key`` include the step itself (``fstep``)."""
+    return _SOURCES[key][6]
+
+
 @functools.lru_cache(maxsize=None)
 def vjp_funcs(S, key: str):
     """``(functions by name, F_T, MT)``: the generated Warp functions of ``key`` for scalar type ``S``,
     the vector types of the parameters' cotangent and of the memory."""
     from ._common import warp
 
-    src, lits, n, n_mem, kind, _ = _SOURCES[key]
+    src, lits, n, n_mem, kind, _, recompute = _SOURCES[key]
     wp = warp()
     F_T, MT = wp.types.vector(n, S), wp.types.vector(n_mem, S)
-    names = ["minit", "mstep", kind, f"init_{kind}"]
+    names = ["minit", "mstep", kind, f"init_{kind}"] + (["fstep"] if recompute else [])
     return warp_functions(S, src, lits, f"{kind}-{key}", names, F_T=F_T, MT=MT), F_T, MT
 
 
@@ -288,14 +300,20 @@ def _check_kernel(S, key: str):
     wp = warp()
     c = so3_funcs(S)
     fns, F_T, MT = vjp_funcs(S, key)
-    kind = _SOURCES[key][4]
+    kind, RECOMPUTE = _SOURCES[key][4], _SOURCES[key][6]
     VJP = kind == "vjp"
     main, init_d, minit, mstep = fns[kind], fns[f"init_{kind}"], fns["minit"], fns["mstep"]
+    fstep = fns.get("fstep", mstep)
 
-    def one(R, Pi, m, u, w, um, t, h, F, X, oR, oPi, oM, oF, oM0, oM1, oIR, oIPi, oIF, oIM):
+    def one(R, Pi, m, u, w, um, t, h, F, X, oR, oPi, oM, oF, oM0, oM1, oIR, oIPi, oIF, oIM, oSR, oSPi, oSM):
         b = wp.tid()
         oM0[b] = minit(R[b], Pi[b], t, F)
         oM1[b] = mstep(R[b], Pi[b], m[b], t, h, F)
+        if wp.static(RECOMPUTE):
+            sR, sPi, sM = fstep(R[b], Pi[b], m[b], t, h, F)
+            oSR[b] = sR
+            oSPi[b] = sPi
+            oSM[b] = sM
         if wp.static(VJP):
             a, p, q, f = main(R[b], Pi[b], m[b], t, h, F, u[b], w[b], um[b])
             oF[b] = f
@@ -315,7 +333,8 @@ def _check_kernel(S, key: str):
     one.__annotations__ = dict(R=A(dtype=c.M), Pi=A(dtype=c.V), m=A(dtype=MT), u=A(dtype=c.M), w=A(dtype=c.V),
                                um=A(dtype=MT), t=S, h=S, F=A(dtype=S), X=A(dtype=S), oR=A(dtype=c.M),
                                oPi=A(dtype=c.V), oM=A(dtype=MT), oF=A(dtype=F_T), oM0=A(dtype=MT), oM1=A(dtype=MT),
-                               oIR=A(dtype=c.M), oIPi=A(dtype=c.V), oIF=A(dtype=F_T), oIM=A(dtype=MT))
+                               oIR=A(dtype=c.M), oIPi=A(dtype=c.V), oIF=A(dtype=F_T), oIM=A(dtype=MT),
+                               oSR=A(dtype=c.M), oSPi=A(dtype=c.V), oSM=A(dtype=MT))
     one.__name__ = one.__qualname__ = f"{kind}_check_{key}_{S.__name__}"
     # in the module of the kernels that use these functions, which are defined first: one compilation
     from .adaptive_backward import define_kernels, derivative_module
@@ -326,7 +345,7 @@ def _check_kernel(S, key: str):
     return check
 
 
-def _compare(pair, system, dtype, low: LoweredVJP, carried: bool):
+def _compare(pair, system, dtype, low: LoweredVJP, carried: bool, recompute: bool = False):
     import jax
     import jax.numpy as jnp
 
@@ -348,15 +367,17 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool):
         X = rng.normal(size=F.shape).astype(dtype)
         t, hh = jnp.asarray(0.25, dtype), jnp.asarray(h, dtype)
         m = np.asarray(jax.vmap(lambda R, Pi: minit(R, Pi, t, F))(jnp.asarray(R), jnp.asarray(Pi)))
-        fns = {k: f for k, (f, _, _) in _functions(minit, step, low.kind).items()}
+        fns = {k: f for k, (f, _, _) in _functions(minit, step, low.kind, recompute).items()}
 
         def ref(R, Pi, m, u, w, um):
             M0, = fns["minit"](R, Pi, t, F)
             M1, = fns["mstep"](R, Pi, m, t, hh, F)
+            stepped = tuple(fns["fstep"](R, Pi, m, t, hh, F)) if recompute else ()
             if low.kind == "vjp":
-                return (*fns["vjp"](R, Pi, m, t, hh, F, u, w, um), M0, M1, *fns["init_vjp"](R, Pi, t, F, um))
+                return (*fns["vjp"](R, Pi, m, t, hh, F, u, w, um), M0, M1, *fns["init_vjp"](R, Pi, t, F, um),
+                        *stepped)
             return (*fns["jvp"](R, Pi, m, t, hh, F, u, w, um, jnp.asarray(X)), M0, M1,
-                    *fns["init_jvp"](R, Pi, t, F, u, w, jnp.asarray(X)))
+                    *fns["init_jvp"](R, Pi, t, F, u, w, jnp.asarray(X)), *stepped)
 
         want = [np.asarray(x) for x in jax.vmap(ref)(*(jnp.asarray(x) for x in (R, Pi, m, u, w, um)))]
         F = np.asarray(F)
@@ -364,7 +385,7 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool):
     _, F_T, MT = vjp_funcs(S, low.key)
     kernel = _check_kernel(S, low.key)
     dev = "cpu"
-    types = (c.M, c.V, MT, F_T, MT, MT, c.M, c.V, F_T, MT)
+    types = (c.M, c.V, MT, F_T, MT, MT, c.M, c.V, F_T, MT, c.M, c.V, MT)
     outs = [wp.zeros(n, dtype=ty, device=dev) for ty in types]
     pad = np.zeros(1, dtype)
     ins = [wp.array(x, dtype=ty, device=dev) for x, ty in ((R, c.M), (Pi, c.V), (m, MT), (u, c.M), (w, c.V), (um, MT))]
@@ -372,6 +393,7 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool):
             wp.array(np.concatenate([X, pad]), dtype=S, device=dev)]
     wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
     got = [o.numpy() for o in outs]
+    stepped = got[10:] if recompute else []
     if low.kind == "vjp":
         names = ("R", "Pi", "m", "F", "m0", "m1", "init R", "init Pi", "init F")
         got = got[:9]
@@ -379,4 +401,6 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool):
     else:
         names = ("R", "Pi", "m", "m0", "m1", "init m")
         got = [got[0], got[1], got[2], got[4], got[5], got[9]]
+    if recompute:
+        names, got = names + ("step R", "step Pi", "step m"), got + stepped
     return disagreement(f"step derivative ({low.kind})", names, got, want, {}, n)

@@ -48,7 +48,8 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
     run from ``(R, Pi)`` at ``t0`` with (first) step ``h``, writing its ``n_out`` outputs to row ``b`` of
     ``R_out``, ``Pi_out``, its event's time and state (NaN: none; error control writes them without an
     event too) to ``tev_out``, ``Rev_out``, ``Piev_out`` and, with ``record``, each accepted step's
-    start and length to ``R_rec``, ``Pi_rec``, ``t_rec``, ``h_rec`` (see
+    start and length to ``R_rec``, ``Pi_rec``, ``t_rec``, ``h_rec`` (the states of every ``s``-th step
+    only where ``R_rec`` has fewer columns than ``t_rec``: ``s = ceil(T / C)``, column ``k // s``; see
     :func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) and the accepted steps before each output to
     ``out_k``; ``failed``: the first step with a ``reason`` (-1: none), ``err`` the last accepted step's
     error estimate."""
@@ -110,6 +111,9 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
         gprev = S(0.0)
         h_cross = S(0.0)
         hit_cross = bool(False)
+        stride = int(1)
+        if wp.static(RECORD):  # every step's time and length, the state at every stride-th (fewer columns)
+            stride = (t_rec.shape[1] + R_rec.shape[1] - 1) // R_rec.shape[1]
         if wp.static(EVENT):
             gprev = g(t, R, Pi, Q)
         if wp.static(not CONSTANT):
@@ -172,11 +176,12 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                             gprev = gb
                     acc = acc + 1
                     if wp.static(RECORD):  # (a terminal event's crossing step too: SaveAt(steps=...), dense)
-                        if acc <= R_rec.shape[1]:
-                            R_rec[b, acc - 1] = R
-                            Pi_rec[b, acc - 1] = Pi
+                        if acc <= t_rec.shape[1]:
                             t_rec[b, acc - 1] = t
                             h_rec[b, acc - 1] = step
+                            if (acc - 1) % stride == 0:  # the state of every stride-th step (a checkpoint)
+                                R_rec[b, (acc - 1) // stride] = R
+                                Pi_rec[b, (acc - 1) // stride] = Pi
                     if wp.static(DEFER) and cross:
                         # the body stops here: t, R, Pi (and the memory) stay at the crossing step's start
                         found = True
