@@ -292,3 +292,12 @@ def test_where_the_kernels_cannot_differentiate_the_xla_loop_does(monkeypatch, m
              for ex in (jaxrot.Fused(), jaxrot.XLA()))
     assert asked and not calls
     assert _rel(g, gx) <= 1e-9
+
+
+def test_a_failed_run_under_grad_raises_its_failure():
+    """A fused run that uses up max_steps under jax.grad raises the run's own error, as the plain call
+    does (its flags may come back concrete and its result codes traced)."""
+    S = _batch(3, seed=3)
+    loss = _loss("rkmk8(5)", jnp.asarray([1.0]), jaxrot.Fused(), max_steps=50)
+    with pytest.raises(jaxrot.SimulationError, match="used up max_steps"):
+        jax.block_until_ready(jax.grad(loss)(P.body.J, S.R, S.Pi))

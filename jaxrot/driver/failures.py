@@ -225,7 +225,8 @@ def raise_failures(failed, result, where: str = "", dtype=None) -> None:
     flags, from a host callback when the run is traced (under jit/grad/vmap; same message).
     ``dtype``: the run's floating-point type, for the advice (None: not known)."""
     codes = None if result is None else codes_of(result)
-    if not isinstance(failed, jax.core.Tracer):
+    # (under jax.grad a fused run's flags may come back concrete and its codes traced: both must be known)
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((failed, codes))):
         if _on_accelerator(failed) and largest_flag(failed) < 0:
             return  # a large batch on a GPU: one number over the link instead of every body's flag
         # every process sees every body's flag (a collective under jax.distributed); the codes are
