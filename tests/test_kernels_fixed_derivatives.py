@@ -31,13 +31,18 @@ def calls(monkeypatch):
     return seen
 
 
-def _loss(method, n=N):
+def _driven(t, R, Pi, args):
+    """A world torque that changes with time: the steps' times count in the derivative."""
+    return args * jnp.stack([jnp.sin(7.0 * t), jnp.cos(5.0 * t), jnp.sin(3.0 * t) * R[0, 2]])
+
+
+def _loss(method, n=N, torque=None):
     p = jaxrot.problems.get("fast_top")  # (a gravity torque: its parameters and J are differentiated)
     R0 = jnp.broadcast_to(p.state0.R, (B, 3, 3))
     Pi0 = p.state0.Pi * jnp.linspace(0.5, 2.0, B)[:, None]
 
     def loss(J, Pi, dt, executor):
-        prob = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, 1.0)
+        prob = jaxrot.Problem(jaxrot.RigidBody(J), torque or p.torque, p.state0, 1.0)
         tr = jaxrot.simulate(method, prob, dt, n, state0=jaxrot.State(R0, Pi), saveat=jaxrot.SaveAt(steps=EVERY),
                              executor=executor)
         return jnp.sum(tr.states.R[..., 2, :] * jnp.array([1.0, 2.0, 3.0])) + 1e-3 * jnp.sum(tr.states.Pi ** 2)
@@ -92,3 +97,29 @@ def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
     monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 1)  # every step's start no longer fits: XLA's loop
     jax.grad(loss)(J, Pi, dt, None)
     assert calls["vjp"] == 1
+
+
+@pytest.mark.parametrize("method, driven", [("rk4", False), ("buss2p", False), ("rk4", True)])
+def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven, calls, monkeypatch):
+    """A record budget that holds the frames and one stretch of steps between two of them but not every
+    step's start: the derivative passes step each stretch again from its frame (buss2p: its memory
+    too; a torque that changes with time: each step at its own time), in both modes, equal to the XLA
+    executor's."""
+    strides = []
+    for name in ("backward", "tangents"):
+        counted = getattr(adaptive_backward, name)
+        monkeypatch.setattr(adaptive_backward, name, lambda *a, counted=counted: strides.append(
+            adaptive_backward.stride_of(a[2])) or counted(*a))
+    # (a step count of its own: programs traced by the other tests are kept with their records)
+    n = (4 if driven else 3) * N
+    monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 26 * n * B * 8 - 1)
+    loss, (J, Pi, dt) = _loss(method, n, jaxrot.Torque(_driven, args=jnp.asarray(0.5)) if driven else None)
+    got = jax.grad(loss, argnums=(0, 1))(J, Pi, dt, jaxrot.Fused())
+    want = jax.grad(loss, argnums=(0, 1))(J, Pi, dt, jaxrot.XLA())
+    for a, b in zip(got, want):
+        assert _rel(a, b) < 1e-10, (_rel(a, b), a, b)
+    dJ = jnp.array([1.0, -0.5, 0.25])
+    got = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (dJ,))[1]
+    want = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.XLA()), (J,), (dJ,))[1]
+    assert abs(got - want) <= 1e-10 * abs(want)
+    assert strides == [EVERY, EVERY] and calls == {"vjp": 1, "jvp": 1}

@@ -329,7 +329,8 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
         reverse mode only) or ``"jvp"`` (forward mode): that derivative runs in the kernels instead,
         through the method's step derivative generated from its JAX code
         (:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`; the run keeps every step's start
-        for it, where the batch's record fits in ``adaptive_backward.RECORD_BYTES``); the step's and
+        for it where the batch's record fits in ``adaptive_backward.RECORD_BYTES``, else its frames
+        are the checkpoints from which the derivative passes step the states again); the step's and
         the start's own derivatives, and those of a step that cannot be restated, the reference's.
 
     Returns:
@@ -360,7 +361,7 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
 
     from .adaptive_derivatives import fixed_in_kernels, fixed_reason
 
-    if fixed_reason(method, system, dtype, states0.R.shape[0], n_frames * save_every, derivative, event) is None:
+    if fixed_reason(method, system, dtype, states0.R.shape[0], n_frames, save_every, derivative, event) is None:
         sys_static = eqx.partition(system, eqx.is_array)[1]
 
         def sys_ref(a, s, dt, t0):

@@ -31,7 +31,10 @@ step itself (generated from the same JAX code) before it walks them back::
     work    one more step per accepted step, the step's derivative as before
 
 and forward mode steps the states forward beside the tangents. The recomputed states are the
-generated step's, which may differ from the forward kernel's attempt in the last bits.
+generated step's, which may differ from the forward kernel's attempt in the last bits. A constant-step
+run's record (:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`) holds one column of times
+and lengths, ``t0`` and ``h`` (step ``k`` at ``t0 + k h``, as the loop takes it), the steps it covers
+as its seventh entry, and either every step's state or its frames as the checkpoints.
 
 Reference: Griewank & Walther, *Evaluating Derivatives* (2008), ch. 12 (reverse sweeps over a stored
 tape); diffrax's ``RecursiveCheckpointAdjoint`` (the derivative of the steps taken).
@@ -81,10 +84,15 @@ def record_layout(bodies: int, max_steps: int, itemsize: int, checkpoints: int |
     return T, -(-T // stride)
 
 
+def steps_of(record) -> int:
+    """How many steps a record covers: its times' columns, or for constant steps (one column of ``t0``
+    and one of ``h``, the steps given as the record's seventh entry) the steps taken."""
+    return record[6] if len(record) > 6 else record[2].shape[1]
+
+
 def stride_of(record) -> int:
     """Every how many steps a record keeps a state (1: every step's)."""
-    T, C = record[2].shape[1], record[0].shape[1]
-    return -(-T // C)
+    return -(-steps_of(record) // record[0].shape[1])
 
 
 def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str = "vjp") -> str | None:
@@ -127,9 +135,30 @@ def _pieces(dtype_name: str, key: str):
 
 
 @functools.lru_cache(maxsize=None)
+def _when(S):
+    """``when(t_rec, h_rec, b, k) -> (t, h)``: step ``k``'s start and length, read from the record, or
+    with one column of each (constant steps) ``t0 + k h`` (as the constant-step loop takes it) and ``h``."""
+    wp = warp()
+
+    def when(t_rec, h_rec, b, k):
+        t = t_rec[b, 0] + S(k) * h_rec[b, 0]
+        h = h_rec[b, 0]
+        if h_rec.shape[1] > 1:
+            t = t_rec[b, k]
+            h = h_rec[b, k]
+        return t, h
+
+    # (annotations set here: this module's are strings, which Warp would look up among its globals)
+    when.__annotations__ = dict(t_rec=wp.array2d(dtype=S), h_rec=wp.array2d(dtype=S), b=int, k=int)
+    when.__name__ = when.__qualname__ = f"when_{S.__name__}"
+    return wp.func(when)
+
+
+@functools.lru_cache(maxsize=None)
 def backward_kernel(dtype_name: str, key: str):
     """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
     wp, S, V, M, (vjp, init_vjp, minit, mstep, fstep), F_T, MT, CARRIED, STRIDED = _pieces(dtype_name, key)
+    when = _when(S)
 
     def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, stride, cR0, cPi0, cF, m_rec,
              R_scr, Pi_scr, m_scr):
@@ -150,10 +179,12 @@ def backward_kernel(dtype_name: str, key: str):
                             m_rec[b, k // stride] = m
                             Rq = R_rec[b, k // stride]
                             Piq = Pi_rec[b, k // stride]
-                        Rq, Piq, m = fstep(Rq, Piq, m, t_rec[b, k], h_rec[b, k], F)
+                        tk, hk = when(t_rec, h_rec, b, k)
+                        Rq, Piq, m = fstep(Rq, Piq, m, tk, hk, F)
                     else:
                         m_rec[b, k] = m
-                        m = mstep(R_rec[b, k], Pi_rec[b, k], m, t_rec[b, k], h_rec[b, k], F)
+                        tk, hk = when(t_rec, h_rec, b, k)
+                        m = mstep(R_rec[b, k], Pi_rec[b, k], m, tk, hk, F)
         seg = int(-1)
         i = n_out - 1
         k = n
@@ -185,7 +216,8 @@ def backward_kernel(dtype_name: str, key: str):
                             if wp.static(CARRIED):
                                 m_scr[b, q - base] = mq
                             if q < j:
-                                Rq, Piq, mq = fstep(Rq, Piq, mq, t_rec[b, q], h_rec[b, q], F)
+                                tq, hq = when(t_rec, h_rec, b, q)
+                                Rq, Piq, mq = fstep(Rq, Piq, mq, tq, hq, F)
                     Rj = R_scr[b, j - seg * stride]
                     Pij = Pi_scr[b, j - seg * stride]
                     if wp.static(CARRIED):
@@ -195,7 +227,8 @@ def backward_kernel(dtype_name: str, key: str):
                     Pij = Pi_rec[b, j]
                     if wp.static(CARRIED):
                         mj = m_rec[b, j]
-                cR, cPi, cm, f = vjp(Rj, Pij, mj, t_rec[b, j], h_rec[b, j], F, cR, cPi, cm)
+                tj, hj = when(t_rec, h_rec, b, j)
+                cR, cPi, cm, f = vjp(Rj, Pij, mj, tj, hj, F, cR, cPi, cm)
                 acc = acc + f
             k = k - 1
         if wp.static(CARRIED):  # the first memory's dependence on the initial state and the system
@@ -246,7 +279,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     whose steps were not all recorded fails with a message."""
     import equinox as eqx
 
-    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record
+    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record[:6]
     if order is not None:  # the record's rows are the bodies in the order they were launched
         n_acc, cR_out, cPi_out = n_acc[order], cR_out[order], cPi_out[order]
     dtype = R_rec.dtype
@@ -257,7 +290,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     F, pull_F = jax.vjp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], arrays)
     F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
     B, n_out = cR_out.shape[:2]
-    n_acc, over = _unrecorded(n_acc, t_rec.shape[1])
+    n_acc, over = _unrecorded(n_acc, steps_of(record))
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
     # scratch for the sweep: m_rec the memory at each recorded state; with checkpoints, a stretch's
     # recomputed states and memories
@@ -277,6 +310,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
 def tangent_kernel(dtype_name: str, key: str):
     """``(S, kernel)``: the forward sweep of tangents over each body's recorded steps (:func:`tangents`)."""
     wp, S, V, M, (jvp, init_jvp, minit, mstep, fstep), _, MT, CARRIED, STRIDED = _pieces(dtype_name, key)
+    when = _when(S)
 
     def tan(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, stride, dR_out, dPi_out):
         b = wp.tid()
@@ -310,11 +344,12 @@ def tangent_kernel(dtype_name: str, key: str):
                 else:
                     R = R_rec[b, k]
                     Pi = Pi_rec[b, k]
-                dR, dPi, dm = jvp(R, Pi, m, t_rec[b, k], h_rec[b, k], F, dR, dPi, dm, dF)
+                tk, hk = when(t_rec, h_rec, b, k)
+                dR, dPi, dm = jvp(R, Pi, m, tk, hk, F, dR, dPi, dm, dF)
                 if wp.static(STRIDED):
-                    R, Pi, m = fstep(R, Pi, m, t_rec[b, k], h_rec[b, k], F)
+                    R, Pi, m = fstep(R, Pi, m, tk, hk, F)
                 elif wp.static(CARRIED):
-                    m = mstep(R, Pi, m, t_rec[b, k], h_rec[b, k], F)
+                    m = mstep(R, Pi, m, tk, hk, F)
 
     A, A2 = wp.array, wp.array2d
     tan.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
@@ -331,7 +366,7 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = Fa
     ``eqx.partition(system, eqx.is_array)[0]``), given the forward kernel's ``record``."""
     import equinox as eqx
 
-    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record
+    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record[:6]
     dtype = R_rec.dtype
     if order is not None:
         n_acc, dR0, dPi0 = n_acc[order], dR0[order], dPi0[order]
@@ -341,7 +376,7 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = Fa
     F, dF = jax.jvp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], (arrays,), (d_system,))
     pad = jnp.zeros((1,), dtype)
     B, n_out = out_k.shape
-    n_acc, over = _unrecorded(n_acc, t_rec.shape[1])
+    n_acc, over = _unrecorded(n_acc, steps_of(record))
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0.astype(dtype), dPi0.astype(dtype),
             jnp.concatenate([F, pad]), jnp.concatenate([dF, pad]))
     dims = {"dR_out": (B, n_out), "dPi_out": (B, n_out)}

@@ -143,30 +143,39 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     the kernels through the method's step derivative generated from its JAX code (:func:`_rule`, the
     walk over a record that an error-controlled run's derivatives take too).
 
-    The run keeps every step's start for it (the kernel run with ``save_every=1``; ``13 * n_steps``
-    numbers a body), its frames are every ``save_every``-th state of that run. ``forward(method, system,
-    states0, dt, t0, n_frames, save_every)`` is the kernel's run; ``ref(arrays, states0, dt, t0)`` the
-    reference loop's (of the system's arrays), whose derivatives are taken for ``dt`` and ``t0`` where they are differentiated
-    and for the whole run where the step's derivative cannot be generated. Returns
-    ``(R_frames, Pi_frames, failed_step, result)`` as :func:`jaxrot.kernels.fused_frames`."""
+    Where the batch's record fits (:func:`fixed_reason`), the run keeps every step's start for it (the
+    kernel run with ``save_every=1``; ``13 * n_steps`` numbers a body) and its frames are every
+    ``save_every``-th state of that run; else the frames are the checkpoints (the plain run, each
+    frame the start of the next ``save_every`` steps), and the derivative passes step the states
+    between them again (:mod:`jaxrot.kernels.adaptive_backward`). The times are ``t0 + j dt``, as the
+    kernel takes them. ``forward(method, system, states0, dt, t0, n_frames, save_every)`` is the
+    kernel's run; ``ref(arrays, states0, dt, t0)`` the reference loop's (of the system's arrays), whose
+    derivatives are taken for ``dt`` and ``t0`` where they are differentiated and for the whole run
+    where the step's derivative cannot be generated. Returns ``(R_frames, Pi_frames, failed_step,
+    result)`` as :func:`jaxrot.kernels.fused_frames`."""
+    from .adaptive_backward import steps_in_budget
     from .generate_vjp import vjp_reason
 
     B, dtype, N = states0.R.shape[0], states0.R.dtype, n_frames * save_every
     arrays, static = eqx.partition(system, eqx.is_array)
+    whole = N <= steps_in_budget(B, jnp.dtype(dtype).itemsize, 26)
 
     def plain(arrays, states0, dyn):
         return forward(method, eqx.combine(arrays, static), states0, dyn["dt"], dyn["t0"], n_frames, save_every)
 
     def recorded(arrays, states0, dyn):
-        """The frames, and the record of every step's start (the adaptive kernel's record's layout)."""
+        """The frames, and the record of the steps' starts (every step's, or each frame's)."""
         dt, t0 = dyn["dt"], dyn["t0"]
-        R, Pi, failed, result = forward(method, eqx.combine(arrays, static), states0, dt, t0, N, 1)
-        out = (R[:, save_every - 1::save_every], Pi[:, save_every - 1::save_every], failed, result)
+        if whole:
+            R, Pi, failed, result = forward(method, eqx.combine(arrays, static), states0, dt, t0, N, 1)
+            out = (R[:, save_every - 1::save_every], Pi[:, save_every - 1::save_every], failed, result)
+        else:
+            out = R, Pi, failed, result = plain(arrays, states0, dyn)
         starts = State(jnp.concatenate([states0.R[:, None].astype(dtype), R[:, :-1]], axis=1),
                        jnp.concatenate([states0.Pi[:, None].astype(dtype), Pi[:, :-1]], axis=1))
-        t_rec = jnp.broadcast_to(t0 + jnp.arange(N).astype(dtype) * dt, (B, N))  # (as the kernel: t0 + j dt)
         out_k = jnp.broadcast_to((jnp.arange(n_frames, dtype=jnp.int32) + 1) * save_every, (B, n_frames))
-        record = (starts.R, starts.Pi, t_rec, jnp.broadcast_to(dt, (B, N)).astype(dtype), out_k, None)
+        one = jnp.ones((B, 1), dtype)
+        record = (starts.R, starts.Pi, one * t0.astype(dtype), one * dt.astype(dtype), out_k, None, N)
         return out, record, jnp.full((B,), N, jnp.int32)
 
     def check(arrays):
@@ -179,19 +188,25 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     return rule(arrays, states0, {"dt": dt, "t0": t0})
 
 
-def fixed_reason(method, system, dtype, bodies: int, n_steps: int, kind: str | None, event=None) -> str | None:
+def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: int, kind: str | None,
+                 event=None) -> str | None:
     """Why the derivative ``kind`` (``"vjp"``, ``"jvp"``; None: none is taken) of a fused constant-step run
-    is not taken in the kernels (:func:`fixed_in_kernels`; it is then the reference loop's), or None."""
-    from .adaptive_backward import steps_in_budget
+    of ``n_frames`` frames every ``save_every`` steps is not taken in the kernels
+    (:func:`fixed_in_kernels`; it is then the reference loop's), or None."""
+    from .adaptive_backward import RECORD_BYTES, steps_in_budget
     from .generate_vjp import vjp_reason
 
     if kind is None:
         return "the run is not differentiated in one mode alone"
     if event is not None:
         return "the kernels' derivative passes do not differentiate an event's location"
-    # (each step's start, and its end as the run's frame: 26 numbers a step)
-    if n_steps > steps_in_budget(bodies, jnp.dtype(dtype).itemsize, 26):
-        return "every step's start does not fit in the record's budget (adaptive_backward.RECORD_BYTES)"
+    size = jnp.dtype(dtype).itemsize
+    # every step's start and its end as the run's frame (26 numbers a step), or the frames as checkpoints
+    # (each kept twice, 24 numbers) and the states of one stretch between them recomputed (13)
+    if (n_frames * save_every > steps_in_budget(bodies, size, 26)
+            and 24 * n_frames + 13 * save_every > RECORD_BYTES // max(1, bodies * size)):
+        return ("neither every step's start nor the frames with the steps between two of them fit in the "
+                "record's budget (adaptive_backward.RECORD_BYTES)")
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
         return "the method's own arrays are being differentiated"
     return vjp_reason(method, system, dtype, kind, keeps_memory(method, system, dtype))

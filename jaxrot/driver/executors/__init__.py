@@ -114,8 +114,8 @@ def _kernels_differentiate(spec: RunSpec) -> bool:
     from ...kernels.adaptive_derivatives import fixed_reason
 
     bodies = spec.state0.R.shape[0] if spec.batched else 1
-    return fixed_reason(spec.method, spec.system, spec.state0.R.dtype, bodies, spec.n_steps, kernel_derivative(spec),
-                        spec.event) is None
+    return fixed_reason(spec.method, spec.system, spec.state0.R.dtype, bodies, spec.n_frames, spec.save_every,
+                        kernel_derivative(spec), spec.event) is None
 
 
 def _fused_adaptive_wins(spec: AttemptSpec) -> bool:
