@@ -112,6 +112,8 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
         h_cross = S(0.0)
         hit_cross = bool(False)
         stride = int(1)
+        kept = int(0)
+        next_kept = int(0)
         if wp.static(RECORD):  # every step's time and length, the state at every stride-th (fewer columns)
             stride = (t_rec.shape[1] + R_rec.shape[1] - 1) // R_rec.shape[1]
         if wp.static(EVENT):
@@ -179,9 +181,11 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                         if acc <= t_rec.shape[1]:
                             t_rec[b, acc - 1] = t
                             h_rec[b, acc - 1] = step
-                            if (acc - 1) % stride == 0:  # the state of every stride-th step (a checkpoint)
-                                R_rec[b, (acc - 1) // stride] = R
-                                Pi_rec[b, (acc - 1) // stride] = Pi
+                            if acc - 1 == next_kept:  # the state of every stride-th step (a checkpoint)
+                                R_rec[b, kept] = R
+                                Pi_rec[b, kept] = Pi
+                                kept = kept + 1
+                                next_kept = next_kept + stride
                     if wp.static(DEFER) and cross:
                         # the body stops here: t, R, Pi (and the memory) stay at the crossing step's start
                         found = True
