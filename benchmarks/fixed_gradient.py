@@ -3,7 +3,7 @@
 on a batch of heavy tops (``fast_top`` with initial momenta scaled 0.5-2).
 
     python benchmarks/fixed_gradient.py --out DIR [--methods rk4,buss2p,rkmk4,buss4] [--bodies 1000]
-        [--steps 1000] [--reps 5] [--no-xla]
+        [--steps 1000] [--reps 5] [--no-xla] [--record-bytes N]
 
 Per method, contenders timed in turn in one process (medians of ``reps`` calls after one untimed call),
 all inside ``jax.jit``, the loss ``sum(R[..., 2, :] . (1, 2, 3)) + 1e-3 |Pi|^2`` over ten saved frames:
@@ -14,8 +14,11 @@ all inside ``jax.jit``, the loss ``sum(R[..., 2, :] . (1, 2, 3)) + 1e-3 |Pi|^2``
 - ``jvp in one direction of J, kernels``;
 - ``value_and_grad, XLA executor`` (``--no-xla`` skips it).
 
-The two gradients are compared (largest difference over the largest entry). Writes
-``fixed_gradient.json`` and ``.md`` to DIR.
+The two gradients are compared (largest difference over the largest entry). ``--record-bytes N`` sets
+the kernels' record budget (``adaptive_backward.RECORD_BYTES``) for the whole run: one that every
+step's start does not fit makes the frames the checkpoints, from which the derivative passes step the
+states again. Writes ``fixed_gradient.json`` and ``.md`` to DIR (``fixed_gradient_record_N`` with
+``--record-bytes``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-xla", action="store_true")
+    ap.add_argument("--record-bytes", type=int, default=None, help="the kernels' record budget for the run")
     a = ap.parse_args(argv)
     import jax
 
@@ -44,6 +48,10 @@ def main(argv=None):
     from jaxrot.present import provenance
     from jaxrot.studies.timing import median_seconds_interleaved
 
+    if a.record_bytes is not None:  # (read when a run is traced: set before any is)
+        from jaxrot.kernels import adaptive_backward
+
+        adaptive_backward.RECORD_BYTES = a.record_bytes
     if a.steps % 10:
         raise SystemExit("--steps must be a multiple of 10 (ten saved frames)")
     p = jaxrot.problems.get("fast_top")
@@ -75,6 +83,11 @@ def main(argv=None):
             contenders.append(("value_and_grad, XLA executor", lambda: vg_xla(J0, Pi0)))
             g, gx = vg(J0, Pi0)[1], vg_xla(J0, Pi0)[1]
             agree = max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v))) for u, v in zip(g, gx))
+        from jaxrot.kernels.adaptive_derivatives import fixed_reason
+
+        why = fixed_reason(jaxrot.integrators.get(method), p.system, jnp.float64, B, 10, N // 10, "vjp")
+        if why is not None:  # (the rows would time the XLA loop's derivatives under the kernels' name)
+            raise SystemExit(f"{method}: the kernels do not take this gradient: {why}")
         print(f"{method}: timing {len(contenders)} contenders", flush=True)
         secs = median_seconds_interleaved([f for _, f in contenders], reps=a.reps)
         for (name, _), s in zip(contenders, secs):
@@ -82,14 +95,16 @@ def main(argv=None):
             print(f"  {name:40s} {s:.4f} s  x forward {s / secs[0]:.2f}", flush=True)
     meta = dict(command="python " + " ".join([os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])]),
                 machine=platform.processor() or platform.machine(), cores=os.cpu_count(), jax=jax.__version__,
-                load=os.getloadavg(), reps=a.reps, bodies=B, steps=N)
-    lines = [f"# Derivatives of fused constant-step runs: {B} heavy tops x {N} steps, ten saved frames", "",
+                load=os.getloadavg(), reps=a.reps, bodies=B, steps=N, record_bytes=a.record_bytes)
+    budget = "" if a.record_bytes is None else f", a record budget of {a.record_bytes} bytes"
+    lines = [f"# Derivatives of fused constant-step runs: {B} heavy tops x {N} steps, ten saved frames{budget}", "",
              f"`{meta['command']}`; {meta['cores']} cores, jax {meta['jax']}, load "
              f"{tuple(round(x, 1) for x in meta['load'])}; medians of {a.reps} calls, contenders in turn, all inside "
              "`jax.jit`.", "", "| method | contender | s per call | x forward | gradient vs XLA's |", "|---|---|---|---|---|"]
     lines += [f"| `{r['method']}` | {r['contender']} | {r['seconds']:.4f} | {r['x_forward']:.2f} | "
               + ("" if r["grad_rel_diff_vs_xla"] is None else f"{r['grad_rel_diff_vs_xla']:.1e}") + " |" for r in rows]
-    provenance.write_record(a.out, "fixed_gradient", dict(meta=meta, rows=rows), "\n".join(lines) + "\n",
+    name = "fixed_gradient" if a.record_bytes is None else f"fixed_gradient_record_{a.record_bytes}"
+    provenance.write_record(a.out, name, dict(meta=meta, rows=rows), "\n".join(lines) + "\n",
                             command=meta["command"])
 
 

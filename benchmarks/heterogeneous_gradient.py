@@ -4,7 +4,7 @@ rtol = atol = TOL, against the plain forward run, the XLA executor's gradient an
 gradient at equal final error.
 
     python benchmarks/heterogeneous_gradient.py --out DIR [--bodies 1000] [--T 2] [--tol 1e-8] [--reps 5]
-        [--diffrax Dopri8] [--no-xla]
+        [--diffrax Dopri8] [--no-xla] [--checkpoints 256]
 
 Contenders, timed in turn in one process (medians of ``reps`` calls after one untimed call):
 
@@ -17,6 +17,9 @@ Contenders, timed in turn in one process (medians of ``reps`` calls after one un
 - the gradient's two parts: ``vjp's forward pass, jit`` (``jax.vjp``'s forward run, which keeps each
   body's record of accepted steps) and ``vjp's backward pass alone, jit`` (the pullback of that forward
   run called on its own: the kernels' backward sweep);
+- ``value_and_grad, jit, checkpoints=C``: the default path with
+  ``adjoint=jaxrot.RecursiveCheckpointAdjoint(checkpoints=C)`` (``--checkpoints``, 0: not timed): the
+  record keeps every ``ceil(T / C)``-th state and the backward pass recomputes the others;
 - ``value_and_grad, XLA executor``: the same with ``executor=jaxrot.XLA()`` (the XLA loop's
   checkpointed reverse mode; ``--no-xla`` skips it);
 - ``diffrax <solver>, value_and_grad``: diffrax's solver with its PID controller on the body-frame
@@ -46,6 +49,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--diffrax", default="Dopri8", help="a diffrax solver, or '' for none")
     ap.add_argument("--no-xla", action="store_true")
+    ap.add_argument("--checkpoints", type=int, default=256, help="states a body keeps in the timed "
+                    "recomputing gradient (0: not timed)")
     a = ap.parse_args(argv)
     import jax
 
@@ -67,9 +72,9 @@ def main(argv=None):
     def problem(J):
         return jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, T)
 
-    def run(J, Pi0, executor=None):
+    def run(J, Pi0, executor=None, adjoint=None):
         return jaxrot.simulate("rkmk8(5)", problem(J), t1=T, state0=jaxrot.State(S.R, Pi0),
-                               stepsize=jaxrot.Adaptive(tol, tol), executor=executor).final
+                               stepsize=jaxrot.Adaptive(tol, tol), executor=executor, adjoint=adjoint).final
 
     def loss_of(final):
         return jnp.sum(final.R[:, 2, :] * weights) + 1e-3 * jnp.sum(final.Pi ** 2)
@@ -88,6 +93,11 @@ def main(argv=None):
                   ("jvp in one direction of J, jit (default path)", lambda: jvp(J0, S.Pi)),
                   ("vjp's forward pass, jit (keeps the record)", lambda: vjp_fwd(J0, S.Pi)),
                   ("vjp's backward pass alone, jit", lambda: vjp_bwd(pull))]
+    vg_ck = None
+    if a.checkpoints:
+        kept = jaxrot.RecursiveCheckpointAdjoint(checkpoints=a.checkpoints)
+        vg_ck = jax.jit(jax.value_and_grad(lambda J, Pi: loss_of(run(J, Pi, adjoint=kept)), argnums=(0, 1)))
+        contenders.append((f"value_and_grad, jit, checkpoints={a.checkpoints} (recomputes)", lambda: vg_ck(J0, S.Pi)))
     if not a.no_xla:
         contenders.append(("value_and_grad, XLA executor", lambda: vg_xla(J0, S.Pi)))
 
@@ -123,13 +133,16 @@ def main(argv=None):
     secs = median_seconds_interleaved([f for _, f in contenders], reps=a.reps)
     g, gx = vg(J0, S.Pi)[1], (None if a.no_xla else vg_xla(J0, S.Pi)[1])
     agree = None if gx is None else max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v))) for u, v in zip(g, gx))
+    agree_ck = None if vg_ck is None else max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v)))
+                                              for u, v in zip(vg_ck(J0, S.Pi)[1], g))
     base = secs[0]
     rows = [dict(contender=name, seconds=s, us_per_body=1e6 * s / a.bodies, x_forward=s / base)
             for (name, _), s in zip(contenders, secs)]
     meta = dict(command="python " + " ".join([os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])]),
                 machine=platform.processor() or platform.machine(), cores=os.cpu_count(), jax=jax.__version__,
                 load=os.getloadavg(), reps=a.reps, bodies=a.bodies, T=T, tol=tol, worst_error_fused=err_fused,
-                reference_steps=n_ref, diffrax_tol=diffrax_tol, grad_rel_diff_vs_xla=agree)
+                reference_steps=n_ref, diffrax_tol=diffrax_tol, grad_rel_diff_vs_xla=agree,
+                checkpoints=a.checkpoints, grad_rel_diff_checkpoints_vs_default=agree_ck)
     for r in rows:
         print(f"{r['contender']:55s} {r['seconds']:.4f} s  {r['us_per_body']:9.1f} us/body  x forward {r['x_forward']:.2f}")
     lines = [f"# Gradient over a heterogeneous batch: {a.bodies} heavy tops, T = {T}, rkmk8(5) at rtol = atol = {tol:g}",
@@ -141,6 +154,9 @@ def main(argv=None):
     if agree is not None:
         lines += ["", f"Gradients of the default path and of the XLA executor differ by at most {agree:.1e} of the "
                   "largest entry."]
+    if agree_ck is not None:
+        lines += ["", f"With checkpoints={a.checkpoints} the gradient differs from the default path's (every state "
+                  f"kept) by at most {agree_ck:.1e} of the largest entry."]
     from jaxrot.present import provenance
 
     provenance.write_record(a.out, "heterogeneous_gradient", dict(meta=meta, rows=rows), "\n".join(lines) + "\n",
