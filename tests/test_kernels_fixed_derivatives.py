@@ -110,7 +110,7 @@ def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven
         counted = getattr(adaptive_backward, name)
         monkeypatch.setattr(adaptive_backward, name, lambda *a, counted=counted: strides.append(
             adaptive_backward.stride_of(a[2])) or counted(*a))
-    # (a step count of its own: programs traced by the other tests are kept with their records)
+    # (a step count of its own: programs traced by the other tests are kept with the record they chose)
     n = (4 if driven else 3) * N
     monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 26 * n * B * 8 - 1)
     loss, (J, Pi, dt) = _loss(method, n, jaxrot.Torque(_driven, args=jnp.asarray(0.5)) if driven else None)
@@ -123,3 +123,21 @@ def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven
     want = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.XLA()), (J,), (dJ,))[1]
     assert abs(got - want) <= 1e-10 * abs(want)
     assert strides == [EVERY, EVERY] and calls == {"vjp": 1, "jvp": 1}
+
+
+@pytest.mark.parametrize("method, mode, stride", [("rk4", "reverse", EVERY), ("buss2p", "reverse", 1),
+                                                  ("buss2p", "forward", EVERY)])
+def test_the_frames_are_the_checkpoints_but_for_a_memory_in_reverse_mode(method, mode, stride, monkeypatch):
+    """Where both fit, the frames are the checkpoints (nothing written per step), but in reverse mode
+    for a method that carries a memory, whose record keeps every step's start."""
+    strides = []
+    for name in ("backward", "tangents"):
+        real = getattr(adaptive_backward, name)
+        monkeypatch.setattr(adaptive_backward, name, lambda *a, real=real: strides.append(
+            adaptive_backward.stride_of(a[2])) or real(*a))
+    loss, (J, Pi, dt) = _loss(method, 5 * N)  # (a step count of its own: see above)
+    if mode == "reverse":
+        jax.grad(loss)(J, Pi, dt, jaxrot.Fused())
+    else:
+        jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (jnp.ones(3),))
+    assert strides == [stride]

@@ -143,11 +143,12 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     the kernels through the method's step derivative generated from its JAX code (:func:`_rule`, the
     walk over a record that an error-controlled run's derivatives take too).
 
-    Where the batch's record fits (:func:`fixed_reason`), the run keeps every step's start for it (the
-    kernel run with ``save_every=1``; ``13 * n_steps`` numbers a body) and its frames are every
-    ``save_every``-th state of that run; else the frames are the checkpoints (the plain run, each
-    frame the start of the next ``save_every`` steps), and the derivative passes step the states
-    between them again (:mod:`jaxrot.kernels.adaptive_backward`). The times are ``t0 + j dt``, as the
+    The run's frames are the checkpoints (the plain run, each frame the start of the next
+    ``save_every`` steps), from which the derivative passes step the states again
+    (:mod:`jaxrot.kernels.adaptive_backward`), where they fit in the record's budget
+    (:func:`fixed_reason`); in reverse mode for a method that carries a memory, and where the frames
+    do not fit, the run keeps every step's start instead (the kernel run with ``save_every=1``; ``13 *
+    n_steps`` numbers a body), its frames every ``save_every``-th state of that run. The times are ``t0 + j dt``, as the
     kernel takes them. ``forward(method, system, states0, dt, t0, n_frames, save_every)`` is the
     kernel's run; ``ref(arrays, states0, dt, t0)`` the reference loop's (of the system's arrays), whose
     derivatives are taken for ``dt`` and ``t0`` where they are differentiated and for the whole run
@@ -158,7 +159,12 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
 
     B, dtype, N = states0.R.shape[0], states0.R.dtype, n_frames * save_every
     arrays, static = eqx.partition(system, eqx.is_array)
-    whole = N <= steps_in_budget(B, jnp.dtype(dtype).itemsize, 26)
+    # the frames are the checkpoints wherever they fit (no record of every step to write and read back),
+    # but in reverse mode for a method that carries a memory where every step fits: the memory would be
+    # stepped forward once more from the start (benchmarks/fixed_gradient.py --record-bytes)
+    fits = N <= steps_in_budget(B, jnp.dtype(dtype).itemsize, 26)
+    whole = not _frames_fit(B, dtype, n_frames, save_every) or (fits and kind == "vjp"
+                                                                and keeps_memory(method, system, dtype))
 
     def plain(arrays, states0, dyn):
         return forward(method, eqx.combine(arrays, static), states0, dyn["dt"], dyn["t0"], n_frames, save_every)
@@ -193,7 +199,7 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
     """Why the derivative ``kind`` (``"vjp"``, ``"jvp"``; None: none is taken) of a fused constant-step run
     of ``n_frames`` frames every ``save_every`` steps is not taken in the kernels
     (:func:`fixed_in_kernels`; it is then the reference loop's), or None."""
-    from .adaptive_backward import RECORD_BYTES, steps_in_budget
+    from .adaptive_backward import steps_in_budget
     from .generate_vjp import vjp_reason
 
     if kind is None:
@@ -201,12 +207,18 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
     if event is not None:
         return "the kernels' derivative passes do not differentiate an event's location"
     size = jnp.dtype(dtype).itemsize
-    # every step's start and its end as the run's frame (26 numbers a step), or the frames as checkpoints
-    # (each kept twice, 24 numbers) and the states of one stretch between them recomputed (13)
-    if (n_frames * save_every > steps_in_budget(bodies, size, 26)
-            and 24 * n_frames + 13 * save_every > RECORD_BYTES // max(1, bodies * size)):
+    if n_frames * save_every > steps_in_budget(bodies, size, 26) and not _frames_fit(bodies, dtype, n_frames, save_every):
         return ("neither every step's start nor the frames with the steps between two of them fit in the "
                 "record's budget (adaptive_backward.RECORD_BYTES)")
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
         return "the method's own arrays are being differentiated"
     return vjp_reason(method, system, dtype, kind, keeps_memory(method, system, dtype))
+
+
+def _frames_fit(bodies: int, dtype, n_frames: int, save_every: int) -> bool:
+    """Whether the frames as checkpoints (each kept twice, 24 numbers) and the states of one stretch
+    between two of them (13 numbers a step) fit in the record's budget; every step's start and its
+    frame take 26 numbers a step."""
+    from .adaptive_backward import RECORD_BYTES
+
+    return 24 * n_frames + 13 * save_every <= RECORD_BYTES // max(1, bodies * jnp.dtype(dtype).itemsize)
