@@ -7,8 +7,8 @@ is switched by ``wp.static`` when the kernel is generated, as the event and the 
   output ``i`` after ``(i + 1) * every`` steps, the first step whose ``reason`` is not 0 recorded
   (1-based, with its code) as the XLA loop does; a terminal event stops the body at its crossing
   step, located at once, and outputs not reached hold the state after that step;
-- **error control** (:mod:`jaxrot.kernels.adaptive`): the pair's attempt with its scaled error, a PI
-  controller (the constants of :mod:`jaxrot.integrators.pairs`, as the XLA loop's), steps shortened to land on
+- **error control** (:mod:`jaxrot.kernels.adaptive`): the pair's attempt with its scaled error, the PI
+  controller generated from the XLA loop's (:func:`jaxrot.kernels.generate_pieces.controller`), steps shortened to land on
   the output times ``ts``, ``max_steps`` attempts at most; a terminal event's crossing step is
   accepted and the event located after the loop (a GPU warp's threads then locate theirs together),
   outputs not reached holding the event state.
@@ -21,7 +21,8 @@ from typing import Any
 
 from ._common import fuse_fp, so3_funcs, warp
 from .adaptive_dense import crossing, dense_funcs, polish_func
-from ..integrators.pairs import ERROR_FLOOR, FACTOR_MAX, FACTOR_MIN, I_COEFF, LANDING, P_COEFF, SAFETY
+from .generate_pieces import controller
+from ..integrators.pairs import LANDING
 from .adaptive_pairs import RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE
 
 __all__ = ["as_kernel", "loop"]
@@ -62,8 +63,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
     DEFER = TERMINAL and not CONSTANT
     POLISHED = EVENT and bool(polished)
     RECORD = bool(record)
-    q1 = 1.0 if CONSTANT else float(order) + 1.0
-    alpha, beta = P_COEFF / q1, I_COEFF / q1
+    control = None if CONSTANT else controller(S, int(order))
     CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
     g, locate = dense_funcs(S, torque_key, event_key)
     crossed = crossing(S, direction)
@@ -146,18 +146,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                     if hit:
                         step = target - t
                     Rp, Pip, Ap, err = advance(R, Pi, A, t, step, J, P, rt, at)
-                    ok = err <= S(1.0)  # (False where err is NaN or infinite)
-                    e = wp.max(err, S(ERROR_FLOOR))
-                    fac = S(FACTOR_MIN)  # a non-finite error: SAFETY inf^-alpha = 0, clipped to FACTOR_MIN
-                    if wp.isfinite(err):
-                        fac = S(SAFETY) * wp.pow(e, S(-alpha))
-                        if ok:
-                            fac = fac * wp.pow(err_prev, S(beta))
-                        fac = wp.min(wp.max(fac, S(FACTOR_MIN)), S(FACTOR_MAX))
-                    # a step shortened to land on an output time does not shrink the next one
-                    h_new = step * fac
-                    if ok and hit:
-                        h_new = wp.max(h, step * fac)
+                    ok, h_new, e = control(err, err_prev, h, step, hit)
                 if ok:
                     t_next = t + step
                     if wp.static(not CONSTANT):
