@@ -13,15 +13,16 @@ is switched by ``wp.static`` when the kernel is generated, as the event and the 
   accepted and the event located after the loop (a GPU warp's threads then locate theirs together),
   outputs not reached holding the event state.
 
-An event's first crossing is located on the crossing step's dense output and polished with the
-method's own steps (:mod:`jaxrot.kernels.adaptive_dense`, as :func:`jaxrot.driver.events.locate`).
+An event's first crossing is tested and located on the crossing step's dense output, polished with
+the method's own steps, by code generated from the XLA loop's (:func:`jaxrot.kernels.generate_pieces.locator`
+from :func:`jaxrot.integrators.dense_output.locate`).
 """
 
 from typing import Any
 
 from ._common import fuse_fp, so3_funcs, warp
-from .adaptive_dense import crossing, dense_funcs, polish_func
-from .generate_pieces import controller
+from .event_restate import event_g
+from .generate_pieces import controller, crossing, locator
 from ..integrators.pairs import LANDING
 from .adaptive_pairs import RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE
 
@@ -42,7 +43,8 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
     is the method's ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` and ``reason(Pi, A)`` a step's
     :class:`jaxrot.RESULTS` code (0: none), with error control the pair's ``attempt(R, Pi, A, t, h, J,
     P, rt, at) -> (R, Pi, A, err)`` and ``order`` its controller order; ``event``: None or ``(torque_key,
-    event_key, direction, terminal, polished)``; ``record``: keep each accepted step (error control).
+    event_key, direction, terminal, polished)`` (``polished``: None, or the method's ``step_dh`` where its
+    events are polished on its own steps); ``record``: keep each accepted step (error control).
 
     Returns ``run(b, R, Pi, h, rt, at, t0, ts, J, P, Q, max_steps, n_out, every, R_out, Pi_out, tev_out,
     Rev_out, Piev_out, R_rec, Pi_rec, t_rec, h_rec, out_k) -> (acc, rej, failed, err, code)``: body ``b``'s
@@ -65,8 +67,8 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
     RECORD = bool(record)
     control = None if CONSTANT else controller(S, int(order))
     CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
-    g, locate = dense_funcs(S, torque_key, event_key)
-    crossed = crossing(S, direction)
+    g = event_g(S, event_key) if EVENT else None
+    crossed = crossing(S, direction) if EVENT else None
 
     @wp.func
     def one_step(R: M, Pi: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
@@ -78,7 +80,8 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
             R1, Pi1, A1, err = advance(R, Pi, A, t, h, J, P, S(1.0), S(1.0))
         return R1, Pi1
 
-    polish = polish_func(S, one_step, g)
+    locate = None if not EVENT else locator(S, torque_key, event_key, one_step if POLISHED else None,
+                                            polished if POLISHED else None)
 
     @wp.func
     def put(b: int, i: int, R: M, Pi: V, k: int, R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V), out_k: Any):
@@ -176,10 +179,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                         if wp.static(EVENT and not DEFER):
                             if cross:
                                 found = True
-                                sev, gs, Rev, Piev = locate(t, step, R, Pi, Rp, Pip, J, P, Q)
-                                tev = t + sev
-                                if wp.static(POLISHED):
-                                    tev, Rev, Piev = polish(t, R, Pi, sev, gs, J, P, Q)
+                                tev, Rev, Piev = locate(t, step, R, Pi, Rp, Pip, J, P, Q)
                                 if wp.static(TERMINAL):
                                     done = True
                         t = t_next
@@ -203,10 +203,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                 # the crossing step again, from the same state and memory (the same values), then
                 # the event located on it; an output time it landed on at or before the event is written
                 Rp, Pip, Ap, err = advance(R, Pi, A, t, h_cross, J, P, rt, at)
-                sev, gs, Rev, Piev = locate(t, h_cross, R, Pi, Rp, Pip, J, P, Q)
-                tev = t + sev
-                if wp.static(POLISHED):
-                    tev, Rev, Piev = polish(t, R, Pi, sev, gs, J, P, Q)
+                tev, Rev, Piev = locate(t, h_cross, R, Pi, Rp, Pip, J, P, Q)
                 if wp.static(RECORD):
                     # the state after the crossing step, the start of a step that is never taken (the
                     # XLA loop's last state, its time where the loop puts the step's end)
