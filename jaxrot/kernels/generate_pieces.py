@@ -123,13 +123,13 @@ def _primitives():
 
 def _call(fname: str):
     """The writer of a call ``fname(R, Pi, t, x, J, P)`` of a generated Warp function (the method's step)."""
-    def write(g, eqn, ins):
+    def emit(g, eqn, ins):
         outs = [f"v{g.n + k}" for k in range(len(eqn.outvars))]
         g.n += len(outs)
         g.line(f"{', '.join(outs)} = {fname}({', '.join(_output(g, x) for x in ins)}, J, P)")
         return [named(lambda i, o=o: o + ("[" + ", ".join(map(str, i)) + "]" if i else ""), v.aval.shape)
                 for o, v in zip(outs, eqn.outvars)]
-    return write
+    return emit
 
 
 def _evaluate(jaxpr, flat, t, R, Pi):
