@@ -80,16 +80,12 @@ def test_a_method_holding_arrays_polishes_its_events_and_differentiates_through_
     np.testing.assert_allclose(np.asarray(g), fd, rtol=1e-5, atol=1e-6 * np.abs(fd).max())
 
 
-def test_the_kernels_polish_as_the_xla_loop():
+def test_high_order_methods_are_polished():
     from jaxrot.driver import events
     from jaxrot.integrators import get
-    from jaxrot.kernels import adaptive_dense
 
-    # the kernels lie below the driver, so they restate its constants and rule: equal here
-    assert (adaptive_dense.POLISH, adaptive_dense.BISECTIONS, adaptive_dense.DENSE_ORDER) == (
-        events.POLISH, events.BISECTIONS, events.DENSE_ORDER)
     for name in ("buss4", "rk4", "buss4(3)", "rkmk8", "rkmk8(5,3)", "lie_taylor5(4)"):  # polished above order 4
-        assert (events.method_step(get(name)) is not None) == adaptive_dense.polishes(get(name).order) \
+        assert (events.method_step(get(name)) is not None) == events.polishes(get(name).order) \
             == (get(name).order > 4), name
 
 

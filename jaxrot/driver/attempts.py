@@ -4,7 +4,7 @@ in a bounded while loop run through the adjoint object.
 Each attempt steps from the current state by ``h`` (shortened to land exactly on the next output
 time, so saved states carry the pair's full accuracy), measures the pair's error estimate
 (the pair's :meth:`~jaxrot.integrators.AbstractPair.error_norm`), and is accepted or rejected by the PI controller
-(:func:`~jaxrot.driver.controllers.adapt`), which also proposes the next step. An accepted step is
+(:func:`~jaxrot.integrators.pairs.adapt`), which also proposes the next step. An accepted step is
 checked as every step of a constant-step run is (:func:`~jaxrot.driver.loop.step_reason`), updates
 the event (:func:`~jaxrot.driver.events.event_update`) and writes what :class:`~jaxrot.SaveAt` asks:
 the state at an output time, every ``k``-th step, every step for the dense output. The loop ends at
@@ -22,10 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..geometry.state import State
-from ..integrators.pairs import LANDING, first_interval, first_step
+from ..integrators.pairs import LANDING, adapt, first_interval, first_step
 from ..physics.flow import pack_body
 from .adjoint import ForwardMode
-from .controllers import adapt
 from .events import event_start, event_update, stopped
 from . import forward_vjp, progress
 from .checks import is_concrete

@@ -5,8 +5,9 @@
   each body of a batch with its own steps.
 
 Both are used by the one loop (:mod:`jaxrot.driver.loop`): ``first_step`` gives the first trial
-step, ``adapt`` accepts or rejects an attempt and proposes the next step. The controller's
-arithmetic is written here once; the fused kernels restate the same formulas per thread.
+step, :func:`jaxrot.integrators.pairs.adapt` accepts or rejects an attempt and proposes the next step.
+The controller's arithmetic is written there once, beside its constants; the fused kernels' loop is
+generated from that JAX code (:mod:`jaxrot.kernels.generate_pieces`).
 See docs/user_guide/running.md ("Steps") for the equations and their reference.
 """
 
@@ -16,11 +17,9 @@ import warnings
 from typing import ClassVar
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-from ..integrators.pairs import ERROR_FLOOR, FACTOR_MAX, FACTOR_MIN, I_COEFF, P_COEFF, SAFETY, scaled_rms
+from ..integrators.pairs import scaled_rms
 
 __all__ = ["AbstractController", "Fixed", "Adaptive", "error_norm"]
 
@@ -46,9 +45,6 @@ class Fixed(AbstractController):
         if self.dt is not None:
             warnings.warn("jaxrot.Fixed(dt) is deprecated: pass the step as simulate's dt (stepsize=jaxrot.Fixed() "
                           "is the default)", DeprecationWarning, stacklevel=5)
-
-
-# (the PI controller's constants are defined once, beside the error norm, for the kernels too)
 
 
 class Adaptive(AbstractController):
@@ -127,24 +123,3 @@ class Adaptive(AbstractController):
 
 #: the default scaled error of an attempt (a pair's ``error_norm`` may measure its estimate otherwise)
 error_norm = scaled_rms
-
-
-def adapt(q: int, err, err_prev, h, step, hit):
-    """The PI controller: ``(accepted, next step, err_prev for the next attempt)`` after an attempt of
-    length ``step`` (``h`` shortened to land on an output time where ``hit``) with scaled error ``err``,
-
-        fac = clip(SAFETY e^(-P/(q+1)) err_prev^(I/(q+1)), FACTOR_MIN, FACTOR_MAX)   (accepted)
-        fac = clip(SAFETY e^(-P/(q+1)), FACTOR_MIN, FACTOR_MAX)                      (rejected)
-
-    with ``e = max(err, ERROR_FLOOR)``; a step shortened to land on an output time does not shrink
-    the next one."""
-    alpha, beta = P_COEFF / (float(q) + 1.0), I_COEFF / (float(q) + 1.0)
-    ok = err <= 1.0
-    e = jnp.maximum(err, ERROR_FLOOR)
-    fac = jnp.where(ok, SAFETY * e ** (-alpha) * err_prev ** beta, SAFETY * e ** (-alpha))
-    # no derivative through the step-size choice (as diffrax's PIDController): an error estimate near
-    # round-off has a derivative that is noise, and a reverse pass, which recomputes the loop from
-    # checkpoints, may see other round-off; the run's derivative is that of its steps as taken
-    fac = lax.stop_gradient(jnp.clip(fac, FACTOR_MIN, FACTOR_MAX))
-    h_new = lax.stop_gradient(jnp.where(ok & hit, jnp.maximum(h, step * fac), step * fac))
-    return ok, h_new, lax.stop_gradient(jnp.where(ok, e, err_prev))

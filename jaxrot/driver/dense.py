@@ -1,19 +1,10 @@
 """Dense output on SO(3): states between the steps of a run.
 
-Between two step endpoints ``(R0, Pi0)`` at ``t`` and ``(R1, Pi1)`` at ``t + h`` the attitude is
-``R(s) = R0 exp(hat xi(s))`` with ``xi`` the cubic Hermite interpolant in the Lie algebra,
-
-    xi(0) = 0,   xi(h) = log(R0^T R1),   xi'(0) = Omega0,   xi'(h) = dexp_r^{-1}(xi(h)) Omega1,
-
-(``Omega = J^-1 Pi`` the body angular velocity; ``dexp_r^{-1}(v) = T(-v)^{-1}`` the inverse right
-Jacobian, :func:`jaxrot.so3.dexpinv` at ``-v``), and the body momentum is the cubic Hermite
-interpolant with the derivatives of Euler's equations ``Pi' = Pi x Omega + R^T tau(t, R, Pi)``.
-Both interpolate the exact flow to O(h^4) locally, so the dense output of a method of order
-``p <= 4`` converges at order ``p``. A method of higher order (:func:`polishes`) has its dense output
-from one step of its own from the step's start to the query time instead: its own accuracy, at the
-cost of one step per query. Interpolation costs one ``log``, one ``exp``, one inverse Jacobian
-(matrix-free) and two torque evaluations per query. Finite values and
-gradients at zero angle (``log``, ``exp`` and the inverse Jacobian switch to their Taylor series).
+Between two step endpoints the state is the cubic Hermite interpolant on SO(3) of
+:func:`jaxrot.integrators.dense_output.interpolate` (O(h^4) locally, so the dense output of a method of
+order ``p <= 4`` converges at order ``p``). A method of higher order (:func:`polishes`) has its dense
+output from one step of its own from the step's start to the query time instead: its own accuracy,
+at the cost of one step per query.
 
 What the loop collects for it: with constant steps, checkpoint frames every ``c`` steps (``c`` the
 divisor of the step count nearest to its square root; memory bounded) — a query re-runs, from the
@@ -37,83 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..geometry import so3
 from ..geometry.state import State
-from ..physics.torques import body_torque
+from ..integrators.dense_output import DENSE_ORDER, interpolate, interpolate_momentum, method_step, momentum_rate, \
+    polishes
 from .precision import full_precision
 
-__all__ = ["interpolate", "momentum_rate", "DenseOutput", "StepDenseOutput", "StoppedDenseOutput",
-           "checkpoint_interval", "DENSE_ORDER", "polishes", "method_step"]
-
-#: the interpolant's order: a method of higher order has its dense output, and its events, taken from
-#: its own steps (up to order 4 the method's own error is at least the interpolant's, and its step
-#: would only cost compile time)
-DENSE_ORDER = 4
-
-
-def polishes(order) -> bool:
-    """Whether a method of this order (None: undeclared) has its dense output and its events taken from
-    its own steps: above :data:`DENSE_ORDER`. The rule of the XLA loop and of the fused kernels alike."""
-    return order is None or order > DENSE_ORDER
-
-
-def method_step(method):
-    """``advance(system, t, state, h) -> state``: one step of ``method`` (an integrator or an embedded
-    pair) from fresh memory; None where the interpolant serves (:func:`polishes`) or no method is given."""
-    if method is None or not polishes(getattr(method, "order", None)):
-        return None
-
-    def advance(system, t, state, h):
-        return method.step(system, t, state, method.init(system, t, state, h), h)[0]
-
-    return advance
-
-
-def momentum_rate(system, t, state: State):
-    """``dPi/dt = Pi x omega + tau_body``: Euler's equations for the body momentum at ``t``."""
-    return jnp.cross(state.Pi, state.Pi / system.body.J) + body_torque(system, t, state.R, state.Pi)
-
-
-def _hermite(u):
-    u2, u3 = u * u, u * u * u
-    return 2 * u3 - 3 * u2 + 1, u3 - 2 * u2 + u, -2 * u3 + 3 * u2, u3 - u2
-
-
-def interpolate(system, t, h, s0: State, s1: State, s) -> State:
-    """The state at ``t + s`` (``0 <= s <= h``) between the step endpoints ``s0`` (at ``t``) and ``s1``
-    (at ``t + h``) of one body: cubic Hermite in the Lie algebra for ``R``, cubic Hermite for ``Pi``
-    (see the module docstring); O(h^4) local error.
-
-    Args:
-      system: the body and torque (``system.body.J``, ``system.torque``).
-      t, h: start of the step and its length.
-      s0, s1: states at ``t`` and ``t + h``.
-      s: offset into the step.
-
-    Returns:
-      the interpolated :class:`~jaxrot.State`.
-
-    Example::
-
-        mid = interpolate(problem.system, 0.0, dt, s0, s1, 0.5 * dt)
-    """
-    J = system.body.J
-    w0, w1 = s0.Pi / J, s1.Pi / J
-    xi1 = so3.log(so3.mtm(s0.R, s1.R))
-    m1 = so3.dexpinv(-xi1, w1)
-    _, b, c, d = _hermite(s / h)
-    xi = (b * h) * w0 + c * xi1 + (d * h) * m1
-    R = so3.mm(s0.R, so3.exp(xi))
-    return State(R, interpolate_momentum(system, t, h, s0, s1, s))
-
-
-def interpolate_momentum(system, t, h, s0: State, s1: State, s):
-    """The body momentum ``Pi`` of :func:`interpolate` alone (cubic Hermite: no attitude computed)."""
-    d0 = momentum_rate(system, t, s0)
-    d1 = momentum_rate(system, t + h, s1)
-    a, b, c, d = _hermite(s / h)
-    return a * s0.Pi + (b * h) * d0 + c * s1.Pi + (d * h) * d1
-
+__all__ = ["interpolate", "interpolate_momentum", "momentum_rate", "DenseOutput", "StepDenseOutput",
+           "StoppedDenseOutput", "checkpoint_interval", "DENSE_ORDER", "polishes", "method_step"]
 
 def _check_in_span(tn: np.ndarray, lo: float, hi: float) -> None:
     """Query times ``tn`` must be finite and within the run's span ``[lo, hi]`` (to round-off)."""

@@ -5,18 +5,11 @@ every accepted step and located on that step's dense output after the loop.
 (``args`` is None: close over what you need). The loop carries the last value of ``cond_fn`` and, at
 the first accepted step across which it changes sign (from < 0 to >= 0 for ``direction=+1``, from
 > 0 to <= 0 for ``-1``, either for None), the step's endpoints. A terminal event ends that body's
-loop. After the loop the time is located within that step on the dense output
-(:func:`jaxrot.driver.dense.interpolate`) by bisection to the last bit of the step and one Newton
-step, ``s* = s_b - g(s_b) / g'(s_b)``. The dense output is a cubic, O(h^4) off the method's own
-trajectory within the step; for a method of higher order (:data:`DENSE_ORDER`), :data:`POLISH` more
-Newton steps move the root onto that trajectory, each evaluating ``g`` at one fresh step of the
-method from the crossing step's start to the current estimate (the slope the dense output's, but for the last step's).
-Every Newton step starts from a point carrying no derivative, so that the derivative of the time is
-the implicit function theorem's, ``-(dg/dtheta) / (dg/ds)``, in forward and reverse mode alike (the
-last step's slope ``dg/ds`` the condition's along the method's own step); the
-event state is the last step's state carried along the equations of motion by the last Newton
-correction (a change at round-off), so that it has the time's derivative too. See
-docs/user_guide/saveat_events.md.
+loop. After the loop the time is located within that step (:func:`locate`: bisection on the step's
+dense output, Newton steps, polished on the method's own steps above :data:`DENSE_ORDER`, with the
+implicit function theorem's derivatives in forward and reverse mode alike), by the function defined
+once in :func:`jaxrot.integrators.dense_output.locate`, which the fused kernels' location is
+generated from. See docs/user_guide/saveat_events.md.
 """
 
 from __future__ import annotations
@@ -27,21 +20,14 @@ from typing import Any, Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from ..closures import hoist
-from ..geometry import so3
 from ..geometry.state import State
-from .dense import DENSE_ORDER, interpolate, method_step, momentum_rate, polishes  # noqa: F401 (this module's too)
+from ..integrators import dense_output
+from ..integrators.dense_output import BISECTIONS, DENSE_ORDER, POLISH, crossed, method_step, polishes
 
 __all__ = ["Event", "EventCarry", "check_event", "event_start", "event_update", "locate", "method_step",
            "polishes", "BISECTIONS", "DENSE_ORDER", "POLISH"]
-
-#: how many halvings of the crossing step locate an event on its dense output
-BISECTIONS = 64
-#: Newton steps on the method's own steps after the dense output's root (its O(h^4) error, times the
-#: dense slope's relative error per step, falls below round-off in two)
-POLISH = 2
 
 
 class Event(eqx.Module):
@@ -135,19 +121,13 @@ def event_start(event: Event, t0, state0: State) -> EventCarry:
     return EventCarry(_g(event, t0, state0, dtype), jnp.asarray(False), t0 + z, z, state0, state0)
 
 
-def _crossed(event, ga, gb):
-    up = (ga < 0) & (gb >= 0)
-    down = (ga > 0) & (gb <= 0)
-    return up if event.direction == 1 else down if event.direction == -1 else up | down
-
-
 def event_update(event: Event, ec: EventCarry, t, h, s0: State, s1: State, accepted=True, t_end=None) -> EventCarry:
     """After an attempted step ``[t, t + h]`` from ``s0`` to ``s1``: the crossing recorded if it is the
     first, the last value moved on if the step was ``accepted``. ``t_end``: the time the loop puts the
     step's end at, where that is not ``t + h`` in floating point (a step that lands on a save time ends
     at the save time; the fused kernels evaluate the condition there too)."""
     g1 = _g(event, t + h if t_end is None else t_end, s1, ec.g.dtype)
-    new = accepted & (~ec.found) & _crossed(event, ec.g, g1)
+    new = accepted & (~ec.found) & crossed(event.direction, ec.g, g1)
 
     def pick(a, b):
         return jax.tree_util.tree_map(lambda x, y: jnp.where(new, x, y), a, b)
@@ -164,58 +144,10 @@ def stopped(event: Event | None, ec) -> jax.Array:
 def locate(event: Event, system, ec: EventCarry, advance=None) -> tuple[Any, State]:
     """``(event time, event state)`` of one body (NaN where none was found), by bisection on the
     crossing step's dense output and one Newton step (implicit-function derivatives), then, with
-    ``advance`` (:func:`method_step`), :data:`POLISH` Newton steps on the method's own steps."""
-    tk, h, sa, sb, found = ec.t_a, ec.h_a, ec.s_a, ec.s_b, ec.found
-    h_safe = jnp.where(found & (h > 0), h, jnp.ones_like(h))
-
-    def g(s):
-        return event.cond_fn(tk + s, interpolate(system, tk, h_safe, sa, sb, s), None)
-
-    ga = lax.stop_gradient(g(jnp.zeros_like(h)))
-
-    def bisect(c, _):
-        lo, hi = c
-        mid = 0.5 * (lo + hi)
-        same = jnp.sign(lax.stop_gradient(g(mid))) == jnp.sign(ga)
-        return (jnp.where(same, mid, lo), jnp.where(same, hi, mid)), None
-
-    hs = lax.stop_gradient(h_safe)
-    (lo, hi), _ = lax.scan(bisect, (jnp.zeros_like(hs), hs), None, length=BISECTIONS)
-    sb_ = lax.stop_gradient(0.5 * (lo + hi))
-    gv, gs = jax.value_and_grad(g)(sb_)
-    ok = found & (gs != 0) & jnp.isfinite(gs)
-    s = sb_ - jnp.where(ok, gv, 0.0) / jnp.where(ok, gs, 1.0)
-    if advance is None:
-        st = interpolate(system, tk, h_safe, sa, sb, s)
-    else:
-        def newton(x, _):
-            gx = event.cond_fn(tk + x, advance(system, tk, sa, x), None)
-            return x - jnp.where(ok, gx, 0.0) / jnp.where(ok, gs, 1.0), None
-
-        # all but the last Newton step without derivatives (a scan: one traced step of the method);
-        # no step where nothing was found
-        x, _ = lax.scan(newton, lax.stop_gradient(jnp.where(found, s, 0.0)), None, length=POLISH - 1)
-        x = lax.stop_gradient(x)
-        sx = advance(system, tk, sa, x)
-        # the last step's slope is the condition's along the method's own step (its derivative in the step's
-        # length), not the interpolant's: it is the denominator of the time's implicit-function derivative,
-        # which with the interpolant's would keep its O(h^4) error; this one makes it the derivative of the
-        # root the method's steps have (its own derivative is multiplied by g, zero at the root: left out)
-        slope = lax.stop_gradient(jax.jvp(lambda y: event.cond_fn(tk + y, advance(system, tk, sa, y), None),
-                                          (x,), (jnp.ones_like(x),))[1])
-        ok = ok & (slope != 0) & jnp.isfinite(slope)
-        s = x - jnp.where(ok, event.cond_fn(tk + x, sx, None), 0.0) / jnp.where(ok, slope, 1.0)
-        # the state at the time found: the step's state moved along the equations of motion by
-        # s - x (round-off in value), which gives it the time's derivative without a further step
-        st = _moved(system, tk + x, sx, s - x)
-    t_ev = jnp.where(found, tk + s, jnp.nan)
-    return t_ev, jax.tree_util.tree_map(lambda x: jnp.where(found, x, jnp.nan), st)
-
-
-def _moved(system, t, state: State, ds) -> State:
-    """``state`` at ``t`` carried to ``t + ds`` to first order: ``R exp(ds omega)``, ``Pi + ds dPi/dt``."""
-    return State(state.R @ so3.exp(ds * state.Pi / system.body.J),
-                 state.Pi + ds * momentum_rate(system, t, state))
+    ``advance`` (:func:`method_step`), :data:`POLISH` Newton steps on the method's own steps
+    (:func:`jaxrot.integrators.dense_output.locate`)."""
+    return dense_output.locate(lambda t, s: event.cond_fn(t, s, None), system, ec.t_a, ec.h_a, ec.s_a, ec.s_b,
+                               ec.found, advance)
 
 
 def freeze_after(ts, states: State, event_time, event_state: State) -> State:

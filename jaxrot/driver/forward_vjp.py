@@ -6,7 +6,7 @@ checkpointed loop run again backwards: its program holds the loop's step three o
 is most of a first call. Where the perturbed inputs
 of one body's loop are ``n`` numbers (the moments ``J``: 3; an initial state: 12), the loop's Jacobian
 is ``n`` tangents of one forward run, each along the steps the run takes (the controller's choice
-carries no derivative, :func:`jaxrot.driver.controllers.adapt`): the primal loop and its ``n``
+carries no derivative, :func:`jaxrot.integrators.pairs.adapt`): the primal loop and its ``n``
 tangents in one loop, whose program holds the step and its linearisation, and the backward pass is
 the cotangent contracted with the tangents (the tangents share the loop's every iteration,
 vectorised). Both first and next calls against the checkpointed loop, and the tests of the same

@@ -46,8 +46,7 @@ def _sqrt_zero_safe_jvp(primals, tangents):
     return y, jnp.where(pos, 0.5 / jnp.where(pos, y, 1.0), 0.0) * dx
 
 
-#: the PI controller's constants (Hairer & Wanner, Solving ODEs II, IV.2), for the XLA loop
-#: (:func:`jaxrot.driver.controllers.adapt`) and the fused kernels' loop (:mod:`jaxrot.kernels.loop`)
+#: the PI controller's constants (Hairer & Wanner, Solving ODEs II, IV.2), for :func:`adapt`
 SAFETY, FACTOR_MIN, FACTOR_MAX, P_COEFF, I_COEFF = 0.9, 0.2, 5.0, 0.7, 0.4
 #: errors below this are taken as this (the step grows by at most FACTOR_MAX anyway)
 ERROR_FLOOR = 1e-10
@@ -61,6 +60,35 @@ def scaled_rms(y, y1, y_err, rtol, atol):
     sc = atol + rtol * jnp.maximum(jnp.abs(y), jnp.abs(y1))
     err = _sqrt_zero_safe(jnp.mean((y_err / sc) ** 2))
     return jnp.where(jnp.isfinite(err), err, jnp.inf)
+
+
+def adapt(q: int, err, err_prev, h, step, hit):
+    """The PI controller: ``(accepted, next step, err_prev for the next attempt)`` after an attempt of
+    length ``step`` (``h`` shortened to land on an output time where ``hit``) with scaled error ``err``,
+
+        fac = clip(SAFETY e^(-P/(q+1)) err_prev^(I/(q+1)), FACTOR_MIN, FACTOR_MAX)   (accepted)
+        fac = clip(SAFETY e^(-P/(q+1)), FACTOR_MIN, FACTOR_MAX)                      (rejected)
+
+    with ``e = max(err, ERROR_FLOOR)``; a non-finite ``err`` rejects the attempt and shrinks the step by
+    ``FACTOR_MIN``; a step shortened to land on an output time does not shrink the next one. The XLA
+    loop calls it; the fused kernels' loop is generated from it (:mod:`jaxrot.kernels.generate_pieces`).
+
+    Example::
+
+        ok, h_next, err_prev = adapt(4, err, err_prev, h, h, False)
+    """
+    alpha, beta = P_COEFF / (float(q) + 1.0), I_COEFF / (float(q) + 1.0)
+    ok = err <= 1.0
+    e = jnp.maximum(err, ERROR_FLOOR)
+    fac = jnp.where(ok, SAFETY * e ** (-alpha) * err_prev ** beta, SAFETY * e ** (-alpha))
+    # (a NaN error, which a pair's own norm may give, would otherwise make the next step NaN)
+    fac = jnp.where(jnp.isfinite(err), jnp.clip(fac, FACTOR_MIN, FACTOR_MAX), FACTOR_MIN)
+    # no derivative through the step-size choice (as diffrax's PIDController): an error estimate near
+    # round-off has a derivative that is noise, and a reverse pass, which recomputes the loop from
+    # checkpoints, may see other round-off; the run's derivative is that of its steps as taken
+    fac = jax.lax.stop_gradient(fac)
+    h_new = jax.lax.stop_gradient(jnp.where(ok & hit, jnp.maximum(h, step * fac), step * fac))
+    return ok, h_new, jax.lax.stop_gradient(jnp.where(ok, e, err_prev))
 
 
 def first_step(q: int, J, Pi0, rtol, t_first):

@@ -259,7 +259,7 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
         low = _generate.lower(method, system, dtype)
         return _launch((jnp.dtype(dtype).name, low.key), states0, dt, t0, system, low.params, n_frames, save_every)
     from . import event_restate
-    from .adaptive_dense import polishes
+    from ..integrators.dense_output import polishes
 
     # the dense output restates the torque from its JAX code: its parameters first in P, the method's after them
     tkey, T = dense_torque(system.torque, dtype)

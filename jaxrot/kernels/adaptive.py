@@ -25,11 +25,9 @@ max(|Pi/J|, 1e-12), t_1 - t0)`` (``t_1`` the first save time after ``t0``; save 
 itself are the initial state), computed by JAX as the XLA run computes it.
 
 Events (``event=jaxrot.Event(...)``): the condition is evaluated after every accepted step; at its
-first sign change the crossing is located on the step's dense output (the cubic Hermite interpolant
-on SO(3) of :func:`jaxrot.driver.dense.interpolate`) by 64 bisections of the step and one Newton
-step, as :mod:`jaxrot.driver.events` does; the Newton step's derivative is a central difference of
-the interpolated condition over ``sqrt(eps)`` of the step (the kernel does not differentiate; the
-step only polishes a root the bisection has located to the last bits). A terminal event ends its
+first sign change the crossing is located on the step's dense output by code generated from the XLA
+loop's (:func:`jaxrot.integrators.dense_output.locate`: 64 bisections of the step, Newton steps,
+polished on the pair's own steps above order 4). A terminal event ends its
 body's loop: later outputs hold the event state. The condition is a plain function restated from its
 jaxpr (:mod:`jaxrot.kernels.event_restate`).
 
@@ -38,7 +36,7 @@ The pair's attempt (its ``step_with_error`` and ``error_norm``) is generated fro
 :func:`supports_adaptive` says whether a run can be fused (:mod:`jaxrot.kernels.adaptive_pairs`) and
 :func:`fused_adaptive` runs it. The kernel is
 built by :mod:`jaxrot.kernels.adaptive_kernel` (the dense output and event location:
-:mod:`jaxrot.kernels.adaptive_dense`) and launched by :mod:`jaxrot.kernels.adaptive_launch` (on a
+:mod:`jaxrot.kernels.generate_pieces`) and launched by :mod:`jaxrot.kernels.adaptive_launch` (on a
 CPU a batch is cut into slices that a pool of one thread per core takes in turn, the fastest bodies
 first). :class:`jaxrot.Fused` runs ``jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(...))`` here.
 """

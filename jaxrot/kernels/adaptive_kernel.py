@@ -7,9 +7,9 @@ see :mod:`jaxrot.kernels.adaptive` for the loop it restates), around the fused l
 import functools
 
 from ._common import so3_funcs, warp
-from .adaptive_dense import polishes
+from ..integrators.dense_output import polishes
 from .adaptive_pairs import GENERATED_PAIRS, GeneratedPair
-from .generate import attempt_funcs
+from .generate import attempt_funcs, step_dh
 from .loop import as_kernel, loop
 
 __all__ = ["adaptive_kernel", "kernel_for"]
@@ -30,7 +30,8 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
     wp = warp()
     V, M = so3_funcs(S).V, so3_funcs(S).M
     init, attempt = attempt_funcs(S, entry.key)
-    event = None if event_key is None else (torque_key, event_key, direction, terminal, polishes(entry.high_order))
+    event = None if event_key is None else (torque_key, event_key, direction, terminal,
+                                            polishes(entry.high_order) and step_dh(S, entry.key))
     body = loop(S, init, attempt, None, event, record, entry.controller_order)
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), h0v: wp.array(dtype=S), rtolv: wp.array(dtype=S),

@@ -29,6 +29,9 @@ _SOURCES: dict[str, tuple[str, tuple]] = {}
 _LOWERED: dict = {}
 #: (key, dtype name) -> None (compiled and agreed) or why not
 _CHECKED: dict = {}
+#: (key, dtype name) -> the condition's jaxpr, its constants read from ``Q`` (what the event's generated
+#: location evaluates, :mod:`jaxrot.kernels.generate_pieces`)
+JAXPRS: dict = {}
 
 
 def _call(cond_fn):
@@ -61,6 +64,7 @@ def _generate(cond_fn, dtype):
     body = "\n".join(g.lines)
     src = f"def g(t: S, R: M, Pi: V, Q: wp.array(dtype=S)):\n{body}\n    return {as_float(g, x)}\n"
     key = source_key(src, g.lits)
+    JAXPRS[key, np.dtype(dtype).name] = jaxpr
     return key, src, tuple(g.lits), tuple(closed.consts)
 
 

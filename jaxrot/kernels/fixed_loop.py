@@ -58,6 +58,8 @@ def kernel(dtype_name: str, gen_key: str, event=None):
 
     S = getattr(warp(), dtype_name)  # (warp.float32 or warp.float64)
     ev = "" if event is None else "_{}_ev{}_{}_{:d}_{:d}".format(*event)
+    if event is not None:  # (a polished event: the step's derivative in its length, for the last slope)
+        event = (*event[:4], generate.step_dh(S, gen_key) if event[4] else None)
     return S, loop_kernel(S, *generate.funcs(S, gen_key), event, key=f"gen_{gen_key}_{dtype_name}{ev}")
 
 

@@ -65,6 +65,7 @@ class Source:
         self.known: dict = {}  # a bool local's code -> its value inside an if/else block on it
         self.scope: tuple = ()  # the blocks (if/else, loop bodies) the next line is written in
         self._blocks = 0
+        self.externals: dict = {}  # primitive name -> (g, eqn, ins) -> outputs, for calls the caller writes
 
     def emit(self, expr: str, kind: str) -> Element:
         """A new local computing ``expr``, or the local that already holds the same expression
@@ -217,6 +218,8 @@ def equation(g: Source, eqn, ins: list) -> list:
     p = eqn.params
     outs = eqn.outvars
     kind = kind_of(outs[0].aval.dtype) if outs else "f"
+    if name in g.externals:  # a call of a Warp function the caller provides (e.g. the method's own step)
+        return g.externals[name](g, eqn, ins)
     if name in _INLINE:
         sub = p.get(_INLINE[name])
         if sub is None:

@@ -7,21 +7,23 @@ is switched by ``wp.static`` when the kernel is generated, as the event and the 
   output ``i`` after ``(i + 1) * every`` steps, the first step whose ``reason`` is not 0 recorded
   (1-based, with its code) as the XLA loop does; a terminal event stops the body at its crossing
   step, located at once, and outputs not reached hold the state after that step;
-- **error control** (:mod:`jaxrot.kernels.adaptive`): the pair's attempt with its scaled error, a PI
-  controller (the constants of :mod:`jaxrot.integrators.pairs`, as the XLA loop's), steps shortened to land on
+- **error control** (:mod:`jaxrot.kernels.adaptive`): the pair's attempt with its scaled error, the PI
+  controller generated from the XLA loop's (:func:`jaxrot.kernels.generate_pieces.controller`), steps shortened to land on
   the output times ``ts``, ``max_steps`` attempts at most; a terminal event's crossing step is
   accepted and the event located after the loop (a GPU warp's threads then locate theirs together),
   outputs not reached holding the event state.
 
-An event's first crossing is located on the crossing step's dense output and polished with the
-method's own steps (:mod:`jaxrot.kernels.adaptive_dense`, as :func:`jaxrot.driver.events.locate`).
+An event's first crossing is tested and located on the crossing step's dense output, polished with
+the method's own steps, by code generated from the XLA loop's (:func:`jaxrot.kernels.generate_pieces.locator`
+from :func:`jaxrot.integrators.dense_output.locate`).
 """
 
 from typing import Any
 
 from ._common import fuse_fp, so3_funcs, warp
-from .adaptive_dense import crossing, dense_funcs, polish_func
-from ..integrators.pairs import ERROR_FLOOR, FACTOR_MAX, FACTOR_MIN, I_COEFF, LANDING, P_COEFF, SAFETY
+from .event_restate import event_g
+from .generate_pieces import controller, crossing, locator
+from ..integrators.pairs import LANDING
 from .adaptive_pairs import RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE
 
 __all__ = ["as_kernel", "loop"]
@@ -41,7 +43,8 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
     is the method's ``step(R, Pi, A, t, h, J, P) -> (R, Pi, A)`` and ``reason(Pi, A)`` a step's
     :class:`jaxrot.RESULTS` code (0: none), with error control the pair's ``attempt(R, Pi, A, t, h, J,
     P, rt, at) -> (R, Pi, A, err)`` and ``order`` its controller order; ``event``: None or ``(torque_key,
-    event_key, direction, terminal, polished)``; ``record``: keep each accepted step (error control).
+    event_key, direction, terminal, polished)`` (``polished``: None, or the method's ``step_dh`` where its
+    events are polished on its own steps); ``record``: keep each accepted step (error control).
 
     Returns ``run(b, R, Pi, h, rt, at, t0, ts, J, P, Q, max_steps, n_out, every, R_out, Pi_out, tev_out,
     Rev_out, Piev_out, R_rec, Pi_rec, t_rec, h_rec, out_k) -> (acc, rej, failed, err, code)``: body ``b``'s
@@ -63,11 +66,10 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
     DEFER = TERMINAL and not CONSTANT
     POLISHED = EVENT and bool(polished)
     RECORD = bool(record)
-    q1 = 1.0 if CONSTANT else float(order) + 1.0
-    alpha, beta = P_COEFF / q1, I_COEFF / q1
+    control = None if CONSTANT else controller(S, int(order))
     CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
-    g, locate = dense_funcs(S, torque_key, event_key)
-    crossed = crossing(S, direction)
+    g = event_g(S, event_key) if EVENT else None
+    crossed = crossing(S, direction) if EVENT else None
 
     @wp.func
     def one_step(R: M, Pi: V, t: S, h: S, J: V, P: wp.array(dtype=S)):
@@ -79,7 +81,8 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
             R1, Pi1, A1, err = advance(R, Pi, A, t, h, J, P, S(1.0), S(1.0))
         return R1, Pi1
 
-    polish = polish_func(S, one_step, g)
+    locate = None if not EVENT else locator(S, torque_key, event_key, one_step if POLISHED else None,
+                                            polished if POLISHED else None)
 
     @wp.func
     def put(b: int, i: int, R: M, Pi: V, k: int, R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V), out_k: Any):
@@ -152,18 +155,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                     if hit:
                         step = target - t
                     Rp, Pip, Ap, err = advance(R, Pi, A, t, step, J, P, rt, at)
-                    ok = err <= S(1.0)  # (False where err is NaN or infinite)
-                    e = wp.max(err, S(ERROR_FLOOR))
-                    fac = S(FACTOR_MIN)  # a non-finite error: SAFETY inf^-alpha = 0, clipped to FACTOR_MIN
-                    if wp.isfinite(err):
-                        fac = S(SAFETY) * wp.pow(e, S(-alpha))
-                        if ok:
-                            fac = fac * wp.pow(err_prev, S(beta))
-                        fac = wp.min(wp.max(fac, S(FACTOR_MIN)), S(FACTOR_MAX))
-                    # a step shortened to land on an output time does not shrink the next one
-                    h_new = step * fac
-                    if ok and hit:
-                        h_new = wp.max(h, step * fac)
+                    ok, h_new, e = control(err, err_prev, h, step, hit)
                 if ok:
                     t_next = t + step
                     if wp.static(not CONSTANT):
@@ -196,10 +188,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                         if wp.static(EVENT and not DEFER):
                             if cross:
                                 found = True
-                                sev, gs, Rev, Piev = locate(t, step, R, Pi, Rp, Pip, J, P, Q)
-                                tev = t + sev
-                                if wp.static(POLISHED):
-                                    tev, Rev, Piev = polish(t, R, Pi, sev, gs, J, P, Q)
+                                tev, Rev, Piev = locate(t, step, R, Pi, Rp, Pip, J, P, Q)
                                 if wp.static(TERMINAL):
                                     done = True
                         t = t_next
@@ -223,10 +212,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None)
                 # the crossing step again, from the same state and memory (the same values), then
                 # the event located on it; an output time it landed on at or before the event is written
                 Rp, Pip, Ap, err = advance(R, Pi, A, t, h_cross, J, P, rt, at)
-                sev, gs, Rev, Piev = locate(t, h_cross, R, Pi, Rp, Pip, J, P, Q)
-                tev = t + sev
-                if wp.static(POLISHED):
-                    tev, Rev, Piev = polish(t, R, Pi, sev, gs, J, P, Q)
+                tev, Rev, Piev = locate(t, h_cross, R, Pi, Rp, Pip, J, P, Q)
                 if wp.static(RECORD):
                     # the state after the crossing step, the start of a step that is never taken (the
                     # XLA loop's last state, its time where the loop puts the step's end)

@@ -68,6 +68,9 @@ def _trace(torque, dtype):
 
 
 _SOURCES: dict[str, tuple[str, tuple]] = {}
+#: (key, dtype name) -> the torque's jaxpr, its constants and array leaves read from ``P`` (what the
+#: dense output's generated code evaluates, :mod:`jaxrot.kernels.generate_pieces`)
+JAXPRS: dict = {}
 
 
 def _cache_key(torque, dtype):
@@ -192,6 +195,7 @@ def _generate(torque, dtype):
     src = (f"def tau(t: S, R: M, Pi: V, P: wp.array(dtype=S)):\n{body}\n"
            f"    return V({codes[0]}, {codes[1]}, {codes[2]})\n")
     key = source_key(src, g.lits)
+    JAXPRS[key, np.dtype(dtype).name] = jaxpr
     return key, src, tuple(g.lits), tuple(closed.consts)
 
 
