@@ -1,4 +1,4 @@
-"""Shared pieces of the fused kernels: the lazy Warp import and SO(3) functions.
+"""Shared pieces of the fused kernels: the lazy Warp import and the state's Warp types.
 
 Everything here is built per scalar type ``S`` (``warp.float32`` or ``warp.float64``) by closures:
 Warp compiles one module per closure, so a float32 and a float64 run get their own machine code.
@@ -13,10 +13,6 @@ import linecache
 import os
 import sys
 import types
-
-import numpy as np
-
-from ..geometry import so3
 
 _INSTALL = "the fused kernels need NVIDIA Warp: pip install 'jaxrot[fast]' (or pip install 'warp-lang>=1.19')"
 
@@ -97,33 +93,6 @@ def _quiet_stderr(active: bool):
         os.close(saved)
 
 
-# the Taylor coefficients and threshold of jaxrot.so3 (one set of numbers for both codes)
-_T1, _T2, _T3 = so3.RODRIGUES_TAYLOR
-SMALL_ANGLE2 = so3.SMALL_ANGLE2
-#: below the last of these squared angles (so3's series range) the dense output takes dexp^{-1}'s
-#: coefficient from its power series, truncated for each tier (``so3_funcs``), beyond it from sines and
-#: cosines
-SERIES_TIERS = (1e-2, 0.25, 1.0, SMALL_ANGLE2)
-SERIES_ANGLE2 = SERIES_TIERS[-1]
-
-
-@functools.lru_cache(maxsize=None)
-def _poly(S, coeffs: tuple):
-    """A Warp function evaluating the polynomial with ``coeffs`` (lowest degree first) at ``x`` by
-    Horner's rule, the coefficients as literals."""
-    wp = warp()
-    c = [float(v) for v in reversed(coeffs)]
-
-    @wp.func
-    def poly(x: S):
-        r = S(wp.static(c[0]))
-        for k in range(1, wp.static(len(c))):
-            r = r * x + S(wp.static(c[k]))
-        return r
-
-    return poly
-
-
 FUSE_FP = False
 
 
@@ -134,56 +103,7 @@ def fuse_fp() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def so3_funcs(S):
-    """The types ``V`` (3-vectors) and ``M`` (3x3 matrices) of scalar type ``S``, and the Warp
-    functions the dense output takes (restating :mod:`jaxrot.geometry.so3`): ``exp`` and ``dexpinv``."""
+    """The Warp types ``V`` (3-vectors) and ``M`` (3x3 matrices) of scalar type ``S`` that the kernels'
+    states take (every function of them is generated from its JAX code)."""
     wp = warp()
-    V = wp.types.vector(3, S)
-    M = wp.types.matrix((3, 3), S)
-    P1, P2 = _poly(S, tuple(_T1)), _poly(S, tuple(_T2))
-    small = SMALL_ANGLE2
-
-    @wp.func
-    def exp(v: V):
-        """``exp(hat v) = cos a 1 + S1 hat v + S2 v v^T`` (Rodrigues) with ``S1 = sin a / a`` and ``S2 =
-        (1 - cos a) / a^2`` of the angle ``a = |v|``, from their Taylor series below ``SMALL_ANGLE2``."""
-        a2 = wp.dot(v, v)
-        s1 = S(0.0)
-        s2 = S(0.0)
-        if a2 < S(small):
-            s1 = P1(a2)
-            s2 = P2(a2)
-        else:
-            a = wp.sqrt(a2)
-            h = wp.sin(S(0.5) * a)
-            s1 = wp.sin(a) / a
-            s2 = S(2.0) * h * h / a2
-        c = S(1.0) - s2 * a2
-        return c * wp.identity(n=3, dtype=S) + s1 * wp.skew(v) + s2 * wp.outer(v, v)
-
-    # dexp^{-1}'s c as polynomials in a^2 on the squared-angle tiers of SERIES_TIERS (each series
-    # truncated at the dtype's rounding on its tier, so3.series_coefficients): a few multiply-adds
-    # instead of a square root, a sine, a cosine and divisions; the tiers keep the polynomials short
-    # where the angle is small (5 terms below 0.1 rad, up to 13 below 1.5 rad)
-    eps = float(np.finfo(np.float32 if S == wp.float32 else np.float64).eps)
-    PC = [_poly(S, tuple(so3.series_coefficients("dexpinv", x, eps))) for x in SERIES_TIERS]
-    NT = len(SERIES_TIERS)
-
-    @wp.func
-    def dexpinv(v: V, x: V):
-        """``dexp^{-1}_v x = x - v x x / 2 + c v x (v x x)`` (:func:`jaxrot.so3.dexpinv`), ``c = (1 - (a/2)
-        cot(a/2)) / a^2`` from its power series below ``SERIES_ANGLE2``, in closed form above."""
-        a2 = wp.dot(v, v)
-        cc = S(0.0)
-        if a2 < S(SERIES_ANGLE2):
-            done = False
-            for k in range(wp.static(NT)):
-                if not done and a2 < S(wp.static(SERIES_TIERS[k])):
-                    cc = wp.static(PC[k])(a2)
-                    done = True
-        else:
-            half = S(0.5) * wp.sqrt(a2)
-            cc = (S(1.0) - half * wp.cos(half) / wp.sin(half)) / a2
-        vx = wp.cross(v, x)
-        return x - S(0.5) * vx + cc * wp.cross(v, vx)
-
-    return types.SimpleNamespace(V=V, M=M, exp=exp, dexpinv=dexpinv)
+    return types.SimpleNamespace(V=wp.types.vector(3, S), M=wp.types.matrix((3, 3), S))
