@@ -1,6 +1,7 @@
 """Results are written whole or not at all, into a folder checked before the run; Ctrl-C and closed
 pipes end a command cleanly."""
 
+import contextlib
 import os
 import pathlib
 import queue
@@ -269,6 +270,23 @@ def test_discard_pending_removes_writes_under_way(tmp_path):
             output.discard_pending()  # what an interrupt does before the process ends
             assert not stage.exists() and not tmp.exists() and not output.PENDING
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"] and (tmp_path / "a.txt").read_text() == "earlier"
+
+
+def test_the_last_sweep_removes_a_staging_folder_made_anew_after_the_interrupt(tmp_path, monkeypatch):
+    """After an interrupt the command's thread may go on and make its staging folder (and the output
+    folder above it) anew before the process ends: the sweep just before the end removes them again."""
+    for name in ("PENDING", "CREATED", "_DISCARDED", "_DISCARDED_CREATED"):
+        monkeypatch.setattr(output, name, type(getattr(output, name))())
+    out = output.prepare(tmp_path / "results")
+    with contextlib.suppress(FileNotFoundError):
+        with output.staged(out) as stage:
+            output.discard_pending()  # the interrupt
+            assert not out.exists()
+            stage.mkdir(parents=True)  # the thread, going on: os.makedirs(out_dir), then a file in it
+            (stage / "figure.png").write_text("partial")
+            output.sweep()  # the command's last step before os._exit
+            assert not out.exists()
+            raise FileNotFoundError  # (the thread's next write fails; what staged does then is not the point)
 
 
 def test_the_wheel_carries_every_package_and_the_c_baseline(tmp_path):

@@ -329,6 +329,7 @@ def main(argv=None) -> int:
         if argv is None:  # the computation may still run in its thread: end the process now
             sys.stdout.flush()
             sys.stderr.flush()
+            output.sweep()  # (that thread may have made a staging folder anew since the interrupt)
             os._exit(code)
         return code
     except BrokenPipeError:  # e.g. `jaxrot list | head`: the reader has gone, so stop quietly

@@ -223,10 +223,18 @@ def staged(folder, on_done=None):
         remove_empty_created()
 
 
+#: what :func:`discard_pending` removed: the command's thread may still run after an interrupt and
+#: make a staging folder (and the output folder above it) anew, so :func:`sweep` removes them again
+_DISCARDED: list[pathlib.Path] = []
+_DISCARDED_CREATED: list[pathlib.Path] = []
+
+
 def discard_pending() -> None:
     """Remove the temporary files and staging folders of every write under way, and the folders
     :func:`prepare` created that are left empty (on an interrupt that ends the process before
     their ``finally`` blocks can run)."""
+    _DISCARDED.extend(p for p in PENDING if p not in _DISCARDED)
+    _DISCARDED_CREATED.extend(p for p in CREATED if p not in _DISCARDED_CREATED)
     for path in list(PENDING):
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
@@ -235,3 +243,19 @@ def discard_pending() -> None:
                 path.unlink()
         PENDING.discard(path)
     remove_empty_created()
+
+
+def sweep() -> None:
+    """:func:`discard_pending` again, and what it removed before removed once more where it is back
+    (empty folders only, among those :func:`prepare` created): the last thing an interrupted command
+    does before its process ends, while its thread may still be writing."""
+    discard_pending()
+    for path in _DISCARDED:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    for path in sorted(_DISCARDED_CREATED, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            path.rmdir()
