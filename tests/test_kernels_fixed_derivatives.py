@@ -31,6 +31,17 @@ def calls(monkeypatch):
     return seen
 
 
+@pytest.fixture
+def strides(calls, monkeypatch):
+    """Every how many steps the record of each derivative pass kept a state, in call order."""
+    seen = []
+    for name in ("backward", "tangents"):
+        counted = getattr(adaptive_backward, name)
+        monkeypatch.setattr(adaptive_backward, name, lambda *a, counted=counted: seen.append(a[2].stride)
+                            or counted(*a))
+    return seen
+
+
 def _driven(t, R, Pi, args):
     """A world torque that changes with time: the steps' times count in the derivative."""
     return args * jnp.stack([jnp.sin(7.0 * t), jnp.cos(5.0 * t), jnp.sin(3.0 * t) * R[0, 2]])
@@ -100,16 +111,11 @@ def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
 
 
 @pytest.mark.parametrize("method, driven", [("rk4", False), ("buss2p", False), ("rk4", True)])
-def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven, calls, monkeypatch):
+def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven, calls, strides, monkeypatch):
     """A record budget that holds the frames and one stretch of steps between two of them but not every
     step's start: the derivative passes step each stretch again from its frame (buss2p: its memory
     too; a torque that changes with time: each step at its own time), in both modes, equal to the XLA
     executor's."""
-    strides = []
-    for name in ("backward", "tangents"):
-        counted = getattr(adaptive_backward, name)
-        monkeypatch.setattr(adaptive_backward, name, lambda *a, counted=counted: strides.append(
-            adaptive_backward.stride_of(a[2])) or counted(*a))
     # (a step count of its own: programs traced by the other tests are kept with the record they chose)
     n = (4 if driven else 3) * N
     monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 26 * n * B * 8 - 1)
@@ -127,14 +133,9 @@ def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven
 
 @pytest.mark.parametrize("method, mode, stride", [("rk4", "reverse", EVERY), ("buss2p", "reverse", 1),
                                                   ("buss2p", "forward", EVERY)])
-def test_the_frames_are_the_checkpoints_but_for_a_memory_in_reverse_mode(method, mode, stride, monkeypatch):
+def test_the_frames_are_the_checkpoints_but_for_a_memory_in_reverse_mode(method, mode, stride, strides):
     """Where both fit, the frames are the checkpoints (nothing written per step), but in reverse mode
     for a method that carries a memory, whose record keeps every step's start."""
-    strides = []
-    for name in ("backward", "tangents"):
-        real = getattr(adaptive_backward, name)
-        monkeypatch.setattr(adaptive_backward, name, lambda *a, real=real: strides.append(
-            adaptive_backward.stride_of(a[2])) or real(*a))
     loss, (J, Pi, dt) = _loss(method, 5 * N)  # (a step count of its own: see above)
     if mode == "reverse":
         jax.grad(loss)(J, Pi, dt, jaxrot.Fused())

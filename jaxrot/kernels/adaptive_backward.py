@@ -32,9 +32,10 @@ step itself (generated from the same JAX code) before it walks them back::
 
 and forward mode steps the states forward beside the tangents. The recomputed states are the
 generated step's, which may differ from the forward kernel's attempt in the last bits. A constant-step
-run's record (:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`) holds one column of times
-and lengths, ``t0`` and ``h`` (step ``k`` at ``t0 + k h``, as the loop takes it), the steps it covers
-as its seventh entry, and either every step's state or its frames as the checkpoints.
+run's record (:class:`~jaxrot.kernels.adaptive_pairs.Record`,
+:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`) holds one column of times and lengths,
+``t0`` and ``h`` (step ``k`` at ``t0 + k h``, as the loop takes it), and either every step's state or
+its frames as the checkpoints.
 
 Reference: Griewank & Walther, *Evaluating Derivatives* (2008), ch. 12 (reverse sweeps over a stored
 tape); diffrax's ``RecursiveCheckpointAdjoint`` (the derivative of the steps taken).
@@ -82,17 +83,6 @@ def record_layout(bodies: int, max_steps: int, itemsize: int, checkpoints: int |
     T = max(1, min(int(max_steps), max(int(checkpoints), steps_in_budget(bodies, itemsize, 2))))
     stride = -(-T // min(int(checkpoints), T))
     return T, -(-T // stride)
-
-
-def steps_of(record) -> int:
-    """How many steps a record covers: its times' columns, or for constant steps (one column of ``t0``
-    and one of ``h``, the steps given as the record's seventh entry) the steps taken."""
-    return record[6] if len(record) > 6 else record[2].shape[1]
-
-
-def stride_of(record) -> int:
-    """Every how many steps a record keeps a state (1: every step's)."""
-    return -(-steps_of(record) // record[0].shape[1])
 
 
 def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str = "vjp") -> str | None:
@@ -279,18 +269,18 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     whose steps were not all recorded fails with a message."""
     import equinox as eqx
 
-    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record[:6]
+    R_rec, Pi_rec, t_rec, h_rec, out_k, order, _ = record
     if order is not None:  # the record's rows are the bodies in the order they were launched
         n_acc, cR_out, cPi_out = n_acc[order], cR_out[order], cPi_out[order]
     dtype = R_rec.dtype
     name = jnp.dtype(dtype).name
-    stride = stride_of(record)
+    stride = record.stride
     low = lower_vjp(pair, system, dtype, "vjp", memory, stride > 1)
     arrays, static = eqx.partition(system, eqx.is_array)
     F, pull_F = jax.vjp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], arrays)
     F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
     B, n_out = cR_out.shape[:2]
-    n_acc, over = _unrecorded(n_acc, steps_of(record))
+    n_acc, over = _unrecorded(n_acc, record.n_steps)
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
     # scratch for the sweep: m_rec the memory at each recorded state; with checkpoints, a stretch's
     # recomputed states and memories
@@ -366,17 +356,17 @@ def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = Fa
     ``eqx.partition(system, eqx.is_array)[0]``), given the forward kernel's ``record``."""
     import equinox as eqx
 
-    R_rec, Pi_rec, t_rec, h_rec, out_k, order = record[:6]
+    R_rec, Pi_rec, t_rec, h_rec, out_k, order, _ = record
     dtype = R_rec.dtype
     if order is not None:
         n_acc, dR0, dPi0 = n_acc[order], dR0[order], dPi0[order]
-    stride = stride_of(record)
+    stride = record.stride
     low = lower_vjp(pair, system, dtype, "jvp", memory, stride > 1)
     arrays, static = eqx.partition(system, eqx.is_array)
     F, dF = jax.jvp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], (arrays,), (d_system,))
     pad = jnp.zeros((1,), dtype)
     B, n_out = out_k.shape
-    n_acc, over = _unrecorded(n_acc, steps_of(record))
+    n_acc, over = _unrecorded(n_acc, record.n_steps)
     args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0.astype(dtype), dPi0.astype(dtype),
             jnp.concatenate([F, pad]), jnp.concatenate([dF, pad]))
     dims = {"dR_out": (B, n_out), "dPi_out": (B, n_out)}

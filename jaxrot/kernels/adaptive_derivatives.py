@@ -12,6 +12,7 @@ import numpy as np
 
 from ..geometry.state import State
 from .adaptive_backward import record_layout
+from .adaptive_pairs import Record
 from .generate_vjp import keeps_memory
 
 __all__ = ["in_kernels", "in_kernels_jvp", "fixed_in_kernels", "fixed_reason"]
@@ -181,7 +182,7 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
                        jnp.concatenate([states0.Pi[:, None].astype(dtype), Pi[:, :-1]], axis=1))
         out_k = jnp.broadcast_to((jnp.arange(n_frames, dtype=jnp.int32) + 1) * save_every, (B, n_frames))
         one = jnp.ones((B, 1), dtype)
-        record = (starts.R, starts.Pi, one * t0.astype(dtype), one * dt.astype(dtype), out_k, None, N)
+        record = Record(starts.R, starts.Pi, one * t0.astype(dtype), one * dt.astype(dtype), out_k, None, N)
         return out, record, jnp.full((B,), N, jnp.int32)
 
     def check(arrays):

@@ -12,7 +12,7 @@ from . import dense_torque, host_threads
 from . import event_restate
 from ._common import warp
 from .adaptive_kernel import kernel_for
-from .adaptive_pairs import AdaptiveRun
+from .adaptive_pairs import AdaptiveRun, Record
 
 __all__ = ["launch", "slices_for", "SORT_MIN_BODIES", "MIN_BODIES_PER_SLICE", "SLICES_PER_CORE"]
 
@@ -67,8 +67,8 @@ def _callable(*key):
 def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params, capacity=0):
     """The kernel of the generated pair ``name`` (:data:`~jaxrot.kernels.adaptive_pairs.GENERATED_PAIRS`)
     whose parameters are ``method_params`` on a batch; an :class:`AdaptiveRun`. With ``capacity``:
-    ``(run, record)``, the record of each body's first ``capacity`` accepted steps, ``(R, Pi, t,
-    h, out_k, order)`` (``capacity = (T, C)``: the times and lengths of ``T`` steps, the states of every
+    ``(run, record)``, the :class:`~jaxrot.kernels.adaptive_pairs.Record` of each body's first
+    ``capacity`` accepted steps (``capacity = (T, C)``: the times and lengths of ``T`` steps, the states of every
     ``ceil(T / C)``-th) (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies
     were launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order)."""
     dtype = states0.R.dtype
@@ -106,4 +106,4 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
     kept = 6 if event is None else 9
     run = AdaptiveRun(*(out[:kept] if inverse is None else (x[inverse] for x in out[:kept])))
     # the record stays in the launch's order (a gather of it would copy it whole)
-    return (run, (*out[9:], order if inverse is not None else None)) if capacity else run
+    return (run, Record(*out[9:], order if inverse is not None else None)) if capacity else run

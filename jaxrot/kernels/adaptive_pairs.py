@@ -13,7 +13,7 @@ import jax
 from . import dense_torque, dense_torque_refusal, registered_name, run_dtype
 from . import event_restate
 
-__all__ = ["AdaptiveRun", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair",
+__all__ = ["AdaptiveRun", "Record", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair",
            "attempt_within",
            "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
 
@@ -128,6 +128,35 @@ class AdaptiveRun(NamedTuple):
     def success(self) -> jax.Array:
         """Whether each body reached its last output time (or its terminal event)."""
         return self.result == 0
+
+
+class Record(NamedTuple):
+    """The record of a batch's steps that a fused run keeps for its derivatives and saved frames
+    (:mod:`jaxrot.kernels.adaptive_backward`, :mod:`jaxrot.kernels.adaptive_saved`), rows in launch
+    order (row ``k`` is body ``order[k]``; ``order`` None: the caller's order).
+
+    ``R`` (B, C, 3, 3), ``Pi`` (B, C, 3): the state at each kept step's start, every step's or every
+    ``ceil(steps / C)``-th (checkpoints); ``t``, ``h`` (B, steps): each step's start time and length, or
+    one column each of ``t0`` and ``h`` for constant steps (step ``k`` at ``t0 + k h``), with ``steps``
+    then given; ``out_k`` (B, n): the steps taken before each output."""
+
+    R: jax.Array
+    Pi: jax.Array
+    t: jax.Array
+    h: jax.Array
+    out_k: jax.Array
+    order: jax.Array | None = None
+    steps: int | None = None
+
+    @property
+    def n_steps(self) -> int:
+        """How many steps the record covers."""
+        return self.t.shape[1] if self.steps is None else self.steps
+
+    @property
+    def stride(self) -> int:
+        """Every how many steps a state is kept (1: every step's)."""
+        return -(-self.n_steps // self.R.shape[1])
 
 
 def why_not_adaptive(pair, system, event=None) -> str | None:

@@ -49,8 +49,8 @@ def buffers(record, run, t0, t1, every: int | None, dense: bool, max_steps: int,
     with a leading batch axis, or None where not asked for.
 
     Args:
-      record: the kernel's record ``(R, Pi, t, h, out_k, order)`` (rows in launch order: row ``k`` is
-        body ``order[k]``; ``order`` None: the caller's order).
+      record: the kernel's :class:`~jaxrot.kernels.adaptive_pairs.Record` of every step (rows in launch
+        order: row ``k`` is body ``order[k]``; ``order`` None: the caller's order).
       run: the run's :class:`~jaxrot.kernels.adaptive_pairs.AdaptiveRun`: its outputs not reached hold
         the last state, so the last output is each body's last state (but after a terminal event).
       terminal: the run has a terminal event: a body that found it (a finite event time) has the
@@ -63,7 +63,7 @@ def buffers(record, run, t0, t1, every: int | None, dense: bool, max_steps: int,
 
     from ..geometry.state import State
 
-    R_rec, Pi_rec, t_rec, h_rec, _, order = record
+    R_rec, Pi_rec, t_rec, h_rec, _, order, _ = record
     if order is not None:
         inverse = jnp.argsort(order)
         R_rec, Pi_rec, t_rec, h_rec = R_rec[inverse], Pi_rec[inverse], t_rec[inverse], h_rec[inverse]
