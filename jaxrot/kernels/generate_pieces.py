@@ -16,16 +16,19 @@ import numpy as np
 from .jaxpr_inputs import as_float, elements, named, source_key, warp_functions
 from .jaxpr_warp import Element, Source, Unsupported, restate
 
-__all__ = ["function", "write", "controller", "crossing", "locator"]
+__all__ = ["function", "write", "argument", "controller", "crossing", "locator"]
 
 #: an argument's Warp annotation -> (its shape, its kind)
 _TYPES = {"S": ((), "f"), "bool": ((), "b"), "int": ((), "i"), "V": ((3,), "f"), "M": ((3, 3), "f")}
 
 
-def _input(name: str, annotation: str, size: int, dtype) -> np.ndarray:
+def argument(name: str, annotation: str, size: int, dtype) -> np.ndarray:
+    """The elements of the argument ``name`` of a generated function: ``annotation`` one of
+    :data:`_TYPES`' (read as ``name``, ``name[i]``, ``name[i, j]``), ``"vector"`` (``size`` numbers, a Warp
+    vector) or ``"array"`` (a parameter array of ``size`` numbers)."""
     if annotation == "array":
         return elements(name, (size,), 0, dtype)
-    shape, kind = _TYPES[annotation]
+    shape, kind = ((size,), "f") if annotation == "vector" else _TYPES[annotation]
     if kind != "f":
         out = np.empty((), dtype=object)
         out[()] = Element(name, kind)
@@ -42,13 +45,22 @@ def _output(g: Source, x) -> str:
     return {(3,): "V", (3, 3): "M"}[x.shape] + f"({codes})"
 
 
-def write(name: str, head: str, closed, inputs, S64: bool, externals=None) -> tuple[str, tuple]:
+def write(name: str, head: str, closed, inputs, S64: bool, externals=None, *, g: Source | None = None,
+          types=None) -> tuple[str, tuple]:
     """``(source, literals)`` of the Warp function ``def name(head)`` computing the closed jaxpr ``closed``
-    (its constants written in as literals) from ``inputs`` (elements), returning its outputs."""
-    g = Source(S64)
+    (its constants written in as literals) from ``inputs`` (elements), returning its outputs: scalars,
+    ``V`` and ``M`` by their shapes, or each built by its type's name in ``types``. ``g``: a writer
+    whose literals the function shares with others of one source (``S64`` is then its own)."""
+    if g is None:
+        g = Source(S64)
+    g.lines, g.n, g.cache = [], 0, {}
     g.externals = dict(externals or {})
     outs = restate(g, closed.jaxpr, [g.array(np.asarray(c)) for c in closed.consts], inputs)
-    rets = [_output(g, x) for x in outs]
+    if types is None:
+        rets = [_output(g, x) for x in outs]
+    else:
+        rets = [f"{ty}({', '.join([as_float(g, e) for e in np.asarray(x).reshape(-1)] or ['S(0.0)'])})"
+                for x, ty in zip(outs, types)]
     return f"def {name}({head}):\n" + "".join(x + "\n" for x in g.lines) + f"    return {', '.join(rets)}\n", tuple(g.lits)
 
 
@@ -63,7 +75,7 @@ def source(name: str, fn, args, S64: bool, sizes=None, externals=None) -> tuple[
     specs = [jax.ShapeDtypeStruct((sizes[n],), dt) if a == "array" else
              jax.ShapeDtypeStruct(_TYPES[a][0], dtypes[_TYPES[a][1]]) for n, a in args]
     head = ", ".join(f"{n}: {'wp.array(dtype=S)' if a == 'array' else a}" for n, a in args)
-    return write(name, head, jax.make_jaxpr(fn)(*specs), [_input(n, a, sizes.get(n, 0), dt) for n, a in args], S64,
+    return write(name, head, jax.make_jaxpr(fn)(*specs), [argument(n, a, sizes.get(n, 0), dt) for n, a in args], S64,
                  externals)
 
 

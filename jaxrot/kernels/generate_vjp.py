@@ -34,8 +34,9 @@ import functools
 
 import numpy as np
 
-from .jaxpr_inputs import as_float, elements, named, source_key, structure_key, warp_functions
-from .jaxpr_warp import Source, Unsupported, restate
+from .generate_pieces import argument, write
+from .jaxpr_inputs import source_key, structure_key, warp_functions
+from .jaxpr_warp import Source, Unsupported
 
 __all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "recomputes",
            "KINDS",
@@ -196,32 +197,16 @@ def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
     g = Source(dt == jnp.float64)
     parts = []
     for name, (fn, sig, outs_t) in _functions(minit, step, kind, recompute).items():
-        args = sig.split()[::2], sig.split()[1::2]
-        closed = jax.make_jaxpr(fn)(*(sds(shapes[ty], dt) for ty in args[1]))
-        consts = []
-        for c in closed.consts:
-            if isinstance(c, jax.core.Tracer):
-                raise Unsupported("a value closed over inside someone's trace")
-            consts.append(g.array(np.asarray(c)))
-        ins = []
-        for a, ty in zip(*args):
-            if ty == "P":
-                ins.append(elements(a, (n,), 0, dt))
-            elif ty == "M":
-                ins.append(named(lambda i, a=a: f"{a}[{i[0]}, {i[1]}]", (3, 3)))
-            elif ty == "S":
-                ins.append(named(lambda i, a=a: a, ()))
-            else:
-                ins.append(named(lambda i, a=a: f"{a}[{i[0]}]", shapes[ty]))
-        g.lines, g.n, g.cache = [], 0, {}
-        outs = restate(g, closed.jaxpr, consts, ins)
-        rets = []
-        for o, ty in zip(outs, outs_t):
-            items = [as_float(g, e) for e in np.asarray(o).reshape(-1)] or ["S(0.0)"]
-            rets.append(f"{ty}({', '.join(items)})")
+        names, tys = sig.split()[::2], sig.split()[1::2]
+        closed = jax.make_jaxpr(fn)(*(sds(shapes[ty], dt) for ty in tys))
+        if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
+            raise Unsupported("a value closed over inside someone's trace")
+        # (the system's arrays: a parameter array; the memory: a Warp vector of its length)
+        ins = [argument(a, {"P": "array", "MT": "vector"}.get(ty, ty), {"P": n, "MT": n_mem}.get(ty, 0), dt)
+               for a, ty in zip(names, tys)]
         types = {"M": "M", "V": "V", "S": "S", "P": "wp.array(dtype=S)", "MT": "MT"}
-        head = ", ".join(f"{a}: {types[ty]}" for a, ty in zip(*args))
-        parts.append(f"def {name}({head}):\n" + "".join(x + "\n" for x in g.lines) + f"    return {', '.join(rets)}\n")
+        head = ", ".join(f"{a}: {types[ty]}" for a, ty in zip(names, tys))
+        parts.append(write(name, head, closed, ins, None, g=g, types=outs_t)[0])
     src = "\n\n".join(parts)
     key = source_key(src, g.lits)
     _SOURCES[key] = (src, tuple(g.lits), max(n, 1), n_mem, kind, bool(carried), bool(recompute))
