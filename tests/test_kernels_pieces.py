@@ -99,7 +99,7 @@ def test_the_generated_event_location_is_the_xla_loops(name):
     rkmk8, of order above 4, the Newton steps on the method's own steps with the slope along its step)
     against that function in JAX on the same steps: the same times and states to a few roundings."""
     from jaxrot.integrators import dense_output
-    from jaxrot.kernels import event_restate, generate, transpile
+    from jaxrot.kernels import event_restate, generate, generate_dh, transpile
     from jaxrot.kernels._common import so3_funcs, warp
     from jaxrot.kernels.generate_pieces import locator
 
@@ -147,7 +147,7 @@ def test_the_generated_event_location_is_the_xla_loops(name):
     keys = {event_restate.lower(cond_of(k), jnp.float64)[0] for k in range(n)}
     assert len(keys) == 1  # (one restatement: the level is a parameter)
     locate = locator(S, low_t.key, keys.pop(), one_step if polished else None,
-                     generate.step_dh(S, low.key) if polished else None)
+                     generate_dh.step_dh(S, low.key) if polished else None)
 
     def run(tk: wp.array(dtype=S), h: wp.array(dtype=S), R0: wp.array(dtype=M), Pi0: wp.array(dtype=V),
             R1: wp.array(dtype=M), Pi1: wp.array(dtype=V), J: wp.array(dtype=V), P: wp.array(dtype=S),
@@ -176,3 +176,42 @@ def test_the_generated_event_location_is_the_xla_loops(name):
         np.testing.assert_allclose(t_out.numpy()[0], float(t_ev), rtol=4e-16, atol=0)
         np.testing.assert_allclose(R_out.numpy()[0], np.asarray(s_ev.R), rtol=0, atol=1e-14)
         np.testing.assert_allclose(Pi_out.numpy()[0], np.asarray(s_ev.Pi), rtol=1e-14, atol=0)
+
+
+@jax.custom_jvp
+def _length(h):
+    return h
+
+
+@_length.defjvp
+def _length_jvp(primals, tangents):
+    # the tangent itself (lgamma(1 + 1e-300 h) rounds to 0), written with a function the kernels do not
+    # restate, of the step's length so that it is not computed when the source is written
+    return primals[0], tangents[0] * jnp.exp(jax.lax.lgamma(1.0 + 1e-300 * primals[0]))
+
+
+class DerivativeNotRestated(EmbeddedPair):
+    """buss4(3) of undeclared order (its events are polished on its own steps), its steps' length passed
+    through a function whose derivative the kernels cannot restate (its value they can)."""
+
+    order = property(lambda self: None)
+
+    def step_with_error(self, system, t, state, aux, dt):
+        return super().step_with_error(system, t, state, aux, _length(dt))
+
+
+def test_an_event_the_kernel_cannot_polish_is_refused_and_located_by_the_xla_loop():
+    """An event located on a method's own steps needs its step's derivative in the step's length; where
+    that cannot be restated (though the step can), ``Fused()`` refuses the run naming why, and the
+    automatic choice runs it on the XLA loop instead of failing when the kernel is built."""
+    p = jaxrot.problems.get("asymmetric_top")
+    pair = DerivativeNotRestated(jaxrot.get("buss4"), jaxrot.get("buss3"))
+    event = jaxrot.Event(lambda t, s, a: s.R[1, 1] - 0.5)
+    run = dict(t1=3.0, stepsize=jaxrot.Adaptive(1e-8, 1e-8), saveat=jaxrot.SaveAt(t1=True))
+    assert jaxrot.simulate(pair, p, **run, executor=jaxrot.Fused()).info["executor"] == "Fused"  # its step is
+    with pytest.raises(ValueError, match="derivative in its length.*lgamma"):
+        jaxrot.simulate(pair, p, **run, event=event, executor=jaxrot.Fused())
+    auto = jaxrot.simulate(pair, p, **run, event=event)
+    xla = jaxrot.simulate(pair, p, **run, event=event, executor=jaxrot.XLA())
+    assert auto.info["executor"] == "XLA"
+    assert np.isfinite(float(auto.event_time)) and float(auto.event_time) == float(xla.event_time)

@@ -240,7 +240,7 @@ def _check(method, system, states0, n_frames, save_every, event=None):
     if event is not None:
         from .fixed_loop import why_not_event
 
-        why = why_not_event(event, R.dtype) or dense_torque_refusal(system.torque, run_dtype(system))
+        why = why_not_event(event, R.dtype, _instance(method), system)
         if why is not None:
             raise ValueError(why)
 

@@ -9,7 +9,8 @@ import functools
 from ._common import so3_funcs, warp
 from ..integrators.dense_output import polishes
 from .adaptive_pairs import GENERATED_PAIRS, GeneratedPair
-from .generate import attempt_funcs, step_dh
+from .generate import attempt_funcs
+from .generate_dh import step_dh
 from .loop import as_kernel, loop
 
 __all__ = ["adaptive_kernel", "kernel_for"]

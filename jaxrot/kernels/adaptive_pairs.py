@@ -92,7 +92,7 @@ def _generated_refusal(pair, system, event) -> str | None:
     """Why no generated attempt runs ``pair`` (an :class:`jaxrot.integrators.AbstractPair` instance)
     with ``system`` and ``event``, or None."""
     from ..integrators import AbstractPair
-    from .generate import pair_reason
+    from .generate import pair_reason, polish_reason
 
     if not isinstance(pair, AbstractPair):
         return "it is not an embedded pair (jaxrot.integrators.AbstractPair)"
@@ -100,7 +100,9 @@ def _generated_refusal(pair, system, event) -> str | None:
     if event is not None and dense_torque_refusal(system.torque, dtype):
         return dense_torque_refusal(system.torque, dtype)
     why = pair_reason(pair, system, dtype, event_offset(system, event, dtype))
-    return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
+    if why is not None:
+        return f"its attempt cannot be restated in a kernel ({why})"
+    return None if event is None else polish_reason(pair, system, dtype, event_offset(system, event, dtype), True)
 
 
 class AdaptiveRun(NamedTuple):

@@ -54,16 +54,26 @@ def loop_kernel(S, init, step, reason, event=None, *, key: str):
 def kernel(dtype_name: str, gen_key: str, event=None):
     """``(Warp scalar type, kernel)`` of the generated method ``gen_key`` (:mod:`jaxrot.kernels.generate`)
     at ``dtype_name``, with ``event`` as :func:`loop_kernel` takes it; built once."""
-    from . import generate
+    from . import generate, generate_dh
 
     S = getattr(warp(), dtype_name)  # (warp.float32 or warp.float64)
     ev = "" if event is None else "_{}_ev{}_{}_{:d}_{:d}".format(*event)
     if event is not None:  # (a polished event: the step's derivative in its length, for the last slope)
-        event = (*event[:4], generate.step_dh(S, gen_key) if event[4] else None)
+        event = (*event[:4], generate_dh.step_dh(S, gen_key) if event[4] else None)
     return S, loop_kernel(S, *generate.funcs(S, gen_key), event, key=f"gen_{gen_key}_{dtype_name}{ev}")
 
 
-def why_not_event(event, dtype) -> str | None:
-    """Why the constant-step kernel cannot check ``event`` (a sentence), or None."""
+def why_not_event(event, dtype, method=None, system=None) -> str | None:
+    """Why the constant-step kernel cannot check ``event`` (a sentence), or None; with ``method`` and
+    ``system``, also where it cannot locate it on the method's steps (:func:`jaxrot.kernels.generate.polish_reason`)."""
     why = event_restate.reason(event.cond_fn, dtype)
-    return None if why is None else f"the event condition cannot be restated in a kernel: {why}"
+    if why is not None:
+        return f"the event condition cannot be restated in a kernel: {why}"
+    if method is None:
+        return None
+    from . import dense_torque, dense_torque_refusal, generate, run_dtype
+
+    if dense_torque_refusal(system.torque, run_dtype(system)):
+        return dense_torque_refusal(system.torque, run_dtype(system))
+    offset = int(dense_torque(system.torque, dtype)[1].shape[0])
+    return generate.polish_reason(method, system, dtype, offset)

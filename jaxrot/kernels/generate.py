@@ -35,9 +35,9 @@ import numpy as np
 
 from .jaxpr_inputs import as_float, elements, named, source_key, state, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
-from .generate_pieces import write
+from . import generate_dh
 
-__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "step_dh", "pair_within", "SOLVE_FAILED",
+__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "polish_reason", "pair_within", "SOLVE_FAILED",
            "NONFINITE_STATE"]
 
 #: the :class:`jaxrot.RESULTS` codes a generated ``reason`` writes (the driver's, restated: the kernels
@@ -219,46 +219,28 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0, limit:
     src = init_src + "\n\n" + step_src + "\n\n" + reason_src
     key = source_key(src, g.lits)
     _SOURCES[key] = (src, tuple(g.lits), n_mem, constant_stats)
-    _DH[key] = functools.partial(_dh_source, rebuild, specs, dt, [t, R, Pi, h, *P])
+    generate_dh.register(key, rebuild, specs, dt, [t, R, Pi, h, *P])
     return key, n_mem, tuple(traced)
 
 
-def _dh_source(rebuild, specs, dt, inputs):
-    """The source of ``step_dh`` (:func:`step_dh`): the method's step from fresh memory with its
-    derivative in the step's length (``jax.jvp``), its inputs ``inputs`` as :func:`_generate` reads them."""
-    import jax
-    import jax.numpy as jnp
-
-    from ..geometry.state import State
-
-    def dh_fn(t, R, Pi, h, flat):
-        m, s = rebuild(flat)
-
-        def advance(y):
-            new = m.step(s, t, State(R, Pi), m.init(s, t, State(R, Pi), y), y)[0]
-            return new.R, new.Pi
-
-        (R1, Pi1), (dR, dPi) = jax.jvp(advance, (h,), (jnp.ones_like(h),))
-        return R1, Pi1, dR, dPi
-
-    sds = jax.ShapeDtypeStruct
-    closed = jax.make_jaxpr(dh_fn)(sds((), dt), sds((3, 3), dt), sds((3,), dt), sds((), dt), specs)
-    if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
-        raise Unsupported("a step closing over a traced value (an event is polished on the method's own steps)")
-    return write("step_dh", "R: M, Pi: V, t: S, h: S, J: V, P: wp.array(dtype=S)", closed, inputs, dt == jnp.float64)
 
 
-#: key -> the writer of its step_dh source (:func:`_dh_source`), called when a kernel polishes an event
-_DH: dict = {}
+def polish_reason(method, system, dtype, offset: int, pair: bool = False) -> str | None:
+    """Why a fused run of ``method`` (a pair's attempt with ``pair``), its parameters from ``P[offset]``
+    on, cannot locate an event: one polished on the method's own steps (:func:`jaxrot.integrators.
+    dense_output.polishes`) needs :func:`jaxrot.kernels.generate_dh.step_dh`. None if it can, or if the method's step itself
+    cannot be restated (its own refusal says so)."""
+    from ..integrators.dense_output import polishes
 
-
-@functools.lru_cache(maxsize=None)
-def step_dh(S, key: str):
-    """``step_dh(R, Pi, t, h, J, P) -> (R, Pi, dR/dh, dPi/dh)``: the generated method ``key``'s step of
-    length ``h`` from fresh memory and its derivative in ``h`` (what an event's last Newton step on the
-    method's own steps takes its slope from, :func:`jaxrot.integrators.dense_output.locate`)."""
-    src, lits = _DH[key]()
-    return warp_functions(S, src, lits, f"method-dh-{key}", ["step_dh"])["step_dh"]
+    if not polishes(getattr(method, "order", None)):
+        return None
+    try:
+        key = _lowered(method, system, dtype, pair, offset)[0]
+    except Unsupported:
+        return None
+    why = generate_dh.dh_reason(key)
+    return None if why is None else ("an event located on the method's own steps needs the step's derivative in "
+                                     f"its length, which cannot be restated in a kernel ({why})")
 
 
 def _step_source(g, outs, n_mem):

@@ -168,7 +168,7 @@ def locator(S, torque_key: str, event_key: str, step=None, step_dh=None):
     crossing step ``[tk, tk + h]`` from ``(R0, Pi0)`` to ``(R1, Pi1)``, generated from
     :func:`jaxrot.integrators.dense_output.locate` with the torque (``P`` from 0 on) and the condition
     (``Q``) of the restatements named by their keys; with the method's generated ``step(R, Pi, t, x, J,
-    P) -> (R, Pi)`` and ``step_dh`` (:func:`jaxrot.kernels.generate.step_dh`), polished on its steps."""
+    P) -> (R, Pi)`` and ``step_dh`` (:func:`jaxrot.kernels.generate_dh.step_dh`), polished on its steps."""
     import jax.numpy as jnp
 
     from ..geometry.state import State

@@ -236,7 +236,7 @@ class Fused(AbstractExecutor):
                 return ("a constant-step run with an event is fused for the methods of jaxrot.kernels.KERNELS only "
                         "(error-controlled runs locate events in the kernel)")
 
-            return why_not_event(spec.event, spec.state0.R.dtype)
+            return why_not_event(spec.event, spec.state0.R.dtype, spec.method, spec.system)
         return None
 
     def run_attempts(self, spec: AttemptSpec) -> Frames:
