@@ -236,5 +236,8 @@ def test_series_coefficients_reach_the_rounding(kind, x_max):
     assert np.max(np.abs(got / want - 1)) <= 4 * eps
     shorter = np.array([horner(c[:-1], x) for x in xs])
     assert np.max(np.abs(shorter / want - 1)) > eps / 4
+    # the library's own evaluation of the series (Estrin's scheme) is as accurate
+    estrin = np.asarray(so3._poly(jnp.asarray(xs), c))
+    assert np.max(np.abs(estrin / want - 1)) <= 4 * eps
     with pytest.raises(ValueError, match="outside the range"):
         so3.series_coefficients(kind, 50.0, eps)

@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 
 # Below this squared angle (1.5 rad) the coefficients below come from their power series, truncated
-# where the remainder is below a quarter of float64's rounding (series_coefficients: 10 to 13 terms);
-# above it from sines and cosines. A step's rotation is mostly smaller: a generated kernel then
-# evaluates a polynomial (multiply-adds) instead of a square root, sines, cosines and divisions, and
-# the closed forms are never taken near zero angle, where they cancel.
+# where the remainder is below a quarter of float64's rounding (series_coefficients: 10 to 13 terms),
+# above it from sines and cosines. A step's rotation is mostly smaller: a generated kernel's thread then
+# evaluates a polynomial (by Estrin's scheme, whose multiply-adds of one level it runs side by side)
+# instead of a square root, sines, cosines and divisions; the closed forms never cancel near zero.
 SMALL_ANGLE2 = 2.25
 
 
@@ -204,10 +204,11 @@ def _safe_angle2(a2):
 
 
 def _poly(a2, coeffs):
-    out = jnp.zeros_like(a2) + coeffs[-1]
-    for c in coeffs[-2::-1]:
-        out = out * a2 + c
-    return out
+    """``sum_k coeffs[k] a2^k`` by Estrin's scheme: ``log2(n)`` dependent multiply-adds, not Horner's ``n``."""
+    terms, x = list(coeffs), a2
+    while len(terms) > 1:  # pairs with x, pairs of pairs with x^2, ... (an odd one out carried up)
+        terms, x = [terms[i] + terms[i + 1] * x for i in range(0, len(terms) - 1, 2)] + terms[len(terms) & ~1:], x * x
+    return jnp.zeros_like(a2) + terms[0]
 
 
 def _slope_poly(coeffs):
@@ -215,11 +216,10 @@ def _slope_poly(coeffs):
     return [k * c for k, c in enumerate(coeffs)][1:]
 
 
-# The coefficients below take their derivatives by rules of their own (``jax.custom_jvp``): the slope
-# in ``a2`` is one ``jnp.where`` of the Taylor series' slope and the closed form's (taken from the same
-# sines as the value), so a derivative multiplies by one coefficient instead of carrying cotangents
-# through both sides of the value's ``where`` (a derivative program, and its generated kernel, computes
-# only the side that is taken). The slopes are finite at zero angle.
+# The coefficients below take their derivatives by rules of their own (``jax.custom_jvp``): the slope in
+# ``a2`` is one ``jnp.where`` of the Taylor series' slope and the closed form's (from the value's sines),
+# so a derivative multiplies by one coefficient instead of carrying cotangents through both sides of the
+# value's ``where`` (a derivative, and its kernel, computes only the side taken); finite at zero angle.
 def _rodrigues_closed(a2s):
     """Closed forms of (S1, S2, S3) and of their slopes in ``a2s`` (away from zero)."""
     a = jnp.sqrt(a2s)
