@@ -13,81 +13,17 @@ With ``a = |v|``:  S1 = sin a / a,  S2 = (1 - cos a) / a^2,  S3 = (a - sin a) / 
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
+from .series import poly, series_coefficients, slope_poly
+
 # Below this squared angle (1.5 rad) the coefficients below come from their power series, truncated
 # where the remainder is below a quarter of float64's rounding (series_coefficients: 10 to 13 terms),
-# above it from sines and cosines. A step's rotation is mostly smaller: a generated kernel's thread then
-# evaluates a polynomial (by Estrin's scheme, whose multiply-adds of one level it runs side by side)
-# instead of a square root, sines, cosines and divisions; the closed forms never cancel near zero.
+# above it from sines and cosines. A step's rotation is mostly smaller: a generated kernel then
+# evaluates a polynomial (multiply-adds, :func:`jaxrot.geometry.series.poly`) instead of a square root,
+# sines, cosines and divisions, and the closed forms are never taken near zero angle, where they cancel.
 SMALL_ANGLE2 = 2.25
-
-
-def _bernoulli(n: int) -> list:
-    """B_0 ... B_n as exact fractions (B_1 = -1/2), by the recurrence sum_k C(m+1, k) B_k = 0."""
-    from fractions import Fraction
-
-    B = [Fraction(1)]
-    for m in range(1, n + 1):
-        B.append(-sum(math.comb(m + 1, k) * B[k] for k in range(m)) / (m + 1))
-    return B
-
-
-def series_coefficients(kind: str, x_max: float, eps: float) -> list[float]:
-    """Coefficients in ``x = a^2`` (lowest first) of the power series of ``"s1"`` = sin a / a,
-    ``"s2"`` = (1 - cos a) / a^2, ``"s3"`` = (a - sin a) / a^3 or ``"dexpinv"`` = (1 - (a/2) cot(a/2)) /
-    a^2, truncated where the remainder is below ``eps / 4`` of the function's value on
-    ``0 <= x <= x_max`` (``x_max < 4 pi^2``).
-
-    The terms are exact: (-1)^k / (2k+1)!, (-1)^k / (2k+2)!, (-1)^k / (2k+3)! and |B_(2k+2)| /
-    (2k+2)! (Bernoulli numbers). The first three series alternate with decreasing terms (for
-    x_max < 6), so the first term left out bounds the remainder; the last has positive terms whose
-    ratio rises to 1 / (4 pi^2), bounding the remainder by the first term left out over
-    1 - x_max / (4 pi^2)."""
-    from fractions import Fraction
-
-    factorial, pi = math.factorial, math.pi
-
-    if not 0 < x_max < (6.0 if kind in ("s1", "s2", "s3") else 4 * pi ** 2):
-        raise ValueError(f"x_max = {x_max} is outside the range where the {kind} bound holds")
-    if kind == "s1":
-        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 1))), _sinc_at(x_max), 1.0
-    elif kind == "s2":
-        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 2))), _versinc_at(x_max), 1.0
-    elif kind == "s3":
-        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 3))), _s3_at(x_max), 1.0
-    elif kind == "dexpinv":
-        B = _bernoulli(64)
-        term, low, tail = (lambda k: abs(B[2 * k + 2]) / factorial(2 * k + 2)), 1 / 12, 1 / (1 - x_max / (4 * pi ** 2))
-    else:
-        raise ValueError(f"unknown series {kind!r}")
-    coeffs = []
-    for k in range(30):
-        coeffs.append(term(k))
-        if float(abs(term(k + 1))) * x_max ** (k + 1) * tail <= eps / 4 * low:
-            return [float(c) for c in coeffs]
-    raise ValueError(f"{kind}: more than 30 terms for x_max = {x_max}, eps = {eps}")
-
-
-def _sinc_at(x: float) -> float:
-    """sin a / a at a^2 = x (its least value on [0, x] for x < pi^2)."""
-    a = math.sqrt(x)
-    return math.sin(a) / a
-
-
-def _versinc_at(x: float) -> float:
-    """(1 - cos a) / a^2 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
-    a = math.sqrt(x)
-    return 2 * math.sin(a / 2) ** 2 / x
-
-
-def _s3_at(x: float) -> float:
-    """(a - sin a) / a^3 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
-    a = math.sqrt(x)
-    return (a - math.sin(a)) / (a * x)
 
 
 # Taylor coefficients in a^2 (lowest first) of S1 = sin a / a, S2 = (1 - cos a) / a^2,
@@ -203,19 +139,6 @@ def _safe_angle2(a2):
     return small, jnp.where(small, jnp.ones_like(a2), a2)
 
 
-def _poly(a2, coeffs):
-    """``sum_k coeffs[k] a2^k`` by Estrin's scheme: ``log2(n)`` dependent multiply-adds, not Horner's ``n``."""
-    terms, x = list(coeffs), a2
-    while len(terms) > 1:  # pairs with x, pairs of pairs with x^2, ... (an odd one out carried up)
-        terms, x = [terms[i] + terms[i + 1] * x for i in range(0, len(terms) - 1, 2)] + terms[len(terms) & ~1:], x * x
-    return jnp.zeros_like(a2) + terms[0]
-
-
-def _slope_poly(coeffs):
-    """The coefficients of a power series in ``a2``'s derivative with respect to ``a2``."""
-    return [k * c for k, c in enumerate(coeffs)][1:]
-
-
 # The coefficients below take their derivatives by rules of their own (``jax.custom_jvp``): the slope in
 # ``a2`` is one ``jnp.where`` of the Taylor series' slope and the closed form's (from the value's sines),
 # so a derivative multiplies by one coefficient instead of carrying cotangents through both sides of the
@@ -239,7 +162,7 @@ def rodrigues_coefficients(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Arr
     """(S1, S2, S3) as functions of the squared angle ``a2`` (see module docstring)."""
     small, a2s = _safe_angle2(a2)
     closed, _ = _rodrigues_closed(a2s)
-    return tuple(jnp.where(small, _poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
+    return tuple(jnp.where(small, poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
 
 
 @rodrigues_coefficients.defjvp
@@ -248,8 +171,8 @@ def _rodrigues_jvp(primals, tangents):
     (a2,), (da2,) = primals, tangents
     small, a2s = _safe_angle2(a2)
     closed, slopes = _rodrigues_closed(a2s)
-    out = tuple(jnp.where(small, _poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
-    return out, tuple(jnp.where(small, _poly(a2, _slope_poly(c)), d) * da2 for c, d in zip(RODRIGUES_TAYLOR, slopes))
+    out = tuple(jnp.where(small, poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
+    return out, tuple(jnp.where(small, poly(a2, slope_poly(c)), d) * da2 for c, d in zip(RODRIGUES_TAYLOR, slopes))
 
 
 def exp(v: jax.Array) -> jax.Array:
@@ -291,7 +214,7 @@ def _dexpinv_closed(a2s):
 def _dexpinv_coefficient(a2):
     """``c(a) = (1 - (a/2) cot(a/2)) / a^2`` of ``a^2`` (its Taylor series at small angles)."""
     small, a2s = _safe_angle2(a2)
-    return jnp.where(small, _poly(a2, DEXPINV_TAYLOR), _dexpinv_closed(a2s)[0])
+    return jnp.where(small, poly(a2, DEXPINV_TAYLOR), _dexpinv_closed(a2s)[0])
 
 
 @_dexpinv_coefficient.defjvp
@@ -299,8 +222,8 @@ def _dexpinv_coefficient_jvp(primals, tangents):
     (a2,), (da2,) = primals, tangents
     small, a2s = _safe_angle2(a2)
     c, slope = _dexpinv_closed(a2s)
-    return (jnp.where(small, _poly(a2, DEXPINV_TAYLOR), c),
-            jnp.where(small, _poly(a2, _slope_poly(DEXPINV_TAYLOR)), slope) * da2)
+    return (jnp.where(small, poly(a2, DEXPINV_TAYLOR), c),
+            jnp.where(small, poly(a2, slope_poly(DEXPINV_TAYLOR)), slope) * da2)
 
 
 def left_jacobian_inv(v: jax.Array) -> jax.Array:
@@ -341,7 +264,7 @@ def log(R: jax.Array) -> jax.Array:
     # small-angle branch: theta / sin(theta) = asin(s)/s for c > 0
     tiny = s2 < 1e-12
     f_closed = theta / jnp.where(tiny, jnp.ones_like(s), s)
-    f_taylor = _poly(s2, [1.0, 1 / 6, 3 / 40, 5 / 112])
+    f_taylor = poly(s2, [1.0, 1 / 6, 3 / 40, 5 / 112])
     v_small = jnp.where(tiny, f_taylor, f_closed) * w
     # near-pi branch
     B = 0.5 * (R + R.T) - c * jnp.eye(3, dtype=R.dtype)

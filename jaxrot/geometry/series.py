@@ -1,0 +1,97 @@
+"""Power series of SO(3)'s coefficients (:mod:`jaxrot.geometry.so3`): their exact terms truncated at a
+precision's rounding (:func:`series_coefficients`), and their evaluation (:func:`poly`)."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+__all__ = ["bernoulli", "series_coefficients", "poly", "slope_poly"]
+
+
+def bernoulli(n: int) -> list:
+    """B_0 ... B_n as exact fractions (B_1 = -1/2), by the recurrence sum_k C(m+1, k) B_k = 0."""
+    from fractions import Fraction
+
+    B = [Fraction(1)]
+    for m in range(1, n + 1):
+        B.append(-sum(math.comb(m + 1, k) * B[k] for k in range(m)) / (m + 1))
+    return B
+
+
+def series_coefficients(kind: str, x_max: float, eps: float) -> list[float]:
+    """Coefficients in ``x = a^2`` (lowest first) of the power series of ``"s1"`` = sin a / a,
+    ``"s2"`` = (1 - cos a) / a^2, ``"s3"`` = (a - sin a) / a^3 or ``"dexpinv"`` = (1 - (a/2) cot(a/2)) /
+    a^2, truncated where the remainder is below ``eps / 4`` of the function's value on
+    ``0 <= x <= x_max`` (``x_max < 4 pi^2``).
+
+    The terms are exact: (-1)^k / (2k+1)!, (-1)^k / (2k+2)!, (-1)^k / (2k+3)! and |B_(2k+2)| /
+    (2k+2)! (Bernoulli numbers). The first three series alternate with decreasing terms (for
+    x_max < 6), so the first term left out bounds the remainder; the last has positive terms whose
+    ratio rises to 1 / (4 pi^2), bounding the remainder by the first term left out over
+    1 - x_max / (4 pi^2)."""
+    from fractions import Fraction
+
+    factorial, pi = math.factorial, math.pi
+
+    if not 0 < x_max < (6.0 if kind in ("s1", "s2", "s3") else 4 * pi ** 2):
+        raise ValueError(f"x_max = {x_max} is outside the range where the {kind} bound holds")
+    if kind == "s1":
+        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 1))), _sinc_at(x_max), 1.0
+    elif kind == "s2":
+        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 2))), _versinc_at(x_max), 1.0
+    elif kind == "s3":
+        term, low, tail = (lambda k: Fraction((-1) ** k, factorial(2 * k + 3))), _s3_at(x_max), 1.0
+    elif kind == "dexpinv":
+        B = bernoulli(64)
+        term, low, tail = (lambda k: abs(B[2 * k + 2]) / factorial(2 * k + 2)), 1 / 12, 1 / (1 - x_max / (4 * pi ** 2))
+    else:
+        raise ValueError(f"unknown series {kind!r}")
+    coeffs = []
+    for k in range(30):
+        coeffs.append(term(k))
+        if float(abs(term(k + 1))) * x_max ** (k + 1) * tail <= eps / 4 * low:
+            return [float(c) for c in coeffs]
+    raise ValueError(f"{kind}: more than 30 terms for x_max = {x_max}, eps = {eps}")
+
+
+def _sinc_at(x: float) -> float:
+    """sin a / a at a^2 = x (its least value on [0, x] for x < pi^2)."""
+    a = math.sqrt(x)
+    return math.sin(a) / a
+
+
+def _versinc_at(x: float) -> float:
+    """(1 - cos a) / a^2 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
+    a = math.sqrt(x)
+    return 2 * math.sin(a / 2) ** 2 / x
+
+
+def _s3_at(x: float) -> float:
+    """(a - sin a) / a^3 at a^2 = x (its least value on [0, x] for x < 4 pi^2)."""
+    a = math.sqrt(x)
+    return (a - math.sin(a)) / (a * x)
+
+
+def poly(a2, coeffs):
+    """``sum_k coeffs[k] a2^k`` as ``E(a2^2) + a2 O(a2^2)``, its even and odd terms each by Horner's scheme:
+    two independent chains of half the length, which a generated kernel's scalar thread runs side by side
+    (``benchmarks/generated_kernels.py``); within 2 roundings of the exact sum below ``so3.SMALL_ANGLE2``
+    (``tests/test_so3.py``)."""
+    if len(coeffs) < 3:
+        return _horner(a2, coeffs)
+    x2 = a2 * a2
+    return _horner(x2, coeffs[0::2]) + a2 * _horner(x2, coeffs[1::2])
+
+
+def _horner(x, coeffs):
+    out = jnp.zeros_like(x) + coeffs[-1]
+    for c in coeffs[-2::-1]:
+        out = out * x + c
+    return out
+
+
+def slope_poly(coeffs):
+    """The coefficients of a power series in ``a2``'s derivative with respect to ``a2``."""
+    return [k * c for k, c in enumerate(coeffs)][1:]
