@@ -242,3 +242,40 @@ def test_series_coefficients_reach_the_rounding(kind, x_max):
     assert np.max(np.abs(split / want - 1)) <= 4 * eps
     with pytest.raises(ValueError, match="outside the range"):
         so3.series_coefficients(kind, 50.0, eps)
+
+
+def _exact_series(kind, x, derivative=False):
+    """The coefficient ``kind`` (or its derivative in ``x = a^2``) at ``x`` from a 60-term sum in exact
+    fractions."""
+    import math
+    from fractions import Fraction
+
+    B = series.bernoulli(122)
+    X, total = Fraction(x), Fraction(0)
+    for k in range(60):
+        t = {"s1": lambda: Fraction((-1) ** k, math.factorial(2 * k + 1)),
+             "s2": lambda: Fraction((-1) ** k, math.factorial(2 * k + 2)),
+             "s3": lambda: Fraction((-1) ** k, math.factorial(2 * k + 3)),
+             "dexpinv": lambda: abs(B[2 * k + 2]) / math.factorial(2 * k + 2)}[kind]()
+        if derivative:
+            total += k * t * X ** (k - 1) if k else 0
+        else:
+            total += t * X ** k
+    return float(total)
+
+
+def test_the_coefficients_and_their_slopes_are_exact_to_a_few_roundings_in_every_tier():
+    """S1, S2, S3 and dexp^-1's c, and their derivatives in a^2 (the custom JVP rules), against exact
+    sums on each side of the tiers' bounds (TINY_ANGLE2: a shorter series below it, SMALL_ANGLE2: sines
+    and cosines above it)."""
+    eps = float(np.finfo(np.float64).eps)
+    xs = [1e-8, 0.01, so3.TINY_ANGLE2 * (1 - 1e-12), so3.TINY_ANGLE2, 0.3, 1.7, so3.SMALL_ANGLE2 * (1 - 1e-12),
+          so3.SMALL_ANGLE2, 3.0]
+    fns = {"s1": lambda x: so3.rodrigues_coefficients(x)[0], "s2": lambda x: so3.rodrigues_coefficients(x)[1],
+           "s3": lambda x: so3.rodrigues_coefficients(x)[2], "dexpinv": so3._dexpinv_coefficient}
+    for kind, fn in fns.items():
+        for x in xs:
+            value, slope = jax.jvp(fn, (jnp.asarray(x),), (jnp.asarray(1.0),))
+            want, want_slope = _exact_series(kind, x), _exact_series(kind, x, True)
+            assert abs(float(value) / want - 1) <= 8 * eps, (kind, x)
+            assert abs(float(slope) / want_slope - 1) <= 64 * eps, (kind, x)

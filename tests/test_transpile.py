@@ -286,15 +286,16 @@ def _as_python(fn, *names):
 
 def test_selects_on_one_predicate_share_one_block():
     """The Rodrigues coefficients' three values and their three slopes are six selects on one
-    predicate: one if/else, one square root and two sines; equal to JAX on both sides of it, and a
-    select whose case needs a value computed after the first stays in a block of its own."""
+    predicate: one if/else (and within its series side one more, on the series' tier), one square root
+    and two sines; equal to JAX on both sides of it, and a select whose case needs a value computed
+    after the first stays in a block of its own."""
 
     def fn(a2, da2):
         return jax.jvp(so3.rodrigues_coefficients, (a2,), (da2,))
 
     src, f = _as_python(fn, "a2", "da2")
-    assert (src.count("if "), src.count("wp.sqrt("), src.count("wp.sin(")) == (1, 1, 2)
-    for a2 in (1e-3, 1.0, 2.2, 2.3, 9.0):  # (the series below 2.25)
+    assert (src.count("if "), src.count("wp.sqrt("), src.count("wp.sin(")) == (2, 1, 2)
+    for a2 in (1e-3, 0.07, 1.0, 2.2, 2.3, 9.0):  # (the series below 2.25, the shorter one below 0.0625)
         want = np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(fn(jnp.float64(a2), jnp.float64(0.7)))])
         np.testing.assert_array_equal(np.asarray(f(a2, 0.7)), want)
 

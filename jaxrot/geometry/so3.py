@@ -19,18 +19,32 @@ import jax.numpy as jnp
 from .series import poly, series_coefficients, slope_poly
 
 # Below this squared angle (1.5 rad) the coefficients below come from their power series, truncated
-# where the remainder is below a quarter of float64's rounding (series_coefficients: 10 to 13 terms),
-# above it from sines and cosines. A step's rotation is mostly smaller: a generated kernel then
-# evaluates a polynomial (multiply-adds, :func:`jaxrot.geometry.series.poly`) instead of a square root,
-# sines, cosines and divisions, and the closed forms are never taken near zero angle, where they cancel.
+# where the remainder is below a quarter of float64's rounding (series_coefficients: 10 to 13 terms;
+# below TINY_ANGLE2, 0.25 rad, 6 or 7), above it from sines and cosines. A step's rotation is mostly
+# smaller: a generated kernel then evaluates one polynomial (multiply-adds, the tier its angle falls in,
+# :func:`jaxrot.geometry.series.poly`) instead of a square root, sines, cosines and divisions, and the
+# closed forms are never taken near zero angle, where they cancel. (XLA evaluates both tiers and selects.)
 SMALL_ANGLE2 = 2.25
+TINY_ANGLE2 = 0.0625
 
 
 # Taylor coefficients in a^2 (lowest first) of S1 = sin a / a, S2 = (1 - cos a) / a^2,
-# S3 = (a - sin a) / a^3 and of c(a) = (1 - (a/2) cot(a/2)) / a^2 (dexp^-1) on [0, SMALL_ANGLE2]; the
-# fused kernels use the same numbers
+# S3 = (a - sin a) / a^3 and of c(a) = (1 - (a/2) cot(a/2)) / a^2 (dexp^-1) on [0, SMALL_ANGLE2] and on
+# [0, TINY_ANGLE2]; the fused kernels use the same numbers
 RODRIGUES_TAYLOR = tuple(tuple(series_coefficients(k, SMALL_ANGLE2, 2.0 ** -52)) for k in ("s1", "s2", "s3"))
 DEXPINV_TAYLOR = tuple(series_coefficients("dexpinv", SMALL_ANGLE2, 2.0 ** -52))
+# (below TINY_ANGLE2 truncated 16 times finer: the slopes, a derivative's coefficients, stay within 8
+# roundings, where the shortest series' would be 250 off)
+RODRIGUES_TINY = tuple(tuple(series_coefficients(k, TINY_ANGLE2, 2.0 ** -56)) for k in ("s1", "s2", "s3"))
+DEXPINV_TINY = tuple(series_coefficients("dexpinv", TINY_ANGLE2, 2.0 ** -56))
+
+
+def _series(a2, lo, tiny, full, slope=False):
+    """A coefficient's series (``slope``: its derivative in ``a2``) at ``a2 < SMALL_ANGLE2``, from the
+    coefficients ``tiny`` where ``lo`` (``a2 < TINY_ANGLE2``, one predicate for all the coefficients of a
+    function, so that a kernel takes them in one block) and ``full`` elsewhere."""
+    f = slope_poly if slope else (lambda c: c)
+    return jnp.where(lo, poly(a2, f(tiny)), poly(a2, f(full)))
 
 
 # Tiny products written out component by component: XLA fuses them with the surrounding
@@ -160,19 +174,20 @@ def _rodrigues_closed(a2s):
 @jax.custom_jvp
 def rodrigues_coefficients(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(S1, S2, S3) as functions of the squared angle ``a2`` (see module docstring)."""
-    small, a2s = _safe_angle2(a2)
+    (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     closed, _ = _rodrigues_closed(a2s)
-    return tuple(jnp.where(small, poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
+    return tuple(jnp.where(small, _series(a2, lo, ct, c), x) for ct, c, x in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, closed))
 
 
 @rodrigues_coefficients.defjvp
 def _rodrigues_jvp(primals, tangents):
     # values and slopes from the same sines: each is one ``where`` on the same predicate
     (a2,), (da2,) = primals, tangents
-    small, a2s = _safe_angle2(a2)
+    (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     closed, slopes = _rodrigues_closed(a2s)
-    out = tuple(jnp.where(small, poly(a2, c), x) for c, x in zip(RODRIGUES_TAYLOR, closed))
-    return out, tuple(jnp.where(small, poly(a2, slope_poly(c)), d) * da2 for c, d in zip(RODRIGUES_TAYLOR, slopes))
+    out = tuple(jnp.where(small, _series(a2, lo, ct, c), x) for ct, c, x in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, closed))
+    return out, tuple(jnp.where(small, _series(a2, lo, ct, c, True), d) * da2
+                      for ct, c, d in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, slopes))
 
 
 def exp(v: jax.Array) -> jax.Array:
@@ -213,17 +228,17 @@ def _dexpinv_closed(a2s):
 @jax.custom_jvp
 def _dexpinv_coefficient(a2):
     """``c(a) = (1 - (a/2) cot(a/2)) / a^2`` of ``a^2`` (its Taylor series at small angles)."""
-    small, a2s = _safe_angle2(a2)
-    return jnp.where(small, poly(a2, DEXPINV_TAYLOR), _dexpinv_closed(a2s)[0])
+    (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
+    return jnp.where(small, _series(a2, lo, DEXPINV_TINY, DEXPINV_TAYLOR), _dexpinv_closed(a2s)[0])
 
 
 @_dexpinv_coefficient.defjvp
 def _dexpinv_coefficient_jvp(primals, tangents):
     (a2,), (da2,) = primals, tangents
-    small, a2s = _safe_angle2(a2)
+    (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     c, slope = _dexpinv_closed(a2s)
-    return (jnp.where(small, poly(a2, DEXPINV_TAYLOR), c),
-            jnp.where(small, poly(a2, slope_poly(DEXPINV_TAYLOR)), slope) * da2)
+    return (jnp.where(small, _series(a2, lo, DEXPINV_TINY, DEXPINV_TAYLOR), c),
+            jnp.where(small, _series(a2, lo, DEXPINV_TINY, DEXPINV_TAYLOR, True), slope) * da2)
 
 
 def left_jacobian_inv(v: jax.Array) -> jax.Array:

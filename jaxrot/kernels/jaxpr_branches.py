@@ -102,13 +102,25 @@ def _joined(eqns, producer, cones, deferred) -> dict:
         for c, js in enumerate(per_case):
             for j in js:
                 place[j].add((x, c))
-    for s in sorted(cones):
+    # selects outside every case first, then those inside them: a select's place is counted by the
+    # select its enclosing one joined (the inner selects of joined outer ones share their block too)
+    depth, leader = {}, {}
+
+    def deep(x):
+        if x not in depth:
+            depth[x] = 1 + max((deep(y) for y, _ in place[x]), default=-1)
+        return depth[x]
+
+    def where(x):
+        return {(leader.get(y, y), c) for y, c in place[x]}
+
+    for s in sorted(cones, key=lambda x: (deep(x), x)):
         if s in taken:
             continue
         pred = eqns[s].invars[cones[s][0][0]]
         for s2 in sorted(cones):
             if (s2 <= s or s2 in taken or eqns[s2].invars[cones[s2][0][0]] is not pred
-                    or place[s2] != place[s]):
+                    or deep(s2) != deep(s) or where(s2) != where(s)):
                 continue
             (_, c0, c1), per_case = cones[s2]
             own = set(per_case[0]) | set(per_case[1])
@@ -117,6 +129,7 @@ def _joined(eqns, producer, cones, deferred) -> dict:
                    or (producer[v] < s and producer[v] not in deferred) for v in needs):
                 later[s].append(s2)
                 taken.add(s2)
+                leader[s2] = s
     return later
 
 
