@@ -207,31 +207,12 @@ def test_series_coefficients_reach_the_rounding(kind, x_max):
     """The truncated series (so3.series_coefficients, so3's coefficients below SMALL_ANGLE2) agree with the closed
     forms, evaluated in extended precision, to a few roundings on their whole range, and one term
     fewer would not."""
-    import math
-    from fractions import Fraction
-
     eps = float(np.finfo(np.float64).eps)
     c = so3.series_coefficients(kind, x_max, eps)
     assert [round(1 / v) for v in c[:2]] == {"s1": [1, -6], "s2": [2, -24], "s3": [6, -120], "dexpinv": [12, 720]}[kind]
 
-    B = series.bernoulli(122)
-
-    def exact(x):  # the closed form from a 60-term sum in exact fractions (x is a float)
-        X, total = Fraction(x), Fraction(0)
-        for k in range(60):
-            if kind == "s1":
-                t = Fraction((-1) ** k, math.factorial(2 * k + 1))
-            elif kind == "s2":
-                t = Fraction((-1) ** k, math.factorial(2 * k + 2))
-            elif kind == "s3":
-                t = Fraction((-1) ** k, math.factorial(2 * k + 3))
-            else:
-                t = abs(B[2 * k + 2]) / math.factorial(2 * k + 2)
-            total += t * X ** k
-        return float(total)
-
     xs = np.linspace(0.0, x_max, 9)[1:]
-    want = np.array([exact(x) for x in xs])
+    want = np.array([_exact_series(kind, x) for x in xs])
     horner = lambda cs, x: functools.reduce(lambda r, a: r * x + a, cs[::-1], 0.0)  # noqa: E731
     got = np.array([horner(c, x) for x in xs])
     assert np.max(np.abs(got / want - 1)) <= 4 * eps

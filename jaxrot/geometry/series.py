@@ -77,7 +77,7 @@ def _s3_at(x: float) -> float:
 def poly(a2, coeffs):
     """``sum_k coeffs[k] a2^k`` as ``E(a2^2) + a2 O(a2^2)``, its even and odd terms each by Horner's scheme:
     two independent chains of half the length, which a generated kernel's scalar thread runs side by side
-    (``benchmarks/generated_kernels.py``); within 2 roundings of the exact sum below ``so3.SMALL_ANGLE2``
+    (``benchmarks/generated_kernels.py``); within 4 roundings of the exact sum below ``so3.SMALL_ANGLE2``
     (``tests/test_so3.py``)."""
     if len(coeffs) < 3:
         return _horner(a2, coeffs)

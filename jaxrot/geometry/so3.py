@@ -33,18 +33,17 @@ TINY_ANGLE2 = 0.0625
 # [0, TINY_ANGLE2]; the fused kernels use the same numbers
 RODRIGUES_TAYLOR = tuple(tuple(series_coefficients(k, SMALL_ANGLE2, 2.0 ** -52)) for k in ("s1", "s2", "s3"))
 DEXPINV_TAYLOR = tuple(series_coefficients("dexpinv", SMALL_ANGLE2, 2.0 ** -52))
-# (below TINY_ANGLE2 truncated 16 times finer: the slopes, a derivative's coefficients, stay within 8
-# roundings, where the shortest series' would be 250 off)
+# (below TINY_ANGLE2 truncated 16 times finer: the slopes, a derivative's coefficients, then stay within
+# 64 roundings as above it, tests/test_so3.py, where the shortest series' are 250 off near the bound)
 RODRIGUES_TINY = tuple(tuple(series_coefficients(k, TINY_ANGLE2, 2.0 ** -56)) for k in ("s1", "s2", "s3"))
 DEXPINV_TINY = tuple(series_coefficients("dexpinv", TINY_ANGLE2, 2.0 ** -56))
 
 
-def _series(a2, lo, tiny, full, slope=False):
-    """A coefficient's series (``slope``: its derivative in ``a2``) at ``a2 < SMALL_ANGLE2``, from the
-    coefficients ``tiny`` where ``lo`` (``a2 < TINY_ANGLE2``, one predicate for all the coefficients of a
-    function, so that a kernel takes them in one block) and ``full`` elsewhere."""
-    f = slope_poly if slope else (lambda c: c)
-    return jnp.where(lo, poly(a2, f(tiny)), poly(a2, f(full)))
+def _series(a2, lo, tiny, full):
+    """A power series at ``a2 < SMALL_ANGLE2``: the coefficients ``tiny`` where ``lo`` (``a2 < TINY_ANGLE2``,
+    one predicate for all the coefficients of a function, so that a kernel takes them in one block) and
+    ``full`` elsewhere."""
+    return jnp.where(lo, poly(a2, tiny), poly(a2, full))
 
 
 # Tiny products written out component by component: XLA fuses them with the surrounding
@@ -186,7 +185,7 @@ def _rodrigues_jvp(primals, tangents):
     (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     closed, slopes = _rodrigues_closed(a2s)
     out = tuple(jnp.where(small, _series(a2, lo, ct, c), x) for ct, c, x in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, closed))
-    return out, tuple(jnp.where(small, _series(a2, lo, ct, c, True), d) * da2
+    return out, tuple(jnp.where(small, _series(a2, lo, slope_poly(ct), slope_poly(c)), d) * da2
                       for ct, c, d in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, slopes))
 
 
@@ -238,7 +237,7 @@ def _dexpinv_coefficient_jvp(primals, tangents):
     (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     c, slope = _dexpinv_closed(a2s)
     return (jnp.where(small, _series(a2, lo, DEXPINV_TINY, DEXPINV_TAYLOR), c),
-            jnp.where(small, _series(a2, lo, DEXPINV_TINY, DEXPINV_TAYLOR, True), slope) * da2)
+            jnp.where(small, _series(a2, lo, slope_poly(DEXPINV_TINY), slope_poly(DEXPINV_TAYLOR)), slope) * da2)
 
 
 def left_jacobian_inv(v: jax.Array) -> jax.Array:

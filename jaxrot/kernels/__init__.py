@@ -238,9 +238,9 @@ def _check(method, system, states0, n_frames, save_every, event=None):
     if why is not None:
         raise ValueError(why)
     if event is not None:
-        from .fixed_loop import why_not_event
+        from .adaptive_pairs import event_refusal
 
-        why = why_not_event(event, R.dtype, _instance(method), system)
+        why = event_refusal(event, _instance(method), system, R.dtype)
         if why is not None:
             raise ValueError(why)
 

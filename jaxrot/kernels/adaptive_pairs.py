@@ -14,7 +14,7 @@ from . import dense_torque, dense_torque_refusal, registered_name, run_dtype
 from . import event_restate
 
 __all__ = ["AdaptiveRun", "Record", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair",
-           "attempt_within",
+           "attempt_within", "event_refusal", "event_offset",
            "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
 
 #: the :class:`jaxrot.RESULTS` codes the kernel writes (the driver's, restated: the kernels sit below
@@ -92,7 +92,7 @@ def _generated_refusal(pair, system, event) -> str | None:
     """Why no generated attempt runs ``pair`` (an :class:`jaxrot.integrators.AbstractPair` instance)
     with ``system`` and ``event``, or None."""
     from ..integrators import AbstractPair
-    from .generate import pair_reason, polish_reason
+    from .generate import pair_reason
 
     if not isinstance(pair, AbstractPair):
         return "it is not an embedded pair (jaxrot.integrators.AbstractPair)"
@@ -100,9 +100,7 @@ def _generated_refusal(pair, system, event) -> str | None:
     if event is not None and dense_torque_refusal(system.torque, dtype):
         return dense_torque_refusal(system.torque, dtype)
     why = pair_reason(pair, system, dtype, event_offset(system, event, dtype))
-    if why is not None:
-        return f"its attempt cannot be restated in a kernel ({why})"
-    return None if event is None else polish_reason(pair, system, dtype, event_offset(system, event, dtype), True)
+    return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
 
 
 class AdaptiveRun(NamedTuple):
@@ -173,15 +171,23 @@ def why_not_adaptive(pair, system, event=None) -> str | None:
     if why is not None:
         label = pair if isinstance(pair, (str, tuple)) else registered_name(pair)
         return f"no fused adaptive kernel for the pair {label}: {why}"
-    return _event_refusal(event, run_dtype(system))
+    return None if event is None else event_refusal(event, obj, system, run_dtype(system), pair=True)
 
 
-def _event_refusal(event, dtype) -> str | None:
-    if event is not None:
-        why = event_restate.reason(event.cond_fn, dtype)
-        if why is not None:
-            return f"the event condition cannot be restated in a kernel: {why}"
-    return None
+def event_refusal(event, method, system, dtype, pair: bool = False) -> str | None:
+    """Why a fused run of ``method`` (``pair``: an embedded pair's attempt) with ``system`` cannot check
+    and locate ``event`` (a sentence), or None: its condition, the torque its dense output restates, or
+    the step's derivative in its length where the event is polished on the method's own steps
+    (:func:`jaxrot.kernels.generate.polish_reason`). Constant steps and error control alike."""
+    from .generate import polish_reason
+
+    why = event_restate.reason(event.cond_fn, dtype)
+    if why is not None:
+        return f"the event condition cannot be restated in a kernel: {why}"
+    why = dense_torque_refusal(system.torque, run_dtype(system))
+    if why is not None:
+        return why
+    return polish_reason(method, system, dtype, event_offset(system, event, dtype), pair)
 
 
 def supports_adaptive(pair, system, event=None) -> bool:

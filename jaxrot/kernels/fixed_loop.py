@@ -7,11 +7,10 @@ the state after the crossing step, and ``steps`` says how many steps were taken.
 
 import functools
 
-from . import event_restate
 from ._common import so3_funcs, warp
 from .loop import as_kernel, loop
 
-__all__ = ["OUTPUTS", "kernel", "loop_kernel", "output_dims", "why_not_event"]
+__all__ = ["OUTPUTS", "kernel", "loop_kernel", "output_dims"]
 
 #: the kernel's outputs in order; the last four (the event's and the steps taken) written only with an event
 OUTPUTS = ("R_out", "Pi_out", "failed_out", "result_out", "tev_out", "Rev_out", "Piev_out", "steps_out")
@@ -61,19 +60,3 @@ def kernel(dtype_name: str, gen_key: str, event=None):
     if event is not None:  # (a polished event: the step's derivative in its length, for the last slope)
         event = (*event[:4], generate_dh.step_dh(S, gen_key) if event[4] else None)
     return S, loop_kernel(S, *generate.funcs(S, gen_key), event, key=f"gen_{gen_key}_{dtype_name}{ev}")
-
-
-def why_not_event(event, dtype, method=None, system=None) -> str | None:
-    """Why the constant-step kernel cannot check ``event`` (a sentence), or None; with ``method`` and
-    ``system``, also where it cannot locate it on the method's steps (:func:`jaxrot.kernels.generate.polish_reason`)."""
-    why = event_restate.reason(event.cond_fn, dtype)
-    if why is not None:
-        return f"the event condition cannot be restated in a kernel: {why}"
-    if method is None:
-        return None
-    from . import dense_torque, dense_torque_refusal, generate, run_dtype
-
-    if dense_torque_refusal(system.torque, run_dtype(system)):
-        return dense_torque_refusal(system.torque, run_dtype(system))
-    offset = int(dense_torque(system.torque, dtype)[1].shape[0])
-    return generate.polish_reason(method, system, dtype, offset)

@@ -230,13 +230,13 @@ class Fused(AbstractExecutor):
         if not kernels.supports(spec.method, spec.system):
             return kernels.why_not(spec.method, spec.system)
         if spec.event is not None:
-            from ...kernels.fixed_loop import why_not_event
+            from ...kernels.adaptive_pairs import event_refusal
 
             if kernels.method_name(spec.method) is None:
                 return ("a constant-step run with an event is fused for the methods of jaxrot.kernels.KERNELS only "
                         "(error-controlled runs locate events in the kernel)")
 
-            return why_not_event(spec.event, spec.state0.R.dtype, spec.method, spec.system)
+            return event_refusal(spec.event, spec.method, spec.system, spec.state0.R.dtype)
         return None
 
     def run_attempts(self, spec: AttemptSpec) -> Frames:
