@@ -270,9 +270,11 @@ def test_the_fused_executor_equals_xla(monkeypatch):
 
 
 # one kernel of each family that steps with the torque, each with the T-handle's flip (the long axis's
-# world-y component through zero, downwards) and a clock event, terminal or not; float32 with rk4
+# world-y component through zero, downwards) and a clock event, terminal or not; float32 with rk4; a
+# torque with parameters (buss_torqued's polynomial), which the dense output reads beside the method
 EVENT_CASES = [("rk4", "free", jnp.float64), ("buss4", "gravity", jnp.float64), ("rkmk8", "user", jnp.float64),
-               ("split2_231", "free", jnp.float64), ("dmv", "free", jnp.float64), ("rk4", "free", jnp.float32)]
+               ("rkmk8", "poly", jnp.float64), ("split2_231", "free", jnp.float64), ("dmv", "free", jnp.float64),
+               ("rk4", "free", jnp.float32)]
 
 
 @pytest.mark.parametrize("name,torque,dtype", EVENT_CASES, ids=[f"{n}-{t}-{jnp.dtype(d).name}" for n, t, d in EVENT_CASES])

@@ -134,7 +134,7 @@ def test_the_generated_event_location_is_the_xla_loops(name):
         return lambda t, s, a: base(t, s) - c[0]
 
     low_t = transpile.lower(system.torque, jnp.float64)
-    low = generate.lower(method, system, jnp.float64, int(low_t.params.shape[0]))
+    low = generate.lower(method, system, jnp.float64)
     init, step, _ = generate.funcs(S, low.key)
 
     @wp.func
@@ -160,12 +160,13 @@ def test_the_generated_event_location_is_the_xla_loops(name):
 
     run.__name__ = run.__qualname__ = f"test_locate_{name}"
     kernel = wp.kernel(run, module="unique", enable_backward=False)
-    P = np.concatenate([np.asarray(low_t.params), np.asarray(low.params)])
     for k in range(n):
         t_out, R_out, Pi_out = (wp.zeros(1, dtype=T, device="cpu") for T in (S, M, V))
         arrs = [wp.array(np.asarray(x)[k:k + 1], dtype=T, device="cpu")
                 for x, T in ((tk, S), (h, S), (R0, M), (Pi0, V), (R1, M), (Pi1, V))]
-        Q = np.asarray(event_restate.lower(cond_of(k), jnp.float64)[1])
+        # the parameters as a fused run lays them out: the method's in P, the condition's then the torque's in Q
+        _, _, P, Q = (np.asarray(x) if i > 1 else x for i, x in
+                      enumerate(kernels.event_parameters(system, jaxrot.Event(cond_of(k)), jnp.float64, low.params)))
         wp.launch(kernel, dim=1, device="cpu", inputs=[*arrs, wp.array(np.asarray(system.body.J)[None], dtype=V, device="cpu"),
                                                        wp.array(P, dtype=S, device="cpu"), wp.array(Q, dtype=S, device="cpu"),
                                                        t_out, R_out, Pi_out])

@@ -93,6 +93,19 @@ def dense_torque(torque, dtype):
     return low.key, low.params
 
 
+def event_parameters(system, event, dtype, method_params):
+    """``(torque key, condition key, P, Q)`` of a fused run with ``event``: the restated torque of its
+    dense output (:func:`dense_torque`) and condition (:func:`jaxrot.kernels.event_restate.lower`), the
+    method's parameters ``P`` as they are without an event, and ``Q``: the condition's parameter array (one
+    0 where it has none), then the torque's (so that a method's generated step, and the check of it, is
+    the same with an event)."""
+    from . import event_restate
+
+    tkey, T = dense_torque(system.torque, dtype)
+    ekey, Q = event_restate.lower(event.cond_fn, dtype)
+    return tkey, ekey, jnp.asarray(method_params, dtype), jnp.concatenate([jnp.asarray(Q, dtype), T])
+
+
 def dense_torque_refusal(torque, dtype) -> str | None:
     """Why the dense output on which an event is located cannot restate ``torque``, or None."""
     why = _transpile.reason(torque, dtype)
@@ -258,16 +271,12 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
     if event is None:
         low = _generate.lower(method, system, dtype)
         return _launch((jnp.dtype(dtype).name, low.key), states0, dt, t0, system, low.params, n_frames, save_every)
-    from . import event_restate
     from ..integrators.dense_output import polishes
 
-    # the dense output restates the torque from its JAX code: its parameters first in P, the method's after them
-    tkey, T = dense_torque(system.torque, dtype)
-    low = _generate.lower(method, system, dtype, int(T.shape[0]))
-    ekey, Q = event_restate.lower(event.cond_fn, dtype)
+    low = _generate.lower(method, system, dtype)
+    tkey, ekey, P, Q = event_parameters(system, event, dtype, low.params)
     ev = (tkey, ekey, event.direction, bool(event.terminal), polishes(getattr(method, "order", None)))
-    return _launch((jnp.dtype(dtype).name, low.key, ev), states0, dt, t0, system,
-                   jnp.concatenate([T, jnp.asarray(low.params, dtype)]), n_frames, save_every, Q)
+    return _launch((jnp.dtype(dtype).name, low.key, ev), states0, dt, t0, system, P, n_frames, save_every, Q)
 
 
 @functools.lru_cache(maxsize=None)

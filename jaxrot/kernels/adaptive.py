@@ -49,7 +49,7 @@ from ..integrators.pairs import first_interval
 from ..integrators.pairs import first_step as pair_first_step
 from ._common import warp
 from .adaptive_launch import launch
-from .adaptive_pairs import (RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveRun, event_offset,
+from .adaptive_pairs import (RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE, AdaptiveRun,
                              generated_pair, pair_object, supports_adaptive, why_not_adaptive)
 
 __all__ = ["AdaptiveRun", "fused_adaptive", "supports_adaptive", "why_not_adaptive", "first_step",
@@ -167,7 +167,7 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         else:
             h0 = jnp.broadcast_to(jnp.asarray(dt0, dtype), (B,))
         # the attempt generated from the pair's JAX code
-        name, P = generated_pair(pair_obj, system, dtype, event_offset(system, event, dtype))
+        name, P = generated_pair(pair_obj, system, dtype)
         return launch(name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event, P,
                       capacity=capacity)
 

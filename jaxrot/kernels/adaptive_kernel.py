@@ -20,8 +20,8 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
                     direction: int | None = None, terminal: bool = True, record: bool = False, *, key: str):
     """The Warp kernel of a generated pair's error-controlled loop, one thread per body (see the
     module docstring). Arguments: ``R0`` (B) 3x3, ``Pi0`` (B) 3-vectors, ``h0``, ``rtol``, ``atol`` (B),
-    ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (with an event the dense output's torque's
-    parameters first, ``torque_key``, then the pair's), ``Q`` (the event condition's), ``max_steps``,
+    ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (the pair's parameters), ``Q`` (with an event
+    the condition's parameters, then those of the dense output's torque ``torque_key``), ``max_steps``,
     ``n_out``; outputs ``R_out``, ``Pi_out`` (B, n), ``acc``, ``rej``, ``err``, ``result``, ``t_event``,
     ``R_event``, ``Pi_event`` (B); with ``record`` (for :mod:`jaxrot.kernels.adaptive_backward` and
     :mod:`jaxrot.kernels.adaptive_saved`), each accepted step's start ``R_rec``, ``Pi_rec``, ``t_rec``

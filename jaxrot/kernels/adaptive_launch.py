@@ -8,8 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from . import dense_torque, host_threads
-from . import event_restate
+from . import event_parameters, host_threads
 from ._common import warp
 from .adaptive_kernel import kernel_for
 from .adaptive_pairs import AdaptiveRun, Record
@@ -75,10 +74,8 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
     B, n_out = states0.R.shape[0], ts.shape[0]
     if event is None:  # (the torque is inside the generated attempt)
         tkey, P, ekey, Q, direction, terminal = None, method_params, None, jnp.zeros((1,), dtype), None, True
-    else:  # the dense output's torque parameters first, then the pair's
-        tkey, T = dense_torque(system.torque, dtype)
-        P = jnp.concatenate([T, method_params])
-        ekey, Q = event_restate.lower(event.cond_fn, dtype)
+    else:
+        tkey, ekey, P, Q = event_parameters(system, event, dtype, method_params)
         direction, terminal = event.direction, bool(event.terminal)
     if B == 0:
         z = jnp.zeros((0,), dtype)

@@ -10,11 +10,11 @@ from typing import NamedTuple
 
 import jax
 
-from . import dense_torque, dense_torque_refusal, registered_name, run_dtype
+from . import dense_torque_refusal, registered_name, run_dtype
 from . import event_restate
 
 __all__ = ["AdaptiveRun", "Record", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair",
-           "attempt_within", "event_refusal", "event_offset",
+           "attempt_within", "event_refusal",
            "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
 
 #: the :class:`jaxrot.RESULTS` codes the kernel writes (the driver's, restated: the kernels sit below
@@ -52,23 +52,16 @@ def pair_object(pair):
     return pair
 
 
-def generated_pair(pair, system, dtype, offset: int = 0):
-    """``(name, parameters)`` of ``pair``'s generated attempt for ``system`` at ``dtype`` (its parameters
-    from ``P[offset]`` on), registered in :data:`GENERATED_PAIRS`; raises ``Unsupported`` where the pair
+def generated_pair(pair, system, dtype):
+    """``(name, parameters)`` of ``pair``'s generated attempt for ``system`` at ``dtype``, registered in :data:`GENERATED_PAIRS`; raises ``Unsupported`` where the pair
     cannot be restated."""
     from .generate import lower_pair
 
-    low = lower_pair(pair, system, dtype, offset)
+    low = lower_pair(pair, system, dtype)
     name = f"gen:{low.key}"
     if name not in GENERATED_PAIRS:
         GENERATED_PAIRS[name] = GeneratedPair(low.key, int(pair.error_order()), getattr(pair, "order", None))
     return name, low.params
-
-
-def event_offset(system, event, dtype) -> int:
-    """Where the pair's parameters start in the kernel's parameter array: after the torque's, which the
-    dense output reads, where there is an event (0 without one)."""
-    return 0 if event is None else int(dense_torque(system.torque, dtype)[1].shape[0])
 
 
 def attempt_within(pair, system, event, lines: int) -> bool:
@@ -85,7 +78,7 @@ def attempt_within(pair, system, event, lines: int) -> bool:
     dtype = run_dtype(system)
     if not isinstance(obj, AbstractPair) or (event is not None and dense_torque_refusal(system.torque, dtype)):
         return False
-    return pair_within(obj, system, dtype, event_offset(system, event, dtype), lines)
+    return pair_within(obj, system, dtype, lines)
 
 
 def _generated_refusal(pair, system, event) -> str | None:
@@ -99,7 +92,7 @@ def _generated_refusal(pair, system, event) -> str | None:
     dtype = run_dtype(system)
     if event is not None and dense_torque_refusal(system.torque, dtype):
         return dense_torque_refusal(system.torque, dtype)
-    why = pair_reason(pair, system, dtype, event_offset(system, event, dtype))
+    why = pair_reason(pair, system, dtype)
     return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
 
 
@@ -187,7 +180,7 @@ def event_refusal(event, method, system, dtype, pair: bool = False) -> str | Non
     why = dense_torque_refusal(system.torque, run_dtype(system))
     if why is not None:
         return why
-    return polish_reason(method, system, dtype, event_offset(system, event, dtype), pair)
+    return polish_reason(method, system, dtype, pair)
 
 
 def supports_adaptive(pair, system, event=None) -> bool:

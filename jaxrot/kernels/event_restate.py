@@ -16,8 +16,7 @@ import functools
 
 import numpy as np
 
-from ..geometry import so3
-from .generate_checks import verdict, within
+from .generate_checks import random_attitudes, reference_values, verdict, within
 from .jaxpr_inputs import as_float, elements, source_key, state, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
@@ -119,13 +118,11 @@ def _check(cond_fn, dtype, hit):
 
 def _compare(cond_fn, dtype, hit, concrete: bool):
     import jax
-    import jax.numpy as jnp
 
     rng = np.random.default_rng(0)
     n = 6
     t = rng.uniform(0.0, 1.0, n).astype(dtype)
-    with jax.ensure_compile_time_eval():
-        R = np.asarray(jax.vmap(so3.exp)(jnp.asarray(rng.normal(size=(n, 3)), dtype)))
+    R = random_attitudes(rng, n, dtype)
     Pi = rng.normal(size=(n, 3)).astype(dtype)
     if not concrete:
         n_params = sum(int(np.size(c)) for c in hit[3])
@@ -133,7 +130,7 @@ def _compare(cond_fn, dtype, hit, concrete: bool):
         return None
     with jax.ensure_compile_time_eval():
         got = _run(hit[0], dtype, t, R, Pi, np.asarray(_params(hit[3], dtype)))
-        want = np.asarray(jax.vmap(_call(cond_fn))(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)), np.float64)
+    want = np.asarray(reference_values(_call(cond_fn), t, R, Pi), np.float64)
     scale = np.maximum(np.max(np.abs(np.where(np.isfinite(want), want, 0.0))), 1e-300)
     same = within(got, want, 1000 * np.finfo(dtype).eps * scale)
     if not np.all(same):

@@ -24,8 +24,8 @@ def output_dims(B: int, n_frames: int) -> dict:
 def loop_kernel(S, init, step, reason, event=None, *, key: str):
     """The fused constant-step run of scalar type ``S`` (see the module docstring): ``init``, ``step``,
     ``reason`` and ``event`` as :func:`jaxrot.kernels.loop.loop` takes them. Arguments: ``R0`` (B) 3x3,
-    ``Pi0`` (B) 3-vectors, ``dt``, ``t0`` (1), ``J`` (1) 3-vector, ``P`` (the parameters: with an event
-    the dense output's torque's first, then the method's), ``Q`` (the event condition's), ``n_frames``,
+    ``Pi0`` (B) 3-vectors, ``dt``, ``t0`` (1), ``J`` (1) 3-vector, ``P`` (the method's parameters), ``Q`` (with an
+    event the condition's parameters, then those of the dense output's torque), ``n_frames``,
     ``save_every``; outputs :data:`OUTPUTS`."""
     wp = warp()
     V, M = so3_funcs(S).V, so3_funcs(S).M

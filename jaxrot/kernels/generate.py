@@ -102,11 +102,10 @@ class _Bounded(Source):
         super().line(text)
 
 
-def _generate(method, system, dtype, pair: bool = False, offset: int = 0, limit: int | None = None):
+def _generate(method, system, dtype, pair: bool = False, limit: int | None = None):
     """``(key, memory length, closed-over tracers)``: the source of ``init``, ``step`` and ``reason``
     (registered in :data:`_SOURCES`); with ``pair``, of ``init`` and ``attempt`` (an embedded pair's
-    step with its scaled error, :func:`attempt_funcs`). The method's parameters start at ``P[offset]``;
-    with ``limit``, :class:`_TooLong` once more than that many lines are written."""
+    step with its scaled error, :func:`attempt_funcs`), its parameters read from ``P``; with ``limit``, :class:`_TooLong` once more than that many lines are written."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -163,7 +162,7 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0, limit:
     g = Source(dt == jnp.float64) if limit is None else _Bounded(dt == jnp.float64, limit)
     # P: the arrays of the method and the system, then the functions' closed-over tracers; the body's
     # moments read from the kernel's J (held in registers) instead
-    P, off = [], offset
+    P, off = [], 0
     for x in leaves:
         if x is J:
             P.append(named(lambda i: f"J[{i[0]}]", (3,)))
@@ -225,9 +224,8 @@ def _generate(method, system, dtype, pair: bool = False, offset: int = 0, limit:
 
 
 
-def polish_reason(method, system, dtype, offset: int, pair: bool = False) -> str | None:
-    """Why a fused run of ``method`` (a pair's attempt with ``pair``), its parameters from ``P[offset]``
-    on, cannot locate an event: one polished on the method's own steps (:func:`jaxrot.integrators.
+def polish_reason(method, system, dtype, pair: bool = False) -> str | None:
+    """Why a fused run of ``method`` (a pair's attempt with ``pair``) cannot locate an event: one polished on the method's own steps (:func:`jaxrot.integrators.
     dense_output.polishes`) needs :func:`jaxrot.kernels.generate_dh.step_dh`. None if it can, or if the method's step itself
     cannot be restated (its own refusal says so)."""
     from ..integrators.dense_output import polishes
@@ -235,7 +233,7 @@ def polish_reason(method, system, dtype, offset: int, pair: bool = False) -> str
     if not polishes(getattr(method, "order", None)):
         return None
     try:
-        key = _lowered(method, system, dtype, pair, offset)[0]
+        key = _lowered(method, system, dtype, pair)[0]
     except Unsupported:
         return None
     why = generate_dh.dh_reason(key)
@@ -269,18 +267,18 @@ def _step_source(g, outs, n_mem):
     return step_src, reason_src, constant_stats
 
 
-def _lowered(method, system, dtype, pair: bool = False, offset: int = 0):
-    ck = _cache_key(method, system, dtype, pair, offset)
+def _lowered(method, system, dtype, pair: bool = False):
+    ck = _cache_key(method, system, dtype, pair)
     hit = _LOWERED.get(ck) if ck is not None else None
     if isinstance(hit, Unsupported):
         raise hit
     if hit is None:
         try:
             hit = _WRITTEN.pop(ck, None) if ck is not None else None
-            hit = hit or _generate(method, system, dtype, pair, offset)
+            hit = hit or _generate(method, system, dtype, pair)
             from .generate_checks import check
 
-            check(method, system, dtype, hit, pair, offset)
+            check(method, system, dtype, hit, pair)
         except Unsupported as err:
             if ck is not None and not getattr(err, "transient", False):
                 _LOWERED[ck] = err
@@ -295,11 +293,11 @@ def _lowered(method, system, dtype, pair: bool = False, offset: int = 0):
     return hit
 
 
-def lower_pair(pair, system, dtype, offset: int = 0) -> Lowered:
+def lower_pair(pair, system, dtype) -> Lowered:
     """Restate an embedded pair's ``init`` and one attempt (``step_with_error`` and ``error_norm``) for
-    ``system`` at ``dtype``, its parameters from ``P[offset]`` on (:func:`attempt_funcs`); raises
+    ``system`` at ``dtype``, its parameters read from ``P`` (:func:`attempt_funcs`); raises
     :class:`Unsupported` as :func:`lower`."""
-    key, n_mem, traced = _lowered(pair, system, dtype, True, offset)
+    key, n_mem, traced = _lowered(pair, system, dtype, True)
     return Lowered(key, n_mem, params(pair, system, dtype, traced))
 
 
@@ -309,11 +307,11 @@ _WRITTEN: dict = {}
 _NOT_WITHIN: set = set()
 
 
-def pair_within(pair, system, dtype, offset: int, lines: int) -> bool:
+def pair_within(pair, system, dtype, lines: int) -> bool:
     """Whether ``pair``'s generated attempt (:func:`lower_pair`) for ``system`` at ``dtype`` is at most
     ``lines`` lines long, written out no further than that and not compiled (False where it cannot be
     restated): a measure of what a first fused run compiles, cheap to take once more."""
-    ck = _cache_key(pair, system, dtype, True, offset)
+    ck = _cache_key(pair, system, dtype, True)
     hit = _LOWERED.get(ck) if ck is not None else None
     if hit is None and ck is not None:
         hit = _WRITTEN.get(ck)
@@ -321,7 +319,7 @@ def pair_within(pair, system, dtype, offset: int, lines: int) -> bool:
         if ck is not None and (ck, lines) in _NOT_WITHIN:
             return False
         try:
-            hit = _generate(pair, system, dtype, True, offset, lines)
+            hit = _generate(pair, system, dtype, True, lines)
         except (_TooLong, Unsupported):
             if ck is not None:
                 _NOT_WITHIN.add((ck, lines))
@@ -333,10 +331,10 @@ def pair_within(pair, system, dtype, offset: int, lines: int) -> bool:
     return not isinstance(hit, Unsupported) and _SOURCES[hit[0]][0].count("\n") <= lines
 
 
-def pair_reason(pair, system, dtype, offset: int = 0) -> str | None:
+def pair_reason(pair, system, dtype) -> str | None:
     """Why ``pair`` has no generated attempt for ``system`` at ``dtype`` (``None`` if it has one)."""
     try:
-        _lowered(pair, system, dtype, True, offset)
+        _lowered(pair, system, dtype, True)
     except Unsupported as err:
         return str(err)
     return None
@@ -351,13 +349,13 @@ def attempt_funcs(S, key: str):
     return env["init"], env["attempt"]
 
 
-def lower(method, system, dtype, offset: int = 0) -> Lowered:
+def lower(method, system, dtype) -> Lowered:
     """Restate ``method``'s ``init`` and ``step`` for ``system`` at ``dtype`` (float32 or float64), its
-    parameters read from ``P[offset]`` on (after the torque's, where the run's dense output restates
-    the torque: :mod:`jaxrot.kernels.fixed_loop`); raises :class:`Unsupported` naming what cannot be
+    parameters read from ``P`` (with or without an event: the dense output's torque reads its own
+    from ``Q``, :mod:`jaxrot.kernels.fixed_loop`); raises :class:`Unsupported` naming what cannot be
     restated (or, Warp installed, a restatement that does not compile or does not agree with the JAX
     step)."""
-    key, n_mem, traced = _lowered(method, system, dtype, False, offset)
+    key, n_mem, traced = _lowered(method, system, dtype, False)
     return Lowered(key, n_mem, params(method, system, dtype, traced))
 
 

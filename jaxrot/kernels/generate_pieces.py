@@ -166,8 +166,8 @@ def _size(jaxpr) -> int:
 def locator(S, torque_key: str, event_key: str, step=None, step_dh=None):
     """``locate(tk, h, R0, Pi0, R1, Pi1, J, P, Q) -> (t, R, Pi)``: the event's time and state in the
     crossing step ``[tk, tk + h]`` from ``(R0, Pi0)`` to ``(R1, Pi1)``, generated from
-    :func:`jaxrot.integrators.dense_output.locate` with the torque (``P`` from 0 on) and the condition
-    (``Q``) of the restatements named by their keys; with the method's generated ``step(R, Pi, t, x, J,
+    :func:`jaxrot.integrators.dense_output.locate` with the condition and the torque of the restatements
+    named by their keys, their parameters in that order in ``Q`` (``P``: the method's); with the method's generated ``step(R, Pi, t, x, J,
     P) -> (R, Pi)`` and ``step_dh`` (:func:`jaxrot.kernels.generate_dh.step_dh`), polished on its steps."""
     import jax.numpy as jnp
 
@@ -180,8 +180,11 @@ def locator(S, torque_key: str, event_key: str, step=None, step_dh=None):
     tj, ej = transpile.JAXPRS[torque_key, name], event_restate.JAXPRS[event_key, name]
     step_p, dh_p = _primitives()
 
+    n_cond = max(_size(ej), 1)  # (the condition's parameter array is never empty: one 0 without parameters)
+
     def fn(tk, h, R0, Pi0, R1, Pi1, J, P, Q):
-        system = types.SimpleNamespace(body=types.SimpleNamespace(J=J), torque=lambda t, R, Pi: _evaluate(tj, P, t, R, Pi))
+        torque = lambda t, R, Pi: _evaluate(tj, Q[n_cond:], t, R, Pi)  # noqa: E731
+        system = types.SimpleNamespace(body=types.SimpleNamespace(J=J), torque=torque)
         cond = lambda t, s: _evaluate(ej, Q, t, s.R, s.Pi).astype(h.dtype)  # noqa: E731
         advance = None if step is None else (lambda system, t, s, x: State(*step_p.bind(s.R, s.Pi, t, x)))
         t_ev, st = dense_output.locate(cond, system, tk, h, State(R0, Pi0), State(R1, Pi1), jnp.asarray(True), advance)
@@ -189,6 +192,6 @@ def locator(S, torque_key: str, event_key: str, step=None, step_dh=None):
 
     args = [("tk", "S"), ("h", "S"), ("R0", "M"), ("Pi0", "V"), ("R1", "M"), ("Pi1", "V"), ("J", "V"), ("P", "array"),
             ("Q", "array")]
-    return function(S, "locate", fn, args, {"P": _size(tj), "Q": _size(ej)},
+    return function(S, "locate", fn, args, {"P": 0, "Q": n_cond + _size(tj)},
                     {step_p.name: _call("one_step"), dh_p.name: _call("step_dh")},
                     {"one_step": step, "step_dh": step_dh})

@@ -335,7 +335,7 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool, recompute: boo
     import jax.numpy as jnp
 
     from ._common import so3_funcs, warp
-    from .generate_checks import disagreement, sample_states
+    from .generate_checks import disagreement, reference_values, sample_states
 
     wp = warp()
     S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
@@ -351,7 +351,7 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool, recompute: boo
         um = rng.normal(size=(n, n_mem)).astype(dtype)
         X = rng.normal(size=F.shape).astype(dtype)
         t, hh = jnp.asarray(0.25, dtype), jnp.asarray(h, dtype)
-        m = np.asarray(jax.vmap(lambda R, Pi: minit(R, Pi, t, F))(jnp.asarray(R), jnp.asarray(Pi)))
+        m = reference_values(lambda R, Pi: minit(R, Pi, t, F), R, Pi)
         fns = {k: f for k, (f, _, _) in _functions(minit, step, low.kind, recompute).items()}
 
         def ref(R, Pi, m, u, w, um):
@@ -364,7 +364,7 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool, recompute: boo
             return (*fns["jvp"](R, Pi, m, t, hh, F, u, w, um, jnp.asarray(X)), M0, M1,
                     *fns["init_jvp"](R, Pi, t, F, u, w, jnp.asarray(X)), *stepped)
 
-        want = [np.asarray(x) for x in jax.vmap(ref)(*(jnp.asarray(x) for x in (R, Pi, m, u, w, um)))]
+        want = list(reference_values(ref, R, Pi, m, u, w, um))
         F = np.asarray(F)
     c = so3_funcs(S)
     _, F_T, MT = vjp_funcs(S, low.key)
