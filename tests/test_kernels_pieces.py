@@ -218,3 +218,30 @@ def test_an_event_the_kernel_cannot_polish_is_refused_and_located_by_the_xla_loo
     xla = jaxrot.simulate(pair, p, **run, event=event, executor=jaxrot.XLA())
     assert auto.info["executor"] == "XLA"
     assert np.isfinite(float(auto.event_time)) and float(auto.event_time) == float(xla.event_time)
+
+
+@pytest.mark.parametrize("with_event", [False, True], ids=["plain", "event"])
+def test_the_step_is_checked_on_the_kernel_the_run_launches(monkeypatch, with_event):
+    """A generated step is compared with its JAX code on the kernel its run launches (with an event,
+    the event's kernel: no second kernel is compiled for the check), and refused where the two differ
+    (here the JAX side moved by 1e-9 relative)."""
+    from jaxrot.kernels import fixed_loop, generate, generate_checks
+
+    p = jaxrot.problems.get("buss_torqued")  # (a torque with parameters: the dense output reads them from Q)
+    event = jaxrot.Event(lambda t, s, a: s.R[2, 2] - 0.9) if with_event else None
+    built = []
+    kernel = fixed_loop.kernel
+    monkeypatch.setattr(fixed_loop, "kernel", lambda *key: built.append(key) or kernel(*key))
+    for moved in (False, True):
+        # (checked afresh: no verdict kept in this process or on disk)
+        monkeypatch.setattr(generate, "_LOWERED", {})
+        monkeypatch.setattr(generate_checks, "_CHECKED", {})
+        monkeypatch.setenv("JAXROT_KEEP_CHECKS", "off")
+        if moved:
+            exact = generate_checks.reference_values
+            monkeypatch.setattr(generate_checks, "reference_values",
+                                lambda fn, *a: tuple(x * (1 + 1e-9) for x in exact(fn, *a)))
+        built.clear()
+        why = kernels.why_not("rkmk8", p.system, event)
+        assert (why is not None and "differs from the JAX code" in why) if moved else why is None, why
+        assert [len(k) for k in built] == ([3] if with_event else [2])  # (dtype, step[, event]): one kernel

@@ -106,6 +106,16 @@ def event_parameters(system, event, dtype, method_params):
     return tkey, ekey, jnp.asarray(method_params, dtype), jnp.concatenate([jnp.asarray(Q, dtype), T])
 
 
+def event_launch(method, system, dtype, event, method_params):
+    """``(ev, P, Q)``: the event's part of a constant-step kernel's key (:func:`jaxrot.kernels.fixed_loop.kernel`:
+    the restated torque and condition, the direction, whether terminal, whether polished on the method's
+    own steps) and the kernel's parameter arrays (:func:`event_parameters`)."""
+    from ..integrators.dense_output import polishes
+
+    tkey, ekey, P, Q = event_parameters(system, event, dtype, method_params)
+    return (tkey, ekey, event.direction, bool(event.terminal), polishes(getattr(method, "order", None))), P, Q
+
+
 def dense_torque_refusal(torque, dtype) -> str | None:
     """Why the dense output on which an event is located cannot restate ``torque``, or None."""
     why = _transpile.reason(torque, dtype)
@@ -188,14 +198,15 @@ def _instance(method):
     return integrators.get(method) if isinstance(method, str) else method
 
 
-def generated_refusal(method, system) -> str | None:
+def generated_refusal(method, system, event=None) -> str | None:
     """Why no kernel can be generated from ``method``'s JAX code for ``system``
-    (:mod:`jaxrot.kernels.generate`), or None."""
+    (:mod:`jaxrot.kernels.generate`), or None; ``event``: the run's, whose kernel the step is checked
+    on where it can be built (the kernel the run launches, not another compiled only for the check)."""
     try:
         m = _instance(method)
     except Exception as err:  # noqa: BLE001 - an unknown name
         return str(err)
-    return _generate.reason(m, system, run_dtype(system))
+    return _generate.reason(m, system, run_dtype(system), event)
 
 
 def hand_kernel(method, system) -> str | None:
@@ -207,17 +218,17 @@ def hand_kernel(method, system) -> str | None:
     return name if _family(torque_kind(system.torque, run_dtype(system))) in KERNELS[name].torques else None
 
 
-def supports(method, system) -> bool:
+def supports(method, system, event=None) -> bool:
     """True if a kernel can be generated from this method's JAX code (an integrator or a registered
-    name) for this system."""
-    return why_not(method, system) is None
+    name) for this system (and a run with ``event``: see :func:`generated_refusal`)."""
+    return why_not(method, system, event) is None
 
 
-def why_not(method, system) -> str | None:
+def why_not(method, system, event=None) -> str | None:
     """Why :func:`supports` is False for this method and system (a sentence), or None."""
     if getattr(system.body.J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
-    why = generated_refusal(method, system)
+    why = generated_refusal(method, system, event)
     if why is None:
         return None
     label = method if isinstance(method, str) else registered_name(method)
@@ -247,7 +258,7 @@ def _check(method, system, states0, n_frames, save_every, event=None):
                          f"Pi {Pi.shape}")
     if jnp.dtype(R.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise TypeError(f"states0 must be float32 or float64, got {R.dtype}")
-    why = why_not(method, system)
+    why = why_not(method, system, event)
     if why is not None:
         raise ValueError(why)
     if event is not None:
@@ -271,11 +282,8 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
     if event is None:
         low = _generate.lower(method, system, dtype)
         return _launch((jnp.dtype(dtype).name, low.key), states0, dt, t0, system, low.params, n_frames, save_every)
-    from ..integrators.dense_output import polishes
-
     low = _generate.lower(method, system, dtype)
-    tkey, ekey, P, Q = event_parameters(system, event, dtype, low.params)
-    ev = (tkey, ekey, event.direction, bool(event.terminal), polishes(getattr(method, "order", None)))
+    ev, P, Q = event_launch(method, system, dtype, event, low.params)
     return _launch((jnp.dtype(dtype).name, low.key, ev), states0, dt, t0, system, P, n_frames, save_every, Q)
 
 

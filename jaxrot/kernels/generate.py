@@ -267,7 +267,7 @@ def _step_source(g, outs, n_mem):
     return step_src, reason_src, constant_stats
 
 
-def _lowered(method, system, dtype, pair: bool = False):
+def _lowered(method, system, dtype, pair: bool = False, event=None):
     ck = _cache_key(method, system, dtype, pair)
     hit = _LOWERED.get(ck) if ck is not None else None
     if isinstance(hit, Unsupported):
@@ -278,7 +278,7 @@ def _lowered(method, system, dtype, pair: bool = False):
             hit = hit or _generate(method, system, dtype, pair)
             from .generate_checks import check
 
-            check(method, system, dtype, hit, pair)
+            check(method, system, dtype, hit, pair, event)
         except Unsupported as err:
             if ck is not None and not getattr(err, "transient", False):
                 _LOWERED[ck] = err
@@ -386,10 +386,11 @@ def constant_stats(key: str) -> bool:
     return _SOURCES[key][3]
 
 
-def reason(method, system, dtype) -> str | None:
-    """Why ``method`` has no generated kernel for ``system`` at ``dtype`` (``None`` if it has one)."""
+def reason(method, system, dtype, event=None) -> str | None:
+    """Why ``method`` has no generated kernel for ``system`` at ``dtype`` (``None`` if it has one);
+    ``event``: checked on the kernel of a constant-step run with it (:func:`jaxrot.kernels.generate_checks.check`)."""
     try:
-        _lowered(method, system, dtype)
+        _lowered(method, system, dtype, event=event)
     except Unsupported as err:
         return str(err)
     return None

@@ -172,14 +172,15 @@ def sample_states(system, dtype, n: int):
     return J, R, (Om * J).astype(dtype), h
 
 
-def check(method, system, dtype, hit, pair: bool):
+def check(method, system, dtype, hit, pair: bool, event=None):
     """Compare the generated functions of ``hit`` (``(key, memory length, traced)``) with ``method``'s
-    step (``pair``: its attempt); raises ``Unsupported``."""
+    step (``pair``: its attempt); raises ``Unsupported``. ``event``: a constant step is checked on the
+    kernel of a run with it where that kernel builds (the one such a run launches; no other is compiled)."""
     if pair:
         verdict(_CHECKED_PAIRS, (hit[0], np.dtype(dtype).name),
                 lambda: _compare_pair(method, system, dtype, hit), "the generated attempt")
     else:
-        verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(method, system, dtype, hit),
+        verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(method, system, dtype, hit, event),
                 "the generated step")
 
 
@@ -187,42 +188,57 @@ def check(method, system, dtype, hit, pair: bool):
 _CHECKED: dict = {}
 
 
-def _compare(method, system, dtype, hit):
+def _compare(method, system, dtype, hit, event=None):
     import jax
     import jax.numpy as jnp
 
     from ..geometry.state import State
     from ._common import so3_funcs, warp
 
-    from . import fixed_loop
+    from . import event_launch, fixed_loop
     from .generate import params
 
     key, n_mem, traced = hit
     wp = warp()
-    S, kernel = fixed_loop.kernel(np.dtype(dtype).name, key)
+    name = np.dtype(dtype).name
     n = 4
     if _traced(method, system, traced):
-        return None  # (compiled above; the values are known only inside the trace)
+        return None  # (the values are known only inside the trace; the run's launch compiles the kernel)
     with jax.ensure_compile_time_eval():
         J, R, Pi, h = sample_states(system, dtype, n)
-
-        def ref(R, Pi):
-            s = State(R, Pi)
-            aux = method.init(system, jnp.asarray(0.0, dtype), s, h)
-            new, _, _ = method.step(system, jnp.asarray(0.0, dtype), s, aux, h)
-            return new.R, new.Pi
-
         P = np.asarray(params(method, system, dtype))
-    want_R, want_Pi = reference_values(ref, R, Pi)
+    S = getattr(wp, name)  # (warp.float32 or warp.float64)
     c = so3_funcs(S)
     dev = "cpu"
     outs = [wp.zeros((n, 1), dtype=c.M, device=dev), wp.zeros((n, 1), dtype=c.V, device=dev),
             *(wp.zeros(n, dtype=t, device=dev) for t in (wp.int32, wp.int32, S, c.M, c.V, wp.int32))]
-    ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
-           wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
-           wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev),
-           wp.zeros(1, dtype=S, device=dev), 1, 1]
-    wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
+
+    def launch(kernel, Q):  # one step of each test state (the first frame)
+        ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
+               wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
+               wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev),
+               wp.array(Q, dtype=S, device=dev), 1, 1]
+        wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
+
+    launched = False
+    if event is not None:
+        try:  # the kernel of the run with its event (the event's values do not reach the step's result)
+            ev, _, Q = event_launch(method, system, dtype, event, P)
+            launch(fixed_loop.kernel(name, key, ev)[1],
+                   np.zeros(Q.shape, dtype) if isinstance(Q, jax.core.Tracer) else np.asarray(Q))
+            launched = True
+        except Exception:  # noqa: BLE001 - an event the run refuses (its own refusal says why)
+            pass
+    if not launched:
+        launch(fixed_loop.kernel(name, key)[1], np.zeros(1, dtype))
+
+    def ref(R, Pi):
+        s = State(R, Pi)
+        aux = method.init(system, jnp.asarray(0.0, dtype), s, h)
+        new, _, _ = method.step(system, jnp.asarray(0.0, dtype), s, aux, h)
+        return new.R, new.Pi
+
+    want_R, want_Pi = reference_values(ref, R, Pi)
     return disagreement("step", ("R", "Pi"), [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]], [want_R, want_Pi], {}, n)
 
 

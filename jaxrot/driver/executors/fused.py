@@ -227,17 +227,16 @@ class Fused(AbstractExecutor):
             return "the fused kernels keep no invariant monitor (monitor=)"
         if spec.stacked:
             return "the fused kernels share one system among the bodies (stacked problems are not fused)"
-        if not kernels.supports(spec.method, spec.system):
-            return kernels.why_not(spec.method, spec.system)
-        if spec.event is not None:
-            from ...kernels.adaptive_pairs import event_refusal
+        if spec.event is not None and kernels.method_name(spec.method) is None:
+            return ("a constant-step run with an event is fused for the methods of jaxrot.kernels.KERNELS only "
+                    "(error-controlled runs locate events in the kernel)")
+        # (the step checked on the kernel the run launches, its event's where it has one)
+        why = kernels.why_not(spec.method, spec.system, spec.event)
+        if why is not None or spec.event is None:
+            return why
+        from ...kernels.adaptive_pairs import event_refusal
 
-            if kernels.method_name(spec.method) is None:
-                return ("a constant-step run with an event is fused for the methods of jaxrot.kernels.KERNELS only "
-                        "(error-controlled runs locate events in the kernel)")
-
-            return event_refusal(spec.event, spec.method, spec.system, spec.state0.R.dtype)
-        return None
+        return event_refusal(spec.event, spec.method, spec.system, spec.state0.R.dtype)
 
     def run_attempts(self, spec: AttemptSpec) -> Frames:
         """An error-controlled run in the fused adaptive kernel (:mod:`jaxrot.kernels.adaptive`): one
