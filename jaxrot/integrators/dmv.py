@@ -87,13 +87,6 @@ def _modifier_terms(J, order: int):
     return terms[: order // 2 - 1]
 
 
-def modifier_coefficients(J, order: int):
-    """The coefficients of ``S`` and ``D`` for the order-``order`` DMV, flat: for k = 1, 2, ... the
-    k + 1 coefficients of ``S_{2k+1}`` then the k + 1 of ``D_{2k+1}`` (empty for order 2)."""
-    flat = [c for s, d in _modifier_terms(J, order) for c in (*s, *d)]
-    return jnp.stack(flat) if flat else jnp.zeros((0,), jnp.asarray(J).dtype)
-
-
 def modified_inverse_inertia(J, Pi, dt, order: int):
     """Hairer-Vilmart's modified 1/J~ for the order-``order`` DMV (order 2: 1/J)."""
     h2 = dt * dt

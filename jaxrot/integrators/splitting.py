@@ -81,11 +81,6 @@ def _parse(axes) -> tuple[int, int, int]:
     return axes
 
 
-def strang(J, R, Pi, axes, h):
-    """``phi_a(h/2) phi_b(h/2) phi_c(h) phi_b(h/2) phi_a(h/2)`` with 1-based body ``axes``."""
-    return axis_flows(J, R, Pi, strang_flows(axes, h))
-
-
 class _AbstractSplit(AbstractIntegrator):
     conserves: ClassVar[tuple[str, ...]] = ("L", "|Pi|")
     torque: ClassVar[bool] = False

@@ -64,28 +64,6 @@ def _log_ticks(ax):
     ax.grid(True, which="minor", axis="x", alpha=0.12)
 
 
-def series_figure(ts, series: dict[str, np.ndarray], *, ylabel: str, title: str = "", logy: bool = False):
-    """Quantities over time, one line per entry (many entries: 20 colours x 2 styles, legend outside)."""
-    many = len(series) > 10
-    fig, ax = plt.subplots(figsize=(11, 5) if many else (7, 4))
-    cmap = plt.get_cmap("tab20")
-    for i, (name, y) in enumerate(series.items()):
-        style = dict(color=cmap(i % 20), ls="-" if i < 20 else "--") if many else {}
-        (ax.semilogy if logy else ax.plot)(np.asarray(ts), np.abs(np.asarray(y)) if logy else np.asarray(y),
-                                           label=name, lw=1, **style)
-    ax.set_xlabel("t")
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    if many:
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=2)
-    else:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
 def throughput_figure(rows: list[dict]):
     """Body-steps per second against batch size, jaxrot beside NumPy, per method."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -116,48 +94,6 @@ def throughput_lines_figure(bodies, series: dict[str, list[float]], *, title: st
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(title or "buss2p throughput (higher is better)", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def work_precision_figure(data: dict[str, dict], *, title: str = "", eps: float | None = None):
-    """Error against steps and against wall time; ``data[method] = {"N": [...], "errors": [...],
-    "seconds_per_step": s}``. Families share a colour map so 30 lines stay readable."""
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
-    cmap = plt.get_cmap("tab20")
-    for i, (name, d) in enumerate(data.items()):
-        N, e = np.asarray(d["N"], float), np.asarray(d["errors"], float)
-        style = dict(marker="o", ms=3, lw=1, color=cmap(i % 20), ls="-" if i < 20 else "--", label=name)
-        axes[0].loglog(N, e, **style)
-        axes[1].loglog(N * d["seconds_per_step"], e, **style)
-    for ax, xl in zip(axes, ["steps N", "wall time (s, single body, this machine)"]):
-        if eps is not None:
-            ax.axhline(eps, color="k", lw=0.8, ls=":")
-        ax.set_xlabel(xl)
-        ax.set_ylabel("final attitude error (rad)")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize=6, ncol=2, loc="lower left")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def table_bars_figure(rows: list[tuple[str, float | None, float | None]], *, title: str = "", ylabel: str = "N"):
-    """Grouped bars ``(label, ours, published)`` on a log axis; a missing value is left out."""
-    fig, ax = plt.subplots(figsize=(max(7, 0.55 * len(rows)), 4.6))
-    x = np.arange(len(rows))
-    ours = [np.nan if r[1] is None else r[1] for r in rows]
-    pub = [np.nan if r[2] is None else r[2] for r in rows]
-    ax.bar(x - 0.2, ours, 0.4, label="jaxrot")
-    ax.bar(x + 0.2, pub, 0.4, label="published")
-    ax.set_yscale("log")
-    ax.set_xticks(x, [r[0] for r in rows], rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel(ylabel)
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend()
-    if title:
-        ax.set_title(title)
     fig.tight_layout()
     return fig
 
