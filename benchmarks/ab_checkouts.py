@@ -11,7 +11,11 @@ Figures (buss2p, fast top, float64, every CPU core a device): the wall time of a
 ``--what kernels``: CPU time per body-step of ``rkmk8``'s fused kernel (300 bodies, 200 steps,
 median of 15 calls) on the asymmetric top, the gravity-gradient satellite, Buss's prescribed
 momentum and the free body at h = 1e-2, and on these and the slow top at the step of the precision
-suite's rkmk8 rows at 1e-6.
+suite's rkmk8 rows at 1e-6. ``--what first-call``: the seconds of a first fused call (16 heavy tops)
+in a process of its own with Warp's kernel folder empty and JAX's compilation cache off
+(:data:`FIRST_CALLS`: a pair, a pair with an event, constant steps with an event; the import not
+counted), and again in a next process with the kernels on disk but the generated sources compared
+with JAX again (``JAXROT_KEEP_CHECKS=off``, as the test suite runs).
 """
 
 from __future__ import annotations
@@ -102,16 +106,57 @@ def measure_kernels(repo: str) -> dict:
     return out
 
 
+#: the first fused calls ``--what first-call`` times: name -> the call (``p``, ``s0`` 16 heavy tops, ``ev`` an event)
+FIRST_CALLS = {
+    "rkmk8(5), error control": 'jaxrot.simulate("rkmk8(5)", p, t1=1.0, state0=s0, '
+                               'stepsize=jaxrot.Adaptive(1e-8, 1e-8), executor=jaxrot.Fused())',
+    "buss4(3), error control, event": 'jaxrot.simulate("buss4(3)", p, t1=1.0, state0=s0, '
+                                      'stepsize=jaxrot.Adaptive(1e-8, 1e-8), event=ev, executor=jaxrot.Fused())',
+    "rkmk8, constant steps, event": 'jaxrot.simulate("rkmk8", p, 1e-3, 1000, state0=s0, event=ev, '
+                                    'executor=jaxrot.Fused())',
+}
+
+_FIRST_CALL = """
+import sys, time
+import jax
+jax.config.update("jax_enable_x64", True)
+import jaxrot
+from jaxrot.experiments.bench_heterogeneous import heavy_tops
+assert jaxrot.__file__.startswith(sys.argv[1]), jaxrot.__file__
+p, s0, _, _ = heavy_tops(16)
+ev = jaxrot.Event(lambda t, s, a: s.R[2, 2] - 0.9)
+t = time.perf_counter()
+jax.block_until_ready(({call}).states.Pi)
+print(time.perf_counter() - t)
+"""
+
+
+def measure_first_call(repo: str) -> dict:
+    import os
+    import tempfile
+
+    out = {}
+    for name, call in FIRST_CALLS.items():
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, WARP_CACHE_PATH=cache, JAXROT_COMPILATION_CACHE="off", PYTHONPATH=repo)
+            for label, keep in (("fresh", "on"), ("next, compared again", "off")):
+                r = subprocess.run([sys.executable, "-c", _FIRST_CALL.format(call=call), repo], capture_output=True,
+                                   text=True, check=True, cwd=repo, env=dict(env, JAXROT_KEEP_CHECKS=keep))
+                out[f"{name}: {label} (s)"] = float(r.stdout.strip().splitlines()[-1])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a", help="checkout A (the baseline)")
     ap.add_argument("b", help="checkout B")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--what", choices=("driver", "kernels"), default="driver")
+    ap.add_argument("--what", choices=("driver", "kernels", "first-call"), default="driver")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this checkout, print JSON
     args = ap.parse_args()
     if args.one:
-        print(json.dumps((measure_kernels if args.what == "kernels" else measure)(args.one)))
+        what = {"driver": measure, "kernels": measure_kernels, "first-call": measure_first_call}[args.what]
+        print(json.dumps(what(args.one)))
         return
     rows = {"A": [], "B": []}
     for k in range(args.rounds):
