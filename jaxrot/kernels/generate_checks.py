@@ -51,7 +51,8 @@ _COMPARISONS = threading.local()
 
 def keeping() -> bool:
     """Whether agreements are kept on disk (the environment's ``JAXROT_KEEP_CHECKS``: ``off`` or ``0``
-    compares in every process; the test suite does)."""
+    compares in every process; by default, in the test suite too, a source is compared once for each
+    version of this package's kernels code, :func:`_kept`)."""
     return os.environ.get("JAXROT_KEEP_CHECKS", "on").lower() not in ("off", "0", "false", "no")
 
 
