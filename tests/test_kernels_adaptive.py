@@ -437,8 +437,12 @@ def test_tangents_come_from_the_reference():
 
 
 @pytest.mark.slow  # (XLA compiles the checkpointed loop's reverse pass: minutes on a 2-core CPU)
-def test_gradients_in_reverse_mode_come_from_the_reference():
-    """``adjoint="reverse"``: a custom VJP whose backward pass is the (checkpointed) reference's."""
+def test_gradients_in_reverse_mode_equal_the_checkpointed_xla_loops():
+    """``adjoint="reverse"``: the kernels' backward pass (the pair's step VJP generated from its JAX
+    code, over the steps the run recorded) equals the checkpointed XLA loop's gradient to 1e-10 of its
+    largest component. (It was the reference's own backward pass, equal to its last rounding, before
+    the kernels took reverse mode; now two arithmetics: 9e-12 measured over 410 steps of body 1, whose
+    gradient spans 2.4 to 6650.)"""
     import functools
 
     pair = "buss4(3)"
@@ -458,7 +462,7 @@ def test_gradients_in_reverse_mode_come_from_the_reference():
     g1 = jax.grad(lambda J, S: loss(fused, J, S), argnums=(0, 1))(J, S)
     g2 = jax.grad(lambda J, S: loss(ref, J, S), argnums=(0, 1))(J, S)
     for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12 * np.max(np.abs(b)))
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-10 * np.max(np.abs(b)))
     assert np.any(np.asarray(g1[0]) != 0)
 
 
