@@ -16,7 +16,7 @@ import functools
 
 import numpy as np
 
-from .generate_checks import random_attitudes, reference_values, verdict, within
+from .generate_checks import reference_values, sample_points, verdict, within
 from .jaxpr_inputs import as_float, elements, source_key, state, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
@@ -119,11 +119,7 @@ def _check(cond_fn, dtype, hit):
 def _compare(cond_fn, dtype, hit, concrete: bool):
     import jax
 
-    rng = np.random.default_rng(0)
-    n = 6
-    t = rng.uniform(0.0, 1.0, n).astype(dtype)
-    R = random_attitudes(rng, n, dtype)
-    Pi = rng.normal(size=(n, 3)).astype(dtype)
+    t, R, Pi = sample_points(dtype)
     if not concrete:
         n_params = sum(int(np.size(c)) for c in hit[3])
         _run(hit[0], dtype, t, R, Pi, np.zeros(max(n_params, 1), dtype))

@@ -162,6 +162,14 @@ def random_attitudes(rng, n: int, dtype):
     return reference_values(so3.exp, rng.normal(size=(n, 3)).astype(dtype))
 
 
+def sample_points(dtype, n: int = 6):
+    """``(t, R, Pi)``: ``n`` random times in [0, 1), attitudes and momenta at ``dtype``, where a restated
+    torque or event condition is compared with its JAX function."""
+    rng = np.random.default_rng(0)
+    t = rng.uniform(0.0, 1.0, n).astype(dtype)
+    return t, random_attitudes(rng, n, dtype), rng.normal(size=(n, 3)).astype(dtype)
+
+
 def sample_states(system, dtype, n: int):
     """``(J, R, Pi, h)``: ``n`` random attitudes and momenta (rates of a few rad/s) of the system's body,
     and a step turning them by at most 0.01 rad."""

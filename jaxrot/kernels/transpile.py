@@ -30,7 +30,7 @@ import functools
 
 import numpy as np
 
-from .generate_checks import random_attitudes, reference_values, verdict, within
+from .generate_checks import reference_values, sample_points, verdict, within
 from .jaxpr_inputs import as_float, elements, source_key, state, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
@@ -148,11 +148,7 @@ def _check_restatement(torque, dtype, hit):
 def _compare(torque, dtype, hit, concrete: bool):
     import jax
 
-    rng = np.random.default_rng(0)
-    n = 6
-    t = rng.uniform(0.0, 1.0, n).astype(dtype)
-    R = random_attitudes(rng, n, dtype)
-    Pi = rng.normal(size=(n, 3)).astype(dtype)
+    t, R, Pi = sample_points(dtype)
     if not concrete:  # compile only (the values are traced)
         n_params = sum(int(np.size(c)) for c in hit[3]) + sum(
             int(np.size(x)) for x in jax.tree_util.tree_leaves(torque) if hasattr(x, "shape"))
