@@ -8,8 +8,9 @@ at the cost of one step per query.
 
 What the loop collects for it: with constant steps, checkpoint frames every ``c`` steps (``c`` the
 divisor of the step count nearest to its square root; memory bounded) — a query re-runs, from the
-checkpoint before it, the steps up to the step that brackets it (a ``lax.scan`` of fixed length ``c``
-with masking, so reverse-differentiable), takes one more step and interpolates
+checkpoint before it, the steps up to the step that brackets it (the run's own frame of ``c`` steps,
+:func:`jaxrot.driver.loop.masked_steps`, the steps past the query masked: reverse-differentiable),
+takes one more step and interpolates
 (:class:`DenseOutput`; a method's auxiliary state is rebuilt from the checkpoint with
 ``method.init``: exact for one-step methods, multistep methods restart there); with error-controlled
 steps, every accepted step's endpoint (:class:`StepDenseOutput`; memory ``max_steps`` states).
@@ -26,11 +27,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from ..geometry.state import State
 from ..integrators.dense_output import DENSE_ORDER, interpolate, interpolate_momentum, method_step, momentum_rate, \
     polishes
+from .loop import init_carry, masked_steps
 from .precision import full_precision
 
 __all__ = ["interpolate", "interpolate_momentum", "momentum_rate", "DenseOutput", "StepDenseOutput",
@@ -57,22 +58,15 @@ def checkpoint_interval(n_steps: int) -> int:
 
 
 def _state_at(method, system, ckpt: State, t0, dt, c: int, n_steps: int, t):
-    """One body's state at time ``t`` from its checkpoint frames ``ckpt`` (every ``c`` steps)."""
+    """One body's state at time ``t`` from its checkpoint frames ``ckpt`` (every ``c`` steps): the run's
+    own loop (:func:`~jaxrot.driver.loop.masked_steps`, the steps at the run's times ``t0 + k dt``) from
+    the checkpoint before ``t`` to the step that brackets it."""
     k = jnp.clip(jnp.floor((t - t0) / dt).astype(jnp.int32), 0, n_steps - 1)
     j = k // c
-    r = k - j * c
     s0 = jax.tree_util.tree_map(lambda x: x[j], ckpt)
-    tj = t0 + (j * c).astype(dt.dtype) * dt
-    aux0 = method.init(system, tj, s0, dt)
-
-    def body(carry, i):
-        s, aux = carry
-        s2, aux2, _ = method.step(system, tj + i.astype(dt.dtype) * dt, s, aux, dt)
-        keep = i < r
-        pick = lambda a, b: jnp.where(keep, a, b)  # noqa: E731
-        return (jax.tree_util.tree_map(pick, s2, s), jax.tree_util.tree_map(pick, aux2, aux)), None
-
-    (sk, auxk), _ = lax.scan(body, (s0, aux0), jnp.arange(c, dtype=jnp.int32))
+    carry = init_carry(method, system, s0, dt, t0 + (j * c).astype(dt.dtype) * dt)
+    carry = carry[:2] + ((j * c).astype(jnp.int32),) + carry[3:]
+    (sk, auxk, *_), _ = masked_steps(method, system, carry, dt, t0, c, go=lambda ca: ca[2] < k)
     tk = t0 + k.astype(dt.dtype) * dt
     advance = method_step(method)
     if advance is not None:  # a step of the method itself to t: its own accuracy, not the interpolant's
