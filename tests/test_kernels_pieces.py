@@ -220,12 +220,26 @@ def test_an_event_the_kernel_cannot_polish_is_refused_and_located_by_the_xla_loo
     assert np.isfinite(float(auto.event_time)) and float(auto.event_time) == float(xla.event_time)
 
 
+def _checked_afresh(monkeypatch, verdicts: str, moved: bool):
+    """No verdict kept in this process (``generate_checks``' table ``verdicts`` emptied) or on disk; with
+    ``moved`` the JAX side of the comparison moved by 1e-9 relative."""
+    from jaxrot.kernels import generate, generate_checks
+
+    monkeypatch.setattr(generate, "_LOWERED", {})
+    monkeypatch.setattr(generate_checks, verdicts, {})
+    monkeypatch.setenv("JAXROT_KEEP_CHECKS", "off")
+    if moved:
+        exact = generate_checks.reference_values
+        monkeypatch.setattr(generate_checks, "reference_values",
+                            lambda fn, *a: tuple(x * (1 + 1e-9) for x in exact(fn, *a)))
+
+
 @pytest.mark.parametrize("with_event", [False, True], ids=["plain", "event"])
 def test_the_step_is_checked_on_the_kernel_the_run_launches(monkeypatch, with_event):
     """A generated step is compared with its JAX code on the kernel its run launches (with an event,
     the event's kernel: no second kernel is compiled for the check), and refused where the two differ
     (here the JAX side moved by 1e-9 relative)."""
-    from jaxrot.kernels import fixed_loop, generate, generate_checks
+    from jaxrot.kernels import fixed_loop
 
     p = jaxrot.problems.get("buss_torqued")  # (a torque with parameters: the dense output reads them from Q)
     event = jaxrot.Event(lambda t, s, a: s.R[2, 2] - 0.9) if with_event else None
@@ -233,15 +247,40 @@ def test_the_step_is_checked_on_the_kernel_the_run_launches(monkeypatch, with_ev
     kernel = fixed_loop.kernel
     monkeypatch.setattr(fixed_loop, "kernel", lambda *key: built.append(key) or kernel(*key))
     for moved in (False, True):
-        # (checked afresh: no verdict kept in this process or on disk)
-        monkeypatch.setattr(generate, "_LOWERED", {})
-        monkeypatch.setattr(generate_checks, "_CHECKED", {})
-        monkeypatch.setenv("JAXROT_KEEP_CHECKS", "off")
-        if moved:
-            exact = generate_checks.reference_values
-            monkeypatch.setattr(generate_checks, "reference_values",
-                                lambda fn, *a: tuple(x * (1 + 1e-9) for x in exact(fn, *a)))
+        _checked_afresh(monkeypatch, "_CHECKED", moved)
         built.clear()
         why = kernels.why_not("rkmk8", p.system, event)
         assert (why is not None and "differs from the JAX code" in why) if moved else why is None, why
         assert [len(k) for k in built] == ([3] if with_event else [2])  # (dtype, step[, event]): one kernel
+
+
+def test_a_pairs_attempt_is_checked_in_the_module_of_its_plain_kernel(monkeypatch):
+    """The kernel checking a pair's generated attempt against its JAX code shares one Warp module with
+    the pair's kernel without an event: a first fused error-controlled run compiles the long attempt
+    once. The check still refuses an attempt that differs from the JAX code (here by 1e-9 relative)."""
+    import warp._src.context as wctx
+
+    from jaxrot.kernels import adaptive_pairs, generate
+
+    from .helpers import user_pair
+
+    pair = user_pair()
+    p = jaxrot.problems.get("fast_top")
+    B = 4
+    s0 = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)), p.state0.Pi * jnp.linspace(0.8, 1.2, B)[:, None])
+    loaded = []
+    load = wctx.Module.load
+    monkeypatch.setattr(wctx.Module, "load", lambda self, *a, **k: loaded.append(self.name) or load(self, *a, **k))
+    for moved in (False, True):
+        _checked_afresh(monkeypatch, "_CHECKED_PAIRS", moved)
+        loaded.clear()
+        why = adaptive_pairs.why_not_adaptive(pair, p.system, None)
+        if moved:
+            assert why is not None and "differs from the JAX code" in why, why
+            continue
+        assert why is None, why
+        run = jaxrot.simulate(pair, p, t1=0.5, state0=s0, stepsize=jaxrot.Adaptive(1e-8, 1e-8),
+                              executor=jaxrot.Fused())
+        assert run.info["executor"] == "Fused" and np.isfinite(np.asarray(run.final.R)).all()
+        key = generate.lower_pair(pair, p.system, jnp.float64).key
+        assert len({n for n in loaded if key in n}) == 1, sorted(set(loaded))

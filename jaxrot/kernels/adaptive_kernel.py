@@ -1,7 +1,8 @@
 """The Warp kernel of a pair's error-controlled loop, one thread per body (:func:`adaptive_kernel`;
 see :mod:`jaxrot.kernels.adaptive` for the loop it restates), around the fused loop's template
 (:func:`jaxrot.kernels.loop.loop`) with error control, the pair's attempt generated from its JAX code
-(:func:`jaxrot.kernels.generate.attempt_funcs`), and the cache of built kernels (:func:`kernel_for`).
+(:func:`jaxrot.kernels.generate.attempt_funcs`), and the cache of built kernels (:func:`kernel_for`; a
+pair's plain kernel shares its Warp module with the kernel that checks the attempt, :func:`check_kernel`).
 """
 
 import functools
@@ -13,11 +14,12 @@ from .generate import attempt_funcs
 from .generate_dh import step_dh
 from .loop import as_kernel, loop
 
-__all__ = ["adaptive_kernel", "kernel_for"]
+__all__ = ["adaptive_kernel", "kernel_for", "check_kernel"]
 
 
 def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: str | None = None,
-                    direction: int | None = None, terminal: bool = True, record: bool = False, *, key: str):
+                    direction: int | None = None, terminal: bool = True, record: bool = False, *, key: str,
+                    module: str | None = None):
     """The Warp kernel of a generated pair's error-controlled loop, one thread per body (see the
     module docstring). Arguments: ``R0`` (B) 3x3, ``Pi0`` (B) 3-vectors, ``h0``, ``rtol``, ``atol`` (B),
     ``t0`` (1), ``ts`` (n), ``J`` (1) 3-vector, ``P`` (the pair's parameters), ``Q`` (with an event
@@ -27,7 +29,7 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
     :mod:`jaxrot.kernels.adaptive_saved`), each accepted step's start ``R_rec``, ``Pi_rec``, ``t_rec``
     and length ``h_rec`` (B, capacity: the first steps; after a terminal event's crossing step, ``acc``
     of them, the state after it in column ``acc`` with its time and length 0) and the accepted steps
-    before each output ``out_k`` (B, n)."""
+    before each output ``out_k`` (B, n). ``module``: the Warp module it is defined in (None: its own)."""
     wp = warp()
     V, M = so3_funcs(S).V, so3_funcs(S).M
     init, attempt = attempt_funcs(S, entry.key)
@@ -52,7 +54,7 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
         err_out[b] = err
         result_out[b] = code
 
-    return as_kernel(run, f"adaptive_{key}")
+    return as_kernel(run, f"adaptive_{key}", module)
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,6 +62,33 @@ def kernel_for(dtype_name: str, pair: str, torque_key, event_key, direction, ter
     """``(Warp scalar type, kernel)``, built once per (dtype, pair, the dense output's torque, event,
     recording or not)."""
     S = getattr(warp(), dtype_name)  # (warp.float32 or warp.float64)
+    if event_key is None and not record:
+        return S, _with_check(dtype_name, pair)[0]
     ev = ("" if event_key is None else f"_{torque_key}_ev{event_key}_{direction}_{int(terminal)}") + ("_rec" if record else "")
     key = f"{pair.replace(':', '_')}_{dtype_name}{ev}"
     return S, adaptive_kernel(S, GENERATED_PAIRS[pair], torque_key, event_key, direction, terminal, record, key=key)
+
+
+def check_kernel(dtype_name: str, pair: str):
+    """The kernel that checks the generated attempt of ``pair`` (a name in :data:`GENERATED_PAIRS`)
+    against its JAX code (:func:`jaxrot.kernels.generate_checks.attempt_kernel`), in the module of the
+    pair's plain kernel (no event, no record)."""
+    return _with_check(dtype_name, pair)[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _with_check(dtype_name: str, pair: str):
+    """``(plain kernel, check kernel)`` of ``pair``, both defined in one Warp module before either is
+    launched: the long generated attempt is compiled once for the check and the run (a first call
+    compiled it in two modules)."""
+    from ._common import fuse_fp
+    from .generate_checks import attempt_kernel
+
+    wp = warp()
+    S = getattr(wp, dtype_name)
+    entry = GENERATED_PAIRS[pair]
+    key = f"{pair.replace(':', '_')}_{dtype_name}"
+    module = f"jaxrot_attempt_{key}"
+    wp.set_module_options({"fuse_fp": fuse_fp(), "enable_backward": False}, module=module)
+    run = adaptive_kernel(S, entry, None, key=key, module=module)
+    return run, attempt_kernel(S, entry.key, module)

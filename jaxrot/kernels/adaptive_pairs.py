@@ -13,7 +13,7 @@ import jax
 from . import dense_torque_refusal, registered_name, run_dtype
 from . import event_restate
 
-__all__ = ["AdaptiveRun", "Record", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair",
+__all__ = ["AdaptiveRun", "Record", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair", "enrol",
            "attempt_within", "event_refusal",
            "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
 
@@ -58,10 +58,16 @@ def generated_pair(pair, system, dtype):
     from .generate import lower_pair
 
     low = lower_pair(pair, system, dtype)
-    name = f"gen:{low.key}"
+    return enrol(pair, low.key), low.params
+
+
+def enrol(pair, key: str) -> str:
+    """The name (``"gen:<key>"``) under which the attempt ``key`` generated for ``pair`` is in
+    :data:`GENERATED_PAIRS`, enrolled there if it is not yet."""
+    name = f"gen:{key}"
     if name not in GENERATED_PAIRS:
-        GENERATED_PAIRS[name] = GeneratedPair(low.key, int(pair.error_order()), getattr(pair, "order", None))
-    return name, low.params
+        GENERATED_PAIRS[name] = GeneratedPair(key, int(pair.error_order()), getattr(pair, "order", None))
+    return name
 
 
 def attempt_within(pair, system, event, lines: int) -> bool:

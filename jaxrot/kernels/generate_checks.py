@@ -255,8 +255,10 @@ def _compare(method, system, dtype, hit, event=None):
 _CHECKED_PAIRS: dict = {}
 
 
-@functools.lru_cache(maxsize=None)
-def _attempt_kernel(S, key: str):
+def attempt_kernel(S, key: str, module: str):
+    """A kernel of one attempt of the generated pair ``key`` from ``init`` per body (its new state and
+    scaled error), defined in the Warp ``module`` (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`:
+    the module of the pair's plain kernel, which compiles the attempt once for both)."""
     from ._common import so3_funcs, warp
 
     wp = warp()
@@ -280,7 +282,7 @@ def _attempt_kernel(S, key: str):
     one.__annotations__ = dict(R0=A(dtype=M), Pi0=A(dtype=V), h=S, rt=S, at=S, Jv=A(dtype=V), P=A(dtype=S),
                                R_out=A(dtype=M), Pi_out=A(dtype=V), err_out=A(dtype=S))
     one.__name__ = one.__qualname__ = f"attempt_{key}_{S.__name__}"
-    return wp.kernel(one, module="unique", enable_backward=False)
+    return wp.kernel(one, module=module, enable_backward=False)
 
 
 def _compare_pair(pair, system, dtype, hit):
@@ -293,10 +295,13 @@ def _compare_pair(pair, system, dtype, hit):
 
     from .generate import params
 
+    from .adaptive_kernel import check_kernel
+    from .adaptive_pairs import enrol
+
     key, n_mem, traced = hit
     wp = warp()
     S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
-    kernel = _attempt_kernel(S, key)
+    kernel = check_kernel(np.dtype(dtype).name, enrol(pair, key))
     n = 4
     rt = at = 1e-6
     if _traced(pair, system, traced):

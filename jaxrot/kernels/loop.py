@@ -29,10 +29,13 @@ from .adaptive_pairs import RESULT_MAX_STEPS_REACHED, RESULT_NONFINITE_STATE
 __all__ = ["as_kernel", "loop"]
 
 
-def as_kernel(run, name: str):
+def as_kernel(run, name: str, module: str | None = None):
     """The Warp kernel of the Python function ``run`` (around :func:`loop`), named ``name``, in a module
-    of its own, with per-operation rounding (no contraction into fused multiply-adds)."""
+    of its own (or in ``module``, whose options its namer set), with per-operation rounding (no
+    contraction into fused multiply-adds)."""
     run.__name__ = run.__qualname__ = name
+    if module is not None:
+        return warp().kernel(run, module=module, enable_backward=False)
     return warp().kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": fuse_fp()})
 
 
