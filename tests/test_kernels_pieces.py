@@ -254,10 +254,13 @@ def test_the_step_is_checked_on_the_kernel_the_run_launches(monkeypatch, with_ev
         assert [len(k) for k in built] == ([3] if with_event else [2])  # (dtype, step[, event]): one kernel
 
 
-def test_a_pairs_attempt_is_checked_in_the_module_of_its_plain_kernel(monkeypatch):
+@pytest.mark.parametrize("with_event", [False, True], ids=["plain", "event"])
+def test_a_pairs_attempt_is_checked_in_the_module_of_its_plain_kernel(monkeypatch, with_event):
     """The kernel checking a pair's generated attempt against its JAX code shares one Warp module with
     the pair's kernel without an event: a first fused error-controlled run compiles the long attempt
-    once. The check still refuses an attempt that differs from the JAX code (here by 1e-9 relative)."""
+    once. A run with an event launches another kernel: the check is then compiled alone, and the plain
+    kernel not at all. The check still refuses an attempt that differs from the JAX code (here by 1e-9
+    relative)."""
     import warp._src.context as wctx
 
     from jaxrot.kernels import adaptive_pairs, generate
@@ -268,19 +271,23 @@ def test_a_pairs_attempt_is_checked_in_the_module_of_its_plain_kernel(monkeypatc
     p = jaxrot.problems.get("fast_top")
     B = 4
     s0 = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)), p.state0.Pi * jnp.linspace(0.8, 1.2, B)[:, None])
+    event = jaxrot.Event(lambda t, s, a: s.R[2, 2] - 0.9) if with_event else None
     loaded = []
     load = wctx.Module.load
     monkeypatch.setattr(wctx.Module, "load", lambda self, *a, **k: loaded.append(self.name) or load(self, *a, **k))
     for moved in (False, True):
         _checked_afresh(monkeypatch, "_CHECKED_PAIRS", moved)
         loaded.clear()
-        why = adaptive_pairs.why_not_adaptive(pair, p.system, None)
+        why = adaptive_pairs.why_not_adaptive(pair, p.system, event)
         if moved:
             assert why is not None and "differs from the JAX code" in why, why
             continue
         assert why is None, why
-        run = jaxrot.simulate(pair, p, t1=0.5, state0=s0, stepsize=jaxrot.Adaptive(1e-8, 1e-8),
+        run = jaxrot.simulate(pair, p, t1=0.5, state0=s0, stepsize=jaxrot.Adaptive(1e-8, 1e-8), event=event,
                               executor=jaxrot.Fused())
         assert run.info["executor"] == "Fused" and np.isfinite(np.asarray(run.final.R)).all()
         key = generate.lower_pair(pair, p.system, jnp.float64).key
-        assert len({n for n in loaded if key in n}) == 1, sorted(set(loaded))
+        modules = {n for n in loaded if key in n}
+        shared = {n for n in modules if n.startswith("jaxrot_attempt_")}
+        # (with an event: the check's module and the event kernel's; without: the one shared module)
+        assert (len(modules), len(shared)) == ((2, 0) if with_event else (1, 1)), sorted(set(loaded))

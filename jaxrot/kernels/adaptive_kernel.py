@@ -69,11 +69,21 @@ def kernel_for(dtype_name: str, pair: str, torque_key, event_key, direction, ter
     return S, adaptive_kernel(S, GENERATED_PAIRS[pair], torque_key, event_key, direction, terminal, record, key=key)
 
 
-def check_kernel(dtype_name: str, pair: str):
+def check_kernel(dtype_name: str, pair: str, alone: bool = False):
     """The kernel that checks the generated attempt of ``pair`` (a name in :data:`GENERATED_PAIRS`)
     against its JAX code (:func:`jaxrot.kernels.generate_checks.attempt_kernel`), in the module of the
-    pair's plain kernel (no event, no record)."""
+    pair's plain kernel (no event, no record), or ``alone`` in a module of its own (for a run with an
+    event, which launches another kernel: the plain kernel's loop would be compiled for nothing)."""
+    if alone:
+        return _check_alone(dtype_name, GENERATED_PAIRS[pair].key)
     return _with_check(dtype_name, pair)[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _check_alone(dtype_name: str, key: str):
+    from .generate_checks import attempt_kernel
+
+    return attempt_kernel(getattr(warp(), dtype_name), key, "unique")
 
 
 @functools.lru_cache(maxsize=None)

@@ -98,7 +98,7 @@ def _generated_refusal(pair, system, event) -> str | None:
     dtype = run_dtype(system)
     if event is not None and dense_torque_refusal(system.torque, dtype):
         return dense_torque_refusal(system.torque, dtype)
-    why = pair_reason(pair, system, dtype)
+    why = pair_reason(pair, system, dtype, event)
     return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
 
 

@@ -331,10 +331,11 @@ def pair_within(pair, system, dtype, lines: int) -> bool:
     return not isinstance(hit, Unsupported) and _SOURCES[hit[0]][0].count("\n") <= lines
 
 
-def pair_reason(pair, system, dtype) -> str | None:
-    """Why ``pair`` has no generated attempt for ``system`` at ``dtype`` (``None`` if it has one)."""
+def pair_reason(pair, system, dtype, event=None) -> str | None:
+    """Why ``pair`` has no generated attempt for ``system`` at ``dtype`` (``None`` if it has one);
+    ``event``: the run's, if any (where the attempt is checked)."""
     try:
-        _lowered(pair, system, dtype, True)
+        _lowered(pair, system, dtype, True, event)
     except Unsupported as err:
         return str(err)
     return None

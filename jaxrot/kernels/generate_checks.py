@@ -184,10 +184,12 @@ def sample_states(system, dtype, n: int):
 def check(method, system, dtype, hit, pair: bool, event=None):
     """Compare the generated functions of ``hit`` (``(key, memory length, traced)``) with ``method``'s
     step (``pair``: its attempt); raises ``Unsupported``. ``event``: a constant step is checked on the
-    kernel of a run with it where that kernel builds (the one such a run launches; no other is compiled)."""
+    kernel of a run with it where that kernel builds (the one such a run launches; no other is compiled);
+    a pair's attempt in the module of its kernel without an event where the run has none, else in a
+    module of its own (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`)."""
     if pair:
         verdict(_CHECKED_PAIRS, (hit[0], np.dtype(dtype).name),
-                lambda: _compare_pair(method, system, dtype, hit), "the generated attempt")
+                lambda: _compare_pair(method, system, dtype, hit, event), "the generated attempt")
     else:
         verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(method, system, dtype, hit, event),
                 "the generated step")
@@ -285,7 +287,7 @@ def attempt_kernel(S, key: str, module: str):
     return wp.kernel(one, module=module, enable_backward=False)
 
 
-def _compare_pair(pair, system, dtype, hit):
+def _compare_pair(pair, system, dtype, hit, event=None):
     import jax
     import jax.numpy as jnp
 
@@ -301,7 +303,7 @@ def _compare_pair(pair, system, dtype, hit):
     key, n_mem, traced = hit
     wp = warp()
     S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
-    kernel = check_kernel(np.dtype(dtype).name, enrol(pair, key))
+    kernel = check_kernel(np.dtype(dtype).name, enrol(pair, key), alone=event is not None)
     n = 4
     rt = at = 1e-6
     if _traced(pair, system, traced):
