@@ -27,7 +27,9 @@ Contenders, timed in turn in one process (medians of ``reps`` calls after one un
   most the fused run's (searched on 64 bodies, then checked on all), differentiated through
   diffrax's default ``RecursiveCheckpointAdjoint``.
 
-The loss is ``sum(R_final[:, 2, :] . (1, 2, 3)) + 1e-3 |Pi_final|^2`` over the batch. The gradients of
+The loss is ``sum(R_final[:, 2, :] . (1, 2, 3)) + 1e-3 |Pi_final|^2`` over the batch. After the timing,
+one more call of each contender counts its minor page faults (``getrusage``: fresh memory the system
+hands the process, such as the record of accepted steps a differentiated run writes). The gradients of
 the default path and of the XLA executor are compared (largest difference over the largest entry).
 Writes ``heterogeneous_gradient.json`` and ``.md`` to DIR.
 """
@@ -131,13 +133,14 @@ def main(argv=None):
             vg_d = jax.jit(jax.value_and_grad(lambda J, Pi: loss_of(diffrax_final(J, Pi, diffrax_tol)), argnums=(0, 1)))
             contenders.append((f"diffrax {a.diffrax}, value_and_grad (tol {diffrax_tol:.2g})", lambda: vg_d(J0, S.Pi)))
     secs = median_seconds_interleaved([f for _, f in contenders], reps=a.reps)
+    faults = [_page_faults(f) for _, f in contenders]
     g, gx = vg(J0, S.Pi)[1], (None if a.no_xla else vg_xla(J0, S.Pi)[1])
     agree = None if gx is None else max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v))) for u, v in zip(g, gx))
     agree_ck = None if vg_ck is None else max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v)))
                                               for u, v in zip(vg_ck(J0, S.Pi)[1], g))
     base = secs[0]
-    rows = [dict(contender=name, seconds=s, us_per_body=1e6 * s / a.bodies, x_forward=s / base)
-            for (name, _), s in zip(contenders, secs)]
+    rows = [dict(contender=name, seconds=s, us_per_body=1e6 * s / a.bodies, x_forward=s / base, page_faults=n)
+            for (name, _), s, n in zip(contenders, secs, faults)]
     meta = dict(command="python " + " ".join([os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])]),
                 machine=platform.processor() or platform.machine(), cores=os.cpu_count(), jax=jax.__version__,
                 load=os.getloadavg(), reps=a.reps, bodies=a.bodies, T=T, tol=tol, worst_error_fused=err_fused,
@@ -149,8 +152,9 @@ def main(argv=None):
              "", f"`{meta['command']}`; {meta['cores']} cores, jax {meta['jax']}, load before/after "
              f"{tuple(round(x, 1) for x in meta['load'])}; medians of {a.reps} calls, contenders in turn. Worst final "
              f"attitude error of the fused run {err_fused:.2e} rad (reference: fused rkmk8, {n_ref} steps).", "",
-             "| contender | s per call | us/body | x plain forward |", "|---|---|---|---|"]
-    lines += [f"| {r['contender']} | {r['seconds']:.4f} | {r['us_per_body']:.1f} | {r['x_forward']:.2f} |" for r in rows]
+             "| contender | s per call | us/body | x plain forward | page faults in a call |", "|---|---|---|---|---|"]
+    lines += [f"| {r['contender']} | {r['seconds']:.4f} | {r['us_per_body']:.1f} | {r['x_forward']:.2f} | "
+              f"{r['page_faults']} |" for r in rows]
     if agree is not None:
         lines += ["", f"Gradients of the default path and of the XLA executor differ by at most {agree:.1e} of the "
                   "largest entry."]
@@ -161,6 +165,17 @@ def main(argv=None):
 
     provenance.write_record(a.out, "heterogeneous_gradient", dict(meta=meta, rows=rows), "\n".join(lines) + "\n",
                             command=meta["command"])
+
+
+def _page_faults(call) -> int:
+    """The minor page faults (fresh memory the system hands the process) of one more call of ``call``."""
+    import resource
+
+    import jax
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    jax.block_until_ready(call())
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 if __name__ == "__main__":

@@ -203,6 +203,22 @@ class DerivativeNotRestated(EmbeddedPair):
         return super().step_with_error(system, t, state, aux, _length(dt))
 
 
+def test_pairs_written_out_alike_keep_their_own_orders_and_derivatives():
+    """A pair whose attempt writes out as another's (buss4(3) with its order undeclared and its step's
+    derivative in its length not restatable) gets a generated pair of its own: met first, it does not
+    decide the other's order or how the other's events are polished."""
+    from jaxrot.kernels import adaptive_pairs, generate
+
+    p = jaxrot.problems.get("asymmetric_top")
+    odd = DerivativeNotRestated(jaxrot.get("buss4"), jaxrot.get("buss3"))
+    name_odd, _ = adaptive_pairs.generated_pair(odd, p.system, jnp.float64)
+    name, _ = adaptive_pairs.generated_pair(jaxrot.integrators.get("buss4(3)"), p.system, jnp.float64)
+    pairs = adaptive_pairs.GENERATED_PAIRS
+    assert name != name_odd and (pairs[name].high_order, pairs[name_odd].high_order) == (4, None)
+    assert generate.polish_reason(jaxrot.integrators.get("buss4(3)"), p.system, jnp.float64, pair=True) is None
+    assert "lgamma" in generate.polish_reason(odd, p.system, jnp.float64, pair=True)
+
+
 def test_an_event_the_kernel_cannot_polish_is_refused_and_located_by_the_xla_loop():
     """An event located on a method's own steps needs its step's derivative in the step's length; where
     that cannot be restated (though the step can), ``Fused()`` refuses the run naming why, and the
@@ -287,7 +303,8 @@ def test_a_pairs_attempt_is_checked_in_the_module_of_its_plain_kernel(monkeypatc
                               executor=jaxrot.Fused())
         assert run.info["executor"] == "Fused" and np.isfinite(np.asarray(run.final.R)).all()
         key = generate.lower_pair(pair, p.system, jnp.float64).key
-        modules = {n for n in loaded if key in n}
-        shared = {n for n in modules if n.startswith("jaxrot_attempt_")}
+        shared = {n for n in loaded if n.startswith(f"jaxrot_attempt_gen_{key}_float64_q")}
+        alone = {n for n in loaded if n.startswith(f"attempt_{key}_float64_")}  # (a module of its own)
+        launched = {n for n in loaded if n.startswith(f"adaptive_gen_{key}_float64_")}  # (the event's kernel)
         # (with an event: the check's module and the event kernel's; without: the one shared module)
-        assert (len(modules), len(shared)) == ((2, 0) if with_event else (1, 1)), sorted(set(loaded))
+        assert (len(shared), len(alone), len(launched)) == ((0, 1, 1) if with_event else (1, 0, 0)), sorted(set(loaded))

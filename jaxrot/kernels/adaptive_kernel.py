@@ -62,21 +62,22 @@ def kernel_for(dtype_name: str, pair: str, torque_key, event_key, direction, ter
     """``(Warp scalar type, kernel)``, built once per (dtype, pair, the dense output's torque, event,
     recording or not)."""
     S = getattr(warp(), dtype_name)  # (warp.float32 or warp.float64)
+    entry = GENERATED_PAIRS[pair]
     if event_key is None and not record:
-        return S, _with_check(dtype_name, pair)[0]
+        return S, _with_check(dtype_name, entry.key, entry.controller_order)[0]
     ev = ("" if event_key is None else f"_{torque_key}_ev{event_key}_{direction}_{int(terminal)}") + ("_rec" if record else "")
     key = f"{pair.replace(':', '_')}_{dtype_name}{ev}"
-    return S, adaptive_kernel(S, GENERATED_PAIRS[pair], torque_key, event_key, direction, terminal, record, key=key)
+    return S, adaptive_kernel(S, entry, torque_key, event_key, direction, terminal, record, key=key)
 
 
-def check_kernel(dtype_name: str, pair: str, alone: bool = False):
-    """The kernel that checks the generated attempt of ``pair`` (a name in :data:`GENERATED_PAIRS`)
-    against its JAX code (:func:`jaxrot.kernels.generate_checks.attempt_kernel`), in the module of the
-    pair's plain kernel (no event, no record), or ``alone`` in a module of its own (for a run with an
-    event, which launches another kernel: the plain kernel's loop would be compiled for nothing)."""
+def check_kernel(dtype_name: str, key: str, controller_order: int, alone: bool = False):
+    """The kernel that checks the generated attempt ``key`` of a pair whose controller takes
+    ``controller_order`` against its JAX code (:func:`jaxrot.kernels.generate_checks.attempt_kernel`), in
+    the Warp module of the pair's plain kernel (no event, no record), or ``alone`` in a module of its
+    own (for a run that launches another kernel: the plain kernel's loop would be compiled for nothing)."""
     if alone:
-        return _check_alone(dtype_name, GENERATED_PAIRS[pair].key)
-    return _with_check(dtype_name, pair)[1]
+        return _check_alone(dtype_name, key)
+    return _with_check(dtype_name, key, controller_order)[1]
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,18 +88,18 @@ def _check_alone(dtype_name: str, key: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _with_check(dtype_name: str, pair: str):
-    """``(plain kernel, check kernel)`` of ``pair``, both defined in one Warp module before either is
-    launched: the long generated attempt is compiled once for the check and the run (a first call
-    compiled it in two modules)."""
+def _with_check(dtype_name: str, key: str, controller_order: int):
+    """``(plain kernel, check kernel)`` of the generated attempt ``key``, both defined in one Warp module
+    before either is launched: the long generated attempt is compiled once for the check and the run
+    (a first call compiled it in two modules)."""
     from ._common import fuse_fp
     from .generate_checks import attempt_kernel
 
     wp = warp()
     S = getattr(wp, dtype_name)
-    entry = GENERATED_PAIRS[pair]
-    key = f"{pair.replace(':', '_')}_{dtype_name}"
-    module = f"jaxrot_attempt_{key}"
+    name = f"gen_{key}_{dtype_name}"
+    module = f"jaxrot_attempt_{name}_q{controller_order}"
     wp.set_module_options({"fuse_fp": fuse_fp(), "enable_backward": False}, module=module)
-    run = adaptive_kernel(S, entry, None, key=key, module=module)
-    return run, attempt_kernel(S, entry.key, module)
+    # (without an event the kept result's order, which decides how events are polished, is not read)
+    run = adaptive_kernel(S, GeneratedPair(key, controller_order, None), None, key=name, module=module)
+    return run, attempt_kernel(S, key, module)

@@ -13,7 +13,7 @@ import jax
 from . import dense_torque_refusal, registered_name, run_dtype
 from . import event_restate
 
-__all__ = ["AdaptiveRun", "Record", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair", "enrol",
+__all__ = ["AdaptiveRun", "Record", "GeneratedPair", "supports_adaptive", "why_not_adaptive", "pair_object", "generated_pair",
            "attempt_within", "event_refusal",
            "RESULT_NONFINITE_STATE", "RESULT_MAX_STEPS_REACHED"]
 
@@ -58,16 +58,10 @@ def generated_pair(pair, system, dtype):
     from .generate import lower_pair
 
     low = lower_pair(pair, system, dtype)
-    return enrol(pair, low.key), low.params
-
-
-def enrol(pair, key: str) -> str:
-    """The name (``"gen:<key>"``) under which the attempt ``key`` generated for ``pair`` is in
-    :data:`GENERATED_PAIRS`, enrolled there if it is not yet."""
-    name = f"gen:{key}"
+    name = f"gen:{low.key}"
     if name not in GENERATED_PAIRS:
-        GENERATED_PAIRS[name] = GeneratedPair(key, int(pair.error_order()), getattr(pair, "order", None))
-    return name
+        GENERATED_PAIRS[name] = GeneratedPair(low.key, int(pair.error_order()), getattr(pair, "order", None))
+    return name, low.params
 
 
 def attempt_within(pair, system, event, lines: int) -> bool:
@@ -87,9 +81,9 @@ def attempt_within(pair, system, event, lines: int) -> bool:
     return pair_within(obj, system, dtype, lines)
 
 
-def _generated_refusal(pair, system, event) -> str | None:
+def _generated_refusal(pair, system, event, alone: bool) -> str | None:
     """Why no generated attempt runs ``pair`` (an :class:`jaxrot.integrators.AbstractPair` instance)
-    with ``system`` and ``event``, or None."""
+    with ``system`` and ``event``, or None (``alone``: the attempt's check compiled in a module of its own)."""
     from ..integrators import AbstractPair
     from .generate import pair_reason
 
@@ -98,7 +92,7 @@ def _generated_refusal(pair, system, event) -> str | None:
     dtype = run_dtype(system)
     if event is not None and dense_torque_refusal(system.torque, dtype):
         return dense_torque_refusal(system.torque, dtype)
-    why = pair_reason(pair, system, dtype, event)
+    why = pair_reason(pair, system, dtype, alone)
     return None if why is None else f"its attempt cannot be restated in a kernel ({why})"
 
 
@@ -158,15 +152,20 @@ class Record(NamedTuple):
         return -(-self.n_steps // self.R.shape[1])
 
 
-def why_not_adaptive(pair, system, event=None) -> str | None:
-    """Why :func:`supports_adaptive` is False (a sentence), or None."""
+def why_not_adaptive(pair, system, event=None, *, plain: bool | None = None) -> str | None:
+    """Why :func:`supports_adaptive` is False (a sentence), or None. ``plain``: whether the run launches
+    the pair's kernel without an event or a record on the CPU, where the attempt's check shares that
+    kernel's Warp module (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`); None: without an event,
+    where the default backend is the CPU."""
     if getattr(system.body.J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
     try:
         obj = pair_object(pair)
     except Exception as err:  # noqa: BLE001 - an unknown name, or methods that make no pair
         return f"no fused adaptive kernel for the pair {pair!r}: {err}"
-    why = _generated_refusal(obj, system, event)
+    if plain is None:
+        plain = event is None and jax.default_backend() == "cpu"
+    why = _generated_refusal(obj, system, event, not plain)
     if why is not None:
         label = pair if isinstance(pair, (str, tuple)) else registered_name(pair)
         return f"no fused adaptive kernel for the pair {label}: {why}"

@@ -216,7 +216,10 @@ def _generate(method, system, dtype, pair: bool = False, limit: int | None = Non
     else:
         step_src, reason_src, constant_stats = _step_source(g, outs, n_mem)
     src = init_src + "\n\n" + step_src + "\n\n" + reason_src
-    key = source_key(src, g.lits)
+    # (the method's class is part of the key: two classes whose steps write out alike may still differ in
+    # their orders or their derivatives' rules, which the kernels built under the key take from it)
+    cls = type(method)
+    key = source_key(src + f"\n# {cls.__module__}.{cls.__qualname__}", g.lits)
     _SOURCES[key] = (src, tuple(g.lits), n_mem, constant_stats)
     generate_dh.register(key, rebuild, specs, dt, [t, R, Pi, h, *P])
     return key, n_mem, tuple(traced)
@@ -267,7 +270,7 @@ def _step_source(g, outs, n_mem):
     return step_src, reason_src, constant_stats
 
 
-def _lowered(method, system, dtype, pair: bool = False, event=None):
+def _lowered(method, system, dtype, pair: bool = False, event=None, alone: bool = False):
     ck = _cache_key(method, system, dtype, pair)
     hit = _LOWERED.get(ck) if ck is not None else None
     if isinstance(hit, Unsupported):
@@ -278,7 +281,7 @@ def _lowered(method, system, dtype, pair: bool = False, event=None):
             hit = hit or _generate(method, system, dtype, pair)
             from .generate_checks import check
 
-            check(method, system, dtype, hit, pair, event)
+            check(method, system, dtype, hit, pair, event, alone)
         except Unsupported as err:
             if ck is not None and not getattr(err, "transient", False):
                 _LOWERED[ck] = err
@@ -331,11 +334,12 @@ def pair_within(pair, system, dtype, lines: int) -> bool:
     return not isinstance(hit, Unsupported) and _SOURCES[hit[0]][0].count("\n") <= lines
 
 
-def pair_reason(pair, system, dtype, event=None) -> str | None:
+def pair_reason(pair, system, dtype, alone: bool = False) -> str | None:
     """Why ``pair`` has no generated attempt for ``system`` at ``dtype`` (``None`` if it has one);
-    ``event``: the run's, if any (where the attempt is checked)."""
+    ``alone``: its check compiled in a module of its own (a run that launches another kernel than the
+    pair's plain one)."""
     try:
-        _lowered(pair, system, dtype, True, event)
+        _lowered(pair, system, dtype, True, alone=alone)
     except Unsupported as err:
         return str(err)
     return None

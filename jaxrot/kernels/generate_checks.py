@@ -181,15 +181,15 @@ def sample_states(system, dtype, n: int):
     return J, R, (Om * J).astype(dtype), h
 
 
-def check(method, system, dtype, hit, pair: bool, event=None):
+def check(method, system, dtype, hit, pair: bool, event=None, alone: bool = False):
     """Compare the generated functions of ``hit`` (``(key, memory length, traced)``) with ``method``'s
     step (``pair``: its attempt); raises ``Unsupported``. ``event``: a constant step is checked on the
     kernel of a run with it where that kernel builds (the one such a run launches; no other is compiled);
-    a pair's attempt in the module of its kernel without an event where the run has none, else in a
-    module of its own (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`)."""
+    a pair's attempt in the Warp module of its plain kernel, or ``alone`` in a module of its own (for a
+    run that launches another kernel: :func:`jaxrot.kernels.adaptive_kernel.check_kernel`)."""
     if pair:
         verdict(_CHECKED_PAIRS, (hit[0], np.dtype(dtype).name),
-                lambda: _compare_pair(method, system, dtype, hit, event), "the generated attempt")
+                lambda: _compare_pair(method, system, dtype, hit, alone), "the generated attempt")
     else:
         verdict(_CHECKED, (hit[0], np.dtype(dtype).name), lambda: _compare(method, system, dtype, hit, event),
                 "the generated step")
@@ -287,7 +287,7 @@ def attempt_kernel(S, key: str, module: str):
     return wp.kernel(one, module=module, enable_backward=False)
 
 
-def _compare_pair(pair, system, dtype, hit, event=None):
+def _compare_pair(pair, system, dtype, hit, alone: bool = False):
     import jax
     import jax.numpy as jnp
 
@@ -298,16 +298,19 @@ def _compare_pair(pair, system, dtype, hit, event=None):
     from .generate import params
 
     from .adaptive_kernel import check_kernel
-    from .adaptive_pairs import enrol
 
     key, n_mem, traced = hit
     wp = warp()
     S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
-    kernel = check_kernel(np.dtype(dtype).name, enrol(pair, key), alone=event is not None)
+    kernel = check_kernel(np.dtype(dtype).name, key, int(pair.error_order()), alone)
     n = 4
     rt = at = 1e-6
     if _traced(pair, system, traced):
-        return None  # (compiled above; the values are known only inside the trace)
+        # the values are known only inside the trace: nothing compared; the module the run launches is
+        # compiled here where the check shares it, so that a source Warp cannot compile is refused
+        if not alone:
+            wp.load_module(kernel.module, device="cpu")
+        return None
     with jax.ensure_compile_time_eval():
         J, R, Pi, h = sample_states(system, dtype, n)
 

@@ -312,13 +312,17 @@ def _attempts_refusal(spec: AttemptSpec) -> str | None:
 
     if spec.monitor is not None:
         return "the fused kernels keep no invariant monitor (monitor=)"
+    derivative = mode(jax.tree_util.tree_leaves((spec.system, spec.state0, spec.t0, spec.targets, spec.rtol,
+                                                 spec.atol, spec.dt0, spec.event)))
     if spec.every is not None or spec.dense:
-        if mode(jax.tree_util.tree_leaves((spec.system, spec.state0, spec.t0, spec.targets, spec.rtol, spec.atol,
-                                           spec.dt0, spec.event))) is not None:
+        if derivative is not None:
             return ("the kernels do not differentiate SaveAt(steps=...) and SaveAt(dense=True) frames (the XLA "
                     "loop does)")
     if spec.stacked:
         return "the fused kernels share one system among the bodies (stacked problems are not fused)"
     if jnp.dtype(spec.state0.R.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         return f"the fused kernels run float32 or float64, not {spec.state0.R.dtype}"
-    return adaptive.why_not_adaptive(spec.method, spec.system, spec.event)
+    # (the kernel launched without an event, a record or a derivative, on the CPU: the check shares its module)
+    plain = spec.event is None and spec.every is None and not spec.dense and derivative is None \
+        and jax.default_backend() == "cpu"
+    return adaptive.why_not_adaptive(spec.method, spec.system, spec.event, plain=plain)
