@@ -49,7 +49,7 @@ NONFINITE_STATE = 2
 @dataclasses.dataclass(frozen=True)
 class Lowered:
     """A method restated for one system's structure and one dtype: ``key`` names the generated
-    functions (a hash of the source), ``n_memory`` the length of the memory vector ``A``, ``params``
+    functions (a hash of the source and of the method's class), ``n_memory`` the length of the memory vector ``A``, ``params``
     the kernel's parameter array ``P`` (may be traced)."""
 
     key: str

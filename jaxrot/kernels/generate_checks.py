@@ -58,7 +58,8 @@ def keeping() -> bool:
 
 def _kept(key, what: str) -> str | None:
     """Where an agreement on ``key`` is kept beside Warp's kernel cache, so that the next process using
-    the same source skips the comparison (a source's key is the hash of its text and literals; the
+    the same source skips the comparison (a source's key is the hash of its text and literals, and of a
+    step's method's class; the
     versions of jaxrot's kernels' code, of JAX and of Warp are part of the file's name), or None (no
     cache folder)."""
     import hashlib
