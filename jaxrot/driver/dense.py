@@ -64,8 +64,7 @@ def _state_at(method, system, ckpt: State, t0, dt, c: int, n_steps: int, t):
     k = jnp.clip(jnp.floor((t - t0) / dt).astype(jnp.int32), 0, n_steps - 1)
     j = k // c
     s0 = jax.tree_util.tree_map(lambda x: x[j], ckpt)
-    carry = init_carry(method, system, s0, dt, t0 + (j * c).astype(dt.dtype) * dt)
-    carry = carry[:2] + ((j * c).astype(jnp.int32),) + carry[3:]
+    carry = init_carry(method, system, s0, dt, t0, k0=j * c)
     (sk, auxk, *_), _ = masked_steps(method, system, carry, dt, t0, c, go=lambda ca: ca[2] < k)
     tk = t0 + k.astype(dt.dtype) * dt
     advance = method_step(method)

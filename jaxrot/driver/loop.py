@@ -223,12 +223,14 @@ def exact_frames(args, n_frames: int, save_every: int, unroll: int, reverse: boo
     return assemble(state0, t0, states, ts, stats, c[3], c[4], c[6], c[2])
 
 
-def init_carry(method, system, state0, dt, t0, monitor=None, event=None):
-    aux = method.init(system, t0, state0, dt)
-    ref = invariants(system, t0, state0) if monitor is not None else None
-    ev = event_start(event, jnp.asarray(t0, dt.dtype), state0) if event is not None else None
-    return (state0, aux, jnp.asarray(0, jnp.int32), jnp.asarray(-1, jnp.int32),
-            jnp.asarray(SUCCESSFUL, jnp.int32), ref, ev)
+def init_carry(method, system, state0, dt, t0, monitor=None, event=None, k0=0):
+    """The loop's carry with ``state0`` at step ``k0`` (time ``t0 + k0 dt``) of a run from ``t0``."""
+    t = t0 if isinstance(k0, int) and k0 == 0 else t0 + jnp.asarray(k0).astype(dt.dtype) * dt
+    k0 = jnp.asarray(k0, jnp.int32)
+    aux = method.init(system, t, state0, dt)
+    ref = invariants(system, t, state0) if monitor is not None else None
+    ev = event_start(event, jnp.asarray(t, dt.dtype), state0) if event is not None else None
+    return (state0, aux, k0, jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), ref, ev)
 
 
 def run_steps(method, system, state0, dt, t0, n_steps, monitor=None, event=None):

@@ -14,7 +14,7 @@ from .generate import attempt_funcs
 from .generate_dh import step_dh
 from .loop import as_kernel, loop
 
-__all__ = ["adaptive_kernel", "kernel_for", "check_kernel"]
+__all__ = ["adaptive_kernel", "kernel_for", "check_kernel", "shares_check"]
 
 
 def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: str | None = None,
@@ -57,6 +57,10 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
     return as_kernel(run, f"adaptive_{key}", module)
 
 
+def _name(key: str, dtype_name: str, variant: str = "") -> str:
+    return f"gen_{key}_{dtype_name}{variant}"
+
+
 @functools.lru_cache(maxsize=None)
 def kernel_for(dtype_name: str, pair: str, torque_key, event_key, direction, terminal, record=False):
     """``(Warp scalar type, kernel)``, built once per (dtype, pair, the dense output's torque, event,
@@ -66,40 +70,41 @@ def kernel_for(dtype_name: str, pair: str, torque_key, event_key, direction, ter
     if event_key is None and not record:
         return S, _with_check(dtype_name, entry.key, entry.controller_order)[0]
     ev = ("" if event_key is None else f"_{torque_key}_ev{event_key}_{direction}_{int(terminal)}") + ("_rec" if record else "")
-    key = f"{pair.replace(':', '_')}_{dtype_name}{ev}"
-    return S, adaptive_kernel(S, entry, torque_key, event_key, direction, terminal, record, key=key)
+    return S, adaptive_kernel(S, entry, torque_key, event_key, direction, terminal, record,
+                              key=_name(entry.key, dtype_name, ev))
+
+
+def shares_check(event, record: bool) -> bool:
+    """Whether a run launches the pair's plain kernel (:func:`kernel_for` without an event or a record)
+    on the CPU, whose Warp module holds the attempt's check (:func:`check_kernel`)."""
+    import jax
+
+    return event is None and not record and jax.default_backend() == "cpu"
 
 
 def check_kernel(dtype_name: str, key: str, controller_order: int, alone: bool = False):
     """The kernel that checks the generated attempt ``key`` of a pair whose controller takes
     ``controller_order`` against its JAX code (:func:`jaxrot.kernels.generate_checks.attempt_kernel`), in
-    the Warp module of the pair's plain kernel (no event, no record), or ``alone`` in a module of its
-    own (for a run that launches another kernel: the plain kernel's loop would be compiled for nothing)."""
-    if alone:
-        return _check_alone(dtype_name, key)
-    return _with_check(dtype_name, key, controller_order)[1]
-
-
-@functools.lru_cache(maxsize=None)
-def _check_alone(dtype_name: str, key: str):
+    the Warp module of the pair's plain kernel, or ``alone`` in a module of its own (a run that launches
+    another kernel, :func:`shares_check`: the plain kernel's loop would be compiled for nothing)."""
     from .generate_checks import attempt_kernel
 
-    return attempt_kernel(getattr(warp(), dtype_name), key, "unique")
+    if alone:
+        return attempt_kernel(getattr(warp(), dtype_name), key, "unique")
+    return _with_check(dtype_name, key, controller_order)[1]
 
 
 @functools.lru_cache(maxsize=None)
 def _with_check(dtype_name: str, key: str, controller_order: int):
     """``(plain kernel, check kernel)`` of the generated attempt ``key``, both defined in one Warp module
-    before either is launched: the long generated attempt is compiled once for the check and the run
-    (a first call compiled it in two modules)."""
+    before either is launched: the long generated attempt is compiled once for the check and the run."""
     from ._common import fuse_fp
     from .generate_checks import attempt_kernel
 
     wp = warp()
     S = getattr(wp, dtype_name)
-    name = f"gen_{key}_{dtype_name}"
-    module = f"jaxrot_attempt_{name}_q{controller_order}"
+    module = f"jaxrot_attempt_{_name(key, dtype_name)}_q{controller_order}"
     wp.set_module_options({"fuse_fp": fuse_fp(), "enable_backward": False}, module=module)
     # (without an event the kept result's order, which decides how events are polished, is not read)
-    run = adaptive_kernel(S, GeneratedPair(key, controller_order, None), None, key=name, module=module)
+    run = adaptive_kernel(S, GeneratedPair(key, controller_order, None), None, key=_name(key, dtype_name), module=module)
     return run, attempt_kernel(S, key, module)

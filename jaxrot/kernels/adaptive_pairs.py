@@ -152,20 +152,20 @@ class Record(NamedTuple):
         return -(-self.n_steps // self.R.shape[1])
 
 
-def why_not_adaptive(pair, system, event=None, *, plain: bool | None = None) -> str | None:
-    """Why :func:`supports_adaptive` is False (a sentence), or None. ``plain``: whether the run launches
-    the pair's kernel without an event or a record on the CPU, where the attempt's check shares that
-    kernel's Warp module (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`); None: without an event,
-    where the default backend is the CPU."""
+def why_not_adaptive(pair, system, event=None, *, record: bool = False) -> str | None:
+    """Why :func:`supports_adaptive` is False (a sentence), or None. ``record``: the run keeps a record of
+    its steps (a derivative, ``SaveAt(steps=k)``, ``SaveAt(dense=True)``), so it launches another kernel
+    than the one whose module holds the attempt's check
+    (:func:`jaxrot.kernels.adaptive_kernel.shares_check`)."""
     if getattr(system.body.J, "shape", None) != (3,):
         return "the fused kernels share one body among the bodies of a batch (J of shape (3,))"
     try:
         obj = pair_object(pair)
     except Exception as err:  # noqa: BLE001 - an unknown name, or methods that make no pair
         return f"no fused adaptive kernel for the pair {pair!r}: {err}"
-    if plain is None:
-        plain = event is None and jax.default_backend() == "cpu"
-    why = _generated_refusal(obj, system, event, not plain)
+    from .adaptive_kernel import shares_check
+
+    why = _generated_refusal(obj, system, event, not shares_check(event, record))
     if why is not None:
         label = pair if isinstance(pair, (str, tuple)) else registered_name(pair)
         return f"no fused adaptive kernel for the pair {label}: {why}"

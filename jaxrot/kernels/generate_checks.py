@@ -258,6 +258,7 @@ def _compare(method, system, dtype, hit, event=None):
 _CHECKED_PAIRS: dict = {}
 
 
+@functools.lru_cache(maxsize=None)
 def attempt_kernel(S, key: str, module: str):
     """A kernel of one attempt of the generated pair ``key`` from ``init`` per body (its new state and
     scaled error), defined in the Warp ``module`` (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`:

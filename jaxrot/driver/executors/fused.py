@@ -322,7 +322,5 @@ def _attempts_refusal(spec: AttemptSpec) -> str | None:
         return "the fused kernels share one system among the bodies (stacked problems are not fused)"
     if jnp.dtype(spec.state0.R.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         return f"the fused kernels run float32 or float64, not {spec.state0.R.dtype}"
-    # (the kernel launched without an event, a record or a derivative, on the CPU: the check shares its module)
-    plain = spec.event is None and spec.every is None and not spec.dense and derivative is None \
-        and jax.default_backend() == "cpu"
-    return adaptive.why_not_adaptive(spec.method, spec.system, spec.event, plain=plain)
+    record = spec.every is not None or spec.dense or derivative is not None
+    return adaptive.why_not_adaptive(spec.method, spec.system, spec.event, record=record)
