@@ -258,9 +258,15 @@ def _first_calls(pairs, hand: str, rtol: float) -> list:
 
 
 def _commit(repo: str) -> str:
+    """The commit checked out at ``repo``; its path where ``repo`` is not the top of a git work tree (a
+    folder exported by ``git archive`` inside another checkout would otherwise be named by that one's)."""
     try:
-        return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        def git(*args):
+            return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+        if os.path.realpath(git("rev-parse", "--show-toplevel")) != os.path.realpath(repo):
+            return repo
+        return git("rev-parse", "--short", "HEAD")
     except (OSError, subprocess.CalledProcessError):
         return repo
 
