@@ -18,8 +18,9 @@ from jaxrot.driver import progress
 
 INTERVAL = 0.25
 #: a line may come this many intervals after the last (the heartbeat wakes four times an interval;
-#: a loaded machine delays it): far below the runs' lengths, so a silent stretch fails
-GAP = 3.0
+#: a loaded machine delays it: 0.9 s was seen with both cores busy and a fifth of the time stolen):
+#: far below the runs' lengths (6-8 s), so a silent stretch fails
+GAP = 6.0
 
 #: seconds to the first line (the input checks come before the report)
 FIRST = 3.0

@@ -176,6 +176,17 @@ SLOW: dict[str, str] = {
         "test_kernels_fixed_derivatives.py::test_forward_mode_in_the_kernels_equals_the_xla_loop[rk4]",
     "tests/test_kernels_adaptive_saved.py::test_every_kth_step_and_dense_output_with_an_event_as_the_xla_loop[False]":
         "its [True] case (a terminal event: the same record and frames, and the crossing step's column)",
+    # the heaviest of the default run whose code other cases of the same test take
+    "tests/test_suggest.py::test_a_float32_suggestion_meets_the_error_it_announces[slow_top-None-0.0001]":
+        "the gravity_gradient, buss_torqued and free_body_hlw cases (the same float32 trial runs and check)",
+    "tests/test_kernels_pieces.py::test_the_generated_event_location_is_the_xla_loops[rkmk8]":
+        "the buss4 case (the same generated location, a fourth-order method's dense output)",
+    "tests/test_adaptive.py::test_fast_top_reaches_the_tolerance_within_a_factor_3[1e-06-rkmk8(5,3)]":
+        "the rkmk8(5) and buss4(3) cases at both tolerances",
+    "tests/test_kernels_adaptive.py::test_t_handle_flip_time_matches_the_exact_solution[rkmk8(5,3)]":
+        "the rkmk8(5) and buss4(3) cases (the same kernel, another pair)",
+    "tests/test_kernels_adaptive.py::test_a_terminal_event_in_the_kernel_stops_each_body[rkmk8(5,3)]":
+        "the rkmk8(5) and buss4(3) cases (the same kernel, another pair)",
 }
 
 # test function -> the axes (parameter names) whose values, or tuples of values, every kept case covers
