@@ -308,3 +308,36 @@ def test_a_pairs_attempt_is_checked_in_the_module_of_its_plain_kernel(monkeypatc
         launched = {n for n in loaded if n.startswith(f"adaptive_gen_{key}_float64_")}  # (the event's kernel)
         # (with an event: the check's module and the event kernel's; without: the one shared module)
         assert (len(shared), len(alone), len(launched)) == ((0, 1, 1) if with_event else (1, 0, 0)), sorted(set(loaded))
+
+
+def test_a_differentiated_first_call_compiles_no_plain_kernel(monkeypatch):
+    """Under jax.jit around jax.grad, JAX traces the fused run's primal function without running it,
+    and the run launches the kernel that keeps its record and the derivative kernels: the pair's plain
+    kernel (with the check's module it would share) is not compiled; the check is compiled alone."""
+    import warp._src.context as wctx
+
+    from jaxrot.kernels import generate
+
+    from .helpers import user_pair
+
+    pair = user_pair()
+    p = jaxrot.problems.get("fast_top")
+    B = 4
+    s0 = jaxrot.State(jnp.broadcast_to(p.state0.R, (B, 3, 3)), p.state0.Pi * jnp.linspace(0.8, 1.2, B)[:, None])
+    loaded = []
+    load = wctx.Module.load
+    monkeypatch.setattr(wctx.Module, "load", lambda self, *a, **k: loaded.append(self.name) or load(self, *a, **k))
+    _checked_afresh(monkeypatch, "_CHECKED_PAIRS", False)
+
+    def loss(Pi0):
+        run = jaxrot.simulate(pair, p, t1=0.5, state0=jaxrot.State(s0.R, Pi0), stepsize=jaxrot.Adaptive(1e-8, 1e-8),
+                              executor=jaxrot.Fused())
+        return jnp.sum(run.final.R[:, 2, :]) + jnp.sum(run.final.Pi ** 2)
+
+    g = jax.jit(jax.grad(loss))(s0.Pi)
+    assert np.isfinite(np.asarray(g)).all() and float(jnp.max(jnp.abs(g))) > 0
+    key = generate.lower_pair(pair, p.system, jnp.float64).key
+    shared = {n for n in loaded if n.startswith(f"jaxrot_attempt_gen_{key}_float64_q")}
+    alone = {n for n in loaded if n.startswith(f"attempt_{key}_float64_")}
+    recorded = {n for n in loaded if n.startswith(f"adaptive_gen_{key}_float64_rec")}
+    assert (len(shared), len(alone), len(recorded)) == (0, 1, 1), sorted(set(loaded))

@@ -25,7 +25,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._common import have_warp, warp
+from ._common import have_warp, jax_kernel, warp
 from . import host_threads
 from . import transpile as _transpile
 from . import generate as _generate
@@ -292,7 +292,7 @@ def _ffi(*key):
     """Warp's JAX custom call of a constant-step kernel (:func:`jaxrot.kernels.fixed_loop.kernel`), built once."""
     from .fixed_loop import OUTPUTS, kernel
 
-    return warp().jax_kernel(kernel(*key)[1], num_outputs=len(OUTPUTS), vmap_method="sequential")
+    return jax_kernel(kernel(*key)[1], len(OUTPUTS))
 
 
 def _launch(key, states0, dt, t0, system, P, n_frames, save_every, Q=None):

@@ -67,6 +67,21 @@ def warp():
     return wp
 
 
+def jax_kernel(kernel, num_outputs: int):
+    """Warp's JAX custom call of ``kernel`` (its outputs the last ``num_outputs`` parameters). On a CPU
+    its module is compiled when the call first runs, not when it is traced: JAX traces a custom
+    derivative rule's primal function under ``jax.jit`` without running it, and a differentiated run
+    launches other kernels (its record, its derivative passes), so a module loaded at trace time there
+    is compiled for nothing. (On a GPU Warp's default stands: the module loaded before XLA may capture
+    the call into a CUDA graph.)"""
+    wp = warp()
+    import jax
+
+    cpu = jax.default_backend() == "cpu"
+    mode = wp.JaxModulePreloadMode.NONE if cpu else wp.JaxModulePreloadMode.CURRENT_DEVICE
+    return wp.jax_kernel(kernel, num_outputs=num_outputs, vmap_method="sequential", module_preload_mode=mode)
+
+
 def _no_gpu() -> bool:
     import jax
 

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 
 from . import host_threads
-from ._common import so3_funcs, warp
+from ._common import jax_kernel, so3_funcs, warp
 from .generate_vjp import carried, flat_system, lower_vjp, recomputes, vjp_funcs, vjp_reason
 
 __all__ = ["RECORD_BYTES", "steps_in_budget", "capacity_for", "record_layout", "why_not_backward", "backward",
@@ -244,7 +244,7 @@ def backward_kernel(dtype_name: str, key: str):
 
 @functools.lru_cache(maxsize=None)
 def _ffi(kernel, num_outputs: int):
-    return warp().jax_kernel(kernel, num_outputs=num_outputs, vmap_method="sequential")
+    return jax_kernel(kernel, num_outputs)
 
 
 def _launch(kernel, shared: frozenset, args, scalars: tuple, dims: dict):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from . import event_parameters, host_threads
-from ._common import warp
+from ._common import jax_kernel
 from .adaptive_kernel import kernel_for
 from .adaptive_pairs import AdaptiveRun, Record
 
@@ -33,7 +33,7 @@ def _output_dims(B, n_out, capacity):
 @functools.lru_cache(maxsize=None)
 def _ffi(*key):
     """Warp's JAX custom call of the kernel (CUDA, and a CPU batch too small to split)."""
-    return warp().jax_kernel(kernel_for(*key)[1], num_outputs=len(_OUTPUTS), vmap_method="sequential")
+    return jax_kernel(kernel_for(*key)[1], len(_OUTPUTS))
 
 
 # --------------------------------------------------------------------------------------------------
