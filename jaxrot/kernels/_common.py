@@ -67,8 +67,9 @@ def warp():
     return wp
 
 
+@functools.lru_cache(maxsize=None)
 def jax_kernel(kernel, num_outputs: int):
-    """Warp's JAX custom call of ``kernel`` (its outputs the last ``num_outputs`` parameters). On a CPU
+    """Warp's JAX custom call of ``kernel``, built once (its outputs the last ``num_outputs`` parameters). On a CPU
     its module is compiled when the call first runs, not when it is traced: JAX traces a custom
     derivative rule's primal function under ``jax.jit`` without running it, and a differentiated run
     launches other kernels (its record, its derivative passes), so a module loaded at trace time there

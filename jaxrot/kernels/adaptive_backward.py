@@ -242,11 +242,6 @@ def backward_kernel(dtype_name: str, key: str):
     return S, F_T, kernel
 
 
-@functools.lru_cache(maxsize=None)
-def _ffi(kernel, num_outputs: int):
-    return jax_kernel(kernel, num_outputs)
-
-
 def _launch(kernel, shared: frozenset, args, scalars: tuple, dims: dict):
     """A derivative kernel on the batch (one row per body in ``args[0]``; ``scalars`` its int arguments
     after the arrays): Warp's custom call (a GPU, a small batch), or slices of the batch from the pool's
@@ -257,7 +252,7 @@ def _launch(kernel, shared: frozenset, args, scalars: tuple, dims: dict):
     n_slices = min(slices_for(B), B)
     ints = tuple(int(x) for x in scalars)
     if n_slices == 1 or jax.default_backend() != "cpu":
-        return _ffi(kernel, len(dims))(*args, *ints, launch_dims=(B,), output_dims=dims)
+        return jax_kernel(kernel, len(dims))(*args, *ints, launch_dims=(B,), output_dims=dims)
     return host_threads.sliced_callable(kernel, len(dims), shared)(*args, *ints, int(n_slices), output_dims=dims)
 
 
