@@ -15,7 +15,9 @@ suite's rkmk8 rows at 1e-6. ``--what first-call``: the seconds of a first fused 
 in a process of its own with Warp's kernel folder empty and JAX's compilation cache off
 (:data:`FIRST_CALLS`: a pair, a pair with an event, constant steps with an event; the import not
 counted), and again in a next process with the kernels on disk but the generated sources compared
-with JAX again (``JAXROT_KEEP_CHECKS=off``, as the test suite runs).
+with JAX again (``JAXROT_KEEP_CHECKS=off``, as the test suite runs). ``--what generation``: the seconds
+to write the generated sources of a few methods (:data:`GENERATED`; a pair's with its derivatives), in
+a process of its own, nothing compiled.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ FIRST_CALLS = {
                                       'stepsize=jaxrot.Adaptive(1e-8, 1e-8), event=ev, executor=jaxrot.Fused())',
     "rkmk8, constant steps, event": 'jaxrot.simulate("rkmk8", p, 1e-3, 1000, state0=s0, event=ev, '
                                     'executor=jaxrot.Fused())',
+    "suggest(fast_top, 1e-8) and its run": 'jaxrot.suggest(p, 1e-8).run(p)',
 }
 
 _FIRST_CALL = """
@@ -146,16 +149,54 @@ def measure_first_call(repo: str) -> dict:
     return out
 
 
+#: the restatements ``--what generation`` times (the source written, not compiled): name -> pair or not
+GENERATED = {"rkmk8": False, "liemid_ea": False, "exact_split_kl8": False, "rkmk8(5)": True}
+
+_GENERATION = """
+import json, sys, time
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import jaxrot
+from jaxrot.kernels import generate, generate_vjp
+assert jaxrot.__file__.startswith(sys.argv[1]), jaxrot.__file__
+p = jaxrot.problems.get("fast_top")
+out = {{}}
+for name, pair in {names}.items():
+    m = jaxrot.integrators.get(name)
+    t = time.perf_counter()
+    try:
+        generate._generate(m, p.system, jnp.float64, pair)
+        if pair:  # (its derivatives too: reverse and forward mode)
+            for kind in ("vjp", "jvp"):
+                generate_vjp._generate(m, p.system, jnp.float64, kind, False, False)
+    except generate.Unsupported:  # (refused: a source longer than the longest restated)
+        name += " (refused)"
+    out[name + " (s)"] = time.perf_counter() - t
+print(json.dumps(out))
+"""
+
+
+def measure_generation(repo: str) -> dict:
+    """Seconds to write each of :data:`GENERATED`'s generated sources, in a process of its own."""
+    import os
+
+    r = subprocess.run([sys.executable, "-c", _GENERATION.format(names=repr(GENERATED)), repo], capture_output=True,
+                       text=True, check=True, cwd=repo, env=dict(os.environ, PYTHONPATH=repo))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a", help="checkout A (the baseline)")
     ap.add_argument("b", help="checkout B")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--what", choices=("driver", "kernels", "first-call"), default="driver")
+    ap.add_argument("--what", choices=("driver", "kernels", "first-call", "generation"), default="driver")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this checkout, print JSON
     args = ap.parse_args()
     if args.one:
-        what = {"driver": measure, "kernels": measure_kernels, "first-call": measure_first_call}[args.what]
+        what = {"driver": measure, "kernels": measure_kernels, "first-call": measure_first_call,
+                "generation": measure_generation}[args.what]
         print(json.dumps(what(args.one)))
         return
     rows = {"A": [], "B": []}
@@ -165,7 +206,7 @@ def main() -> None:
                                capture_output=True, text=True, check=True)
             rows[tag].append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(f"round {k + 1} {tag}: {rows[tag][-1]}", flush=True)
-    print(f"\n| figure | A (median) | B (median) | B/A |\n|---|---|---|---|")
+    print("\n| figure | A (median) | B (median) | B/A |\n|---|---|---|---|")
     for key in rows["A"][0]:
         a = statistics.median(r[key] for r in rows["A"])
         b = statistics.median(r[key] for r in rows["B"])

@@ -403,3 +403,58 @@ def test_a_select_computed_in_one_block_is_computed_again_in_another():
     assert (src.count("wp.sin("), src.count("wp.cos(")) == (2, 2)  # (once in each outer block)
     for x, y in ((0.2, 0.3), (0.7, 0.3), (0.2, 2.0), (0.7, 2.0)):
         np.testing.assert_array_equal(np.asarray(f(x, y)), np.asarray(fn(jnp.float64(x), jnp.float64(y))))
+
+
+def test_the_exclusive_cones_are_those_of_their_definition(monkeypatch):
+    """A select's exclusive cone, walked from its operands through the cone's own equations, equals
+    its definition on every select of a long step (rkmk8's: hundreds of Rodrigues and dexp^-1
+    branches): every equation reachable backwards whose results only the cone and the allowed uses
+    take, consumers decided first."""
+    from jaxrot.kernels import generate, jaxpr_branches
+
+    def by_definition(eqns, producer, preds, uses, outputs, allowed, vars):
+        reach, stack = set(), [producer[v] for v in vars if not hasattr(v, "val") and v in producer]
+        while stack:
+            j = stack.pop()
+            if j not in reach:
+                reach.add(j)
+                stack.extend(producer[v] for v in eqns[j].invars if not hasattr(v, "val") and v in producer)
+        cone = set()
+        for j in sorted(reach, reverse=True):
+            e = eqns[j]
+            if any(v in outputs for v in e.outvars) or e.effects:
+                continue
+            if all(all(i in cone or i in allowed or (i, pos) in allowed for i, pos in uses[v]) for v in e.outvars):
+                cone.add(j)
+        return cone
+
+    walked = jaxpr_branches._cone
+    sizes = []
+
+    def both(*args):
+        got, want = walked(*args), by_definition(*args)
+        assert got == want, (sorted(got ^ want)[:10], len(got), len(want))
+        sizes.append(len(got))
+        return got
+
+    monkeypatch.setattr(jaxpr_branches, "_cone", both)
+    p = jaxrot.problems.get("fast_top")
+    generate._generate(jaxrot.integrators.get("rkmk8"), p.system, jnp.float64)
+    assert len(sizes) >= 20 and max(sizes) >= 10, sizes
+
+
+def test_a_loops_body_forgets_the_expressions_of_its_carry():
+    """Inside a loop (or an if/else block) the expressions naming a local the loop assigns again are
+    not reused, inside it or after it; the others are, and the body's own are forgotten after it."""
+    g = jaxpr_warp.Source(True)
+    a, b = g.emit("(x * y)", "f"), g.emit("(x + y)", "f")
+    ab, ba = g.emit(f"({a.code} * {b.code})", "f"), g.emit(f"({b.code} + x)", "f")
+    with g.loop([np.asarray([a])]):
+        assert g.emit("(x * y)", "f") is a and g.emit("(x + y)", "f") is b  # (the carry's own expression stays)
+        assert g.emit(f"({b.code} + x)", "f") is ba
+        inner = g.emit(f"({a.code} * {b.code})", "f")
+        assert inner is not ab
+        body = g.emit("(y * y)", "f")
+    after = g.emit(f"({a.code} * {b.code})", "f")
+    assert after is not ab and after is not inner
+    assert g.emit("(y * y)", "f") is not body and g.emit(f"({b.code} + x)", "f") is ba

@@ -11,6 +11,7 @@ three values and their slopes share one square root and two sines). Where the pr
 element to element, the deferred equations are written before the select as usual.
 """
 
+import heapq
 from collections import defaultdict
 
 import numpy as np
@@ -51,6 +52,8 @@ def plan(jaxpr):
             if not hasattr(v, "val"):
                 uses[v].append((i, pos))
     outputs = {v for v in jaxpr.outvars if not hasattr(v, "val")}
+    # each equation's producers, found once (a long step's jaxpr has thousands of selects to walk back from)
+    preds = [[producer[v] for v in e.invars if not hasattr(v, "val") and v in producer] for e in eqns]
     # results nothing uses (a jnp.where's unused third coefficient, ...), consumers first
     dead = set()
     for j in range(len(eqns) - 1, -1, -1):
@@ -68,11 +71,11 @@ def plan(jaxpr):
         for c in (1, 2):
             if (pred, c) not in joint:
                 group = [(i, q[c]) for i, q in selects.items() if eqns[i].invars[q[0]] is pred]
-                joint[pred, c] = _cone(eqns, producer, uses, outputs, set(group) | dead,
+                joint[pred, c] = _cone(eqns, producer, preds, uses, outputs, set(group) | dead,
                                        [eqns[i].invars[k] for i, k in group])
     for s, pos in selects.items():
         e = eqns[s]
-        per_case = [sorted((_reach(eqns, producer, [e.invars[pos[c]]]) & joint[e.invars[pos[0]], c]) - dead)
+        per_case = [sorted((_reach(producer, preds, [e.invars[pos[c]]]) & joint[e.invars[pos[0]], c]) - dead)
                     for c in (1, 2)]
         if any(per_case):
             cones[s] = (pos, per_case)
@@ -133,28 +136,40 @@ def _joined(eqns, producer, cones, deferred) -> dict:
     return later
 
 
-def _reach(eqns, producer, vars) -> set:
-    """Every equation reachable backwards from ``vars``."""
+def _reach(producer, preds, vars) -> set:
+    """Every equation reachable backwards from ``vars`` (``preds[j]``: equation ``j``'s producers)."""
     reach, stack = set(), [producer[v] for v in vars if not hasattr(v, "val") and v in producer]
     while stack:
         j = stack.pop()
         if j in reach:
             continue
         reach.add(j)
-        stack.extend(producer[v] for v in eqns[j].invars if not hasattr(v, "val") and v in producer)
+        stack.extend(preds[j])
     return reach
 
 
-def _cone(eqns, producer, uses, outputs, allowed: set, vars) -> set:
+def _cone(eqns, producer, preds, uses, outputs, allowed: set, vars) -> set:
     """The equations reachable from ``vars`` whose results only the cone itself and the ``allowed``
-    uses (equation indices, or ``(equation, operand position)``) take."""
-    cone = set()
-    for j in sorted(_reach(eqns, producer, vars), reverse=True):  # consumers before producers
+    uses (equation indices, or ``(equation, operand position)``) take. Walked consumers first (a
+    jaxpr's consumers come after their producers) from the producers of ``vars`` through the cone's
+    members only: an equation reached only through one outside the cone has a use outside it (the
+    allowed operand positions are those of ``vars``, where the walk starts, and the allowed equations,
+    whose results nothing uses, are never reached)."""
+    cone, seen = set(), set()
+    heap = [-producer[v] for v in vars if not hasattr(v, "val") and v in producer]
+    heapq.heapify(heap)
+    while heap:
+        j = -heapq.heappop(heap)
+        if j in seen:
+            continue
+        seen.add(j)
         e = eqns[j]
         if any(v in outputs for v in e.outvars) or _effects(e):
             continue
         if all(all((i in cone) or i in allowed or (i, pos) in allowed for i, pos in uses[v]) for v in e.outvars):
             cone.add(j)
+            for k in preds[j]:
+                heapq.heappush(heap, -k)
     return cone
 
 

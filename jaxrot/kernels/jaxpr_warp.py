@@ -62,6 +62,9 @@ class Source:
         self.n = 0
         self.depth = 1  # the indentation of the lines emitted (loops nest it)
         self.cache: dict = {}  # (expression, kind) -> the local holding it
+        # a local's name -> the cache's keys whose expression names it (a loop drops those of its carry
+        # by looking them up, not by reading every expression again: that was quadratic in the length)
+        self.uses: dict = {}
         self.known: dict = {}  # a bool local's code -> its value inside an if/else block on it
         self.scope: tuple = ()  # the blocks (if/else, loop bodies) the next line is written in
         self._blocks = 0
@@ -78,6 +81,8 @@ class Source:
         self.line(f"{name} = {expr}")
         el = Element(name, kind)
         self.cache[(expr, kind)] = el
+        for used in set(_NAME.findall(expr)):
+            self.uses.setdefault(used, set()).add((expr, kind))
         return el
 
     @contextlib.contextmanager
@@ -85,11 +90,10 @@ class Source:
         """The body of a loop over ``carry`` (locals assigned again in it): expressions of the carry
         computed before it are not reused inside or after it, nor those computed inside it after it."""
         names = {e.code for x in carry for e in np.asarray(x).reshape(-1)}
-
-        def fresh(cache):
-            return {k: v for k, v in cache.items() if not (set(_NAME.findall(k[0])) & names)}
-
-        outer = fresh(self.cache)
+        outer = dict(self.cache)
+        for name in names:
+            for key in self.uses.get(name, ()):
+                outer.pop(key, None)
         self.cache = dict(outer)
         self.depth += 1
         self._blocks += 1
