@@ -62,8 +62,8 @@ class Source:
         self.n = 0
         self.depth = 1  # the indentation of the lines emitted (loops nest it)
         self.cache: dict = {}  # (expression, kind) -> the local holding it
-        # a local's name -> the cache's keys whose expression names it (a loop drops those of its carry
-        # by looking them up, not by reading every expression again: that was quadratic in the length)
+        # a local's name -> the cache's keys whose expression names it: a loop or block looks up those of
+        # its carry to forget them, instead of reading every expression written so far
         self.uses: dict = {}
         self.known: dict = {}  # a bool local's code -> its value inside an if/else block on it
         self.scope: tuple = ()  # the blocks (if/else, loop bodies) the next line is written in
