@@ -11,11 +11,12 @@ Figures (buss2p, fast top, float64, every CPU core a device): the wall time of a
 ``--what kernels``: CPU time per body-step of ``rkmk8``'s fused kernel (300 bodies, 200 steps,
 median of 15 calls) on the asymmetric top, the gravity-gradient satellite, Buss's prescribed
 momentum and the free body at h = 1e-2, and on these and the slow top at the step of the precision
-suite's rkmk8 rows at 1e-6. ``--what first-call``: the seconds of a first fused call (16 heavy tops)
+suite's rkmk8 rows at 1e-6. ``--what first-call``: the seconds of a first call (16 heavy tops)
 in a process of its own with Warp's kernel folder empty and JAX's compilation cache off
-(:data:`FIRST_CALLS`: a pair, a pair with an event, constant steps with an event; the import not
-counted), and again in a next process with the kernels on disk but the generated sources compared
-with JAX again (``JAXROT_KEEP_CHECKS=off``, as the test suite runs). ``--what generation``: the seconds
+(:data:`FIRST_CALLS`: a pair, a pair with an event, constant steps with an event, a suggestion and its
+run, and on the XLA executor a gradient of constant steps and of error control, an implicit method's
+run; the import not counted; ``--only TEXT``: the rows whose names hold ``TEXT``), and again in a
+next process with the kernels on disk but the generated sources compared with JAX again (``JAXROT_KEEP_CHECKS=off``, as the test suite runs). ``--what generation``: the seconds
 to write the generated sources of a few methods (:data:`GENERATED`; a pair's with its derivatives), in
 a process of its own, nothing compiled.
 """
@@ -108,7 +109,7 @@ def measure_kernels(repo: str) -> dict:
     return out
 
 
-#: the first fused calls ``--what first-call`` times: name -> the call (``p``, ``s0`` 16 heavy tops, ``ev`` an event)
+#: the first calls ``--what first-call`` times: name -> the call (``p``, ``s0`` 16 heavy tops, ``ev`` an event)
 FIRST_CALLS = {
     "rkmk8(5), error control": 'jaxrot.simulate("rkmk8(5)", p, t1=1.0, state0=s0, '
                                'stepsize=jaxrot.Adaptive(1e-8, 1e-8), executor=jaxrot.Fused())',
@@ -117,6 +118,12 @@ FIRST_CALLS = {
     "rkmk8, constant steps, event": 'jaxrot.simulate("rkmk8", p, 1e-3, 1000, state0=s0, event=ev, '
                                     'executor=jaxrot.Fused())',
     "suggest(fast_top, 1e-8) and its run": 'jaxrot.suggest(p, 1e-8).run(p)',
+    "XLA: jax.grad of rkmk8, constant steps": 'jax.grad(lambda Pi: jaxrot.simulate("rkmk8", p, 1e-3, 1000, '
+                                              'state0=jaxrot.State(s0.R, Pi), executor=jaxrot.XLA()).final.Pi.sum())(s0.Pi)',
+    "XLA: jax.grad of rkmk8(5), error control": 'jax.grad(lambda Pi: jaxrot.simulate("rkmk8(5)", p, t1=1.0, '
+                                                'state0=jaxrot.State(s0.R, Pi), stepsize=jaxrot.Adaptive(1e-8, 1e-8), '
+                                                'executor=jaxrot.XLA()).final.Pi.sum())(s0.Pi)',
+    "XLA: liemid_ea, constant steps": 'jaxrot.simulate("liemid_ea", p, 1e-3, 1000, state0=s0, executor=jaxrot.XLA())',
 }
 
 _FIRST_CALL = """
@@ -129,17 +136,20 @@ assert jaxrot.__file__.startswith(sys.argv[1]), jaxrot.__file__
 p, s0, _, _ = heavy_tops(16)
 ev = jaxrot.Event(lambda t, s, a: s.R[2, 2] - 0.9)
 t = time.perf_counter()
-jax.block_until_ready(({call}).states.Pi)
+out = {call}
+jax.block_until_ready(getattr(out, "states", out))
 print(time.perf_counter() - t)
 """
 
 
-def measure_first_call(repo: str) -> dict:
+def measure_first_call(repo: str, only: str = "") -> dict:
     import os
     import tempfile
 
     out = {}
     for name, call in FIRST_CALLS.items():
+        if only not in name:
+            continue
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, WARP_CACHE_PATH=cache, JAXROT_COMPILATION_CACHE="off", PYTHONPATH=repo)
             for label, keep in (("fresh", "on"), ("next, compared again", "off")):
@@ -192,18 +202,19 @@ def main() -> None:
     ap.add_argument("b", help="checkout B")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--what", choices=("driver", "kernels", "first-call", "generation"), default="driver")
+    ap.add_argument("--only", default="", help="first-call: only the rows whose names hold this text")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this checkout, print JSON
     args = ap.parse_args()
     if args.one:
-        what = {"driver": measure, "kernels": measure_kernels, "first-call": measure_first_call,
-                "generation": measure_generation}[args.what]
+        what = {"driver": measure, "kernels": measure_kernels, "generation": measure_generation,
+                "first-call": lambda repo: measure_first_call(repo, args.only)}[args.what]
         print(json.dumps(what(args.one)))
         return
     rows = {"A": [], "B": []}
     for k in range(args.rounds):
         for tag, repo in (("A", args.a), ("B", args.b)):
-            r = subprocess.run([sys.executable, __file__, args.a, args.b, "--one", repo, "--what", args.what],
-                               capture_output=True, text=True, check=True)
+            r = subprocess.run([sys.executable, __file__, args.a, args.b, "--one", repo, "--what", args.what,
+                                "--only", args.only], capture_output=True, text=True, check=True)
             rows[tag].append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(f"round {k + 1} {tag}: {rows[tag][-1]}", flush=True)
     print("\n| figure | A (median) | B (median) | B/A |\n|---|---|---|---|")

@@ -260,3 +260,36 @@ def test_the_coefficients_and_their_slopes_are_exact_to_a_few_roundings_in_every
             want, want_slope = _exact_series(kind, x), _exact_series(kind, x, True)
             assert abs(float(value) / want - 1) <= 8 * eps, (kind, x)
             assert abs(float(slope) / want_slope - 1) <= 64 * eps, (kind, x)
+
+
+def test_a_function_traced_once_is_one_call_in_a_trace_and_inlined_for_the_generator():
+    """A :func:`~jaxrot.geometry.series.traced_once` function's body is traced once however often a trace
+    applies it (its jaxpr is reused, as a call); inside ``inlined()``, as the kernel generator traces, at
+    each use, with no call left in the jaxpr. Values and derivatives are the same bits either way."""
+    bodies = []
+
+    def f(x):
+        bodies.append(1)
+        return jnp.sin(x) * x
+
+    g = series.traced_once(f)
+
+    def uses(x):
+        return g(x) + g(2.0 * x) + g(x * x)
+
+    calls = [e.primitive.name for e in jax.make_jaxpr(uses)(1.0).jaxpr.eqns if e.primitive.name in ("pjit", "jit")]
+    assert len(bodies) == 1 and len(calls) == 3
+    with series.inlined():  # (a function of its own: make_jaxpr keeps the trace of one it has seen)
+        closed = jax.make_jaxpr(lambda x: uses(x))(1.0)
+    assert len(bodies) == 4 and not [e for e in closed.jaxpr.eqns if e.primitive.name in ("pjit", "jit")]
+    # so3's coefficient functions and products are such functions: the same values and gradients
+    v = jnp.asarray([0.3, -1.1, 0.7])
+
+    def loss(v):
+        return jnp.sum(so3.exp(v) @ so3.left_jacobian_inv(v)) + jnp.sum(so3.dexpinv(v, so3.mtv(so3.exp(v), v)))
+
+    once = jax.jit(jax.value_and_grad(loss))(v)
+    with series.inlined():
+        inline = jax.jit(jax.value_and_grad(loss))(v)
+    for a, b in zip(once, inline):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -1,13 +1,47 @@
 """Power series of SO(3)'s coefficients (:mod:`jaxrot.geometry.so3`): their exact terms truncated at a
-precision's rounding (:func:`series_coefficients`), and their evaluation (:func:`poly`)."""
+precision's rounding (:func:`series_coefficients`), their evaluation (:func:`poly`), and the
+coefficient functions traced once (:func:`traced_once`)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 
-__all__ = ["bernoulli", "series_coefficients", "poly", "slope_poly"]
+__all__ = ["bernoulli", "series_coefficients", "poly", "slope_poly", "traced_once", "inlined"]
+
+_INLINED = contextvars.ContextVar("jaxrot_inlined", default=False)
+
+
+def traced_once(f):
+    """``f`` as a ``jax.jit`` of its own: traced once per argument shape and dtype and reused as one
+    call by every trace that applies it, where its body would otherwise be traced again at each use
+    (a power series is tens of operations, a method's step applies it dozens of times, and a run traces
+    the step for its loop, its tangents and its checks). XLA inlines the call: a compiled program is the
+    same. Inside :func:`inlined` the body is traced in place."""
+    compiled = jax.jit(f)
+
+    @functools.wraps(f)
+    def call(*args):
+        return f(*args) if _INLINED.get() else compiled(*args)
+
+    return call
+
+
+@contextlib.contextmanager
+def inlined():
+    """Trace :func:`traced_once` functions in place: the kernel generator differentiates a step and
+    restates its jaxpr, and a derivative taken through a call keeps the call's own split of what it
+    computes and saves (a generated derivative ran up to a quarter longer)."""
+    token = _INLINED.set(True)
+    try:
+        yield
+    finally:
+        _INLINED.reset(token)
 
 
 def bernoulli(n: int) -> list:

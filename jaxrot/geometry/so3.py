@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .series import poly, series_coefficients, slope_poly
+from .series import poly, series_coefficients, slope_poly, traced_once
 
 # Below this squared angle (1.5 rad) the coefficients below come from their power series, truncated
 # where the remainder is below a quarter of float64's rounding (series_coefficients: 10 to 13 terms;
@@ -90,7 +90,7 @@ def _bilinear(fast, linear):
         return fast(A, B), linear(dA, B) + linear(A, dB)
 
     f.__doc__ = fast.__doc__
-    return f
+    return traced_once(f)
 
 
 def _mv_fast(A: jax.Array, x: jax.Array) -> jax.Array:
@@ -171,14 +171,14 @@ def _rodrigues_closed(a2s):
 
 
 @jax.custom_jvp
-def rodrigues_coefficients(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _rodrigues(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(S1, S2, S3) as functions of the squared angle ``a2`` (see module docstring)."""
     (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     closed, _ = _rodrigues_closed(a2s)
     return tuple(jnp.where(small, _series(a2, lo, ct, c), x) for ct, c, x in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, closed))
 
 
-@rodrigues_coefficients.defjvp
+@_rodrigues.defjvp
 def _rodrigues_jvp(primals, tangents):
     # values and slopes from the same sines: each is one ``where`` on the same predicate
     (a2,), (da2,) = primals, tangents
@@ -187,6 +187,9 @@ def _rodrigues_jvp(primals, tangents):
     out = tuple(jnp.where(small, _series(a2, lo, ct, c), x) for ct, c, x in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, closed))
     return out, tuple(jnp.where(small, _series(a2, lo, slope_poly(ct), slope_poly(c)), d) * da2
                       for ct, c, d in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, slopes))
+
+
+rodrigues_coefficients = traced_once(_rodrigues)
 
 
 def exp(v: jax.Array) -> jax.Array:
@@ -225,19 +228,22 @@ def _dexpinv_closed(a2s):
 
 
 @jax.custom_jvp
-def _dexpinv_coefficient(a2):
+def _dexpinv(a2):
     """``c(a) = (1 - (a/2) cot(a/2)) / a^2`` of ``a^2`` (its Taylor series at small angles)."""
     (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     return jnp.where(small, _series(a2, lo, DEXPINV_TINY, DEXPINV_TAYLOR), _dexpinv_closed(a2s)[0])
 
 
-@_dexpinv_coefficient.defjvp
+@_dexpinv.defjvp
 def _dexpinv_coefficient_jvp(primals, tangents):
     (a2,), (da2,) = primals, tangents
     (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     c, slope = _dexpinv_closed(a2s)
     return (jnp.where(small, _series(a2, lo, DEXPINV_TINY, DEXPINV_TAYLOR), c),
             jnp.where(small, _series(a2, lo, slope_poly(DEXPINV_TINY), slope_poly(DEXPINV_TAYLOR)), slope) * da2)
+
+
+_dexpinv_coefficient = traced_once(_dexpinv)
 
 
 def left_jacobian_inv(v: jax.Array) -> jax.Array:

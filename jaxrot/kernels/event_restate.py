@@ -17,7 +17,7 @@ import functools
 import numpy as np
 
 from .generate_checks import reference_values, sample_points, verdict, within
-from .jaxpr_inputs import as_float, elements, source_key, state, warp_functions
+from .jaxpr_inputs import as_float, elements, jaxpr_of, source_key, state, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
 __all__ = ["Unsupported", "lower", "reason", "event_g", "evaluate"]
@@ -46,7 +46,7 @@ def _generate(cond_fn, dtype):
     import jax
 
     sds = jax.ShapeDtypeStruct
-    closed = jax.make_jaxpr(_call(cond_fn))(sds((), dtype), sds((3, 3), dtype), sds((3,), dtype))
+    closed = jaxpr_of(_call(cond_fn), sds((), dtype), sds((3, 3), dtype), sds((3,), dtype))
     jaxpr = closed.jaxpr
     g = Source(np.dtype(dtype) == np.float64)
     consts, offset = [], 0

@@ -33,7 +33,7 @@ import functools
 
 import numpy as np
 
-from .jaxpr_inputs import as_float, elements, named, source_key, state, structure_key, warp_functions
+from .jaxpr_inputs import as_float, elements, jaxpr_of, named, source_key, state, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 from . import generate_dh
 
@@ -129,7 +129,7 @@ def _generate(method, system, dtype, pair: bool = False, limit: int | None = Non
         return jax.tree_util.tree_leaves(m.init(s, t0, State(R, Pi), h))
 
     one = (sds((3, 3), dt), sds((3,), dt), sds((), dt), sds((), dt))
-    closed_init = jax.make_jaxpr(init_fn)(*one, specs)
+    closed_init = jaxpr_of(init_fn, *one, specs)
     memory = [sds(v.aval.shape, v.aval.dtype) for v in closed_init.jaxpr.outvars]
     for v in memory:
         kind_of(v.dtype)  # (a memory of another type: Unsupported)
@@ -152,10 +152,10 @@ def _generate(method, system, dtype, pair: bool = False, limit: int | None = Non
 
     scalar = sds((), dt)
     if pair:
-        closed_step = jax.make_jaxpr(attempt_fn)(scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs,
+        closed_step = jaxpr_of(attempt_fn, scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs,
                                                  scalar, scalar)
     else:
-        closed_step = jax.make_jaxpr(step_fn)(scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs)
+        closed_step = jaxpr_of(step_fn, scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs)
     if _uses(closed_init.jaxpr, closed_init.jaxpr.invars[3]):
         raise Unsupported("a memory (init) that depends on the start time")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 from .generate_pieces import write
-from .jaxpr_inputs import warp_functions
+from .jaxpr_inputs import jaxpr_of, warp_functions
 from .jaxpr_warp import Unsupported
 
 __all__ = ["register", "dh_reason", "step_dh"]
@@ -43,7 +43,7 @@ def _dh_source(rebuild, specs, dt, inputs):
         return R1, Pi1, dR, dPi
 
     sds = jax.ShapeDtypeStruct
-    closed = jax.make_jaxpr(dh_fn)(sds((), dt), sds((3, 3), dt), sds((3,), dt), sds((), dt), specs)
+    closed = jaxpr_of(dh_fn, sds((), dt), sds((3, 3), dt), sds((3,), dt), sds((), dt), specs)
     if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
         err = Unsupported("a step closing over a traced value (an event is polished on the method's own steps)")
         err.transient = True

@@ -13,7 +13,7 @@ import types
 
 import numpy as np
 
-from .jaxpr_inputs import as_float, elements, named, source_key, warp_functions
+from .jaxpr_inputs import as_float, elements, jaxpr_of, named, source_key, warp_functions
 from .jaxpr_warp import Element, Source, Unsupported, restate
 
 __all__ = ["function", "write", "argument", "controller", "crossing", "locator"]
@@ -75,7 +75,7 @@ def source(name: str, fn, args, S64: bool, sizes=None, externals=None) -> tuple[
     specs = [jax.ShapeDtypeStruct((sizes[n],), dt) if a == "array" else
              jax.ShapeDtypeStruct(_TYPES[a][0], dtypes[_TYPES[a][1]]) for n, a in args]
     head = ", ".join(f"{n}: {'wp.array(dtype=S)' if a == 'array' else a}" for n, a in args)
-    return write(name, head, jax.make_jaxpr(fn)(*specs), [argument(n, a, sizes.get(n, 0), dt) for n, a in args], S64,
+    return write(name, head, jaxpr_of(fn, *specs), [argument(n, a, sizes.get(n, 0), dt) for n, a in args], S64,
                  externals)
 
 

@@ -35,7 +35,7 @@ import functools
 import numpy as np
 
 from .generate_pieces import argument, write
-from .jaxpr_inputs import source_key, structure_key, warp_functions
+from .jaxpr_inputs import jaxpr_of, source_key, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported
 
 __all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "recomputes",
@@ -93,7 +93,6 @@ def _pieces(pair, unflatten, carried: bool, dtype, F0):
     """``(minit, step, n_mem)``: the memory at the start, ``minit(R, Pi, t, F) -> m``, and one accepted
     step ``step(R, Pi, m, t, h, F) -> (R', Pi', m')`` of ``pair``, ``m`` raveled (one unused number
     where the memory is not carried); ``F0`` a value of ``F`` (its shape is what is read)."""
-    import jax
     import jax.numpy as jnp
     from jax.flatten_util import ravel_pytree
 
@@ -105,7 +104,7 @@ def _pieces(pair, unflatten, carried: bool, dtype, F0):
     z = jnp.zeros((), dtype)
     eye = jnp.eye(3, dtype=dtype)
     if carried:
-        closed = jax.make_jaxpr(lambda h: ravel_pytree(mem0(eye, jnp.ones(3, dtype), z, F0, h))[0])(z)
+        closed = jaxpr_of(lambda h: ravel_pytree(mem0(eye, jnp.ones(3, dtype), z, F0, h))[0], z)
         if any(closed.jaxpr.invars[0] in e.invars for e in closed.jaxpr.eqns) or closed.jaxpr.invars[0] in closed.jaxpr.outvars:
             raise Unsupported("a carried memory that depends on the first step's length")
         flat0, unravel = ravel_pytree(mem0(eye, jnp.ones(3, dtype), z, F0, z))
@@ -198,7 +197,7 @@ def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
     parts = []
     for name, (fn, sig, outs_t) in _functions(minit, step, kind, recompute).items():
         names, tys = sig.split()[::2], sig.split()[1::2]
-        closed = jax.make_jaxpr(fn)(*(sds(shapes[ty], dt) for ty in tys))
+        closed = jaxpr_of(fn, *(sds(shapes[ty], dt) for ty in tys))
         if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
             raise Unsupported("a value closed over inside someone's trace")
         # (the system's arrays: a parameter array; the memory: a Warp vector of its length)

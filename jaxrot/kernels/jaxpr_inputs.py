@@ -7,7 +7,19 @@ import hashlib
 
 import numpy as np
 
+from ..geometry.series import inlined
 from .jaxpr_warp import Element, Source, convert, kind_of
+
+
+def jaxpr_of(fn, *specs):
+    """``jax.make_jaxpr(fn)(*specs)`` with the functions traced once elsewhere traced in place
+    (:func:`~jaxrot.geometry.series.inlined`): a derivative taken through such a call (a step's VJP, a
+    Newton iteration's ``jacfwd``) keeps the call's own split of what it computes and saves, which
+    restated runs longer."""
+    import jax
+
+    with inlined():  # (through a function of its own: make_jaxpr reuses the trace of a function it has seen)
+        return jax.make_jaxpr(lambda *args: fn(*args))(*specs)
 
 
 def elements(prefix: str, shape, offset: int, dtype) -> np.ndarray:

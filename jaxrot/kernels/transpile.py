@@ -31,7 +31,7 @@ import functools
 import numpy as np
 
 from .generate_checks import reference_values, sample_points, verdict, within
-from .jaxpr_inputs import as_float, elements, source_key, state, structure_key, warp_functions
+from .jaxpr_inputs import as_float, elements, jaxpr_of, source_key, state, structure_key, warp_functions
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 
 __all__ = ["Unsupported", "Lowered", "lower", "key_of", "reason", "user_tau", "evaluate"]
@@ -62,7 +62,7 @@ def _trace(torque, dtype):
         return eqx.combine(arrays, static)(t, R, Pi)
 
     sds = jax.ShapeDtypeStruct
-    return jax.make_jaxpr(call)(sds((), dtype), sds((3, 3), dtype), sds((3,), dtype),
+    return jaxpr_of(call, sds((), dtype), sds((3, 3), dtype), sds((3,), dtype),
                                 jax.tree_util.tree_map(lambda x: sds(x.shape, x.dtype), arrays))
 
 
