@@ -16,8 +16,9 @@ in a process of its own with Warp's kernel folder empty and JAX's compilation ca
 (:data:`FIRST_CALLS`: a pair, a pair with an event, constant steps with an event, a suggestion and its
 run, and on the XLA executor a gradient of constant steps and of error control, an implicit method's
 run; the import not counted; ``--only TEXT``: the rows whose names hold ``TEXT``), and again in a
-next process with the kernels on disk but the generated sources compared with JAX again (``JAXROT_KEEP_CHECKS=off``, as the test suite runs). ``--what generation``: the seconds
-to write the generated sources of a few methods (:data:`GENERATED`; a pair's with its derivatives), in
+next process with the kernels on disk but the generated sources compared with JAX again
+(``JAXROT_KEEP_CHECKS=off``, as the test suite runs). ``--what generation``: the seconds to write the
+generated sources of a few methods (:data:`GENERATED`; a pair's with its derivatives), in
 a process of its own, nothing compiled.
 """
 

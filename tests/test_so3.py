@@ -265,7 +265,11 @@ def test_the_coefficients_and_their_slopes_are_exact_to_a_few_roundings_in_every
 def test_a_function_traced_once_is_one_call_in_a_trace_and_inlined_for_the_generator():
     """A :func:`~jaxrot.geometry.series.traced_once` function's body is traced once however often a trace
     applies it (its jaxpr is reused, as a call); inside ``inlined()``, as the kernel generator traces, at
-    each use, with no call left in the jaxpr. Values and derivatives are the same bits either way."""
+    each use, with no call left in the jaxpr. so3's coefficient functions and products are such calls,
+    and the generator's traces (``jaxpr_of``, the only way the kernels trace) have none of them. Values
+    and forward-mode derivatives are the same bits either way; a reverse-mode derivative to round-off."""
+    from jaxrot.kernels.jaxpr_inputs import jaxpr_of
+
     bodies = []
 
     def f(x):
@@ -274,22 +278,40 @@ def test_a_function_traced_once_is_one_call_in_a_trace_and_inlined_for_the_gener
 
     g = series.traced_once(f)
 
+    def calls(closed, names):
+        return [e.params["name"] for e in closed.jaxpr.eqns
+                if e.primitive.name in ("pjit", "jit") and e.params["name"] in names]
+
     def uses(x):
         return g(x) + g(2.0 * x) + g(x * x)
 
-    calls = [e.primitive.name for e in jax.make_jaxpr(uses)(1.0).jaxpr.eqns if e.primitive.name in ("pjit", "jit")]
-    assert len(bodies) == 1 and len(calls) == 3
+    assert calls(jax.make_jaxpr(uses)(1.0), {"f"}) == ["f"] * 3 and len(bodies) == 1
     with series.inlined():  # (a function of its own: make_jaxpr keeps the trace of one it has seen)
         closed = jax.make_jaxpr(lambda x: uses(x))(1.0)
-    assert len(bodies) == 4 and not [e for e in closed.jaxpr.eqns if e.primitive.name in ("pjit", "jit")]
-    # so3's coefficient functions and products are such functions: the same values and gradients
+    assert len(bodies) == 4 and not calls(closed, {"f"})
+    names = {"rodrigues_coefficients", "_dexpinv", "_mv_fast", "_mtv_fast", "_mm_fast", "_mtm_fast"}
     v = jnp.asarray([0.3, -1.1, 0.7])
 
-    def loss(v):
-        return jnp.sum(so3.exp(v) @ so3.left_jacobian_inv(v)) + jnp.sum(so3.dexpinv(v, so3.mtv(so3.exp(v), v)))
+    def step(v):
+        return so3.mm(so3.exp(v), so3.left_jacobian_inv(v)) + so3.dexpinv(v, so3.mtv(so3.exp(v), v))[:, None]
 
-    once = jax.jit(jax.value_and_grad(loss))(v)
+    assert set(calls(jax.make_jaxpr(step)(v), names)) == {"rodrigues_coefficients", "_dexpinv", "_mm_fast",
+                                                          "_mtv_fast"}
+    assert not calls(jaxpr_of(step, jax.ShapeDtypeStruct((3,), jnp.float64)), names)
+    # every trace the kernels make goes through jaxpr_of
+    import pathlib
+
+    import jaxrot.kernels
+
+    for path in pathlib.Path(jaxrot.kernels.__file__).parent.glob("*.py"):
+        if path.name != "jaxpr_inputs.py":
+            assert "make_jaxpr(" not in path.read_text(), path
+    once = jax.jit(lambda v: (step(v), jax.jvp(step, (v,), (v,))[1]))(v)
     with series.inlined():
-        inline = jax.jit(jax.value_and_grad(loss))(v)
+        inline = jax.jit(lambda v: (step(v), jax.jvp(step, (v,), (v,))[1]))(v)
     for a, b in zip(once, inline):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    grads = [jax.jit(jax.grad(lambda v: jnp.sum(step(v) ** 2)))(v)]
+    with series.inlined():
+        grads.append(jax.jit(jax.grad(lambda v: jnp.sum(step(v) ** 2)))(v))
+    np.testing.assert_allclose(np.asarray(grads[0]), np.asarray(grads[1]), rtol=1e-14, atol=1e-14)

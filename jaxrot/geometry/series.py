@@ -21,13 +21,15 @@ def traced_once(f):
     """``f`` as a ``jax.jit`` of its own: traced once per argument shape and dtype and reused as one
     call by every trace that applies it, where its body would otherwise be traced again at each use
     (a power series is tens of operations, a method's step applies it dozens of times, and a run traces
-    the step for its loop, its tangents and its checks). XLA inlines the call: a compiled program is the
-    same. Inside :func:`inlined` the body is traced in place."""
+    the step for its loop, its tangents and its checks). XLA inlines the call: values and forward-mode
+    derivatives are the same bits; a reverse-mode derivative is taken through the call and may round
+    differently in the last bit (so may an op-by-op evaluation outside ``jit``, now one compiled call).
+    Inside :func:`inlined` the body is traced in place."""
     compiled = jax.jit(f)
 
     @functools.wraps(f)
-    def call(*args):
-        return f(*args) if _INLINED.get() else compiled(*args)
+    def call(*args, **kwargs):
+        return f(*args, **kwargs) if _INLINED.get() else compiled(*args, **kwargs)
 
     return call
 

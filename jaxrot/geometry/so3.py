@@ -171,8 +171,7 @@ def _rodrigues_closed(a2s):
 
 
 @jax.custom_jvp
-def _rodrigues(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(S1, S2, S3) as functions of the squared angle ``a2`` (see module docstring)."""
+def _rodrigues(a2):
     (small, a2s), lo = _safe_angle2(a2), a2 < TINY_ANGLE2
     closed, _ = _rodrigues_closed(a2s)
     return tuple(jnp.where(small, _series(a2, lo, ct, c), x) for ct, c, x in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, closed))
@@ -189,7 +188,10 @@ def _rodrigues_jvp(primals, tangents):
                       for ct, c, d in zip(RODRIGUES_TINY, RODRIGUES_TAYLOR, slopes))
 
 
-rodrigues_coefficients = traced_once(_rodrigues)
+@traced_once
+def rodrigues_coefficients(a2: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(S1, S2, S3) as functions of the squared angle ``a2`` (see module docstring)."""
+    return _rodrigues(a2)
 
 
 def exp(v: jax.Array) -> jax.Array:

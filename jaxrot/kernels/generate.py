@@ -153,7 +153,7 @@ def _generate(method, system, dtype, pair: bool = False, limit: int | None = Non
     scalar = sds((), dt)
     if pair:
         closed_step = jaxpr_of(attempt_fn, scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs,
-                                                 scalar, scalar)
+                               scalar, scalar)
     else:
         closed_step = jaxpr_of(step_fn, scalar, sds((3, 3), dt), sds((3,), dt), memory, scalar, specs)
     if _uses(closed_init.jaxpr, closed_init.jaxpr.invars[3]):

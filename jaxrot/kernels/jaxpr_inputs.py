@@ -14,8 +14,10 @@ from .jaxpr_warp import Element, Source, convert, kind_of
 def jaxpr_of(fn, *specs):
     """``jax.make_jaxpr(fn)(*specs)`` with the functions traced once elsewhere traced in place
     (:func:`~jaxrot.geometry.series.inlined`): a derivative taken through such a call (a step's VJP, a
-    Newton iteration's ``jacfwd``) keeps the call's own split of what it computes and saves, which
-    restated runs longer."""
+    Newton iteration's ``jacfwd``) is written differently, and restated runs longer. A function JAX
+    keeps a trace of by identity (one's own ``jax.jit``-ed torque, a loop body defined once) keeps the
+    calls of its first trace: the restatement inlines them (the same kernel values), its source may be
+    longer."""
     import jax
 
     with inlined():  # (through a function of its own: make_jaxpr reuses the trace of a function it has seen)

@@ -63,7 +63,7 @@ def _trace(torque, dtype):
 
     sds = jax.ShapeDtypeStruct
     return jaxpr_of(call, sds((), dtype), sds((3, 3), dtype), sds((3,), dtype),
-                                jax.tree_util.tree_map(lambda x: sds(x.shape, x.dtype), arrays))
+                    jax.tree_util.tree_map(lambda x: sds(x.shape, x.dtype), arrays))
 
 
 _SOURCES: dict[str, tuple[str, tuple]] = {}
