@@ -160,3 +160,25 @@ def test_the_automatic_choice_keeps_xla_where_only_a_generated_kernel_runs_the_j
         s0 = State(jnp.broadcast_to(p.state0.R, (100, 3, 3)), jnp.broadcast_to(p.state0.Pi, (100, 3)))
         got = dict(jaxrot.simulate("rk4", p, 1e-3, 1000, state0=s0).provenance)["executor"]
         assert got.startswith(want), (p.name, got)
+
+
+def test_a_step_traced_with_its_calls_is_written_as_the_step_traced_in_place(monkeypatch):
+    """The generator traces SO(3)'s functions as calls (:func:`jaxrot.kernels.jaxpr_inputs.jaxpr_of`) and
+    writes them out in place: the source of the step traced with its bodies in place, character for
+    character, for a method that differentiates inside its step (``liemid_ea``'s Newton iteration takes
+    ``jacfwd``: traced again in place) and for one that does not (``rkmk4``). (Every registered method
+    and pair, with their derivatives: ``benchmarks/generated_sources.py``.)"""
+    from jaxrot.geometry import series
+
+    p = jaxrot.problems.get("fast_top")
+
+    def source(name):
+        key = generate._generate(integrators.get(name), p.system, jnp.float64, False)[0]
+        return generate._SOURCES[key]
+
+    for name in ("rkmk4", "liemid_ea"):
+        with_calls = source(name)
+        with monkeypatch.context() as m:
+            m.setattr(series.Watch, "seen", True)  # (as if a transformation had gone through a call: in place)
+            in_place = source(name)
+        assert with_calls == in_place, name

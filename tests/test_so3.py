@@ -264,10 +264,11 @@ def test_the_coefficients_and_their_slopes_are_exact_to_a_few_roundings_in_every
 
 def test_a_function_traced_once_is_one_call_in_a_trace_and_inlined_for_the_generator():
     """A :func:`~jaxrot.geometry.series.traced_once` function's body is traced once however often a trace
-    applies it (its jaxpr is reused, as a call); inside ``inlined()``, as the kernel generator traces, at
-    each use, with no call left in the jaxpr. so3's coefficient functions and products are such calls,
-    and the generator's traces (``jaxpr_of``, the only way the kernels trace) have none of them. Values
-    and forward-mode derivatives are the same bits either way; a reverse-mode derivative to round-off."""
+    applies it (its jaxpr is reused, as a call); inside ``inlined()`` at each use, with no call left in
+    the jaxpr. so3's coefficient functions and products are such calls. The generator's traces
+    (``jaxpr_of``, the only way the kernels trace) keep them where nothing transforms them and have
+    none where a derivative goes through them, said or found. Values and forward-mode derivatives are
+    the same bits either way; a reverse-mode derivative to round-off."""
     from jaxrot.kernels.jaxpr_inputs import jaxpr_of
 
     bodies = []
@@ -297,7 +298,19 @@ def test_a_function_traced_once_is_one_call_in_a_trace_and_inlined_for_the_gener
 
     assert set(calls(jax.make_jaxpr(step)(v), names)) == {"rodrigues_coefficients", "_dexpinv", "_mm_fast",
                                                           "_mtv_fast"}
-    assert not calls(jaxpr_of(step, jax.ShapeDtypeStruct((3,), jnp.float64)), names)
+    spec = jax.ShapeDtypeStruct((3,), jnp.float64)
+    assert set(calls(jaxpr_of(step, spec), names)) == {"rodrigues_coefficients", "_dexpinv", "_mm_fast", "_mtv_fast"}
+    assert not calls(jaxpr_of(step, spec, differentiates=True), names)
+    with series.watched() as watch:
+        jax.make_jaxpr(lambda v: step(v))(v)
+    assert not watch.seen
+    with series.watched() as watch:  # (given up at the first transformed call; nothing escapes)
+        jax.make_jaxpr(lambda v: jax.jvp(step, (v,), (v,)))(v)
+    assert watch.seen
+    for derivative in (lambda v: jax.jvp(step, (v,), (v,))[1], lambda v: jax.jacfwd(step)(v),
+                       lambda v: jax.vmap(step)(jnp.stack([v, v]))):
+        assert calls(jax.make_jaxpr(derivative)(v), names)  # (a plain trace keeps them)
+        assert not calls(jaxpr_of(derivative, spec), names)
     # every trace the kernels make goes through jaxpr_of
     import pathlib
 

@@ -12,7 +12,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-__all__ = ["bernoulli", "series_coefficients", "poly", "slope_poly", "traced_once", "inlined"]
+__all__ = ["bernoulli", "series_coefficients", "poly", "slope_poly", "traced_once", "inlined", "inlining", "watched",
+           "Watch"]
 
 _INLINED = contextvars.ContextVar("jaxrot_inlined", default=False)
 
@@ -24,12 +25,19 @@ def traced_once(f):
     the step for its loop, its tangents and its checks). XLA inlines the call: values and forward-mode
     derivatives are the same bits; a reverse-mode derivative is taken through the call and may round
     differently in the last bit (so may an op-by-op evaluation outside ``jit``, now one compiled call).
-    Inside :func:`inlined` the body is traced in place."""
+    Inside :func:`inlined` the body is traced in place; inside :func:`watched` it stays a call, and an
+    application under a transformation is noted."""
     compiled = jax.jit(f)
 
     @functools.wraps(f)
     def call(*args, **kwargs):
-        return f(*args, **kwargs) if _INLINED.get() else compiled(*args, **kwargs)
+        mode = _INLINED.get()
+        if mode is True:
+            return f(*args, **kwargs)
+        if mode is not False and _transformed((args, kwargs)):
+            mode.seen = True
+            raise _Abandoned  # (the trace is made again in place: the rest of this one would be wasted)
+        return compiled(*args, **kwargs)
 
     return call
 
@@ -42,6 +50,47 @@ def inlined():
     token = _INLINED.set(True)
     try:
         yield
+    finally:
+        _INLINED.reset(token)
+
+
+def inlining() -> bool:
+    """Whether :func:`traced_once` functions are traced in place here (inside :func:`inlined`)."""
+    return _INLINED.get() is True
+
+
+class Watch:
+    """What :func:`watched` yields: ``seen``, whether a :func:`traced_once` function was applied under a
+    transformation (``jax.jvp``, ``jax.vmap``, a linearization) in the trace made inside it."""
+
+    seen: bool = False
+
+
+class _Abandoned(Exception):
+    """A trace inside :func:`watched` given up at its first transformed call (caught there)."""
+
+
+def _transformed(tree) -> bool:
+    # a tracer of a transformation, not one of the jaxpr being recorded (were JAX to rename that class,
+    # every tracer would count: the generator would trace in place throughout, as it did before)
+    return any(isinstance(x, jax.core.Tracer) and type(x).__name__ != "DynamicJaxprTracer"
+               for x in jax.tree_util.tree_leaves(tree))
+
+
+@contextlib.contextmanager
+def watched():
+    """Keep :func:`traced_once` functions as calls, noting in the :class:`Watch` yielded whether one was
+    applied under a transformation; the trace inside is then given up at that call (the block ends
+    there, its result unassigned). The kernel generator restates a call as its body in place, the same
+    source at a fraction of the tracing, except where a transformation went through the call (its
+    derivative is split and ordered otherwise than the body's), and there traces again
+    :func:`inlined`."""
+    watch = Watch()
+    token = _INLINED.set(watch)
+    try:
+        yield watch
+    except _Abandoned:
+        pass
     finally:
         _INLINED.reset(token)
 

@@ -43,7 +43,7 @@ def _dh_source(rebuild, specs, dt, inputs):
         return R1, Pi1, dR, dPi
 
     sds = jax.ShapeDtypeStruct
-    closed = jaxpr_of(dh_fn, sds((), dt), sds((3, 3), dt), sds((3,), dt), sds((), dt), specs)
+    closed = jaxpr_of(dh_fn, sds((), dt), sds((3, 3), dt), sds((3,), dt), sds((), dt), specs, differentiates=True)
     if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
         err = Unsupported("a step closing over a traced value (an event is polished on the method's own steps)")
         err.transient = True

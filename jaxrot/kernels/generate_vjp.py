@@ -197,7 +197,7 @@ def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
     parts = []
     for name, (fn, sig, outs_t) in _functions(minit, step, kind, recompute).items():
         names, tys = sig.split()[::2], sig.split()[1::2]
-        closed = jaxpr_of(fn, *(sds(shapes[ty], dt) for ty in tys))
+        closed = jaxpr_of(fn, *(sds(shapes[ty], dt) for ty in tys), differentiates=name.endswith(KINDS))
         if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
             raise Unsupported("a value closed over inside someone's trace")
         # (the system's arrays: a parameter array; the memory: a Warp vector of its length)

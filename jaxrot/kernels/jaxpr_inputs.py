@@ -7,21 +7,34 @@ import hashlib
 
 import numpy as np
 
-from ..geometry.series import inlined
+from ..geometry.series import inlined, watched
 from .jaxpr_warp import Element, Source, convert, kind_of
 
 
-def jaxpr_of(fn, *specs):
-    """``jax.make_jaxpr(fn)(*specs)`` with the functions traced once elsewhere traced in place
-    (:func:`~jaxrot.geometry.series.inlined`): a derivative taken through such a call (a step's VJP, a
-    Newton iteration's ``jacfwd``) is written differently, and restated runs longer. A function JAX
-    keeps a trace of by identity (one's own ``jax.jit``-ed torque, a loop body defined once) keeps the
-    calls of its first trace: the restatement inlines them (the same kernel values), its source may be
-    longer."""
+def jaxpr_of(fn, *specs, differentiates: bool = False):
+    """``jax.make_jaxpr(fn)(*specs)`` as the kernels restate it. The functions traced once elsewhere
+    (:func:`~jaxrot.geometry.series.traced_once`: SO(3)'s) stay calls, which the restatement writes out
+    in place, where nothing transforms them: the same source as their bodies traced in place, for every
+    registered method (``benchmarks/generated_sources.py``), in less tracing (``rkmk8``'s step written
+    out in about half the time). Where a derivative or a map goes through such a call (a step's VJP or
+    JVP, a Newton iteration's ``jacfwd``) it is split and ordered otherwise than the body's, and restated
+    runs longer, so there they are traced in place (:func:`~jaxrot.geometry.series.inlined`): at once
+    where the function ``differentiates``, else after a first trace given up where it met one. A
+    function JAX keeps a trace of by identity (one's own ``jax.jit``-ed torque, a loop or branch
+    function defined once) keeps the calls of its first trace: the restatement inlines them (the same
+    kernel values), its source may be longer."""
     import jax
 
-    with inlined():  # (through a function of its own: make_jaxpr reuses the trace of a function it has seen)
+    def trace():  # (through a function of its own: make_jaxpr reuses the trace of a function it has seen)
         return jax.make_jaxpr(lambda *args: fn(*args))(*specs)
+
+    if not differentiates:
+        with watched() as watch:
+            closed = trace()
+        if not watch.seen:
+            return closed
+    with inlined():
+        return trace()
 
 
 def elements(prefix: str, shape, offset: int, dtype) -> np.ndarray:

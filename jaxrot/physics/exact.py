@@ -31,12 +31,15 @@ not use the exact flow.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from ..geometry import so3
+from ..geometry.series import inlining
 from ..geometry.state import State
 
 # AGM steps: b_0 = sqrt(mc) >= 1e-150 (mc clipped at 1e-300) is within a factor 2 of a_n after ~9
@@ -335,7 +338,15 @@ def free_flow(J, state0: State, t) -> State:
 
 def _free_flow(J, state0: State, t) -> State:
     """One body at one time."""
-    return lax.cond(_is_axisymmetric(J), _axisymmetric_flow, _elliptic_flow, J, state0, t)
+    return lax.cond(_is_axisymmetric(J), *_branches(inlining()), J, state0, t)
+
+
+@functools.lru_cache(maxsize=None)
+def _branches(in_place: bool):
+    # the branches, one pair of functions for SO(3)'s functions traced as calls and one for them traced in
+    # place (the kernel generator's derivatives): lax.cond keeps the trace of a function it has seen, and
+    # reuses it for every flow of a step, but must not hand a trace with calls to one made in place
+    return (lambda *a: _axisymmetric_flow(*a)), (lambda *a: _elliptic_flow(*a))
 
 
 def _elliptic_flow(J, state0: State, t) -> State:
