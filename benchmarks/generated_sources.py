@@ -12,7 +12,8 @@ equal; where a hash differs the table gives the lengths on both sides.
                                            [--jobs 2]
 
 Each checkout is measured in processes of its own (``PYTHONPATH`` set to it), its cases shared among
-``--jobs`` of them; the two checkouts in turn, not side by side. Every registered method and pair: about
+``--jobs`` of them in the same order on both sides (a case's source can depend on what its process
+traced before: JAX keeps some traces by function); the two checkouts in turn, not side by side. Every registered method and pair: about
 20 minutes a checkout on one core of this machine. Writes ``generated_sources.json`` and ``.md`` to
 DIR with their provenance.
 """
@@ -36,7 +37,8 @@ import jax.numpy as jnp
 import jaxrot
 from jaxrot.physics import problems
 from jaxrot.kernels import generate, generate_vjp
-assert jaxrot.__file__.startswith(sys.argv[1]), jaxrot.__file__
+import os
+assert os.path.realpath(jaxrot.__file__).startswith(sys.argv[1]), jaxrot.__file__
 cases = json.loads(open(sys.argv[2]).read())
 rows = {}
 

@@ -311,6 +311,30 @@ def test_a_function_traced_once_is_one_call_in_a_trace_and_inlined_for_the_gener
                        lambda v: jax.vmap(step)(jnp.stack([v, v]))):
         assert calls(jax.make_jaxpr(derivative)(v), names)  # (a plain trace keeps them)
         assert not calls(jaxpr_of(derivative, spec), names)
+    # a trace JAX keeps by function (lax.cond's branches: the exact free flow's) is not handed from a
+    # trace with calls to a derivative traced in place
+    from jaxrot.geometry.state import State
+    from jaxrot.physics.exact import free_flow
+
+    def deep_calls(jaxpr):
+        found = []
+        for e in jaxpr.eqns:
+            if e.primitive.name in ("pjit", "jit") and e.params["name"] in names:
+                found.append(e.params["name"])
+            for x in e.params.values():
+                for sub in (x if isinstance(x, (tuple, list)) else (x,)):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        found += deep_calls(inner)
+        return found
+
+    J = jnp.asarray([1.0, 2.0, 3.0])
+
+    def flow(Pi):
+        return free_flow(J, State(jnp.eye(3), Pi), 0.3).R
+
+    assert deep_calls(jaxpr_of(flow, spec).jaxpr)
+    assert not deep_calls(jaxpr_of(lambda Pi: jax.jvp(flow, (Pi,), (Pi,)), spec, differentiates=True).jaxpr)
     # every trace the kernels make goes through jaxpr_of
     import pathlib
 

@@ -72,7 +72,8 @@ class _Abandoned(Exception):
 
 def _transformed(tree) -> bool:
     # a tracer of a transformation, not one of the jaxpr being recorded (were JAX to rename that class,
-    # every tracer would count: the generator would trace in place throughout, as it did before)
+    # every tracer would count: the generator would trace in place throughout, as it did before). A
+    # transformation of an already traced jaxpr applies no Python function, and is not seen here
     return any(isinstance(x, jax.core.Tracer) and type(x).__name__ != "DynamicJaxprTracer"
                for x in jax.tree_util.tree_leaves(tree))
 
