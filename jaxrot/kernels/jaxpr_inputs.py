@@ -12,20 +12,15 @@ from .jaxpr_warp import Element, Source, convert, kind_of
 
 
 def jaxpr_of(fn, *specs, differentiates: bool = False):
-    """``jax.make_jaxpr(fn)(*specs)`` as the kernels restate it. The functions traced once elsewhere
-    (:func:`~jaxrot.geometry.series.traced_once`: SO(3)'s) stay calls, which the restatement writes out
-    in place, where nothing transforms them: the same source as their bodies traced in place (every
-    registered method's step or attempt and step derivatives compared: ``benchmarks/generated_sources.py``)
-    in less tracing (``rkmk8``'s step written out in about half the time). Where a derivative or a map goes through such a call (a step's VJP or
-    JVP, a Newton iteration's ``jacfwd``) it is split and ordered otherwise than the body's, and restated
-    runs longer, so there they are traced in place (:func:`~jaxrot.geometry.series.inlined`): at once
-    where the function ``differentiates``, else after a first trace given up where it met one. What
-    is met is a traced-once function applied to a transformation's tracer in Python; a transformation
-    of a jaxpr already traced (a closure-converted function, a loop or branch function JAX keeps a
-    trace of by identity: one's own ``jax.jit``-ed torque, a module's function) goes unseen, and keeps
-    the calls of that trace: the restatement inlines them (the same kernel values), its source may be
-    longer. (``liemid_ea``'s Newton iteration is seen where ``lax.custom_root`` linearizes its
-    residual.)"""
+    """``jax.make_jaxpr(fn)(*specs)`` as the kernels restate it: SO(3)'s traced-once functions kept as
+    calls, which the restatement writes out in place, where nothing transforms them, and traced in
+    place (:func:`~jaxrot.geometry.series.inlined`) where a derivative or a map goes through them: at
+    once where ``fn`` ``differentiates``, else after a first trace given up where it met one
+    (:func:`~jaxrot.geometry.series.watched`, which says what is seen and why). A transformation of a
+    jaxpr already traced (a closure-converted function, a loop or branch function JAX keeps by
+    identity, one's own ``jax.jit``-ed torque) is not seen and keeps that trace's calls: the same
+    kernel values, a source that may be longer. ``benchmarks/generated_sources.py`` compares the
+    sources of every registered method with another checkout's."""
     import jax
 
     def trace():  # (through a function of its own: make_jaxpr reuses the trace of a function it has seen)
