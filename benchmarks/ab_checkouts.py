@@ -11,7 +11,8 @@ Figures (buss2p, fast top, float64, every CPU core a device): the wall time of a
 ``--what kernels``: CPU time per body-step of ``rkmk8``'s fused kernel (300 bodies, 200 steps,
 median of 15 calls) on the asymmetric top, the gravity-gradient satellite, Buss's prescribed
 momentum and the free body at h = 1e-2, and on these and the slow top at the step of the precision
-suite's rkmk8 rows at 1e-6. ``--what first-call``: the seconds of a first call (16 heavy tops)
+suite's rkmk8 rows at 1e-6. ``--what flows``: the same for the exact flow and two splittings on it
+(:data:`FLOWS`), with the seconds of their first fused run. ``--what first-call``: the seconds of a first call (16 heavy tops)
 in a process of its own with Warp's kernel folder empty and JAX's compilation cache off
 (:data:`FIRST_CALLS`: a pair, a pair with an event, constant steps with an event, a suggestion and its
 run, and on the XLA executor a gradient of constant steps and of error control, an implicit method's
@@ -110,6 +111,44 @@ def measure_kernels(repo: str) -> dict:
     return out
 
 
+#: the methods ``--what flows`` runs fused: compositions of the exact free flow (name -> problem)
+FLOWS = {"exact_free": "free_body_mz", "saba2": "fast_top", "sbab3": "fast_top"}
+
+
+def measure_flows(repo: str) -> dict:
+    """CPU time per body-step of the fused kernels of :data:`FLOWS` (300 bodies, 100 steps at h = 1e-2,
+    median of 7 calls), and the seconds of the first fused run in the process (the source written and
+    checked; compiled where Warp's kernel folder does not hold it yet: the first round)."""
+    sys.path.insert(0, repo)
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+
+    import jaxrot
+    from jaxrot import kernels
+
+    assert jaxrot.__file__.startswith(repo), jaxrot.__file__
+    sys.path.insert(0, f"{repo}/experiments")
+    from precision_runs import perturbed_batch
+
+    out, B, n = {}, 300, 100
+    for name, problem in FLOWS.items():
+        p, method = jaxrot.problems.get(problem), jaxrot.get(name)
+        S = perturbed_batch(p, B)
+        run = jax.jit(lambda S, system=p.system, method=method: kernels.fused_frames(method, system, S, 1e-2, 0.0, 1, n)[0])
+        t = time.perf_counter()
+        run(S).block_until_ready()
+        out[f"{name} first run (s)"] = time.perf_counter() - t
+        ts = []
+        for _ in range(7):
+            t0 = time.process_time()
+            run(S).block_until_ready()
+            ts.append(time.process_time() - t0)
+        out[f"{name} us/body-step"] = 1e6 * float(np.median(ts)) / (B * n)
+    return out
+
+
 #: the first calls ``--what first-call`` times: name -> the call (``p``, ``s0`` 16 heavy tops, ``ev`` an event)
 FIRST_CALLS = {
     "rkmk8(5), error control": 'jaxrot.simulate("rkmk8(5)", p, t1=1.0, state0=s0, '
@@ -202,12 +241,12 @@ def main() -> None:
     ap.add_argument("a", help="checkout A (the baseline)")
     ap.add_argument("b", help="checkout B")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--what", choices=("driver", "kernels", "first-call", "generation"), default="driver")
+    ap.add_argument("--what", choices=("driver", "kernels", "flows", "first-call", "generation"), default="driver")
     ap.add_argument("--only", default="", help="first-call: only the rows whose names hold this text")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this checkout, print JSON
     args = ap.parse_args()
     if args.one:
-        what = {"driver": measure, "kernels": measure_kernels, "generation": measure_generation,
+        what = {"driver": measure, "kernels": measure_kernels, "flows": measure_flows, "generation": measure_generation,
                 "first-call": lambda repo: measure_first_call(repo, args.only)}[args.what]
         print(json.dumps(what(args.one)))
         return

@@ -6,6 +6,7 @@ primitive that has no Warp counterpart. A method written here, outside the packa
 Crouch-Grossman step), runs fused with no line of Warp written for it.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -200,3 +201,42 @@ def test_a_step_traced_with_its_calls_is_written_as_the_step_traced_in_place(mon
         with_calls = source(name, recorded)
         assert watches and any(w.seen for w in watches) == met, name
         assert with_calls == source(name, in_place), name
+
+
+@jax.jit
+def _euler_substeps(Pi, J, h):
+    """Euler's equations by 40 explicit substeps: a called function long enough to be outlined."""
+    for _ in range(40):
+        Pi = Pi + (h / 40) * jnp.cross(Pi, Pi / J)
+    return Pi
+
+
+class _TwiceCalled(integrators.AbstractIntegrator):
+    """A step that calls one long function twice (as a splitting applies the exact flow)."""
+
+    order = 1
+    torque = False
+
+    def step(self, system, t, state, aux, dt):
+        J = system.body.J
+        Pi = _euler_substeps(state.Pi, J, 0.5 * dt)
+        E = so3.exp(dt * Pi / J)
+        return State(state.R @ E, _euler_substeps(E.T @ Pi, J, 0.5 * dt)), aux, jaxrot.StepStats.explicit()
+
+
+def test_a_long_called_function_is_one_warp_function_called_at_each_use(monkeypatch):
+    """A ``jax.jit`` function of many equations (the exact flow, in the splittings) is restated once, as
+    a Warp function the step calls at each use; the run equals the XLA loop's, and the step counts its
+    lines at each call towards splitting a batch over the cores."""
+    from jaxrot.kernels import jaxpr_calls
+
+    p, m = jaxrot.problems.get("free_body_mz"), _TwiceCalled()
+    key = generate._generate(m, p.system, jnp.float64)[0]
+    src = generate._SOURCES[key][0]
+    assert src.count("def fn") == 1 and src.count("fn0(") == 3, src[:2000]
+    _compare(m, p)
+    monkeypatch.setattr(jaxpr_calls, "OUTLINE_EQUATIONS", 10 ** 9)
+    in_place = generate._generate(m, p.system, jnp.float64)[0]
+    assert "def fn" not in generate._SOURCES[in_place][0]
+    assert generate._SOURCES[in_place][0].count("\n") > 1.7 * src.count("\n")
+    assert abs(generate.split_weight(key) / generate.split_weight(in_place) - 1) < 0.05

@@ -458,3 +458,23 @@ def test_a_loops_body_forgets_the_expressions_of_its_carry():
     after = g.emit(f"({a.code} * {b.code})", "f")
     assert after is not ab and after is not inner
     assert g.emit("(y * y)", "f") is not body and g.emit(f"({b.code} + x)", "f") is ba
+
+
+def test_a_scan_over_known_slices_is_one_loop_each_slice_picked_by_the_pass():
+    """A long scan whose slices are known (a composition's coefficients) is a Warp loop, not unrolled:
+    forward and reversed, the restatement equals the function."""
+    def fn(t, R, Pi):
+        def body(x, c):
+            for _ in range(20):  # (50 passes of 100 equations: past what is unrolled)
+                x = x * jnp.cos(c * x) + 0.01 * c
+            return x, None
+
+        c = 0.1 + 0.016 * jnp.arange(50, dtype=Pi.dtype)  # (known in the source: an array constant is a parameter)
+        return -0.1 * lax.scan(body, Pi, c)[0] + 0.1 * lax.scan(body, R[0], c, reverse=True)[0]
+
+    torque = jaxrot.Torque(fn)
+    src = transpile._SOURCES[transpile.lower(torque, np.float64).key][0]
+    assert src.count("for _k") == 2 and src.count("\n") < 2000, src.count("\n")
+    t, R, Pi = _points(np.float64)
+    want = np.asarray(jax.vmap(fn)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
+    np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-12, atol=1e-13)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 import numpy as np
 
@@ -160,6 +161,7 @@ def _generate(method, system, dtype, pair: bool = False, limit: int | None = Non
         raise Unsupported("a memory (init) that depends on the start time")
 
     g = Source(dt == jnp.float64) if limit is None else _Bounded(dt == jnp.float64, limit)
+    g.functions = []  # (a long called function, the exact flow say: one Warp function, :mod:`.jaxpr_calls`)
     # P: the arrays of the method and the system, then the functions' closed-over tracers; the body's
     # moments read from the kernel's J (held in registers) instead
     P, off = [], 0
@@ -215,7 +217,7 @@ def _generate(method, system, dtype, pair: bool = False, limit: int | None = Non
         reason_src, constant_stats = "", False
     else:
         step_src, reason_src, constant_stats = _step_source(g, outs, n_mem)
-    src = init_src + "\n\n" + step_src + "\n\n" + reason_src
+    src = "".join(f + "\n\n" for f in g.functions) + init_src + "\n\n" + step_src + "\n\n" + reason_src
     # (the method's class is part of the key: two classes whose steps write out alike may still differ in
     # their orders or their derivatives' rules, which the kernels built under the key take from it)
     cls = type(method)
@@ -364,12 +366,30 @@ def lower(method, system, dtype) -> Lowered:
     return Lowered(key, n_mem, params(method, system, dtype, traced))
 
 
+_CALLED = re.compile(r"^def (fn\d+)\(", re.M)
+_LOOP = re.compile(r"\s*for \w+ in range\((\d+)\):")
+
+
 def split_weight(key: str) -> float:
-    """A generated step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's body-steps count towards splitting it over the
-    cores (:func:`jaxrot.kernels.host_threads.threads_for`): its lines of arithmetic over
-    :data:`STEP_LINES`, at least 1."""
-    src = _SOURCES[key][0]
-    return max(1.0, src.count("\n") / STEP_LINES)
+    """A generated step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
+    body-steps count towards splitting it over the cores (:func:`jaxrot.kernels.host_threads.threads_for`):
+    its lines of arithmetic over :data:`STEP_LINES`, at least 1; a line in a ``for`` loop of a known
+    count counts at each pass, a called function's lines at each call (a Newton loop's lines once)."""
+    cost, total = {}, 0.0
+    for block in re.split(r"\n(?=def )", _SOURCES[key][0].strip()):
+        name, lines = block[4:block.index("(")], block.splitlines()[1:]
+        n, loops = 0.0, []  # (indentation, passes) of the loops around the line
+        for line in lines:
+            indent = len(line) - len(line.lstrip())
+            while loops and indent <= loops[-1][0]:
+                loops.pop()
+            n += float(np.prod([m for _, m in loops])) * (1 + sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line))
+            m = _LOOP.match(line)
+            if m:
+                loops.append((indent, int(m.group(1))))
+        cost[name] = n
+        total += 0 if _CALLED.match(block) else n
+    return max(1.0, total / STEP_LINES)
 
 
 def params(method, system, dtype, traced=()):
@@ -407,7 +427,7 @@ def _compiled_env(S, key: str) -> dict:
     from ._common import warp
 
     src, lits, n_mem, _ = _SOURCES[key]
-    names = [n for n in ("init", "step", "reason", "attempt") if f"def {n}(" in src]
+    names = [n for n in ("init", "step", "reason", "attempt") if f"def {n}(" in src] + _CALLED.findall(src)
     return warp_functions(S, src, lits, f"method-{key}", names, A_T=warp().types.vector(n_mem, S))
 
 

@@ -4,7 +4,7 @@ equations whose operands are all known, computed when the source is generated.""
 
 import numpy as np
 
-from .jaxpr_warp import Element, Source, Unsupported, elementwise, convert, kind_of, restate
+from .jaxpr_warp import Element, Source, Unsupported, elementwise, convert, kind_of, pick, restate
 
 
 def reduce_precision(g: Source, a: Element, exponent_bits: int, mantissa_bits: int) -> Element:
@@ -96,20 +96,30 @@ def while_loop(g: Source, p, ins: list) -> list:
     return carry
 
 
-#: a scan is unrolled up to this many equations in all (a loop with per-iteration inputs or outputs
-#: must be unrolled: the elements are locals, not arrays)
+#: a scan is unrolled up to this many equations in all (a loop with per-iteration outputs, or inputs
+#: known only when the step runs, must be unrolled: the elements are locals, not arrays)
 UNROLL_EQNS = 4000
 
 
 def scan_loop(g: Source, p, ins: list) -> list:
-    """``lax.scan``: unrolled where it reads or writes per-iteration slices (or is short), else a
-    ``for`` loop over the carry."""
+    """``lax.scan``: unrolled where it writes per-iteration slices, reads slices known only when the
+    step runs, or is short; else a ``for`` loop over the carry (known slices picked by the pass)."""
     jaxpr = p["jaxpr"]
     length, n_consts, n_carry = int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
     body_consts = [g.array(c) for c in jaxpr.consts]
     n_ys = len(jaxpr.jaxpr.outvars) - n_carry
-    if xs or n_ys or length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS:
+    short = length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS
+    if xs and not n_ys and not short and all(_known(x) for x in xs):
+        # known slices (a composition's coefficients): a loop, each slice picked by the pass's index
+        carry, k = _carry(g, init), f"_k{g.n}"
+        g.line(f"for {k} in range({length}):")
+        with g.loop(carry):
+            at = g.emit(f"(int({length - 1}) - {k})", "i") if p.get("reverse") else Element(k, "i")
+            sliced = [pick(g, at, [x[j] for j in range(length)]) for x in xs]
+            assign(g, carry, restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *sliced]))
+        return carry
+    if xs or n_ys or short:
         carry, ys = list(init), [None] * length
         # (a reversed scan reads xs and writes ys from the last slice; the loop below never sees k)
         for k in (reversed(range(length)) if p.get("reverse") else range(length)):

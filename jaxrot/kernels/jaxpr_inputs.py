@@ -104,4 +104,6 @@ def warp_functions(S, src: str, lits, label: str, names, **env) -> dict:
     c = so3_funcs(S)
     ns = exec_source(src, f"jaxrot-{label}-{S.__name__}", {"S": S, "V": c.V, "M": c.M, "wp": wp, "LIT": list(lits),
                                                            "math": math, "__name__": f"jaxrot_{label}", **env})
-    return {n: wp.func(ns[n]) for n in names}
+    for n in names:  # (in the namespace too: a generated function calls another by its name)
+        ns[n] = wp.func(ns[n])
+    return {n: ns[n] for n in names}

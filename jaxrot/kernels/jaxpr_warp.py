@@ -69,6 +69,11 @@ class Source:
         self.scope: tuple = ()  # the blocks (if/else, loop bodies) the next line is written in
         self._blocks = 0
         self.externals: dict = {}  # primitive name -> (g, eqn, ins) -> outputs, for calls the caller writes
+        # long called functions restated once each (:mod:`.jaxpr_calls`): their sources (None: written in
+        # place), by callee and known inputs, and the lines they hold
+        self.functions: list | None = None
+        self.outlined: dict = {}
+        self.elsewhere = 0
 
     def emit(self, expr: str, kind: str) -> Element:
         """A new local computing ``expr``, or the local that already holds the same expression
@@ -106,7 +111,7 @@ class Source:
             self.scope = scope
 
     def line(self, text: str):
-        if len(self.lines) >= MAX_LINES:
+        if len(self.lines) + self.elsewhere >= MAX_LINES:
             raise Unsupported(f"a function longer than {MAX_LINES} lines once restated (writing it out, "
                               "compiling and checking it would take minutes; e.g. a composition of many exact flows, "
                               "each unrolled)")
@@ -229,6 +234,8 @@ def equation(g: Source, eqn, ins: list) -> list:
         if sub is None:
             raise Unsupported(f"the call primitive {name!r} without a jaxpr")
         jaxpr, consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, ())
+        if name in ("pjit", "jit") and outlines(g, jaxpr, consts):
+            return call(g, jaxpr, consts, ins)
         return restate(g, jaxpr, [g.array(c) for c in consts], ins)
     if name in _IDENTITY:
         return list(ins)
@@ -428,5 +435,6 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
 # (imported last: these modules use this one's names)
 from .jaxpr_algebra import arg_extremum, binary, dot_general, extremum, integer_pow, reduce, unary  # noqa: E402
 from .jaxpr_branches import branches, plan  # noqa: E402
+from .jaxpr_calls import call, outlines  # noqa: E402
 from .jaxpr_control import by_index, fold, pad, reduce_precision, scan_loop, while_loop  # noqa: E402
 from .jaxpr_ordering import ORDERING  # noqa: E402

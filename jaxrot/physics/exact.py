@@ -39,7 +39,7 @@ import numpy as np
 from jax import lax
 
 from ..geometry import so3
-from ..geometry.series import inlining
+from ..geometry.series import inlining, traced_once
 from ..geometry.state import State
 
 # AGM steps: b_0 = sqrt(mc) >= 1e-150 (mc clipped at 1e-300) is within a factor 2 of a_n after ~9
@@ -336,6 +336,7 @@ def free_flow(J, state0: State, t) -> State:
     return State(out.R.reshape(batch + (3, 3)), out.Pi.reshape(batch + (3,)))
 
 
+@traced_once  # (a splitting step applies it up to ten times: one trace, one generated function)
 def _free_flow(J, state0: State, t) -> State:
     """One body at one time."""
     return lax.cond(_is_axisymmetric(J), *_branches(inlining()), J, state0, t)

@@ -1,0 +1,115 @@
+"""A long called function (a ``jax.jit`` call in the jaxpr, e.g. the exact free flow) restated once as a
+Warp function of its own and called, instead of written out again at every call.
+
+A splitting method composes the exact flow four to ten times per step; written out in place, each
+flow's elliptic functions and rotations are thousands of lines again, and the step passes the
+restatement's length limit (:data:`~jaxrot.kernels.jaxpr_warp.MAX_LINES`). Here the callee's jaxpr is
+restated once per pattern of known inputs (known inputs are folded into it as in place; the others
+are its parameters), and each call is one line ``v7, v8, ... = fn0(v1, v2, ...)``. Only a
+:class:`~jaxrot.kernels.jaxpr_warp.Source` that collects functions (``functions`` a list: the
+method's step and attempt) does this, and only for callees of at least :data:`OUTLINE_EQUATIONS`
+equations: SO(3)'s short coefficient functions stay in place, where their known operands fold."""
+
+import numpy as np
+
+from .jaxpr_warp import Element, Source, restate
+
+#: a called jaxpr of at least this many equations (counting those of its loops and branches) is
+#: restated as a function of its own (SO(3)'s traced-once functions have tens, the exact flow hundreds)
+OUTLINE_EQUATIONS = 200
+
+_TYPE = {"f": "S", "i": "int", "b": "bool"}
+
+
+def size(jaxpr) -> int:
+    """The equations of ``jaxpr`` and of the jaxprs in its equations' parameters."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += 1
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    n += size(inner)
+    return n
+
+
+def outlines(g: Source, jaxpr, consts) -> bool:
+    """Whether a call of ``jaxpr`` is restated as a function of its own in ``g``."""
+    import jax
+
+    return (g.functions is not None and not any(isinstance(c, jax.core.Tracer) for c in consts)
+            and size(jaxpr) >= OUTLINE_EQUATIONS)
+
+
+def call(g: Source, jaxpr, consts, ins: list) -> list:
+    """The outputs of a call of ``jaxpr`` (with ``consts``) on ``ins``: one line calling its function,
+    written into ``g.functions`` at its first call with this pattern of known inputs."""
+    flat = [e for x in ins for e in np.asarray(x, dtype=object).reshape(-1)]
+    first: dict = {}  # an input's code -> its parameter (one parameter for an input passed twice)
+    pattern = []
+    for e in flat:
+        pattern.append((e.kind, e.value) if e.value is not None else (e.kind, first.setdefault(e.code, len(first))))
+    key = (id(jaxpr), tuple(pattern))
+    hit = g.outlined.get(key)
+    if hit is None:
+        hit = g.outlined[key] = _define(g, jaxpr, consts, ins, flat, pattern) + (jaxpr,)
+    name, plan = hit[0], hit[1]
+    unknown = _unknown(flat)
+    returned = [k for k, (how, _) in enumerate(plan) if how == "ret"]
+    locals_ = [Element(f"v{g.n + j}", plan[k][1]) for j, k in enumerate(returned)]
+    g.n += len(locals_)
+    if locals_:
+        g.line(f"{', '.join(e.code for e in locals_)} = {name}({', '.join(e.code for e in unknown)})")
+    got = iter(locals_)
+    outs = [next(got) if how == "ret" else (what if how == "lit" else unknown[what]) for how, what in plan]
+    shaped, k = [], 0
+    for v in jaxpr.outvars:
+        n = int(np.prod(v.aval.shape, dtype=int))
+        arr = np.empty(n, dtype=object)
+        arr[:] = outs[k:k + n]
+        shaped.append(arr.reshape(tuple(v.aval.shape)))
+        k += n
+    return shaped
+
+
+def _unknown(flat) -> list:
+    """The call's inputs not known in the source, each once, in the order of the function's parameters."""
+    return list({e.code: e for e in flat if e.value is None}.values())
+
+
+def _define(g: Source, jaxpr, consts, ins, flat, pattern):
+    """Write the function of ``jaxpr`` for this pattern of known inputs into ``g.functions``:
+    ``(name, plan)``, ``plan`` saying of each output element whether the function returns it
+    (``("ret", kind)``), it is known (``("lit", element)``) or it is parameter ``j`` (``("arg", j)``)."""
+    params = {}
+    args, it = [], iter(zip(flat, pattern))
+    for x in ins:
+        arr = np.empty(np.shape(x), dtype=object)
+        for idx in np.ndindex(arr.shape):
+            e, (kind, p) = next(it)
+            arr[idx] = e if e.value is not None else params.setdefault(p, Element(f"a{p}", kind))
+        args.append(arr)
+    saved = (g.lines, g.cache, g.uses, g.known, g.scope, g.depth)
+    g.lines, g.cache, g.uses, g.known, g.scope, g.depth = [], {}, {}, {}, (), 1
+    try:
+        outs = restate(g, jaxpr, [g.array(c) for c in consts], args)
+        body = g.lines
+    finally:
+        g.lines, g.cache, g.uses, g.known, g.scope, g.depth = saved
+    g.elsewhere += len(body)
+    names = {e.code: j for j, e in params.items()}
+    plan, rets = [], []
+    for e in (e for o in outs for e in np.asarray(o, dtype=object).reshape(-1)):
+        if e.value is not None:
+            plan.append(("lit", e))
+        elif e.code in names:
+            plan.append(("arg", names[e.code]))
+        else:
+            plan.append(("ret", e.kind))
+            rets.append(e.code)
+    name = f"fn{len(g.functions)}"
+    header = ", ".join(f"a{j}: {_TYPE[e.kind]}" for j, e in sorted(params.items()))
+    g.functions.append(f"def {name}({header}):\n" + "".join(x + "\n" for x in body)
+                       + (f"    return {', '.join(rets)}\n" if rets else "    return\n"))
+    return name, plan
