@@ -200,7 +200,8 @@ def measure_first_call(repo: str, only: str = "") -> dict:
 
 
 #: the restatements ``--what generation`` times (the source written, not compiled): name -> pair or not
-GENERATED = {"rkmk8": False, "liemid_ea": False, "exact_split_kl8": False, "rkmk8(5)": True}
+GENERATED = {"rkmk8": False, "liemid_ea": False, "exact_split_kl8": False, "rkmk8(5)": True, "saba2": False,
+             "liemid_ea_kl8": False}
 
 _GENERATION = """
 import json, sys, time
@@ -258,10 +259,10 @@ def main() -> None:
             rows[tag].append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(f"round {k + 1} {tag}: {rows[tag][-1]}", flush=True)
     print("\n| figure | A (median) | B (median) | B/A |\n|---|---|---|---|")
-    for key in rows["A"][0]:
-        a = statistics.median(r[key] for r in rows["A"])
-        b = statistics.median(r[key] for r in rows["B"])
-        print(f"| {key} | {a:.4g} | {b:.4g} | {b / a:.2f} |")
+    for key in dict.fromkeys([*rows["A"][0], *rows["B"][0]]):  # (a row one checkout lacks: a dash there)
+        a, b = (statistics.median(r[key] for r in rows[t]) if key in rows[t][0] else None for t in "AB")
+        print(f"| {key} | {'—' if a is None else f'{a:.4g}'} | {'—' if b is None else f'{b:.4g}'} | "
+              f"{'—' if None in (a, b) else f'{b / a:.2f}'} |")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """Kernels generated from a method's own JAX code (jaxrot.kernels.generate) against the XLA loop.
 
 Every registered method is enrolled: its generated kernel agrees with the XLA run (1e-12 relative
-after 60 float64 steps; implicit methods to their Newton tolerance), or its refusal names the
-primitive that has no Warp counterpart. A method written here, outside the package (a third-order
+after 60 float64 steps; implicit methods to their Newton tolerance). A method written here, outside the package (a third-order
 Crouch-Grossman step), runs fused with no line of Warp written for it.
 """
 
@@ -20,9 +19,6 @@ from .helpers import user_pair
 
 pytestmark = pytest.mark.skipif(not kernels.have_warp(), reason="needs warp-lang (the fast extra)")
 
-#: why the methods that are not generated are not: the longest compositions of exact flows (each flow's
-#: elliptic functions unrolled) pass the restatement's length limit
-REFUSED = ("lines once restated",)
 #: one method of each family the kernel table does not enrol in the default run (each is a Warp
 #: compilation of its own, 1-8 s on an empty cache; tests/test_kernels.py runs the enrolled ones, Buss's,
 #: the splittings, DMV and the energy projection, through the same generated kernels); the slow tier runs
@@ -54,13 +50,10 @@ def _compare(method, p, dtype=jnp.float64, n_steps=60, every=20, dt=1e-3, rtol=1
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n in DEFAULT else [pytest.mark.slow])
                                   for n in integrators.REGISTRY])
-def test_every_method_runs_generated_or_names_what_it_cannot_restate(name):
+def test_every_method_runs_generated(name):
     m, p = integrators.get(name), _problem(name)
-    why = generate.reason(m, p.system, jnp.float64)
-    if why is not None:
-        assert any(r in why for r in REFUSED), why
-        assert not kernels.supports(m, p.system) or kernels.method_name(m) is not None
-        return
+    # (every one: a splitting's exact flows are one called function, a composition's stages one loop)
+    assert generate.reason(m, p.system, jnp.float64) is None
     # (the kernel itself: an error-controlled pair's constant-step run too)
     low = generate.lower(m, p.system, jnp.float64)
     s0 = _batch(p)

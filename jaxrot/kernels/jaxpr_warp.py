@@ -113,8 +113,7 @@ class Source:
     def line(self, text: str):
         if len(self.lines) + self.elsewhere >= MAX_LINES:
             raise Unsupported(f"a function longer than {MAX_LINES} lines once restated (writing it out, "
-                              "compiling and checking it would take minutes; e.g. a composition of many exact flows, "
-                              "each unrolled)")
+                              "compiling and checking it would take minutes)")
         self.lines.append("    " * self.depth + text)
 
     def variable(self, x: Element) -> Element:

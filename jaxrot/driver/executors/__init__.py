@@ -64,8 +64,8 @@ FUSED_ADAPTIVE_MIN_BODIES_GPU = 100_000
 #: the longest generated attempt (lines of Warp source) an error-controlled run is fused with by default:
 #: up to it a first call writes out, checks and compiles the attempt in two to three times the time XLA takes to
 #: compile its own loop (rkmk8(5), buss4(3), lie_taylor5(4); docs/benchmarks.md, "Generated
-#: error-controlled kernels"); a longer one (a composition of exact flows: tens of thousands of lines,
-#: a minute or more) runs fused when asked for with executor=Fused()
+#: error-controlled kernels"); a longer one (a splitting on the exact flow: ten thousand lines, its
+#: first call tens of seconds) runs fused when asked for with executor=Fused()
 FUSED_ADAPTIVE_MAX_LINES = 5_000
 
 
