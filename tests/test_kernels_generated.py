@@ -218,9 +218,9 @@ class _TwiceCalled(integrators.AbstractIntegrator):
 
 
 def test_a_long_called_function_is_one_warp_function_called_at_each_use(monkeypatch):
-    """A ``jax.jit`` function of many equations (the exact flow, in the splittings) is restated once, as
-    a Warp function the step calls at each use; the run equals the XLA loop's, and the step counts its
-    lines at each call towards splitting a batch over the cores."""
+    """A ``jax.jit`` function of many equations applied more than once (the exact flow, in the
+    splittings) is restated once, as a Warp function the step calls at each use; the run equals the XLA
+    loop's, and the step counts its lines at each call towards splitting a batch over the cores."""
     from jaxrot.kernels import jaxpr_calls
 
     p, m = jaxrot.problems.get("free_body_mz"), _TwiceCalled()
@@ -233,3 +233,9 @@ def test_a_long_called_function_is_one_warp_function_called_at_each_use(monkeypa
     assert "def fn" not in generate._SOURCES[in_place][0]
     assert generate._SOURCES[in_place][0].count("\n") > 1.7 * src.count("\n")
     assert abs(generate.split_weight(key) / generate.split_weight(in_place) - 1) < 0.05
+    monkeypatch.undo()
+    # the exact flow: written in place where a step applies it once, one function for a splitting's three
+    once = generate._SOURCES[generate._generate(integrators.get("exact_free"), p.system, jnp.float64)[0]][0]
+    top = jaxrot.problems.get("fast_top").system
+    thrice = generate._SOURCES[generate._generate(integrators.get("saba2"), top, jnp.float64)[0]][0]
+    assert "def fn" not in once and thrice.count("def fn") == 1 and thrice.count("fn0(") == 4

@@ -35,10 +35,11 @@ import re
 import numpy as np
 
 from .jaxpr_inputs import as_float, elements, jaxpr_of, named, source_key, state, structure_key, warp_functions
+from .jaxpr_calls import calls
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 from . import generate_dh
 
-__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "polish_reason", "pair_within", "SOLVE_FAILED",
+__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "polish_reason", "within", "SOLVE_FAILED",
            "NONFINITE_STATE"]
 
 #: the :class:`jaxrot.RESULTS` codes a generated ``reason`` writes (the driver's, restated: the kernels
@@ -90,7 +91,7 @@ class _TooLong(Exception):
 
 
 class _Bounded(Source):
-    """A source that stops once ``limit`` lines are written (:func:`pair_within`)."""
+    """A source that stops once ``limit`` lines are written (:func:`within`)."""
 
     def __init__(self, S64: bool, limit: int):
         super().__init__(S64)
@@ -161,7 +162,8 @@ def _generate(method, system, dtype, pair: bool = False, limit: int | None = Non
         raise Unsupported("a memory (init) that depends on the start time")
 
     g = Source(dt == jnp.float64) if limit is None else _Bounded(dt == jnp.float64, limit)
-    g.functions = []  # (a long called function, the exact flow say: one Warp function, :mod:`.jaxpr_calls`)
+    # (a long function called more than once, a splitting's exact flow: one Warp function, :mod:`.jaxpr_calls`)
+    g.functions, g.called = [], calls(closed_step.jaxpr, out=calls(closed_init.jaxpr))
     # P: the arrays of the method and the system, then the functions' closed-over tracers; the body's
     # moments read from the kernel's J (held in registers) instead
     P, off = [], 0
@@ -306,17 +308,18 @@ def lower_pair(pair, system, dtype) -> Lowered:
     return Lowered(key, n_mem, params(pair, system, dtype, traced))
 
 
-#: sources written by :func:`pair_within` (structure key -> what :func:`_generate` returns), checked
+#: sources written by :func:`within` (structure key -> what :func:`_generate` returns), checked
 #: by :func:`_lowered` when a run takes them; and the (structure key, limit) pairs found longer or not restated
 _WRITTEN: dict = {}
 _NOT_WITHIN: set = set()
 
 
-def pair_within(pair, system, dtype, lines: int) -> bool:
-    """Whether ``pair``'s generated attempt (:func:`lower_pair`) for ``system`` at ``dtype`` is at most
-    ``lines`` lines long, written out no further than that and not compiled (False where it cannot be
-    restated): a measure of what a first fused run compiles, cheap to take once more."""
-    ck = _cache_key(pair, system, dtype, True)
+def within(method, system, dtype, lines: int, pair: bool = True) -> bool:
+    """Whether ``method``'s generated source for ``system`` at ``dtype`` (a pair's attempt,
+    :func:`lower_pair`, or with ``pair=False`` its step, :func:`lower`) is at most ``lines`` lines long,
+    written out no further than that and not compiled (False where it cannot be restated): a measure of
+    what a first fused run compiles, cheap to take once more."""
+    ck = _cache_key(method, system, dtype, pair)
     hit = _LOWERED.get(ck) if ck is not None else None
     if hit is None and ck is not None:
         hit = _WRITTEN.get(ck)
@@ -324,7 +327,7 @@ def pair_within(pair, system, dtype, lines: int) -> bool:
         if ck is not None and (ck, lines) in _NOT_WITHIN:
             return False
         try:
-            hit = _generate(pair, system, dtype, True, lines)
+            hit = _generate(method, system, dtype, pair, lines)
         except (_TooLong, Unsupported):
             if ck is not None:
                 _NOT_WITHIN.add((ck, lines))

@@ -8,7 +8,8 @@ restated once per pattern of known inputs (known inputs are folded into it as in
 are its parameters), and each call is one line ``v7, v8, ... = fn0(v1, v2, ...)``. Only a
 :class:`~jaxrot.kernels.jaxpr_warp.Source` that collects functions (``functions`` a list: the
 method's step and attempt) does this, and only for callees of at least :data:`OUTLINE_EQUATIONS`
-equations: SO(3)'s short coefficient functions stay in place, where their known operands fold."""
+equations applied more than once: SO(3)'s short coefficient functions, and a flow applied once per
+step (``exact_free``), stay in place, where their known operands fold."""
 
 import numpy as np
 
@@ -34,12 +35,30 @@ def size(jaxpr) -> int:
     return n
 
 
+def calls(jaxpr, times: int = 1, out=None) -> dict:
+    """How many times each called jaxpr (by ``id``) is applied in ``jaxpr``: a loop's body counts at
+    each pass of a scan (once for a while loop), every branch of a cond counts."""
+    out = {} if out is None else out
+    for eqn in jaxpr.eqns:
+        n = times * (int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1)
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    if eqn.primitive.name in ("pjit", "jit"):
+                        out[id(inner)] = out.get(id(inner), 0) + n
+                    calls(inner, n, out)
+    return out
+
+
 def outlines(g: Source, jaxpr, consts) -> bool:
-    """Whether a call of ``jaxpr`` is restated as a function of its own in ``g``."""
+    """Whether a call of ``jaxpr`` is restated as a function of its own in ``g``: a long one applied
+    more than once (``g.called``, :func:`calls`; once, it is written in place, where it folds with
+    what surrounds it)."""
     import jax
 
-    return (g.functions is not None and not any(isinstance(c, jax.core.Tracer) for c in consts)
-            and size(jaxpr) >= OUTLINE_EQUATIONS)
+    return (g.functions is not None and g.called.get(id(jaxpr), 0) > 1
+            and not any(isinstance(c, jax.core.Tracer) for c in consts) and size(jaxpr) >= OUTLINE_EQUATIONS)
 
 
 def call(g: Source, jaxpr, consts, ins: list) -> list:

@@ -73,6 +73,7 @@ class Source:
         # place), by callee and known inputs, and the lines they hold
         self.functions: list | None = None
         self.outlined: dict = {}
+        self.called: dict = {}  # a callee's id -> its applications (:func:`.jaxpr_calls.calls`)
         self.elsewhere = 0
 
     def emit(self, expr: str, kind: str) -> Element:

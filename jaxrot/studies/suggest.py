@@ -108,14 +108,19 @@ def _in_dtype(problem: Problem, state0, dtype):
 
 
 def _fused_if_available(method: str, problem: Problem):
-    """``jaxrot.Fused()`` where Warp is installed and the method has a kernel for the torque, else None:
-    in the precision suite's last two records (CPU, 1 000 bodies) rkmk8 ran 2.4-4.2 times faster in
-    its kernel."""
+    """``jaxrot.Fused()`` where Warp is installed and the method has a kernel for the torque of at most
+    :data:`~jaxrot.driver.executors.FUSED_ADAPTIVE_MAX_LINES` lines, else None: in the precision suite's
+    last two records (CPU, 1 000 bodies) rkmk8 ran 2.4-4.2 times faster in its kernel, and a longer
+    kernel (a splitting on the exact flow) takes longer to compile on a first call than a suggestion's
+    runs take on XLA (docs/benchmarks.md, "A called function written once")."""
     from .. import kernels
-    from ..driver.executors import Fused
+    from ..driver.executors import FUSED_ADAPTIVE_MAX_LINES, Fused
     from ..integrators import get
+    from ..kernels.generate import within
 
-    return Fused() if kernels.have_warp() and kernels.supports(get(method), problem.system) else None
+    m, system = get(method), problem.system
+    short = kernels.have_warp() and within(m, system, kernels.run_dtype(system), FUSED_ADAPTIVE_MAX_LINES, False)
+    return Fused() if short and kernels.supports(m, system) else None
 
 
 def _lagrange_top(problem: Problem, rtol: float = 1e-12) -> bool:

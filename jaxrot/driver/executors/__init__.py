@@ -65,7 +65,8 @@ FUSED_ADAPTIVE_MIN_BODIES_GPU = 100_000
 #: up to it a first call writes out, checks and compiles the attempt in two to three times the time XLA takes to
 #: compile its own loop (rkmk8(5), buss4(3), lie_taylor5(4); docs/benchmarks.md, "Generated
 #: error-controlled kernels"); a longer one (a splitting on the exact flow: ten thousand lines, its
-#: first call tens of seconds) runs fused when asked for with executor=Fused()
+#: first call tens of seconds) runs fused when asked for with executor=Fused(). jaxrot.suggest fuses the
+#: constant-step method it suggests up to the same length
 FUSED_ADAPTIVE_MAX_LINES = 5_000
 
 
