@@ -15,10 +15,11 @@ with respect to ``args`` goes through the pure-JAX reference, see :func:`jaxrot.
 scalar literals are written into the source. Element-wise arithmetic, comparisons and selects, the
 elementary functions, reshapes, slices, concatenations, transposes, broadcasts, contractions
 (``dot_general``), reductions and arg-extrema are restated; nested calls (``jit``, ``custom_jvp``,
-``custom_vjp``, ``checkpoint``) are inlined; ``lax.cond`` evaluates every branch and selects.
-Anything else (loops, gathers with traced indices, scatters, random numbers, ...) is
-:class:`Unsupported`: the run then stays on XLA, where the function is called as written
-(:func:`jaxrot.kernels.supports` is ``False``; :func:`reason` says why).
+``custom_vjp``, ``checkpoint``) are inlined; ``lax.cond`` evaluates every branch and selects; loops,
+sorts and picks by a state-dependent index as for a method's step (:mod:`.jaxpr_warp`). Anything else
+(a scatter by a state-dependent index, random numbers, ...) is :class:`Unsupported`: the run then stays
+on XLA, where the function is called as written (:func:`jaxrot.kernels.supports` is ``False``;
+:func:`reason` says why).
 
 Each generated function is compiled by Warp once per source text (cached on disk like the other
 kernels); the same function object traced at another dtype gives another source.
