@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import jaxrot
-from jaxrot import analysis, problems, reference
+from jaxrot import analysis, integrators, kernels, problems, reference
+from jaxrot.driver.executors import FUSED_ADAPTIVE_MAX_LINES
+from jaxrot.kernels import generate
 from jaxrot.physics.torques import GravityTorque
 from jaxrot.studies.step_count import steps_for_tolerance
 from jaxrot.studies.suggest import _lagrange_top, suggest
@@ -18,6 +20,10 @@ def test_choices_follow_the_facts_not_the_names():
     assert suggest(problems.get("free_body_mz"), 1e-8).method == "exact_free"
     lagrange = suggest(problems.get("fast_top"), 1e-8)  # axisymmetric; its kernel is past what is fused by default
     assert lagrange.method == "exact_split_kl8" and lagrange.executor is None
+    if kernels.have_warp():  # (the length decides: its step is written out, in more than 5 000 lines)
+        kl8, top = integrators.get("exact_split_kl8"), problems.get("fast_top").system
+        assert not generate.written_within(kl8, top, jnp.float64, FUSED_ADAPTIVE_MAX_LINES, pair=False)
+        assert generate.written_within(kl8, top, jnp.float64, 4 * FUSED_ADAPTIVE_MAX_LINES, pair=False)
     assert suggest(problems.get("buss_torqued"), 1e-8).method == "rkmk8"  # prescribed L(t)
     assert suggest(problems.get("asymmetric_top"), 1e-6).method == "rkmk8"
     p = problems.get("fast_top")
@@ -31,8 +37,6 @@ def test_choices_follow_the_facts_not_the_names():
 
 
 def test_the_suggestion_runs_in_a_fused_kernel_where_one_exists():
-    from jaxrot import kernels
-
     p = problems.get("asymmetric_top")
     p = jaxrot.Problem(p.body, p.torque, p.state0, 0.2, p.name)
     s = suggest(p, 1e-6)

@@ -469,8 +469,17 @@ def test_a_scan_over_known_slices_is_one_loop_each_slice_picked_by_the_pass():
                 x = x * jnp.cos(c * x) + 0.01 * c
             return x, None
 
-        c = 0.1 + 0.016 * jnp.arange(50, dtype=Pi.dtype)  # (known in the source: an array constant is a parameter)
+        # (computed here, so that they fold: a torque's array constants are read from its parameter array)
+        c = 0.1 + 0.016 * jnp.arange(50, dtype=Pi.dtype)
         return -0.1 * lax.scan(body, Pi, c)[0] + 0.1 * lax.scan(body, R[0], c, reverse=True)[0]
+
+    def indexed(t, R, Pi):  # a slice made an index: written out pass by pass, where it is known
+        def body(x, c):
+            for _ in range(20):
+                x = x * jnp.cos(c * x) + 0.01 * c
+            return x.at[(10 * c).astype(jnp.int32) % 3].add(c), None
+
+        return lax.scan(body, Pi, 0.1 * jnp.arange(50, dtype=Pi.dtype))[0]
 
     torque = jaxrot.Torque(fn)
     src = transpile._SOURCES[transpile.lower(torque, np.float64).key][0]
@@ -478,3 +487,42 @@ def test_a_scan_over_known_slices_is_one_loop_each_slice_picked_by_the_pass():
     t, R, Pi = _points(np.float64)
     want = np.asarray(jax.vmap(fn)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
     np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-12, atol=1e-13)
+    torque = jaxrot.Torque(indexed)
+    assert "for _k" not in transpile._SOURCES[transpile.lower(torque, np.float64).key][0]
+    want = np.asarray(jax.vmap(indexed)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
+    np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-12, atol=1e-13)
+
+
+def test_a_loop_that_permutes_its_carry_reads_every_value_before_writing():
+    """``(a, b) -> (b / 2, a)`` in a while loop: each pass reads both before either is assigned."""
+    def fn(t, R, Pi):
+        a, b = lax.while_loop(lambda c: jnp.abs(c[0]) + jnp.abs(c[1]) > 0.5, lambda c: (c[1] / 2, c[0]),
+                              (Pi[0], Pi[1] + 3.0))
+        return jnp.stack([a, b, a - b])
+
+    torque = jaxrot.Torque(fn)
+    t, R, Pi = _points(np.float64)
+    want = np.asarray(jax.vmap(fn)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
+    np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-15, atol=0)
+
+
+def test_a_long_function_called_with_a_known_and_an_unknown_argument_is_two_functions():
+    """A called function is written once per pattern of known inputs: ``f(y, 1.0)`` (the second input
+    known, folded in) and ``f(y, z)`` are two functions, though the literal 1.0 equals the second
+    parameter's index."""
+    from jaxrot.kernels import jaxpr_calls
+
+    @jax.jit
+    def f(x, y):
+        for _ in range(60):
+            y = jnp.sin(x * y) + 0.5 * y * x + y
+        return y
+
+    closed = jax.make_jaxpr(lambda y, z: f(y, 1.0) + f(y, z))(1.0, 2.0)
+    g = jaxpr_warp.Source(True)
+    g.functions, g.called = [], jaxpr_calls.calls(closed.jaxpr)
+    y, z = np.empty((), dtype=object), np.empty((), dtype=object)
+    y[()], z[()] = jaxpr_warp.Element("y", "f"), jaxpr_warp.Element("z", "f")
+    jaxpr_warp.restate(g, closed.jaxpr, [], [y, z])
+    assert len(g.functions) == 2 and "def fn0(a0: S):" in g.functions[0] and "def fn1(a0: S, a1: S):" in g.functions[1]
+    assert [line.split("= ")[1] for line in g.lines if "fn" in line] == ["fn0(y)", "fn1(y, z)"]

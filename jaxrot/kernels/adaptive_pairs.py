@@ -66,10 +66,10 @@ def generated_pair(pair, system, dtype):
 
 def attempt_within(pair, system, event, lines: int) -> bool:
     """Whether the attempt generated for a run of ``pair`` with ``system`` (and ``event``) is at most
-    ``lines`` lines long (:func:`jaxrot.kernels.generate.within`: written out no further, nothing
+    ``lines`` lines long (:func:`jaxrot.kernels.generate.written_within`: written out no further, nothing
     compiled); False for what is no pair or cannot be restated."""
     from ..integrators import AbstractPair
-    from .generate import within
+    from .generate import written_within
 
     try:
         obj = pair_object(pair)
@@ -78,7 +78,7 @@ def attempt_within(pair, system, event, lines: int) -> bool:
     dtype = run_dtype(system)
     if not isinstance(obj, AbstractPair) or (event is not None and dense_torque_refusal(system.torque, dtype)):
         return False
-    return within(obj, system, dtype, lines)
+    return written_within(obj, system, dtype, lines)
 
 
 def _generated_refusal(pair, system, event, alone: bool) -> str | None:

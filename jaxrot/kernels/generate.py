@@ -39,7 +39,7 @@ from .jaxpr_calls import calls
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 from . import generate_dh
 
-__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "polish_reason", "within", "SOLVE_FAILED",
+__all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "polish_reason", "written_within", "SOLVE_FAILED",
            "NONFINITE_STATE"]
 
 #: the :class:`jaxrot.RESULTS` codes a generated ``reason`` writes (the driver's, restated: the kernels
@@ -91,7 +91,7 @@ class _TooLong(Exception):
 
 
 class _Bounded(Source):
-    """A source that stops once ``limit`` lines are written (:func:`within`)."""
+    """A source that stops once ``limit`` lines are written (:func:`written_within`)."""
 
     def __init__(self, S64: bool, limit: int):
         super().__init__(S64)
@@ -308,13 +308,13 @@ def lower_pair(pair, system, dtype) -> Lowered:
     return Lowered(key, n_mem, params(pair, system, dtype, traced))
 
 
-#: sources written by :func:`within` (structure key -> what :func:`_generate` returns), checked
+#: sources written by :func:`written_within` (structure key -> what :func:`_generate` returns), checked
 #: by :func:`_lowered` when a run takes them; and the (structure key, limit) pairs found longer or not restated
 _WRITTEN: dict = {}
 _NOT_WITHIN: set = set()
 
 
-def within(method, system, dtype, lines: int, pair: bool = True) -> bool:
+def written_within(method, system, dtype, lines: int, pair: bool = True) -> bool:
     """Whether ``method``'s generated source for ``system`` at ``dtype`` (a pair's attempt,
     :func:`lower_pair`, or with ``pair=False`` its step, :func:`lower`) is at most ``lines`` lines long,
     written out no further than that and not compiled (False where it cannot be restated): a measure of
@@ -377,7 +377,8 @@ def split_weight(key: str) -> float:
     """A generated step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
     body-steps count towards splitting it over the cores (:func:`jaxrot.kernels.host_threads.threads_for`):
     its lines of arithmetic over :data:`STEP_LINES`, at least 1; a line in a ``for`` loop of a known
-    count counts at each pass, a called function's lines at each call (a Newton loop's lines once)."""
+    count counts at each pass, a called function's lines at each call (a Newton loop's lines once, and
+    every case of an ``if``/``elif`` chain, though one runs: an estimate)."""
     cost, total = {}, 0.0
     for block in re.split(r"\n(?=def )", _SOURCES[key][0].strip()):
         name, lines = block[4:block.index("(")], block.splitlines()[1:]
@@ -386,7 +387,8 @@ def split_weight(key: str) -> float:
             indent = len(line) - len(line.lstrip())
             while loops and indent <= loops[-1][0]:
                 loops.pop()
-            n += float(np.prod([m for _, m in loops])) * (1 + sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line))
+            called = sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line)
+            n += float(np.prod([m for _, m in loops])) * (1 + called)
             m = _LOOP.match(line)
             if m:
                 loops.append((indent, int(m.group(1))))

@@ -1,7 +1,7 @@
 """A long called function (a ``jax.jit`` call in the jaxpr, e.g. the exact free flow) restated once as a
 Warp function of its own and called, instead of written out again at every call.
 
-A splitting method composes the exact flow four to ten times per step; written out in place, each
+A splitting method applies the exact flow two to seventeen times per step; written out in place, each
 flow's elliptic functions and rotations are thousands of lines again, and the step passes the
 restatement's length limit (:data:`~jaxrot.kernels.jaxpr_warp.MAX_LINES`). Here the callee's jaxpr is
 restated once per pattern of known inputs (known inputs are folded into it as in place; the others
@@ -36,8 +36,8 @@ def size(jaxpr) -> int:
 
 
 def calls(jaxpr, times: int = 1, out=None) -> dict:
-    """How many times each called jaxpr (by ``id``) is applied in ``jaxpr``: a loop's body counts at
-    each pass of a scan (once for a while loop), every branch of a cond counts."""
+    """``id -> [applications, equations]`` of each jaxpr called in ``jaxpr`` (:func:`size`): a loop's
+    body counts at each pass of a scan (once for a while loop), every branch of a cond counts."""
     out = {} if out is None else out
     for eqn in jaxpr.eqns:
         n = times * (int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1)
@@ -46,19 +46,21 @@ def calls(jaxpr, times: int = 1, out=None) -> dict:
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
                     if eqn.primitive.name in ("pjit", "jit"):
-                        out[id(inner)] = out.get(id(inner), 0) + n
+                        out.setdefault(id(inner), [0, size(inner)])[0] += n
                     calls(inner, n, out)
     return out
 
 
-def outlines(g: Source, jaxpr, consts) -> bool:
-    """Whether a call of ``jaxpr`` is restated as a function of its own in ``g``: a long one applied
-    more than once (``g.called``, :func:`calls`; once, it is written in place, where it folds with
-    what surrounds it)."""
+def outlines(g: Source, jaxpr, consts, ins) -> bool:
+    """Whether a call of ``jaxpr`` on ``ins`` is restated as a function of its own in ``g``: a long one
+    applied more than once (``g.called``, :func:`calls`; once, it is written in place, where it folds
+    with what surrounds it) to inputs not all known."""
     import jax
 
-    return (g.functions is not None and g.called.get(id(jaxpr), 0) > 1
-            and not any(isinstance(c, jax.core.Tracer) for c in consts) and size(jaxpr) >= OUTLINE_EQUATIONS)
+    n, eqns = g.called.get(id(jaxpr), (0, 0))
+    return (g.functions is not None and n > 1 and eqns >= OUTLINE_EQUATIONS
+            and not any(isinstance(c, jax.core.Tracer) for c in consts)
+            and any(e.value is None for x in ins for e in np.asarray(x, dtype=object).reshape(-1)))
 
 
 def call(g: Source, jaxpr, consts, ins: list) -> list:
@@ -66,9 +68,10 @@ def call(g: Source, jaxpr, consts, ins: list) -> list:
     written into ``g.functions`` at its first call with this pattern of known inputs."""
     flat = [e for x in ins for e in np.asarray(x, dtype=object).reshape(-1)]
     first: dict = {}  # an input's code -> its parameter (one parameter for an input passed twice)
-    pattern = []
+    pattern = []  # (a literal's value by its exact text: -0.0 is not 0.0, a NaN matches itself)
     for e in flat:
-        pattern.append((e.kind, e.value) if e.value is not None else (e.kind, first.setdefault(e.code, len(first))))
+        pattern.append(("lit", e.kind, float(e.value).hex() if e.kind == "f" else e.value) if e.value is not None
+                       else ("arg", e.kind, first.setdefault(e.code, len(first))))
     key = (id(jaxpr), tuple(pattern))
     hit = g.outlined.get(key)
     if hit is None:
@@ -106,7 +109,7 @@ def _define(g: Source, jaxpr, consts, ins, flat, pattern):
     for x in ins:
         arr = np.empty(np.shape(x), dtype=object)
         for idx in np.ndindex(arr.shape):
-            e, (kind, p) = next(it)
+            e, (_, kind, p) = next(it)
             arr[idx] = e if e.value is not None else params.setdefault(p, Element(f"a{p}", kind))
         args.append(arr)
     saved = (g.lines, g.cache, g.uses, g.known, g.scope, g.depth)
@@ -116,7 +119,6 @@ def _define(g: Source, jaxpr, consts, ins, flat, pattern):
         body = g.lines
     finally:
         g.lines, g.cache, g.uses, g.known, g.scope, g.depth = saved
-    g.elsewhere += len(body)
     names = {e.code: j for j, e in params.items()}
     plan, rets = [], []
     for e in (e for o in outs for e in np.asarray(o, dtype=object).reshape(-1)):
@@ -128,7 +130,9 @@ def _define(g: Source, jaxpr, consts, ins, flat, pattern):
             plan.append(("ret", e.kind))
             rets.append(e.code)
     name = f"fn{len(g.functions)}"
-    header = ", ".join(f"a{j}: {_TYPE[e.kind]}" for j, e in sorted(params.items()))
-    g.functions.append(f"def {name}({header}):\n" + "".join(x + "\n" for x in body)
-                       + (f"    return {', '.join(rets)}\n" if rets else "    return\n"))
+    if rets:  # (a function whose outputs are all known or its inputs is not written: nothing calls it)
+        g.elsewhere += len(body)
+        header = ", ".join(f"a{j}: {_TYPE[e.kind]}" for j, e in sorted(params.items()))
+        g.functions.append(f"def {name}({header}):\n" + "".join(x + "\n" for x in body)
+                           + f"    return {', '.join(rets)}\n")
     return name, plan

@@ -68,11 +68,17 @@ def _scalar(e: Element) -> np.ndarray:
 
 
 def assign(g: Source, dst: list, src: list):
-    for d, s in zip(dst, src):
-        for a, b in zip(np.asarray(d).reshape(-1), np.asarray(s).reshape(-1)):
-            if a.kind != b.kind:
-                b = convert(g, b, a.kind)
-            g.line(f"{a.code} = {b.code}")
+    """``dst``'s locals set to ``src``'s values: every value read (a local ``dst`` holds copied first,
+    as in a carry's permutation) before any is written, and the expressions of what is written are
+    not reused after."""
+    pairs = [(a, b if a.kind == b.kind else convert(g, b, a.kind))
+             for d, s in zip(dst, src) for a, b in zip(np.asarray(d).reshape(-1), np.asarray(s).reshape(-1))]
+    names = {a.code for a, _ in pairs}
+    pairs = [(a, g.variable(b) if b.code in names and b.code != a.code else b) for a, b in pairs]
+    for a, b in pairs:
+        g.line(f"{a.code} = {b.code}")
+        for key in g.uses.get(a.code, ()):
+            g.cache.pop(key, None)
 
 
 def while_loop(g: Source, p, ins: list) -> list:
@@ -110,15 +116,24 @@ def scan_loop(g: Source, p, ins: list) -> list:
     body_consts = [g.array(c) for c in jaxpr.consts]
     n_ys = len(jaxpr.jaxpr.outvars) - n_carry
     short = length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS
-    if xs and not n_ys and not short and all(_known(x) for x in xs):
-        # known slices (a composition's coefficients): a loop, each slice picked by the pass's index
-        carry, k = _carry(g, init), f"_k{g.n}"
-        g.line(f"for {k} in range({length}):")
-        with g.loop(carry):
-            at = g.emit(f"(int({length - 1}) - {k})", "i") if p.get("reverse") else Element(k, "i")
-            sliced = [pick(g, at, [x[j] for j in range(length)]) for x in xs]
-            assign(g, carry, restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *sliced]))
-        return carry
+    if xs and not n_ys and not short and all(_known(x) and x.flat[0].kind == "f" for x in xs if x.size):
+        # known numbers (a composition's coefficients): a loop, each slice picked by the pass's index,
+        # unless the body needs a slice's value known (a conversion to an index): then unrolled
+        saved = (len(g.lines), g.n, dict(g.cache), {k: set(v) for k, v in g.uses.items()}, dict(g.known),
+                 len(g.lits), g.elsewhere, dict(g.outlined), None if g.functions is None else len(g.functions))
+        try:
+            carry, k = _carry(g, init), f"_k{g.n}"
+            g.line(f"for {k} in range({length}):")
+            with g.loop(carry):
+                at = g.emit(f"(int({length - 1}) - {k})", "i") if p.get("reverse") else Element(k, "i")
+                sliced = [pick(g, at, [x[j] for j in range(length)]) for x in xs]
+                assign(g, carry, restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *sliced]))
+            return carry
+        except Unsupported:
+            del g.lines[saved[0]:], g.lits[saved[5]:]
+            g.n, g.cache, g.uses, g.known, g.elsewhere, g.outlined = saved[1:5] + saved[6:8]
+            if g.functions is not None:
+                del g.functions[saved[8]:]
     if xs or n_ys or short:
         carry, ys = list(init), [None] * length
         # (a reversed scan reads xs and writes ys from the last slice; the loop below never sees k)

@@ -73,7 +73,7 @@ class Source:
         # place), by callee and known inputs, and the lines they hold
         self.functions: list | None = None
         self.outlined: dict = {}
-        self.called: dict = {}  # a callee's id -> its applications (:func:`.jaxpr_calls.calls`)
+        self.called: dict = {}  # a callee's id -> its applications and length (:func:`.jaxpr_calls.calls`)
         self.elsewhere = 0
 
     def emit(self, expr: str, kind: str) -> Element:
@@ -234,7 +234,7 @@ def equation(g: Source, eqn, ins: list) -> list:
         if sub is None:
             raise Unsupported(f"the call primitive {name!r} without a jaxpr")
         jaxpr, consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, ())
-        if name in ("pjit", "jit") and outlines(g, jaxpr, consts):
+        if name in ("pjit", "jit") and outlines(g, jaxpr, consts, ins):
             return call(g, jaxpr, consts, ins)
         return restate(g, jaxpr, [g.array(c) for c in consts], ins)
     if name in _IDENTITY:

@@ -336,7 +336,7 @@ def free_flow(J, state0: State, t) -> State:
     return State(out.R.reshape(batch + (3, 3)), out.Pi.reshape(batch + (3,)))
 
 
-@traced_once  # (a splitting step applies it up to ten times: one trace, one generated function)
+@traced_once  # (a splitting's step applies it up to seventeen times: one trace, one generated function)
 def _free_flow(J, state0: State, t) -> State:
     """One body at one time."""
     return lax.cond(_is_axisymmetric(J), *_branches(inlining()), J, state0, t)

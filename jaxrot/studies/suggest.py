@@ -116,10 +116,11 @@ def _fused_if_available(method: str, problem: Problem):
     from .. import kernels
     from ..driver.executors import FUSED_ADAPTIVE_MAX_LINES, Fused
     from ..integrators import get
-    from ..kernels.generate import within
+    from ..kernels.generate import written_within
 
     m, system = get(method), problem.system
-    short = kernels.have_warp() and within(m, system, kernels.run_dtype(system), FUSED_ADAPTIVE_MAX_LINES, False)
+    dtype = kernels.run_dtype(system)
+    short = kernels.have_warp() and written_within(m, system, dtype, FUSED_ADAPTIVE_MAX_LINES, pair=False)
     return Fused() if short and kernels.supports(m, system) else None
 
 
