@@ -198,9 +198,9 @@ def test_a_step_traced_with_its_calls_is_written_as_the_step_traced_in_place(mon
 
 @jax.jit
 def _euler_substeps(Pi, J, h):
-    """Euler's equations by 40 explicit substeps: a called function long enough to be outlined."""
-    for _ in range(40):
-        Pi = Pi + (h / 40) * jnp.cross(Pi, Pi / J)
+    """Euler's equations by 100 explicit substeps: a called function long enough to be outlined."""
+    for _ in range(100):
+        Pi = Pi + (h / 100) * jnp.cross(Pi, Pi / J)
     return Pi
 
 

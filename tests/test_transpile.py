@@ -514,7 +514,7 @@ def test_a_long_function_called_with_a_known_and_an_unknown_argument_is_two_func
 
     @jax.jit
     def f(x, y):
-        for _ in range(60):
+        for _ in range(200):
             y = jnp.sin(x * y) + 0.5 * y * x + y
         return y
 

@@ -16,8 +16,9 @@ import numpy as np
 from .jaxpr_warp import Element, Source, restate
 
 #: a called jaxpr of at least this many equations (counting those of its loops and branches) is
-#: restated as a function of its own (SO(3)'s traced-once functions have tens, the exact flow hundreds)
-OUTLINE_EQUATIONS = 200
+#: restated as a function of its own (SO(3)'s traced-once functions have at most a few hundred, kept in
+#: place where their known operands fold; the exact flow about 1 800)
+OUTLINE_EQUATIONS = 1000
 
 _TYPE = {"f": "S", "i": "int", "b": "bool"}
 
