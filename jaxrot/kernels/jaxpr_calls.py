@@ -23,17 +23,18 @@ OUTLINE_EQUATIONS = 1000
 _TYPE = {"f": "S", "i": "int", "b": "bool"}
 
 
+def _inner(eqn):
+    """The jaxprs in ``eqn``'s parameters (a call's, a loop's body and condition, a cond's branches)."""
+    for v in eqn.params.values():
+        for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+            inner = getattr(sub, "jaxpr", sub)
+            if hasattr(inner, "eqns"):
+                yield inner
+
+
 def size(jaxpr) -> int:
     """The equations of ``jaxpr`` and of the jaxprs in its equations' parameters."""
-    n = 0
-    for eqn in jaxpr.eqns:
-        n += 1
-        for v in eqn.params.values():
-            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    n += size(inner)
-    return n
+    return sum(1 + sum(size(inner) for inner in _inner(eqn)) for eqn in jaxpr.eqns)
 
 
 def calls(jaxpr, times: int = 1, out=None) -> dict:
@@ -42,13 +43,10 @@ def calls(jaxpr, times: int = 1, out=None) -> dict:
     out = {} if out is None else out
     for eqn in jaxpr.eqns:
         n = times * (int(eqn.params["length"]) if eqn.primitive.name == "scan" else 1)
-        for v in eqn.params.values():
-            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    if eqn.primitive.name in ("pjit", "jit"):
-                        out.setdefault(id(inner), [0, size(inner)])[0] += n
-                    calls(inner, n, out)
+        for inner in _inner(eqn):
+            if eqn.primitive.name in ("pjit", "jit"):
+                out.setdefault(id(inner), [0, size(inner)])[0] += n
+            calls(inner, n, out)
     return out
 
 
