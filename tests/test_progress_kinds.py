@@ -146,6 +146,35 @@ def test_a_long_call_still_gives_a_line_every_interval(monkeypatch):
     assert out.lines == []
 
 
+@pytest.mark.parametrize("kind", ["constant", "adaptive"])
+def test_the_preparation_is_reported_before_the_compilation(monkeypatch, kind):
+    """Choosing the executor (a fused kernel's source written and checked: seconds on a first call) is
+    reported while it lasts, made to last 1 s here, before the compilation's lines."""
+    from jaxrot.driver import simulate as simulate_module
+
+    chosen = simulate_module.choose_executor
+
+    def slow(*args):
+        time.sleep(1.0)
+        return chosen(*args)
+
+    monkeypatch.setattr(simulate_module, "choose_executor", slow)
+    monkeypatch.setattr(progress, "LINE_INTERVAL", INTERVAL)
+    out = _Lines()
+    monkeypatch.setattr(sys, "stderr", out)
+    start = time.perf_counter()
+    if kind == "constant":
+        jaxrot.simulate("rk4", P, 1e-3, 100, executor=jaxrot.XLA(), progress=jaxrot.TextProgressMeter())
+    else:
+        jaxrot.simulate("buss4(3)", P, t1=0.1, stepsize=jaxrot.Adaptive(1e-6, 1e-6), executor=jaxrot.XLA(),
+                        progress=jaxrot.TextProgressMeter())
+    monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+    text = [line for _, line in out.lines]
+    first_compiled = next(i for i, line in enumerate(text) if line.startswith("compiled in"))
+    assert text[0].startswith("preparing") and out.lines[0][0] - start < 1.0, out.lines
+    assert all(not line.startswith("preparing") for line in text[first_compiled:]), text
+
+
 def test_no_meter_no_lines_and_quiet_silences_a_meter(monkeypatch, capsys):
     monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)
     jaxrot.simulate("rk4", P, 1e-3, 2000, saveat=jaxrot.SaveAt(t0=False))

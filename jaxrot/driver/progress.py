@@ -103,8 +103,7 @@ def reporting(report, *inputs):
     """Within, :func:`active` is ``report`` (the run's executor reports to it) and a line comes at least
     every :data:`LINE_INTERVAL`; closed at the end. A run whose ``inputs`` hold a tracer (part of
     someone's ``jit``/``grad``/``vmap``: it runs when their program does) reports nothing."""
-    if report is not None and not all(map(is_concrete, jax.tree_util.tree_leaves(inputs))):
-        report = None
+    report = _live(report, inputs)
     token = _ACTIVE.set(report)
     try:
         if report is not None:
@@ -115,6 +114,23 @@ def reporting(report, *inputs):
         _ACTIVE.reset(token)
         if report is not None:
             report.close()
+
+
+def _live(report, inputs):
+    """``report``, or None where ``inputs`` hold a tracer (the run is part of someone's program)."""
+    if report is not None and not all(map(is_concrete, jax.tree_util.tree_leaves(inputs))):
+        return None
+    return report
+
+
+@contextlib.contextmanager
+def preparing(report, *inputs):
+    """Within (the executor chosen: a fused kernel's source written and checked, which takes seconds
+    on a first call), a line at least every :data:`LINE_INTERVAL` says the run is being prepared, where
+    :func:`reporting` would report."""
+    report = _live(report, inputs)
+    with report.waiting("preparing") if report is not None else contextlib.nullcontext():
+        yield
 
 
 def active():

@@ -38,7 +38,7 @@ from .lean_jit import Bound
 from .loop import InvariantMonitor
 from .precision import full_precision
 from . import replay
-from .progress import progress_report, reporting, span_report
+from .progress import preparing, progress_report, reporting, span_report
 from .results import Provenance, Trajectory, invalid_marked
 from .saveat import SaveAt
 from .tolerance import reachable_over_span, turned_angle, turning_angle, warn_turned
@@ -188,7 +188,8 @@ def simulate(method, problem: Problem, dt=None, n_steps: int | None = None, *, t
         adjoint = adjoint_for(adjoint, jax.tree_util.tree_leaves((system, state0, dt, t0, event)))
     spec = RunSpec(method, system, state0, dt, t0, n_steps, every, monitor, unroll, stacked, final_only, report, event,
                    adjoint)
-    runner = choose_executor(executor, spec)
+    with preparing(report, spec.system, spec.state0, spec.dt, spec.t0, event):
+        runner = choose_executor(executor, spec)
     ts_out = None
     if saveat.ts is not None:
         ts_out = jnp.asarray(_output_times(saveat, float(t0), float(t0) + n_steps * float(dt), dt.dtype), dt.dtype)
@@ -355,8 +356,9 @@ def _adaptive(method, problem, controller, dt0, t0, t1, state0, saveat, event, a
                                event is not None and event.terminal, where)
     spec = AttemptSpec(pair, system, state0, t0, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), dt0,
                        local.max_steps, adjoint, monitor, event, every, saveat.dense, stacked)
-    runner = choose_executor(executor, spec)
     report = span_report(progress, t0, targets[-1], state0.R.shape[0] if state0.R.ndim == 3 else None)
+    with preparing(report, spec):
+        runner = choose_executor(executor, spec)
     extra_counts = check = None
     if isinstance(controller, GlobalError):
         # errors against the tolerance asked, where it was raised to the floor before the calibration
