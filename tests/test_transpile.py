@@ -493,6 +493,26 @@ def test_a_scan_over_known_slices_is_one_loop_each_slice_picked_by_the_pass():
     np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-12, atol=1e-13)
 
 
+def test_a_fori_loop_over_its_carry_is_one_loop_unless_its_count_is_an_index():
+    """An AGM-like ``fori_loop`` (16 passes of a few equations, the carry the state's) is a Warp loop;
+    one whose body makes the pass's count an index is written out pass by pass; both equal JAX."""
+    def agm(t, R, Pi):
+        a, b = lax.fori_loop(0, 16, lambda i, ab: ((ab[0] + ab[1]) / 2, jnp.sqrt(ab[0] * ab[1])),
+                             (1.0 + Pi[0] ** 2, 1.0 + R[0, 1] ** 2))
+        return jnp.stack([a, b, a - b])
+
+    def indexed(t, R, Pi):
+        return lax.fori_loop(0, 16, lambda i, x: x.at[i % 3].multiply(0.9) + 0.01 * x[(i + 1) % 3], Pi)
+
+    t, R, Pi = _points(np.float64)
+    for fn, loops in ((agm, 1), (indexed, 0)):
+        torque = jaxrot.Torque(fn)
+        src = transpile._SOURCES[transpile.lower(torque, np.float64).key][0]
+        assert src.count("for _k") == loops, src
+        want = np.asarray(jax.vmap(fn)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
+        np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-14, atol=1e-15)
+
+
 def test_a_loop_that_permutes_its_carry_reads_every_value_before_writing():
     """``(a, b) -> (b / 2, a)`` in a while loop: each pass reads both before either is assigned."""
     def fn(t, R, Pi):

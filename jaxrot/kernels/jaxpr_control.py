@@ -105,49 +105,59 @@ def while_loop(g: Source, p, ins: list) -> list:
 #: a scan is unrolled up to this many equations in all (a loop with per-iteration outputs, or inputs
 #: known only when the step runs, must be unrolled: the elements are locals, not arrays)
 UNROLL_EQNS = 4000
+#: a scan over its carry alone (a ``fori_loop``: the exact flow's elliptic integrals and AGM, 16
+#: passes of a few equations each) is a loop from this many equations in all: unrolled, the flow
+#: was four times as long, for no known operand to fold (the carry is the state's)
+UNROLL_CARRY_EQNS = 64
+
+
+def _snapshot(g: Source):
+    """What :func:`_restore` needs to undo what ``g`` writes after this point."""
+    return (len(g.lines), g.n, dict(g.cache), {k: set(v) for k, v in g.uses.items()}, dict(g.known), len(g.lits),
+            g.elsewhere, dict(g.outlined), None if g.functions is None else len(g.functions))
+
+
+def _restore(g: Source, saved) -> None:
+    del g.lines[saved[0]:], g.lits[saved[5]:]
+    g.n, g.cache, g.uses, g.known, g.elsewhere, g.outlined = saved[1:5] + saved[6:8]
+    if g.functions is not None:
+        del g.functions[saved[8]:]
 
 
 def scan_loop(g: Source, p, ins: list) -> list:
     """``lax.scan``: unrolled where it writes per-iteration slices, reads slices known only when the
-    step runs, or is short; else a ``for`` loop over the carry (known slices picked by the pass)."""
+    step runs, or is short; else a ``for`` loop over the carry (known slices picked by the pass). A loop
+    whose body needs a value known that the loop leaves unknown (a slice or the pass's count converted
+    to an index) is undone and unrolled."""
     jaxpr = p["jaxpr"]
     length, n_consts, n_carry = int(p["length"]), int(p["num_consts"]), int(p["num_carry"])
     consts, init, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
     body_consts = [g.array(c) for c in jaxpr.consts]
     n_ys = len(jaxpr.jaxpr.outvars) - n_carry
-    short = length * len(jaxpr.jaxpr.eqns) <= UNROLL_EQNS
-    if xs and not n_ys and not short and all(_known(x) and x.flat[0].kind == "f" for x in xs if x.size):
-        # known numbers (a composition's coefficients): a loop, each slice picked by the pass's index,
-        # unless the body needs a slice's value known (a conversion to an index): then unrolled
-        saved = (len(g.lines), g.n, dict(g.cache), {k: set(v) for k, v in g.uses.items()}, dict(g.known),
-                 len(g.lits), g.elsewhere, dict(g.outlined), None if g.functions is None else len(g.functions))
+    unrolled = length * len(jaxpr.jaxpr.eqns)
+    looped = not n_ys and (unrolled > UNROLL_EQNS if xs else unrolled > UNROLL_CARRY_EQNS and length > 1)
+    if looped and all(_known(x) and x.flat[0].kind == "f" for x in xs if x.size):
+        # (known slices, a composition's coefficients: each picked by the pass's index)
+        saved = _snapshot(g)
         try:
             carry, k = _carry(g, init), f"_k{g.n}"
             g.line(f"for {k} in range({length}):")
             with g.loop(carry):
-                at = g.emit(f"(int({length - 1}) - {k})", "i") if p.get("reverse") else Element(k, "i")
-                sliced = [pick(g, at, [x[j] for j in range(length)]) for x in xs]
+                sliced = []
+                if xs:
+                    at = g.emit(f"(int({length - 1}) - {k})", "i") if p.get("reverse") else Element(k, "i")
+                    sliced = [pick(g, at, [x[j] for j in range(length)]) for x in xs]
                 assign(g, carry, restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *sliced]))
             return carry
         except Unsupported:
-            del g.lines[saved[0]:], g.lits[saved[5]:]
-            g.n, g.cache, g.uses, g.known, g.elsewhere, g.outlined = saved[1:5] + saved[6:8]
-            if g.functions is not None:
-                del g.functions[saved[8]:]
-    if xs or n_ys or short:
-        carry, ys = list(init), [None] * length
-        # (a reversed scan reads xs and writes ys from the last slice; the loop below never sees k)
-        for k in (reversed(range(length)) if p.get("reverse") else range(length)):
-            out = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *[x[k] for x in xs]])
-            carry, ys[k] = out[:n_carry], out[n_carry:]
-        stacked = [np.stack([y[j] for y in ys]) if ys else np.empty((0,), dtype=object) for j in range(n_ys)]
-        return [*carry, *stacked]
-    carry = _carry(g, init)
-    g.line(f"for _k{g.n} in range({length}):")
-    with g.loop(carry):
-        new = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry])
-        assign(g, carry, new)
-    return carry
+            _restore(g, saved)
+    carry, ys = list(init), [None] * length
+    # (a reversed scan reads xs and writes ys from the last slice; the loop below never sees k)
+    for k in (reversed(range(length)) if p.get("reverse") else range(length)):
+        out = restate(g, jaxpr.jaxpr, body_consts, [*consts, *carry, *[x[k] for x in xs]])
+        carry, ys[k] = out[:n_carry], out[n_carry:]
+    stacked = [np.stack([y[j] for y in ys]) if ys else np.empty((0,), dtype=object) for j in range(n_ys)]
+    return [*carry, *stacked]
 
 
 _LAYOUT = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "transpose", "rev", "slice", "concatenate",
