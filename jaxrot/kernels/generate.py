@@ -7,8 +7,7 @@ functions of one body, the pieces the fused loop template (:func:`jaxrot.kernels
 calls::
 
     init(R, Pi, J, P, h) -> A                  the method's memory, flattened into a vector A
-    step(R, Pi, A, t, h, J, P) -> (R, Pi, A)   one step (the torque, jvp'd derivatives, Newton loops
-                                               and all, as the jaxpr has them)
+    step(R, Pi, A, t, h, J, P) -> (R, Pi, A)   one step (torque, derivatives, loops, as in the jaxpr)
     reason(Pi, A) -> int                       the step's RESULTS code (non-finite state, failed solve)
 
 ``P`` holds the array leaves of the method and of the system (the body's moments, the torque's
@@ -42,8 +41,8 @@ from . import generate_dh
 __all__ = ["Unsupported", "Lowered", "lower", "reason", "funcs", "polish_reason", "written_within", "SOLVE_FAILED",
            "NONFINITE_STATE"]
 
-#: the :class:`jaxrot.RESULTS` codes a generated ``reason`` writes (the driver's, restated: the kernels
-#: sit below the driver; ``tests/test_kernels_generated.py`` checks they are the same)
+#: the :class:`jaxrot.RESULTS` codes a generated ``reason`` writes (the driver's, restated below it;
+#: ``tests/test_kernels_generated.py`` checks they are the same)
 SOLVE_FAILED = 1
 NONFINITE_STATE = 2
 
@@ -59,9 +58,8 @@ class Lowered:
     params: object
 
 
-#: a generated source of up to this many lines counts as the cheapest kernels' body-step (``buss2p``'s
-#: has about 500, ``rk4``'s about 400) towards splitting a batch over the cores; ``rkmk8``'s, about
-#: twice as long, counts twice (as its body-step costs, docs/benchmarks.md "Fused kernels")
+#: a source of up to this many lines counts as the cheapest kernels' body-step (``buss2p``'s ~500) in
+#: splitting a batch over the cores; ``rkmk8``'s twice (as it costs, docs/benchmarks.md "Fused kernels")
 STEP_LINES = 1000
 
 #: key -> (source, literals, memory length, whether the step statistics are constant)
@@ -87,7 +85,7 @@ def _uses(jaxpr, var) -> bool:
 
 
 class _TooLong(Exception):
-    pass
+    """More lines written than :class:`_Bounded`'s limit."""
 
 
 class _Bounded(Source):
@@ -308,8 +306,8 @@ def lower_pair(pair, system, dtype) -> Lowered:
     return Lowered(key, n_mem, params(pair, system, dtype, traced))
 
 
-#: sources written by :func:`written_within` (structure key -> what :func:`_generate` returns), checked
-#: by :func:`_lowered` when a run takes them; and the (structure key, limit) pairs found longer or not restated
+#: sources written by :func:`written_within` (structure key -> what :func:`_generate` returns; checked by
+#: :func:`_lowered` when a run takes them), and the (structure key, limit) pairs found longer or refused
 _WRITTEN: dict = {}
 _NOT_WITHIN: set = set()
 
@@ -318,7 +316,7 @@ def written_within(method, system, dtype, lines: int, pair: bool = True) -> bool
     """Whether ``method``'s generated source for ``system`` at ``dtype`` (a pair's attempt,
     :func:`lower_pair`, or with ``pair=False`` its step, :func:`lower`) is at most ``lines`` lines long,
     written out no further than that and not compiled (False where it cannot be restated): a measure of
-    what a first fused run compiles, cheap to take once more."""
+    what a first fused run compiles, cheap to take once more (:func:`_counted`'s ``compiled``)."""
     ck = _cache_key(method, system, dtype, pair)
     hit = _LOWERED.get(ck) if ck is not None else None
     if hit is None and ck is not None:
@@ -336,7 +334,7 @@ def written_within(method, system, dtype, lines: int, pair: bool = True) -> bool
             return False
         if ck is not None and not hit[2]:
             _WRITTEN[ck] = hit
-    return not isinstance(hit, Unsupported) and _SOURCES[hit[0]][0].count("\n") <= lines
+    return not isinstance(hit, Unsupported) and _counted(_SOURCES[hit[0]][0])[1] <= lines
 
 
 def pair_reason(pair, system, dtype, alone: bool = False) -> str | None:
@@ -373,28 +371,36 @@ _CALLED = re.compile(r"^def (fn\d+)\(", re.M)
 _LOOP = re.compile(r"\s*for \w+ in range\((\d+)\):")
 
 
-def split_weight(key: str) -> float:
-    """A generated step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
-    body-steps count towards splitting it over the cores (:func:`jaxrot.kernels.host_threads.threads_for`):
-    its lines of arithmetic over :data:`STEP_LINES`, at least 1; a line in a ``for`` loop of a known
-    count counts at each pass, a called function's lines at each call (a Newton loop's lines once, and
-    every case of an ``if``/``elif`` chain, though one runs: an estimate)."""
-    cost, total = {}, 0.0
-    for block in re.split(r"\n(?=def )", _SOURCES[key][0].strip()):
+def _counted(src: str) -> tuple:
+    """``(run, compiled)``: a source's lines, one in a ``for`` loop of a known count at each pass (short
+    loops compile as if unrolled: the exact flow's as long), ``run`` outside the called functions
+    (``fnK``) with a function's lines at each call, ``compiled`` with each function's once."""
+    cost, run, compiled = {}, 0.0, 0.0
+    for block in re.split(r"\n(?=def )", src.strip()):
         name, lines = block[4:block.index("(")], block.splitlines()[1:]
-        n, loops = 0.0, []  # (indentation, passes) of the loops around the line
+        n, own, loops = 0.0, 0.0, []  # (indentation, passes) of the loops around the line
         for line in lines:
             indent = len(line) - len(line.lstrip())
             while loops and indent <= loops[-1][0]:
                 loops.pop()
             called = sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line)
-            n += float(np.prod([m for _, m in loops])) * (1 + called)
+            passes = float(np.prod([m for _, m in loops]))
+            n, own = n + passes * (1 + called), own + passes
             m = _LOOP.match(line)
             if m:
                 loops.append((indent, int(m.group(1))))
         cost[name] = n
-        total += 0 if _CALLED.match(block) else n
-    return max(1.0, total / STEP_LINES)
+        run += 0 if _CALLED.match(block) else n
+        compiled += own
+    return run, compiled
+
+
+def split_weight(key: str) -> float:
+    """A generated step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
+    body-steps count towards splitting it over the cores (:func:`jaxrot.kernels.host_threads.threads_for`):
+    its ``run`` lines (:func:`_counted`) over :data:`STEP_LINES`, at least 1 (a Newton loop's lines once,
+    every case of an ``if``/``elif`` chain though one runs: an estimate)."""
+    return max(1.0, _counted(_SOURCES[key][0])[0] / STEP_LINES)
 
 
 def params(method, system, dtype, traced=()):
