@@ -493,6 +493,30 @@ def test_a_scan_over_known_slices_is_one_loop_each_slice_picked_by_the_pass():
     np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-12, atol=1e-13)
 
 
+def test_a_cond_computes_the_taken_branch_only():
+    """``lax.cond``/``lax.switch`` on an index known when the step runs: one ``if``/``elif`` block per
+    branch (the costly branch, a loop here, is not computed where the cheap one is taken), the index
+    clamped as JAX clamps it; equal to JAX."""
+    def costly(x):
+        return lax.fori_loop(0, 16, lambda i, y: jnp.sqrt(y * y + 1.0) - 0.5, x)
+
+    def fn(t, R, Pi):
+        y = lax.cond(Pi[0] > 0.0, lambda x: (costly(x), 2.0), lambda x: (-x, 3.0), Pi[1])
+        k = jnp.sum(R[0, 0] > jnp.array([-0.6, -0.2, 0.2, 0.6])) - 1  # (-1 to 3: below 0 and past the last)
+        z = lax.switch(k, [lambda x: x + 1.0, lambda x: x * x, lambda x: jnp.sin(x)], Pi[2])
+        return jnp.stack([y[0], y[1] * z, t + y[1]])
+
+    t, R, Pi = _points(np.float64)
+    Pi = Pi * np.where(np.arange(len(Pi)) % 2, 1.0, -1.0)[:, None]  # (both branches taken)
+    R = R * np.linspace(-1.0, 1.0, len(R))[:, None, None]
+    torque = jaxrot.Torque(fn)
+    src = transpile._SOURCES[transpile.lower(torque, np.float64).key][0]
+    assert src.count("for _k") == 1 and src.count("<= int(0):") == 2 and src.count("else:") == 2, src
+    assert set(np.asarray(R)[:, 0, 0] > 0.6) == set(np.asarray(R)[:, 0, 0] < -0.6) == {True, False}
+    want = np.asarray(jax.vmap(fn)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
+    np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-14, atol=1e-15)
+
+
 def test_a_fori_loop_over_its_carry_is_one_loop_unless_its_count_is_an_index():
     """An AGM-like ``fori_loop`` (16 passes of a few equations, the carry the state's) is a Warp loop;
     one whose body makes the pass's count an index is written out pass by pass; both equal JAX."""

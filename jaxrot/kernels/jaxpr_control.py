@@ -81,6 +81,31 @@ def assign(g: Source, dst: list, src: list):
             g.cache.pop(key, None)
 
 
+def cond(g: Source, p, ins: list) -> list:
+    """``lax.cond``: the branch the index picks, where it is known; else one ``if``/``elif`` block per
+    branch, only the taken one computed when the step runs (the exact flow's elliptic branch is most of
+    a splitting's step, and skipped for an axisymmetric body)."""
+    branches = p["branches"]
+    index, ops = np.asarray(ins[0]).reshape(()).item(), ins[1:]
+    if index.value is not None or index.code in g.known:
+        k = int(index.value if index.value is not None else g.known[index.code])
+        b = branches[min(max(k, 0), len(branches) - 1)]
+        return restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops)
+    outs = [np.empty(tuple(v.aval.shape), dtype=object) for v in branches[0].jaxpr.outvars]
+    for v, out in zip(branches[0].jaxpr.outvars, outs):
+        kind = kind_of(v.aval.dtype)
+        for idx in np.ndindex(out.shape):
+            out[idx] = g.variable(g.literal(False if kind == "b" else 0, kind))
+    for k, b in enumerate(branches):
+        # (lax.cond clamps the index: below 0 the first branch, past the last the last)
+        g.line("else:" if k == len(branches) - 1 else f"if {index.code} <= int(0):" if k == 0
+               else f"elif {index.code} == int({k}):")
+        with g.loop([]):
+            res = restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops)
+            assign(g, outs, [np.broadcast_to(np.asarray(r), o.shape) for r, o in zip(res, outs)])
+    return outs
+
+
 def while_loop(g: Source, p, ins: list) -> list:
     """``lax.while_loop``: the carry in locals, the condition computed before the loop and again at
     the end of each pass (Warp compiles a dynamic ``while``)."""

@@ -239,10 +239,8 @@ def equation(g: Source, eqn, ins: list) -> list:
         return restate(g, jaxpr, [g.array(c) for c in consts], ins)
     if name in _IDENTITY:
         return list(ins)
-    if name == "cond":  # every branch evaluated (they are pure), the outputs selected by the index
-        index, ops = ins[0], ins[1:]
-        results = [restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops) for b in p["branches"]]
-        return [pick(g, np.asarray(index).reshape(()).item(), [r[k] for r in results]) for k in range(len(outs))]
+    if name == "cond":
+        return cond(g, p, ins)
     if name == "sign":  # (wp.sign(0) is 1; lax.sign is 0 at 0, -0 at -0 and NaN at NaN: x * 0 there)
         z, o = ("S(0.0)", "S(1.0)") if kind == "f" else ("int(0)", "int(1)")
         rest = f"({{0}} * {z})" if kind == "f" else z
@@ -436,5 +434,5 @@ def restate(g: Source, jaxpr, consts: list, args: list) -> list:
 from .jaxpr_algebra import arg_extremum, binary, dot_general, extremum, integer_pow, reduce, unary  # noqa: E402
 from .jaxpr_branches import branches, plan  # noqa: E402
 from .jaxpr_calls import call, outlines  # noqa: E402
-from .jaxpr_control import by_index, fold, pad, reduce_precision, scan_loop, while_loop  # noqa: E402
+from .jaxpr_control import by_index, cond, fold, pad, reduce_precision, scan_loop, while_loop  # noqa: E402
 from .jaxpr_ordering import ORDERING  # noqa: E402
