@@ -12,7 +12,7 @@ Figures (buss2p, fast top, float64, every CPU core a device): the wall time of a
 median of 15 calls) on the asymmetric top, the gravity-gradient satellite, Buss's prescribed
 momentum and the free body at h = 1e-2, and on these and the slow top at the step of the precision
 suite's rkmk8 rows at 1e-6. ``--what flows``: the same for the exact flow and two splittings on it
-(:data:`FLOWS`), with the seconds of their first fused run. ``--what first-call``: the seconds of a first call (16 heavy tops)
+(:data:`FLOWS`), with the seconds of their first fused run and the XLA executor's time. ``--what first-call``: the seconds of a first call (16 heavy tops)
 in a process of its own with Warp's kernel folder empty and JAX's compilation cache off
 (:data:`FIRST_CALLS`: a pair, a pair with an event, constant steps with an event, a suggestion and its
 run, and on the XLA executor a gradient of constant steps and of error control, an implicit method's
@@ -117,8 +117,9 @@ FLOWS = {"exact_free": "free_body_mz", "saba2": "fast_top", "sbab3": "fast_top"}
 
 def measure_flows(repo: str) -> dict:
     """CPU time per body-step of the fused kernels of :data:`FLOWS` (300 bodies, 100 steps at h = 1e-2,
-    median of 7 calls), and the seconds of the first fused run in the process (the source written and
-    checked; compiled where Warp's kernel folder does not hold it yet: the first round)."""
+    median of 7 calls) and of the same run on the XLA executor, and the seconds of the first fused run
+    in the process (the source written and checked; compiled where Warp's kernel folder does not hold
+    it yet: the first round)."""
     sys.path.insert(0, repo)
     import jax
 
@@ -146,6 +147,15 @@ def measure_flows(repo: str) -> dict:
             run(S).block_until_ready()
             ts.append(time.process_time() - t0)
         out[f"{name} us/body-step"] = 1e6 * float(np.median(ts)) / (B * n)
+        xla = jax.jit(lambda S, p=p, name=name: jaxrot.simulate(name, p, 1e-2, n, state0=S, executor=jaxrot.XLA(),
+                                                                saveat=jaxrot.SaveAt(t0=False)).final.R)
+        xla(S).block_until_ready()
+        ts = []
+        for _ in range(7):
+            t0 = time.process_time()
+            xla(S).block_until_ready()
+            ts.append(time.process_time() - t0)
+        out[f"{name} XLA us/body-step"] = 1e6 * float(np.median(ts)) / (B * n)
     return out
 
 

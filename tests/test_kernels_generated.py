@@ -13,7 +13,7 @@ import pytest
 import jaxrot
 from jaxrot import State, integrators, kernels, so3
 from jaxrot.driver import failures
-from jaxrot.kernels import adaptive, adaptive_pairs, generate
+from jaxrot.kernels import adaptive, adaptive_pairs, generate, generate_vjp
 
 from .helpers import user_pair
 
@@ -239,3 +239,7 @@ def test_a_long_called_function_is_one_warp_function_called_at_each_use(monkeypa
     top = jaxrot.problems.get("fast_top").system
     thrice = generate._SOURCES[generate._generate(integrators.get("saba2"), top, jnp.float64)[0]][0]
     assert "def fn" not in once and thrice.count("def fn") == 1 and thrice.count("fn0(") == 4
+    # the flow's short loops are one loop each, counted at each pass for what compiling costs: the
+    # splitting's forward-mode derivative is refused where, written out, it would be past the limit
+    assert once.count("for _k") >= 3 and jaxpr_calls.counted_lines(once)[1] > 3 * once.count("\n")
+    assert "its loops counted at each pass" in generate_vjp.vjp_reason(integrators.get("saba2"), top, jnp.float64, "jvp")

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 
 import numpy as np
 
 from .jaxpr_inputs import as_float, elements, jaxpr_of, named, source_key, state, structure_key, warp_functions
-from .jaxpr_calls import calls
+from .jaxpr_calls import calls, counted_lines, function_names
 from .jaxpr_warp import Source, Unsupported, kind_of, restate
 from . import generate_dh
 
@@ -316,7 +315,7 @@ def written_within(method, system, dtype, lines: int, pair: bool = True) -> bool
     """Whether ``method``'s generated source for ``system`` at ``dtype`` (a pair's attempt,
     :func:`lower_pair`, or with ``pair=False`` its step, :func:`lower`) is at most ``lines`` lines long,
     written out no further than that and not compiled (False where it cannot be restated): a measure of
-    what a first fused run compiles, cheap to take once more (:func:`_counted`'s ``compiled``)."""
+    what a first fused run compiles, cheap to take once more (:func:`~jaxrot.kernels.jaxpr_calls.counted_lines`'s ``compiled``)."""
     ck = _cache_key(method, system, dtype, pair)
     hit = _LOWERED.get(ck) if ck is not None else None
     if hit is None and ck is not None:
@@ -334,7 +333,7 @@ def written_within(method, system, dtype, lines: int, pair: bool = True) -> bool
             return False
         if ck is not None and not hit[2]:
             _WRITTEN[ck] = hit
-    return not isinstance(hit, Unsupported) and _counted(_SOURCES[hit[0]][0])[1] <= lines
+    return not isinstance(hit, Unsupported) and counted_lines(_SOURCES[hit[0]][0])[1] <= lines
 
 
 def pair_reason(pair, system, dtype, alone: bool = False) -> str | None:
@@ -367,40 +366,12 @@ def lower(method, system, dtype) -> Lowered:
     return Lowered(key, n_mem, params(method, system, dtype, traced))
 
 
-_CALLED = re.compile(r"^def (fn\d+)\(", re.M)
-_LOOP = re.compile(r"\s*for \w+ in range\((\d+)\):")
-
-
-def _counted(src: str) -> tuple:
-    """``(run, compiled)``: a source's lines, one in a ``for`` loop of a known count at each pass (short
-    loops compile as if unrolled: the exact flow's as long), ``run`` outside the called functions
-    (``fnK``) with a function's lines at each call, ``compiled`` with each function's once."""
-    cost, run, compiled = {}, 0.0, 0.0
-    for block in re.split(r"\n(?=def )", src.strip()):
-        name, lines = block[4:block.index("(")], block.splitlines()[1:]
-        n, own, loops = 0.0, 0.0, []  # (indentation, passes) of the loops around the line
-        for line in lines:
-            indent = len(line) - len(line.lstrip())
-            while loops and indent <= loops[-1][0]:
-                loops.pop()
-            called = sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line)
-            passes = float(np.prod([m for _, m in loops]))
-            n, own = n + passes * (1 + called), own + passes
-            m = _LOOP.match(line)
-            if m:
-                loops.append((indent, int(m.group(1))))
-        cost[name] = n
-        run += 0 if _CALLED.match(block) else n
-        compiled += own
-    return run, compiled
-
-
 def split_weight(key: str) -> float:
     """A generated step's cost relative to the cheapest kernels' (``buss2p``), by which a CPU batch's
     body-steps count towards splitting it over the cores (:func:`jaxrot.kernels.host_threads.threads_for`):
-    its ``run`` lines (:func:`_counted`) over :data:`STEP_LINES`, at least 1 (a Newton loop's lines once,
+    its ``run`` lines (:func:`~jaxrot.kernels.jaxpr_calls.counted_lines`) over :data:`STEP_LINES`, at least 1 (a Newton loop's lines once,
     every case of an ``if``/``elif`` chain though one runs: an estimate)."""
-    return max(1.0, _counted(_SOURCES[key][0])[0] / STEP_LINES)
+    return max(1.0, counted_lines(_SOURCES[key][0])[0] / STEP_LINES)
 
 
 def params(method, system, dtype, traced=()):
@@ -438,7 +409,7 @@ def _compiled_env(S, key: str) -> dict:
     from ._common import warp
 
     src, lits, n_mem, _ = _SOURCES[key]
-    names = [n for n in ("init", "step", "reason", "attempt") if f"def {n}(" in src] + _CALLED.findall(src)
+    names = [n for n in ("init", "step", "reason", "attempt") if f"def {n}(" in src] + function_names(src)
     return warp_functions(S, src, lits, f"method-{key}", names, A_T=warp().types.vector(n_mem, S))
 
 

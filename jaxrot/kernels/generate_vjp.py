@@ -36,7 +36,8 @@ import numpy as np
 
 from .generate_pieces import argument, write
 from .jaxpr_inputs import jaxpr_of, source_key, structure_key, warp_functions
-from .jaxpr_warp import Source, Unsupported
+from .jaxpr_calls import counted_lines
+from .jaxpr_warp import MAX_LINES, Source, Unsupported
 
 __all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "recomputes",
            "KINDS",
@@ -207,6 +208,9 @@ def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
         head = ", ".join(f"{a}: {types[ty]}" for a, ty in zip(names, tys))
         parts.append(write(name, head, closed, ins, None, g=g, types=outs_t)[0])
     src = "\n\n".join(parts)
+    if counted_lines(src)[1] >= MAX_LINES:  # (the compiler unrolls a short loop: as long to compile)
+        raise Unsupported(f"a derivative longer than {MAX_LINES} lines, its loops counted at each pass (compiling "
+                          "and checking it would take minutes)")
     key = source_key(src, g.lits)
     _SOURCES[key] = (src, tuple(g.lits), max(n, 1), n_mem, kind, bool(carried), bool(recompute))
     return LoweredVJP(key, n, kind, n_mem)

@@ -11,6 +11,8 @@ method's step and attempt) does this, and only for callees of at least :data:`OU
 equations applied more than once: SO(3)'s short coefficient functions, and a flow applied once per
 step (``exact_free``), stay in place, where their known operands fold."""
 
+import re
+
 import numpy as np
 
 from .jaxpr_warp import Element, Source, restate
@@ -135,3 +137,36 @@ def _define(g: Source, jaxpr, consts, ins, flat, pattern):
         g.functions.append(f"def {name}({header}):\n" + "".join(x + "\n" for x in body)
                            + f"    return {', '.join(rets)}\n")
     return name, plan
+
+
+_CALLED = re.compile(r"^def (fn\d+)\(", re.M)
+_LOOP = re.compile(r"\s*for \w+ in range\((\d+)\):")
+
+
+def counted_lines(src: str) -> tuple:
+    """``(run, compiled)``: a source's lines, one in a ``for`` loop of a known count at each pass (short
+    loops compile as if unrolled: the exact flow's as long), ``run`` outside the called functions
+    (``fnK``) with a function's lines at each call, ``compiled`` with each function's once."""
+    cost, run, compiled = {}, 0.0, 0.0
+    for block in re.split(r"\n(?=def )", src.strip()):
+        name, lines = block[4:block.index("(")], block.splitlines()[1:]
+        n, own, loops = 0.0, 0.0, []  # (indentation, passes) of the loops around the line
+        for line in lines:
+            indent = len(line) - len(line.lstrip())
+            while loops and indent <= loops[-1][0]:
+                loops.pop()
+            called = sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line)
+            passes = float(np.prod([m for _, m in loops]))
+            n, own = n + passes * (1 + called), own + passes
+            m = _LOOP.match(line)
+            if m:
+                loops.append((indent, int(m.group(1))))
+        cost[name] = n
+        run += 0 if _CALLED.match(block) else n
+        compiled += own
+    return run, compiled
+
+
+def function_names(src: str) -> list:
+    """The called functions (``fnK``) a generated source defines."""
+    return _CALLED.findall(src)
