@@ -141,21 +141,16 @@ def measure_flows(repo: str) -> dict:
         t = time.perf_counter()
         run(S).block_until_ready()
         out[f"{name} first run (s)"] = time.perf_counter() - t
-        ts = []
-        for _ in range(7):
-            t0 = time.process_time()
-            run(S).block_until_ready()
-            ts.append(time.process_time() - t0)
-        out[f"{name} us/body-step"] = 1e6 * float(np.median(ts)) / (B * n)
         xla = jax.jit(lambda S, p=p, name=name: jaxrot.simulate(name, p, 1e-2, n, state0=S, executor=jaxrot.XLA(),
                                                                 saveat=jaxrot.SaveAt(t0=False)).final.R)
         xla(S).block_until_ready()
-        ts = []
-        for _ in range(7):
-            t0 = time.process_time()
-            xla(S).block_until_ready()
-            ts.append(time.process_time() - t0)
-        out[f"{name} XLA us/body-step"] = 1e6 * float(np.median(ts)) / (B * n)
+        for label, f in (("", run), (" XLA", xla)):
+            ts = []
+            for _ in range(7):
+                t0 = time.process_time()
+                f(S).block_until_ready()
+                ts.append(time.process_time() - t0)
+            out[f"{name}{label} us/body-step"] = 1e6 * float(np.median(ts)) / (B * n)
     return out
 
 
