@@ -111,8 +111,9 @@ def measure_kernels(repo: str) -> dict:
     return out
 
 
-#: the methods ``--what flows`` runs fused: compositions of the exact free flow (name -> problem)
-FLOWS = {"exact_free": "free_body_mz", "saba2": "fast_top", "sbab3": "fast_top"}
+#: the methods ``--what flows`` runs fused: compositions of the exact free flow, and an energy-projected
+#: method, whose projection is a loop (name -> problem)
+FLOWS = {"exact_free": "free_body_mz", "saba2": "fast_top", "sbab3": "fast_top", "buss4_ep": "free_body_mz"}
 
 
 def measure_flows(repo: str) -> dict:
