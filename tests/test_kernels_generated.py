@@ -243,3 +243,8 @@ def test_a_long_called_function_is_one_warp_function_called_at_each_use(monkeypa
     # splitting's forward-mode derivative is refused where, written out, it would be past the limit
     assert once.count("for _k") >= 3 and jaxpr_calls.counted_lines(once)[1] > 3 * once.count("\n")
     assert "its loops counted at each pass" in generate_vjp.vjp_reason(integrators.get("saba2"), top, jnp.float64, "jvp")
+    # a long body (a composition's stage) compiles once: its lines count once
+    body = lambda n: "".join(f"        v{k} = v{k} * S(2.0)\n" for k in range(n))  # noqa: E731
+    short, long = (f"def step(x: S):\n    for _k0 in range(16):\n{body(n)}    return x\n" for n in (2, 1001))
+    assert jaxpr_calls.counted_lines(short) == (16 * 2 + 2, 16 * 2 + 2)  # (the header and the return once)
+    assert jaxpr_calls.counted_lines(long) == (16 * 1001 + 2, 1001 + 2)

@@ -143,24 +143,32 @@ _CALLED = re.compile(r"^def (fn\d+)\(", re.M)
 _LOOP = re.compile(r"\s*for \w+ in range\((\d+)\):")
 
 
+#: a loop of a known count whose body is at most this many lines compiles as if unrolled (LLVM unrolls
+#: the exact flow's loops, 8-300 lines a pass: they took as long to compile as written out); a longer
+#: body, a composition's stage (3 000-5 000 lines), compiles once
+SHORT_LOOP_LINES = 1000
+
+
 def counted_lines(src: str) -> tuple:
-    """``(run, compiled)``: a source's lines, one in a ``for`` loop of a known count at each pass (short
-    loops compile as if unrolled: the exact flow's as long), ``run`` outside the called functions
-    (``fnK``) with a function's lines at each call, ``compiled`` with each function's once."""
+    """``(run, compiled)``: a source's lines, ``run`` with one in a ``for`` loop of a known count at each
+    pass and outside the called functions (``fnK``) with a function's lines at each call; ``compiled``
+    with each function's once and a line at each pass of the loops around it whose bodies are short
+    (:data:`SHORT_LOOP_LINES`)."""
     cost, run, compiled = {}, 0.0, 0.0
     for block in re.split(r"\n(?=def )", src.strip()):
         name, lines = block[4:block.index("(")], block.splitlines()[1:]
-        n, own, loops = 0.0, 0.0, []  # (indentation, passes) of the loops around the line
-        for line in lines:
-            indent = len(line) - len(line.lstrip())
-            while loops and indent <= loops[-1][0]:
+        depth = [len(line) - len(line.lstrip()) for line in lines]
+        n, own, loops = 0.0, 0.0, []  # (indentation, passes, whether its body is short) around the line
+        for at, line in enumerate(lines):
+            while loops and depth[at] <= loops[-1][0]:
                 loops.pop()
             called = sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line)
-            passes = float(np.prod([m for _, m in loops]))
-            n, own = n + passes * (1 + called), own + passes
+            n += float(np.prod([m for _, m, _ in loops])) * (1 + called)
+            own += float(np.prod([m for _, m, short in loops if short]))
             m = _LOOP.match(line)
             if m:
-                loops.append((indent, int(m.group(1))))
+                end = next((k for k in range(at + 1, len(lines)) if depth[k] <= depth[at]), len(lines))
+                loops.append((depth[at], int(m.group(1)), end - at - 1 <= SHORT_LOOP_LINES))
         cost[name] = n
         run += 0 if _CALLED.match(block) else n
         compiled += own
