@@ -145,6 +145,20 @@ def test_registered_pairs_take_their_generated_attempt(name):
                                atol=1e-11 * float(jnp.max(jnp.abs(xla.states.Pi))))
 
 
+def test_the_choice_asked_again_does_not_count_the_source_again():
+    """The automatic choice asks at every call whether an attempt's source is short enough to fuse
+    (:func:`jaxrot.kernels.generate.written_within`); the counted length is kept per source, not read
+    again from its text at each call."""
+    from jaxrot.kernels import jaxpr_calls
+
+    jaxpr_calls.counted_lines.cache_clear()
+    m, p = integrators.get("lie_taylor5(4)"), jaxrot.problems.get("free_body_mz")
+    answers = [adaptive_pairs.attempt_within(m, p.system, None, 10_000) for _ in range(3)]
+    assert answers == [True] * 3
+    info = jaxpr_calls.counted_lines.cache_info()
+    assert (info.misses, info.hits) == (1, 2), info
+
+
 def test_the_automatic_choice_keeps_xla_where_only_a_generated_kernel_runs_the_job():
     """rk4 is enrolled (jaxrot.kernels.KERNELS) with gravity, not with the Coulomb wall's torque: a batch
     large enough to be fused automatically (10^5 body-steps) stays on XLA there, as for a method that is

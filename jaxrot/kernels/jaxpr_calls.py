@@ -11,6 +11,8 @@ method's step and attempt) does this, and only for callees of at least :data:`OU
 equations applied more than once: SO(3)'s short coefficient functions, and a flow applied once per
 step (``exact_free``), stay in place, where their known operands fold."""
 
+import functools
+import math
 import re
 
 import numpy as np
@@ -149,11 +151,12 @@ _LOOP = re.compile(r"\s*for \w+ in range\((\d+)\):")
 SHORT_LOOP_LINES = 1000
 
 
+@functools.lru_cache(maxsize=256)
 def counted_lines(src: str) -> tuple:
     """``(run, compiled)``: a source's lines, ``run`` with one in a ``for`` loop of a known count at each
     pass and outside the called functions (``fnK``) with a function's lines at each call; ``compiled``
     with each function's once and a line at each pass of the loops around it whose bodies are short
-    (:data:`SHORT_LOOP_LINES`)."""
+    (:data:`SHORT_LOOP_LINES`). Kept per source: the executor's choice asks again at every call."""
     cost, run, compiled = {}, 0.0, 0.0
     for block in re.split(r"\n(?=def )", src.strip()):
         name, lines = block[4:block.index("(")], block.splitlines()[1:]
@@ -163,8 +166,8 @@ def counted_lines(src: str) -> tuple:
             while loops and depth[at] <= loops[-1][0]:
                 loops.pop()
             called = sum(c for f, c in cost.items() if f[:2] == "fn" and f"{f}(" in line)
-            n += float(np.prod([m for _, m, _ in loops])) * (1 + called)
-            own += float(np.prod([m for _, m, short in loops if short]))
+            n += math.prod(m for _, m, _ in loops) * (1 + called)
+            own += math.prod(m for _, m, short in loops if short)
             m = _LOOP.match(line)
             if m:
                 end = next((k for k in range(at + 1, len(lines)) if depth[k] <= depth[at]), len(lines))
