@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .jaxpr_warp import Source, equation, kind_of
+from .jaxpr_warp import Source, equation
 
 
 def select_positions(eqn):
@@ -197,25 +197,15 @@ def branches(g: Source, eqn, read, planned, run, joined) -> list:
             run(j)
         outs = [np.asarray(read(e.invars[pos[k]])) for _, e, pos, _ in sels]
     else:
-        from .jaxpr_control import assign
+        from .jaxpr_control import blocks, zeroed
 
-        outs = []
-        for _, e, _, _ in sels:
-            kind = kind_of(e.outvars[0].aval.dtype)
-            out = np.empty(tuple(e.outvars[0].aval.shape), dtype=object)
-            for idx in np.ndindex(out.shape):
-                out[idx] = g.variable(g.literal(0.0 if kind == "f" else 0, kind) if kind != "b" else g.literal(False, "b"))
-            outs.append(out)
-        for k, head in ((1, f"if {pred[0].code}:"), (0, "else:")):
-            g.line(head)
-            known = g.known
-            g.known = {**known, pred[0].code: bool(k)}
-            with g.loop([]):
-                for j in sorted(set().union(*(cs[k] for _, _, _, cs in sels))):
-                    run(j)
-                assign(g, outs, [np.broadcast_to(np.asarray(read(e.invars[pos[k]])), o.shape)
-                                 for (_, e, pos, _), o in zip(sels, outs)])
-            g.known = known
+        def case(j):  # (the first block is the true case's)
+            for i in sorted(set().union(*(cs[1 - j] for _, _, _, cs in sels))):
+                run(i)
+            return [read(e.invars[pos[1 - j]]) for _, e, pos, _ in sels]
+
+        outs = blocks(g, [f"if {pred[0].code}:", "else:"], zeroed(g, [e.outvars[0].aval for _, e, _, _ in sels]),
+                      case, known=lambda j: {pred[0].code: j == 0})
     for (s2, _, _, _), out in zip(sels[1:], outs[1:]):
         joined(s2, [out])
     return [outs[0]]

@@ -81,6 +81,32 @@ def assign(g: Source, dst: list, src: list):
             g.cache.pop(key, None)
 
 
+def zeroed(g: Source, avals) -> list:
+    """Locals holding zeros (False) of each of ``avals``' shapes: the outputs :func:`blocks` sets."""
+    outs = []
+    for aval in avals:
+        kind, out = kind_of(aval.dtype), np.empty(tuple(aval.shape), dtype=object)
+        for idx in np.ndindex(out.shape):
+            out[idx] = g.variable(g.literal(False if kind == "b" else 0, kind))
+        outs.append(out)
+    return outs
+
+
+def blocks(g: Source, heads: list, outs: list, case, known=None) -> list:
+    """One block per line of ``heads`` (an ``if``/``elif``/``else`` chain), the ``k``-th computing
+    ``case(k)`` and setting ``outs``' locals to it: only the block taken runs when the step runs (a
+    branch the processor predicts). ``known(k)``: values known inside the ``k``-th block."""
+    for k, head in enumerate(heads):
+        g.line(head)
+        outer = g.known
+        if known is not None:
+            g.known = {**outer, **known(k)}
+        with g.loop([]):
+            assign(g, outs, [np.broadcast_to(np.asarray(r), np.shape(o)) for r, o in zip(case(k), outs)])
+        g.known = outer
+    return outs
+
+
 def cond(g: Source, p, ins: list) -> list:
     """``lax.cond``: the branch the index picks, where it is known; else one ``if``/``elif`` block per
     branch, only the taken one computed when the step runs (the exact flow's elliptic branch is most of
@@ -91,19 +117,10 @@ def cond(g: Source, p, ins: list) -> list:
         k = int(index.value if index.value is not None else g.known[index.code])
         b = branches[min(max(k, 0), len(branches) - 1)]
         return restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops)
-    outs = [np.empty(tuple(v.aval.shape), dtype=object) for v in branches[0].jaxpr.outvars]
-    for v, out in zip(branches[0].jaxpr.outvars, outs):
-        kind = kind_of(v.aval.dtype)
-        for idx in np.ndindex(out.shape):
-            out[idx] = g.variable(g.literal(False if kind == "b" else 0, kind))
-    for k, b in enumerate(branches):
-        # (lax.cond clamps the index: below 0 the first branch, past the last the last)
-        g.line("else:" if k == len(branches) - 1 else f"if {index.code} <= int(0):" if k == 0
-               else f"elif {index.code} == int({k}):")
-        with g.loop([]):
-            res = restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops)
-            assign(g, outs, [np.broadcast_to(np.asarray(r), o.shape) for r, o in zip(res, outs)])
-    return outs
+    # (lax.cond clamps the index: below 0 the first branch, past the last the last)
+    heads = [f"if {index.code} <= int(0):"] + [f"elif {index.code} == int({k}):" for k in range(1, len(branches) - 1)]
+    return blocks(g, heads + ["else:"], zeroed(g, [v.aval for v in branches[0].jaxpr.outvars]),
+                  lambda k: restate(g, branches[k].jaxpr, [g.array(c) for c in branches[k].consts], ops))
 
 
 def while_loop(g: Source, p, ins: list) -> list:

@@ -211,14 +211,10 @@ def pick(g: Source, which: Element, cases: list) -> np.ndarray:
     where nested selects would each wait for the index), else selects."""
     if len(cases) <= 2 or which.kind != "i" or which.value is not None or which.code in g.known:
         return elementwise(lambda *cs: _select(g, which, cs, cs[0].kind), *cases)
-    from .jaxpr_control import assign
+    from .jaxpr_control import blocks
 
-    out = elementwise(g.variable, cases[-1])
-    for k, case in enumerate(cases[:-1]):
-        g.line(f"{'if' if k == 0 else 'elif'} {which.code} == int({k}):")
-        with g.loop([]):
-            assign(g, [out], [case])
-    return out
+    heads = [f"{'if' if k == 0 else 'elif'} {which.code} == int({k}):" for k in range(len(cases) - 1)]
+    return blocks(g, heads, [elementwise(g.variable, cases[-1])], lambda k: [cases[k]])[0]
 
 
 def equation(g: Source, eqn, ins: list) -> list:
