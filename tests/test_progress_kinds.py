@@ -175,6 +175,24 @@ def test_the_preparation_is_reported_before_the_compilation(monkeypatch, kind):
     assert all(not line.startswith("preparing") for line in text[first_compiled:]), text
 
 
+def test_a_refused_run_closes_its_meter(monkeypatch):
+    """An executor that cannot run the job raises before the run starts: the meter drawn for it is
+    closed (a bar on a terminal is not left on the screen)."""
+    from jaxrot.driver.progress import RunProgress
+
+    closed = []
+    monkeypatch.setattr(RunProgress, "close", lambda self: closed.append(self))
+    eigh = jaxrot.Torque(lambda t, R, Pi: -0.1 * Pi * jnp.linalg.eigvalsh(R @ R.T)[0], frame="body")
+    q = jaxrot.Problem(P.body, eigh, P.state0, 1.0)
+    runs = (lambda: jaxrot.simulate("rk4", q, 1e-3, 10, executor=jaxrot.Fused(), progress=jaxrot.TextProgressMeter()),
+            lambda: jaxrot.simulate("buss4(3)", q, t1=0.1, stepsize=jaxrot.Adaptive(1e-6, 1e-6),
+                                    executor=jaxrot.Fused(), progress=jaxrot.TextProgressMeter()))
+    for k, run in enumerate(runs):
+        with pytest.raises(ValueError, match="cannot run this job"):
+            run()
+        assert len(closed) == k + 1
+
+
 def test_no_meter_no_lines_and_quiet_silences_a_meter(monkeypatch, capsys):
     monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)
     jaxrot.simulate("rk4", P, 1e-3, 2000, saveat=jaxrot.SaveAt(t0=False))

@@ -127,10 +127,16 @@ def _live(report, inputs):
 def preparing(report, *inputs):
     """Within (the executor chosen: a fused kernel's source written and checked, which takes seconds
     on a first call), a line at least every :data:`LINE_INTERVAL` says the run is being prepared, where
-    :func:`reporting` would report."""
-    report = _live(report, inputs)
-    with report.waiting("preparing") if report is not None else contextlib.nullcontext():
-        yield
+    :func:`reporting` would report. An executor that refuses the job closes the report: the run does
+    not start, and a bar is not left drawn."""
+    live = _live(report, inputs)
+    try:
+        with live.waiting("preparing") if live is not None else contextlib.nullcontext():
+            yield
+    except BaseException:
+        if report is not None:
+            report.close()
+        raise
 
 
 def active():
