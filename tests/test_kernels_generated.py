@@ -159,6 +159,36 @@ def test_the_choice_asked_again_does_not_count_the_source_again():
     assert (info.misses, info.hits) == (1, 2), info
 
 
+def test_a_loop_tried_and_written_out_counts_once_towards_the_fusion_limit():
+    """The bound on a source written to decide the default fusion (``generate._Bounded``, for
+    :func:`~jaxrot.kernels.generate.written_within`) counts the lines the source keeps: a loop tried and
+    undone (its body needs the pass's count as an index) and written out pass by pass counts once."""
+    from jax import lax
+
+    from jaxrot.kernels import jaxpr_warp
+    from jaxrot.kernels.jaxpr_inputs import named
+
+    def indexed(a, b):
+        def body(i, x):
+            for _ in range(10):
+                x = jnp.sin(x) + 0.1
+            return x.at[i % 3].multiply(0.9)
+        return lax.fori_loop(0, 16, body, jnp.stack([a, b, a * b]))
+
+    closed = jax.make_jaxpr(indexed)(0.0, 0.0)
+
+    def write(g):
+        ins = [named(lambda i, a=a: a, ()) for a in ("a0", "a1")]
+        jaxpr_warp.restate(g, closed.jaxpr, [g.array(np.asarray(c)) for c in closed.consts], ins)
+        return g.lines
+
+    kept = write(jaxpr_warp.Source(True))
+    assert not any("for _k" in line for line in kept) and len(kept) > 16 * 10 * 3  # (written out)
+    assert len(write(generate._Bounded(True, len(kept)))) == len(kept)
+    with pytest.raises(generate._TooLong):
+        write(generate._Bounded(True, len(kept) - 1))
+
+
 def test_the_automatic_choice_keeps_xla_where_only_a_generated_kernel_runs_the_job():
     """rk4 is enrolled (jaxrot.kernels.KERNELS) with gravity, not with the Coulomb wall's torque: a batch
     large enough to be fused automatically (10^5 body-steps) stays on XLA there, as for a method that is

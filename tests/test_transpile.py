@@ -517,6 +517,25 @@ def test_a_cond_computes_the_taken_branch_only():
     np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-14, atol=1e-15)
 
 
+def test_a_select_inside_a_case_on_the_same_predicate_takes_that_case():
+    """Inside the block of a ``where``'s case, a ``where`` on the same predicate (here in a loop of
+    that case) is known: only its case is written, no block of its own; equal to JAX."""
+    def fn(t, R, Pi):
+        p = Pi[0] > 0.0
+        body = lambda i, x: jnp.where(p, jnp.sin(x) * 1.1 + jnp.cos(x * x), jnp.cos(x) - jnp.sin(x * 0.5))  # noqa: E731
+        y = jnp.where(p, lax.fori_loop(0, 20, body, Pi[1]), jnp.exp(Pi[1] * 0.2) + Pi[0])
+        return jnp.stack([y, Pi[2], t])
+
+    t, R, Pi = _points(np.float64)
+    Pi = Pi * np.where(np.arange(len(Pi)) % 2, 1.0, -1.0)[:, None]  # (both cases taken)
+    torque = jaxrot.Torque(fn)
+    src = transpile._SOURCES[transpile.lower(torque, np.float64).key][0]
+    ifs = [line.strip() for line in src.splitlines() if line.strip().startswith(("if ", "else:"))]
+    assert len(ifs) == 2 and src.count("for _k") == 1, src
+    want = np.asarray(jax.vmap(fn)(jnp.asarray(t), jnp.asarray(R), jnp.asarray(Pi)))
+    np.testing.assert_allclose(transpile.evaluate(torque, t, R, Pi), want, rtol=1e-13, atol=1e-14)
+
+
 def test_a_fori_loop_over_its_carry_is_one_loop_unless_its_count_is_an_index():
     """An AGM-like ``fori_loop`` (16 passes of a few equations, the carry the state's) is a Warp loop;
     one whose body makes the pass's count an index is written out pass by pass; both equal JAX."""

@@ -88,15 +88,15 @@ class _TooLong(Exception):
 
 
 class _Bounded(Source):
-    """A source that stops once ``limit`` lines are written (:func:`written_within`)."""
+    """A source that stops once it holds ``limit`` lines (:func:`written_within`; lines written and
+    undone, a loop tried and written out instead, do not count)."""
 
     def __init__(self, S64: bool, limit: int):
         super().__init__(S64)
-        self.limit, self.written = limit, 0
+        self.limit = limit
 
     def line(self, text: str):
-        self.written += 1
-        if self.written > self.limit:
+        if len(self.lines) + self.elsewhere >= self.limit:
             raise _TooLong
         super().line(text)
 

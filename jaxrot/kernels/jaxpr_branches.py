@@ -191,8 +191,9 @@ def branches(g: Source, eqn, read, planned, run, joined) -> list:
         return equation(g, eqn, [read(v) for v in eqn.invars])
     # (index, select equation, its positions, its cones): this select's first
     sels = [(None, eqn, (c0, c1), cones)] + [(s2, e2, pos[1:], cs) for s2, e2, pos, cs in later]
-    if pred[0].value is not None:  # known: the other case is never computed
-        k = int(bool(pred[0].value))
+    value = pred[0].value if pred[0].value is not None else g.known.get(pred[0].code)
+    if value is not None:  # known (a literal, or inside a block on the same predicate): the other case is never computed
+        k = int(bool(value))
         for j in sorted(set().union(*(cs[k] for _, _, _, cs in sels))):
             run(j)
         outs = [np.asarray(read(e.invars[pos[k]])) for _, e, pos, _ in sels]

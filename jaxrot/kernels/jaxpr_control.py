@@ -113,8 +113,8 @@ def cond(g: Source, p, ins: list) -> list:
     a splitting's step, and skipped for an axisymmetric body)."""
     branches = p["branches"]
     index, ops = np.asarray(ins[0]).reshape(()).item(), ins[1:]
-    if index.value is not None or index.code in g.known:
-        k = int(index.value if index.value is not None else g.known[index.code])
+    if index.value is not None or index.code in g.known or len(branches) == 1:
+        k = 0 if len(branches) == 1 else int(index.value if index.value is not None else g.known[index.code])
         b = branches[min(max(k, 0), len(branches) - 1)]
         return restate(g, b.jaxpr, [g.array(c) for c in b.consts], ops)
     # (lax.cond clamps the index: below 0 the first branch, past the last the last)
