@@ -83,13 +83,7 @@ def assign(g: Source, dst: list, src: list):
 
 def zeroed(g: Source, avals) -> list:
     """Locals holding zeros (False) of each of ``avals``' shapes: the outputs :func:`blocks` sets."""
-    outs = []
-    for aval in avals:
-        kind, out = kind_of(aval.dtype), np.empty(tuple(aval.shape), dtype=object)
-        for idx in np.ndindex(out.shape):
-            out[idx] = g.variable(g.literal(False if kind == "b" else 0, kind))
-        outs.append(out)
-    return outs
+    return [elementwise(g.variable, g.array(np.zeros(tuple(a.shape), a.dtype))) for a in avals]
 
 
 def blocks(g: Source, heads: list, outs: list, case, known=None) -> list:
