@@ -103,7 +103,7 @@ def _setup(repo, name, B, steps, dtype_name, problem, span=0.0, rtol=0.0):
     from jaxrot.kernels import generate
 
     low = generate.lower(m, system, dtype)
-    f = jax.jit(lambda s: kernels._launch((dtype.name, low.key), s, dt, t0, system, low.params, 1, steps))
+    f = jax.jit(lambda s: kernels._launch((dtype.name, low.key, None, False), s, dt, t0, system, low.params, 1, steps))
     return lambda: f(s0)
 
 

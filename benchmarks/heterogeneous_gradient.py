@@ -12,8 +12,8 @@ Contenders, timed in turn in one process (medians of ``reps`` calls after one un
 - ``forward, jit``: the same call inside ``jax.jit``;
 - ``value_and_grad, jit``: ``jax.jit(jax.value_and_grad(loss))`` with respect to the moments J and
   the initial momenta, the default path (the kernels' backward pass);
-- ``jvp in one direction of J, jit``: forward mode (``jax.jvp``, the default path: the kernels'
-  tangents through the recorded steps);
+- ``jvp in one direction of J, jit``: forward mode (``jax.jvp``, the default path: the tangents
+  carried beside the states in the fused run, :mod:`jaxrot.kernels.adaptive_tangents`);
 - the gradient's two parts: ``vjp's forward pass, jit`` (``jax.vjp``'s forward run, which keeps each
   body's record of accepted steps) and ``vjp's backward pass alone, jit`` (the pullback of that forward
   run called on its own: the kernels' backward sweep);

@@ -333,7 +333,7 @@ def test_a_cpu_batch_is_split_over_the_cores(monkeypatch, dtype):
         pytest.skip("a CPU split: on a GPU the batch is one CUDA launch")
     calls = []
     split = host_threads.call
-    monkeypatch.setattr(host_threads, "call", lambda *a: calls.append(a[2]) or split(*a))
+    monkeypatch.setattr(host_threads, "call", lambda *a, **k: calls.append(a[2]) or split(*a, **k))
     method = integrators.get("rk4")
     system, states = _setup("user", dtype, n=100)
     states = jaxrot.State(states.R, states.Pi.at[57].set(1e30))  # overflows: flagged in its slice

@@ -132,9 +132,11 @@ def test_the_record_layout_of_checkpoints():
 def test_checkpoints_recompute_the_states_between_them(monkeypatch, pair, max_steps, mode):
     """With checkpoints=7 (of 175 to 2 200 accepted steps) the record keeps every ceil(max_steps / 7)-th
     state and the derivative passes step the states between them again (buss4(3): its memory too):
-    the derivatives equal those taken from every step's state."""
-    from jaxrot.kernels import adaptive_backward
+    the derivatives equal those taken from every step's state (forward mode through the record: its
+    tangents not carried in the run, as where the attempt's product is refused)."""
+    from jaxrot.kernels import adaptive_backward, adaptive_tangents
 
+    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a: "walk the record (test)")
     strides = []
     for name in ("backward", "tangents"):
         real = getattr(adaptive_backward, name)
@@ -160,13 +162,18 @@ def test_checkpoints_recompute_the_states_between_them(monkeypatch, pair, max_st
 
 
 def test_forward_mode_with_a_record_too_small_fails_with_the_remedy(monkeypatch):
-    """Tangents through a record that missed steps are refused (NaN where errors are not raised), not
-    read past its end."""
-    from jaxrot.kernels import adaptive_derivatives
+    """Tangents carried in the run need no record: a budget too small for the steps taken does not
+    matter. Tangents walked through a record that missed steps are refused (NaN where errors are not
+    raised), not read past its end."""
+    from jaxrot.kernels import adaptive_derivatives, adaptive_tangents
 
     monkeypatch.setattr(adaptive_derivatives, "record_layout", lambda *a: 5)
     S = _batch(13, seed=3)  # (a batch of its own, as above)
     loss = _loss("rkmk8(5)", jnp.asarray([1.0]), jaxrot.Fused())
+    d = jax.jvp(lambda J: loss(J, S.R, S.Pi), (P.body.J,), (jnp.ones(3),))[1]
+    assert bool(jnp.isfinite(d))
+    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a: "walk the record (test)")
+    S = _batch(14, seed=3)  # (another batch: the program above kept its choice)
     with pytest.raises(Exception, match="accepted more steps than the 5 its derivative's record holds"):
         jax.block_until_ready(jax.jvp(lambda J: loss(J, S.R, S.Pi), (P.body.J,), (jnp.ones(3),)))
 
@@ -210,6 +217,7 @@ def test_a_pair_that_carries_memory_is_differentiated_in_the_kernels(monkeypatch
 
     real = adaptive_backward.tangents
     monkeypatch.setattr(adaptive_backward, "tangents", lambda *a: calls.append(1) or real(*a))
+    carried = _carried(monkeypatch)
     S = _batch(66, seed=8)
     ts = jnp.asarray([0.5, 1.0])
 
@@ -223,9 +231,74 @@ def test_a_pair_that_carries_memory_is_differentiated_in_the_kernels(monkeypatch
         return jax.jvp(loss, (P.body.J, S.R, S.Pi), tangent)
 
     g = derivative(jaxrot.Fused())
-    assert calls
+    assert calls if mode == "reverse" else carried
     for a, b in zip(g, derivative(jaxrot.XLA())):
         assert _rel(a, b) <= 1e-9
+
+
+def test_forward_mode_keeps_the_tangents_of_accepted_attempts_only(monkeypatch):
+    """A first trial step far too long: the run rejects attempts, whose tangents the carried memory
+    drops with them; the tangents equal the XLA executor's, and the run's own values the plain run's."""
+    carried = _carried(monkeypatch)
+    S = _batch(5, seed=13)
+    primals = (P.body.J, S.R, S.Pi)
+    tangent = tuple(jnp.asarray(np.random.default_rng(14).normal(size=np.shape(x))) for x in primals)
+
+    def run(J, R0, Pi0, executor):
+        q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 1.0)
+        return jaxrot.simulate("rkmk8(5)", q, t1=1.0, state0=jaxrot.State(R0, Pi0), executor=executor,
+                               stepsize=jaxrot.Adaptive(1e-9, 1e-9, dt0=0.9), adjoint=jaxrot.ForwardMode())
+
+    plain = run(*primals, jaxrot.Fused())
+    assert int(jnp.min(plain.controller.n_rejected)) >= 2
+    out, d = jax.jvp(lambda *a: run(*a, jaxrot.Fused()).final, primals, tangent)
+    assert carried
+    _, dx = jax.jvp(lambda *a: run(*a, jaxrot.XLA()).final, primals, tangent)
+    assert _rel(d.R, dx.R) <= 1e-9 and _rel(d.Pi, dx.Pi) <= 1e-9
+    assert jnp.array_equal(out.R, plain.final.R) and jnp.array_equal(out.Pi, plain.final.Pi)
+
+
+def test_forward_mode_walks_the_record_where_the_tangents_cannot_be_carried(monkeypatch):
+    """Where the attempt's Jacobian-vector product is refused (here by a patched reason), the tangents
+    are carried through the recorded steps by the step's own product instead, equal to the XLA's."""
+    from jaxrot.kernels import adaptive_backward, adaptive_tangents
+
+    carried = _carried(monkeypatch)
+    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a: "refused (test)")
+    calls = []
+    real = adaptive_backward.tangents
+    monkeypatch.setattr(adaptive_backward, "tangents", lambda *a: calls.append(1) or real(*a))
+    S = _batch(4, seed=15)
+    loss = _loss("rkmk8(5)", jnp.asarray([0.5, 1.0]), jaxrot.Fused(), jaxrot.ForwardMode())
+    d = jax.jvp(lambda J: loss(J, S.R, S.Pi), (P.body.J,), (jnp.ones(3),))[1]
+    assert calls and not carried
+    loss_x = _loss("rkmk8(5)", jnp.asarray([0.5, 1.0]), jaxrot.XLA(), jaxrot.ForwardMode())
+    dx = jax.jvp(lambda J: loss_x(J, S.R, S.Pi), (P.body.J,), (jnp.ones(3),))[1]
+    assert _rel(d, dx) <= 1e-9
+
+
+@pytest.mark.parametrize("pair", [True, False], ids=["attempt", "constant step"])
+def test_the_tangents_an_attempt_carries_are_checked_against_jax(monkeypatch, pair):
+    """The generated attempt (step) that carries tangents is compared with JAX on its memory too: given
+    memories whose tangents differ from those JAX is given (by 1e-6), it is refused, naming the memory."""
+    import numpy as np
+
+    from jaxrot.kernels import adaptive_tangents, generate, generate_checks
+
+    method = user_pair() if pair else jaxrot.integrators.get("rk4")
+    assert adaptive_tangents.carried_reason(method, P.system, jnp.float64, pair) is None
+    monkeypatch.setattr(generate, "_LOWERED", {})
+    monkeypatch.setattr(generate_checks, "_CHECKED" if not pair else "_CHECKED_PAIRS", {})
+    monkeypatch.setenv("JAXROT_KEEP_CHECKS", "off")
+    real = adaptive_tangents.check_memory
+
+    def moved(*a):
+        A0, memory = real(*a)
+        return A0 + np.where(np.arange(A0.shape[1]) < A0.shape[1] - 1, 1e-6, 0.0), memory
+
+    monkeypatch.setattr(adaptive_tangents, "check_memory", moved)
+    why = adaptive_tangents.carried_reason(method, P.system, jnp.float64, pair)
+    assert why is not None and "differs from the JAX code" in why and "(memory:" in why, why
 
 
 @pytest.mark.parametrize("kind", ["vjp", "jvp"])
@@ -239,15 +312,21 @@ def test_generated_step_derivatives_equal_jax(kind):
     assert (low.n_flat, low.n_mem, low.kind) == (3, 3, kind)
 
 
-def test_forward_mode_in_the_kernels_equals_the_xla_loops(monkeypatch):
-    """Forward mode: the tangents carried through the recorded steps by the generated Jacobian-vector
-    product (a sorted batch of 70, two save times) equal the XLA executor's; jax.jacfwd (a run per
-    direction) equals the tangents along each direction."""
-    from jaxrot.kernels import adaptive_backward
+def _carried(monkeypatch):
+    """The runs that carried their tangents (:mod:`jaxrot.kernels.adaptive_tangents`), counted."""
+    from jaxrot.kernels import adaptive_tangents
 
     calls = []
-    real = adaptive_backward.tangents
-    monkeypatch.setattr(adaptive_backward, "tangents", lambda *a: calls.append(1) or real(*a))
+    real = adaptive_tangents.tangent_outputs
+    monkeypatch.setattr(adaptive_tangents, "tangent_outputs", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+def test_forward_mode_in_the_kernels_equals_the_xla_loops(monkeypatch):
+    """Forward mode: the tangents carried beside the states in one run, through the attempt's
+    Jacobian-vector product generated from the pair's JAX code (a sorted batch of 70, two save times),
+    equal the XLA executor's; jax.jacfwd (a run per direction) equals the tangents along each direction."""
+    calls = _carried(monkeypatch)
     S = _batch(70, seed=6)
     ts = jnp.asarray([0.4, 1.0])
     fwd = jaxrot.ForwardMode()
@@ -280,8 +359,11 @@ def test_where_the_kernels_cannot_differentiate_the_xla_loop_does(monkeypatch, m
     derivative cannot be generated, the same custom rule takes the XLA loop's derivatives."""
     from jaxrot.kernels import adaptive, adaptive_backward
 
+    from jaxrot.kernels import adaptive_tangents
+
     asked = []
     monkeypatch.setattr(adaptive, "backward_reason", lambda *a, **k: asked.append(1) or "not restated (test)")
+    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a: "not carried (test)")
     calls = _spy(monkeypatch)
     monkeypatch.setattr(adaptive_backward, "tangents", lambda *a: calls.append(1))
     S = _batch(4, seed=11)

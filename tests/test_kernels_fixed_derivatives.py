@@ -1,5 +1,6 @@
 """Derivatives of fused constant-step runs taken in the kernels (reverse mode alone: the step's VJP walked
-backwards over the recorded steps; forward mode: its JVP walked forwards), against the XLA executor's."""
+backwards over the recorded steps; forward mode: the tangents carried beside the states in the run, or
+where they cannot be, the step's JVP walked forwards over the record), against the XLA executor's."""
 
 import jax
 import jax.numpy as jnp
@@ -16,9 +17,15 @@ B, N, EVERY = 4, 40, 8
 
 @pytest.fixture
 def calls(monkeypatch):
-    """How often the kernels' backward and tangent passes ran."""
-    seen = {"vjp": 0, "jvp": 0}
+    """How often the kernels' backward and tangent passes ran (``jvp``: over the record; ``carried``: the
+    tangents carried in the run)."""
+    from jaxrot.kernels import adaptive_tangents
+
+    seen = {"vjp": 0, "jvp": 0, "carried": 0}
     backward, tangents = adaptive_backward.backward, adaptive_backward.tangents
+    monkeypatch.setattr(adaptive_tangents, "tangent_outputs",
+                        lambda *a, real=adaptive_tangents.tangent_outputs: seen.__setitem__("carried", seen["carried"] + 1)
+                        or real(*a))
 
     def counted(kind, fn):
         def run(*a, **k):
@@ -86,9 +93,9 @@ def test_forward_mode_in_the_kernels_equals_the_xla_loop(method, calls):
     dJ = jnp.array([1.0, -0.5, 0.25])
     got = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (dJ,))[1]
     want = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.XLA()), (J,), (dJ,))[1]
-    assert calls["jvp"] == 1 and abs(got - want) <= 1e-10 * abs(want)
+    assert calls["carried"] == 1 and calls["jvp"] == 0 and abs(got - want) <= 1e-10 * abs(want)
     jac = jax.jacfwd(lambda Pi: loss(J, Pi, dt, jaxrot.Fused()))(Pi)
-    assert calls["jvp"] == 2
+    assert calls["carried"] == 2
     np.testing.assert_allclose(jac, jax.jacfwd(lambda Pi: loss(J, Pi, dt, jaxrot.XLA()))(Pi), rtol=1e-10, atol=1e-13)
 
 
@@ -104,7 +111,7 @@ def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
     assert calls["vjp"] == 1
     assert _rel(got, jax.grad(loss)(J, Pi, dt, jaxrot.XLA())) < 1e-10
     got = jax.jvp(lambda J: loss(J, Pi, dt, None), (J,), (jnp.ones(3),))[1]
-    assert calls["jvp"] == 1
+    assert calls["carried"] == 1
     monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 1)  # every step's start no longer fits: XLA's loop
     jax.grad(loss)(J, Pi, dt, None)
     assert calls["vjp"] == 1
@@ -114,8 +121,12 @@ def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
 def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven, calls, strides, monkeypatch):
     """A record budget that holds the frames and one stretch of steps between two of them but not every
     step's start: the derivative passes step each stretch again from its frame (buss2p: its memory
-    too; a torque that changes with time: each step at its own time), in both modes, equal to the XLA
+    too; a torque that changes with time: each step at its own time), in both modes (forward mode's
+    tangents walked over the record, as where they cannot be carried in the run), equal to the XLA
     executor's."""
+    from jaxrot.kernels import adaptive_tangents
+
+    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a, **k: "walk the record (test)")
     # (a step count of its own: programs traced by the other tests are kept with the record they chose)
     n = (4 if driven else 3) * N
     monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 26 * n * B * 8 - 1)
@@ -128,14 +139,18 @@ def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven
     got = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (dJ,))[1]
     want = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.XLA()), (J,), (dJ,))[1]
     assert abs(got - want) <= 1e-10 * abs(want)
-    assert strides == [EVERY, EVERY] and calls == {"vjp": 1, "jvp": 1}
+    assert strides == [EVERY, EVERY] and calls == {"vjp": 1, "jvp": 1, "carried": 0}
 
 
 @pytest.mark.parametrize("method, mode, stride", [("rk4", "reverse", EVERY), ("buss2p", "reverse", 1),
                                                   ("buss2p", "forward", EVERY)])
-def test_the_frames_are_the_checkpoints_but_for_a_memory_in_reverse_mode(method, mode, stride, strides):
+def test_the_frames_are_the_checkpoints_but_for_a_memory_in_reverse_mode(method, mode, stride, strides, monkeypatch):
     """Where both fit, the frames are the checkpoints (nothing written per step), but in reverse mode
-    for a method that carries a memory, whose record keeps every step's start."""
+    for a method that carries a memory, whose record keeps every step's start (forward mode's tangents
+    walked over the record, as where they cannot be carried in the run)."""
+    from jaxrot.kernels import adaptive_tangents
+
+    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a, **k: "walk the record (test)")
     loss, (J, Pi, dt) = _loss(method, 5 * N)  # (a step count of its own: see above)
     if mode == "reverse":
         jax.grad(loss)(J, Pi, dt, jaxrot.Fused())

@@ -58,7 +58,7 @@ def test_every_method_runs_generated(name):
     low = generate.lower(m, p.system, jnp.float64)
     s0 = _batch(p)
     dt, t0 = jnp.asarray(1e-3), jnp.asarray(0.0)
-    R, Pi, failed, code = kernels._launch(("float64", low.key), s0, dt, t0, p.system, low.params, 3, 20)
+    R, Pi, failed, code = kernels._launch(("float64", low.key, None, False), s0, dt, t0, p.system, low.params, 3, 20)
     xla = jaxrot.simulate(m, p, dt, 60, state0=s0, saveat=jaxrot.SaveAt(steps=20, t0=False), executor=jaxrot.XLA())
     rtol = 1e-10 if m.implicit else 1e-12  # (Newton iterations stop at a tolerance, not at one rounding)
     np.testing.assert_allclose(np.asarray(Pi), np.asarray(xla.states.Pi), rtol=0,

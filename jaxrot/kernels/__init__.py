@@ -269,9 +269,30 @@ def _check(method, system, states0, n_frames, save_every, event=None):
             raise ValueError(why)
 
 
-def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, event=None):
+def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, event=None, tangents=None):
+    """The constant-step kernel's run (:func:`fused_frames`' outputs); with ``tangents = (d_states0,
+    d_arrays)`` (no event) the run carrying the tangents of its states
+    (:mod:`jaxrot.kernels.adaptive_tangents`): ``(outputs, dR, dPi)`` at the frames."""
     dtype = states0.R.dtype
     B = states0.R.shape[0]
+    if tangents is not None:
+        import equinox as eqx
+
+        from .adaptive_tangents import Carried, carried_call, initial_memory, tangent_outputs
+
+        d_states0, d_arrays = tangents
+        low = _generate.lower(Carried(method, d_arrays), system, dtype)
+        A0 = initial_memory(method, system, t0, states0, d_states0, d_arrays, jnp.broadcast_to(dt, (B,)))
+        arrays, static = eqx.partition(system, eqx.is_array)
+
+        def go(values, tangents):
+            (states0, arrays, dt, t0), (P, A0) = values, tangents
+            *out, A_out = _launch((jnp.dtype(dtype).name, low.key, None, True), states0, dt, t0,
+                                  eqx.combine(arrays, static), P, n_frames, save_every, memory0=A0)
+            return tuple(out), A_out
+
+        out, A_out = carried_call(go, (states0, arrays, dt, t0), (low.params, A0))
+        return (out, *tangent_outputs(method, system, dtype, A_out))
     if n_frames == 0 or B == 0:
         empty = (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
                  jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
@@ -279,12 +300,12 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
             return empty
         return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
                         jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
-    if event is None:
-        low = _generate.lower(method, system, dtype)
-        return _launch((jnp.dtype(dtype).name, low.key), states0, dt, t0, system, low.params, n_frames, save_every)
     low = _generate.lower(method, system, dtype)
+    if event is None:
+        return _launch((jnp.dtype(dtype).name, low.key, None, False), states0, dt, t0, system, low.params, n_frames,
+                       save_every)
     ev, P, Q = event_launch(method, system, dtype, event, low.params)
-    return _launch((jnp.dtype(dtype).name, low.key, ev), states0, dt, t0, system, P, n_frames, save_every, Q)
+    return _launch((jnp.dtype(dtype).name, low.key, ev, False), states0, dt, t0, system, P, n_frames, save_every, Q)
 
 
 @functools.lru_cache(maxsize=None)
@@ -295,24 +316,30 @@ def _ffi(*key):
     return jax_kernel(kernel(*key)[1], len(OUTPUTS))
 
 
-def _launch(key, states0, dt, t0, system, P, n_frames, save_every, Q=None):
-    """The constant-step kernel of ``key = (dtype name, generated method's key[, event])``
-    (:func:`jaxrot.kernels.fixed_loop.kernel`) on a batch: one custom call, or a slice of the batch per
-    core (:mod:`jaxrot.kernels.host_threads`); its outputs, the first four without an event."""
+def _launch(key, states0, dt, t0, system, P, n_frames, save_every, Q=None, memory0=None):
+    """The constant-step kernel of ``key = (dtype name, generated method's key, event or None, memory
+    given)`` (:func:`jaxrot.kernels.fixed_loop.kernel`) on a batch: one custom call, or a slice of the
+    batch per core (:mod:`jaxrot.kernels.host_threads`); its outputs, the first four without an event,
+    then with ``memory0`` (B, len(A)), each body's memory at the start, the memory at the frames."""
     from .fixed_loop import kernel, output_dims
 
     dtype = states0.R.dtype
     B = states0.R.shape[0]
-    args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), jnp.reshape(jnp.asarray(dt, dtype), (1,)),
+    given = memory0 is not None
+    n_mem = _generate.attempt_types(kernel(*key)[0], key[1])._length_
+    A0 = jnp.asarray(memory0, dtype) if given else jnp.zeros((B, n_mem), dtype)
+    args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), A0, jnp.reshape(jnp.asarray(dt, dtype), (1,)),
             jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P,
             jnp.zeros((1,), dtype) if Q is None else jnp.asarray(Q, dtype))
     threads = host_threads.threads_for(B, int(n_frames) * int(save_every), _generate.split_weight(key[1]))
+    dims = output_dims(B, n_frames, given)
     if threads == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
-        out = _ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,), output_dims=output_dims(B, n_frames))
+        out = _ffi(*key)(*args, int(n_frames), int(save_every), launch_dims=(B,), output_dims=dims)
     else:
         S, k = kernel(*key)
-        out = host_threads.call(k, S, threads, int(n_frames), int(save_every), *args)
-    return tuple(out) if len(key) > 2 else tuple(out)[:4]
+        out = host_threads.call(k, S, threads, int(n_frames), int(save_every), *args, dims=dims)
+    out = tuple(out)
+    return (out[:8] if key[2] is not None else out[:4]) + ((out[8],) if given else ())
 
 
 def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int, *, event=None, reference=None,

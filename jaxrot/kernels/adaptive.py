@@ -41,6 +41,7 @@ CPU a batch is cut into slices that a pool of one thread per core takes in turn,
 first). :class:`jaxrot.Fused` runs ``jaxrot.simulate(pair, ..., stepsize=jaxrot.Adaptive(...))`` here.
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -115,7 +116,8 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         between steps, the backward pass runs in the kernels instead
         (:mod:`jaxrot.kernels.adaptive_backward`), the reference's derivatives only for ``t0`` and
         ``ts`` when they are differentiated. ``"tangents"``: forward mode only (a custom JVP that cannot
-        be transposed), its tangents carried through the recorded steps in the kernels where the pair
+        be transposed), its tangents carried beside the states in the kernel's run
+        (:mod:`jaxrot.kernels.adaptive_tangents`), or else through the recorded steps where the pair
         allows it (as for ``"reverse"``), else ``"forward"``.
       stored_steps: the states per body the kernels' derivative passes keep (None: every accepted
         step's, :func:`~jaxrot.kernels.adaptive_backward.capacity_for`; fewer than the steps: the
@@ -157,7 +159,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         return jax.tree_util.tree_map(
             lambda x: x.astype(dtype) if eqx_float(x) else x, system)
 
-    def forward(system, states0, t0, ts, rtol, atol, dt0, event=event, capacity=0):
+    def forward(system, states0, t0, ts, rtol, atol, dt0, event=event, capacity=0, tangents=None):
+        """The kernel's run; with ``tangents = (d_states0, d_arrays)`` (no event, no record) the run
+        carrying the tangents of its states (:mod:`jaxrot.kernels.adaptive_tangents`): ``(run, dR, dPi)``."""
         system = to_dtype(system)
         t0 = jnp.asarray(t0, dtype)
         ts = jnp.asarray(ts, dtype).reshape(-1)
@@ -166,16 +170,29 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
             h0 = first_step(q, system, states0, t0, ts, rtol_b)
         else:
             h0 = jnp.broadcast_to(jnp.asarray(dt0, dtype), (B,))
+        h0 = jnp.asarray(h0, dtype)
+        if tangents is not None:
+            from .adaptive_tangents import Carried, carried_call, initial_memory, tangent_outputs
+
+            d_states0, d_arrays = tangents
+            name, P = generated_pair(Carried(pair_obj, d_arrays), system, dtype)
+            A0 = initial_memory(pair_obj, system, t0, states0, d_states0, d_arrays, h0)
+            arrays, static = eqx.partition(system, eqx.is_array)
+
+            def go(values, tangents):
+                (states0, arrays, t0, ts, rtol, atol, h0), (P, A0) = values, tangents
+                return launch(name, eqx.combine(arrays, static), states0, t0, ts, rtol, atol, h0, max_steps, None, P,
+                              memory0=A0)
+
+            run, A_out = carried_call(go, (states0, arrays, t0, ts, rtol_b, atol_b, h0), (P, A0))
+            return (run, *tangent_outputs(pair_obj, system, dtype, A_out))
         # the attempt generated from the pair's JAX code
         name, P = generated_pair(pair_obj, system, dtype)
-        return launch(name, system, states0, t0, ts, rtol_b, atol_b, jnp.asarray(h0, dtype), max_steps, event, P,
-                      capacity=capacity)
+        return launch(name, system, states0, t0, ts, rtol_b, atol_b, h0, max_steps, event, P, capacity=capacity)
 
     given = dict(t0=t0, ts=ts, rtol=rtol, atol=atol, dt0=dt0)
     if reference is None:
         return forward(system, states0, **given, capacity=int(record))
-
-    import equinox as eqx
 
     # JAX arrays are the differentiable inputs; Python numbers and NumPy arrays stay as given
     dyn = {k: v for k, v in given.items() if isinstance(v, jax.Array)}
@@ -239,9 +256,12 @@ def backward_reason(pair, system, dtype, event=None, kind: str = "vjp") -> str |
     mode (``kind="vjp"``) or forward mode (``"jvp"``) (:mod:`jaxrot.kernels.adaptive_backward`; its
     derivatives then come from the XLA loop), or None."""
     from .adaptive_backward import why_not_backward
+    from .adaptive_tangents import carried_reason
     from .generate_vjp import keeps_memory
 
     p = integrators_get(pair)
+    if kind == "jvp" and event is None and carried_reason(p, system, dtype) is None:
+        return None  # (the tangents carried in the run)
     return why_not_backward(p, system, dtype, keeps_memory(p, system, dtype), event, kind)
 
 

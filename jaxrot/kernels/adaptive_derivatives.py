@@ -1,9 +1,11 @@
 """Derivatives of fused runs computed in the kernels: the custom rules (one builder, :func:`_rule`)
 around an error-controlled run (:func:`jaxrot.kernels.adaptive.fused_adaptive`, :func:`in_kernels`) or a
 constant-step one (:func:`jaxrot.kernels.fused_frames`, :func:`fixed_in_kernels`) whose backward pass
-(``jax.custom_vjp``) or tangents (``jax.custom_jvp``) run through the record of the steps taken
-(:mod:`jaxrot.kernels.adaptive_backward`); the derivatives with respect to the times (the save times,
-``dt``, ``t0``) from the reference loop where they are wanted."""
+(``jax.custom_vjp``) runs through the record of the steps taken (:mod:`jaxrot.kernels.adaptive_backward`)
+and whose tangents (``jax.custom_jvp``) are carried beside the states in the run itself
+(:mod:`jaxrot.kernels.adaptive_tangents`) or, where they cannot be, through that record; the
+derivatives with respect to the times (the save times, ``dt``, ``t0``) from the reference loop where
+they are wanted."""
 
 import equinox as eqx
 import jax
@@ -18,7 +20,7 @@ from .generate_vjp import keeps_memory
 __all__ = ["in_kernels", "in_kernels_jvp", "fixed_in_kernels", "fixed_reason"]
 
 
-def _rule(kind: str, plain, recorded, check, ref, moving: tuple):
+def _rule(kind: str, plain, recorded, check, ref, moving: tuple, carried=None):
     """The run ``plain(arrays, states0, dyn) -> out`` (``out[0]``, ``out[1]``: the states ``R``, ``Pi``
     at the outputs) as a ``jax.custom_vjp`` (``kind="vjp"``) or ``jax.custom_jvp`` (``"jvp"``) whose
     derivative walks the record of its steps in the kernels (:mod:`jaxrot.kernels.adaptive_backward`):
@@ -28,7 +30,10 @@ def _rule(kind: str, plain, recorded, check, ref, moving: tuple):
       generated for the system (else the whole derivative is ``ref``'s), the system the kernels take,
       whether the method carries memory;
     - ``ref(arrays, states0, dyn) -> out``: the reference loop, whose derivatives are taken for the
-      entries of ``dyn`` named in ``moving`` (the times: the last step's length moves with them)."""
+      entries of ``dyn`` named in ``moving`` (the times: the last step's length moves with them);
+    - ``carried(primals, (dR0, dPi0), t_arrays) -> (out, dR, dPi)``, or None: forward mode in one pass,
+      the run carrying its tangents (:mod:`jaxrot.kernels.adaptive_tangents`), taken where it returns
+      them (else the record is walked)."""
     from .adaptive_backward import backward, tangents
 
     def arrays_of(c_sys, like):
@@ -70,15 +75,17 @@ def _rule(kind: str, plain, recorded, check, ref, moving: tuple):
     run = jax.custom_jvp(plain)
 
     def run_jvp(primals, tangents_in):
-        ok, system, memory, method = check(primals[0])
-        if not ok:
-            return run(*primals), jax.jvp(ref, primals, filled(tangents_in, primals))[1]
-        out, record, n = recorded(*primals)
         t_arrays, t_states, t_dyn = tangents_in
-        t_sys = jax.tree_util.tree_map(lambda t, a: _zero(a) if _symbolic(t) else t.astype(a.dtype), t_arrays,
-                                       eqx.filter(system, eqx.is_array), is_leaf=_symbolic)
-        dR, dPi = tangents(method, system, record, n, *filled((t_states.R, t_states.Pi), (primals[1].R, primals[1].Pi)),
-                           t_sys, memory)
+        d_states = filled((t_states.R, t_states.Pi), (primals[1].R, primals[1].Pi))
+        done = None if carried is None else carried(primals, d_states, t_arrays)
+        if done is not None:
+            out, dR, dPi = done
+        else:
+            ok, system, memory, method = check(primals[0])
+            if not ok:
+                return run(*primals), jax.jvp(ref, primals, filled(tangents_in, primals))[1]
+            out, record, n = recorded(*primals)
+            dR, dPi = tangents(method, system, record, n, *d_states, system_tangents(t_arrays, system), memory)
         moved = {k: v for k, v in t_dyn.items() if k in moving and not _symbolic(v)}
         if moved:  # the times' own tangents: the reference's
             d = primals[2]
@@ -89,6 +96,30 @@ def _rule(kind: str, plain, recorded, check, ref, moving: tuple):
 
     run.defjvp(run_jvp, symbolic_zeros=True)
     return run
+
+
+def _carrying(method, system_of, run, pair: bool):
+    """The rule's ``carried`` (:func:`_rule`): the run ``run(primals, (d_states0, d_arrays))`` carrying
+    its tangents where ``method``'s can be carried (:func:`~jaxrot.kernels.adaptive_tangents.carried_reason`;
+    an error-controlled run with ``pair``), else None; ``system_of(arrays)`` the run's system."""
+
+    def carried(primals, d_states, t_arrays):
+        from .adaptive_tangents import carried_reason
+
+        system, dtype = system_of(primals[0]), primals[1].R.dtype
+        if carried_reason(method, system, dtype, pair) is not None:
+            return None
+        d_states0 = State(*(x.astype(dtype) for x in d_states))
+        return run(primals, (d_states0, system_tangents(t_arrays, system)))
+
+    return carried
+
+
+def system_tangents(t_arrays, system):
+    """The tangents of ``system``'s arrays, zeros where ``t_arrays`` holds a symbolic zero, in the
+    arrays' dtypes."""
+    return jax.tree_util.tree_map(lambda t, a: _zero(a) if _symbolic(t) else t.astype(a.dtype), t_arrays,
+                                  eqx.filter(system, eqx.is_array), is_leaf=_symbolic)
 
 
 def _symbolic(c) -> bool:
@@ -129,7 +160,12 @@ def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref
         ok = backward_reason(pair, system, dtype, None, kind) is None  # (asked only when differentiated)
         return ok, system, ok and keeps_memory(p, system, dtype), p
 
-    rule = _rule(kind, plain, recorded, check, lambda a, s, d: ref(a, s, d, None), ("t0", "ts"))
+    def carried(primals, tangents):
+        arrays, states0, dyn = primals
+        return forward(eqx.combine(arrays, static), states0, **{**const, **dyn}, tangents=tangents)
+
+    rule = _rule(kind, plain, recorded, check, lambda a, s, d: ref(a, s, d, None), ("t0", "ts"),
+                 _carrying(p, lambda a: to_dtype(eqx.combine(a, static)), carried, True) if kind == "jvp" else None)
     return rule(arrays, states0, dyn)
 
 
@@ -190,8 +226,13 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
         memory = keeps_memory(method, system, dtype)
         return vjp_reason(method, system, dtype, kind, memory) is None, system, memory, method
 
+    def carried(primals, tangents):
+        arrays, states0, dyn = primals
+        return forward(method, eqx.combine(arrays, static), states0, dyn["dt"], dyn["t0"], n_frames, save_every,
+                       tangents=tangents)
+
     rule = _rule(kind, plain, recorded, check, lambda a, s, d: ref(a, s, d["dt"], d["t0"]),
-                 ("dt", "t0"))
+                 ("dt", "t0"), _carrying(method, lambda a: eqx.combine(a, static), carried, False) if kind == "jvp" else None)
     return rule(arrays, states0, {"dt": dt, "t0": t0})
 
 
@@ -203,16 +244,20 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
     from .adaptive_backward import steps_in_budget
     from .generate_vjp import vjp_reason
 
+    from .adaptive_tangents import carried_reason
+
     if kind is None:
         return "the run is not differentiated in one mode alone"
     if event is not None:
         return "the kernels' derivative passes do not differentiate an event's location"
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
+        return "the method's own arrays are being differentiated"
+    if kind == "jvp" and carried_reason(method, system, dtype, pair=False) is None:
+        return None  # (the tangents carried in the run: no record)
     size = jnp.dtype(dtype).itemsize
     if n_frames * save_every > steps_in_budget(bodies, size, 26) and not _frames_fit(bodies, dtype, n_frames, save_every):
         return ("neither every step's start nor the frames with the steps between two of them fit in the "
                 "record's budget (adaptive_backward.RECORD_BYTES)")
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
-        return "the method's own arrays are being differentiated"
     return vjp_reason(method, system, dtype, kind, keeps_memory(method, system, dtype))
 
 

@@ -18,16 +18,17 @@ __all__ = ["launch", "slices_for", "SORT_MIN_BODIES", "MIN_BODIES_PER_SLICE", "S
 
 #: the kernel's outputs (name, per-body shape after B) in order
 _OUTPUTS = ("R_out", "Pi_out", "acc_out", "rej_out", "err_out", "result_out", "tev_out", "Rev_out", "Piev_out",
-            "R_rec", "Pi_rec", "t_rec", "h_rec", "out_k")
+            "R_rec", "Pi_rec", "t_rec", "h_rec", "out_k", "A_out")
 
 
-def _output_dims(B, n_out, capacity):
-    """The outputs' shapes; the record's (the last five) of one column where nothing is recorded;
-    ``capacity`` the steps recorded, or ``(steps, states)`` where fewer states are kept (checkpoints)."""
+def _output_dims(B, n_out, capacity, given=False):
+    """The outputs' shapes; the record's (``R_rec`` to ``out_k``) of one column where nothing is recorded;
+    ``capacity`` the steps recorded, or ``(steps, states)`` where fewer states are kept (checkpoints);
+    the memory at the outputs (``A_out``) of one column where the memory is not ``given``."""
     steps, states = capacity if isinstance(capacity, tuple) else (capacity, capacity)
     rec = {k: (B, max(n, 1)) for k, n in zip(_OUTPUTS[9:13], (states, states, steps, steps))}
     return {"R_out": (B, n_out), "Pi_out": (B, n_out), **{k: (B,) for k in _OUTPUTS[2:9]}, **rec,
-            "out_k": (B, n_out if capacity else 1)}
+            "out_k": (B, n_out if capacity else 1), "A_out": (B, n_out if given else 1)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,13 +64,15 @@ def _callable(*key):
     return host_threads.sliced_callable(kernel_for(*key)[1], len(_OUTPUTS), frozenset({"t0v", "ts", "Jv", "P", "Q"}))
 
 
-def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params, capacity=0):
+def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, method_params, capacity=0, memory0=None):
     """The kernel of the generated pair ``name`` (:data:`~jaxrot.kernels.adaptive_pairs.GENERATED_PAIRS`)
     whose parameters are ``method_params`` on a batch; an :class:`AdaptiveRun`. With ``capacity``:
     ``(run, record)``, the :class:`~jaxrot.kernels.adaptive_pairs.Record` of each body's first
     ``capacity`` accepted steps (``capacity = (T, C)``: the times and lengths of ``T`` steps, the states of every
     ``ceil(T / C)``-th) (:func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) in the order the bodies
-    were launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order)."""
+    were launched: row ``k`` is body ``order[k]`` (``order`` None: the caller's order). With ``memory0``
+    (B, len(A)), each body's memory at the start (without an event or a record): ``(run, A_out)``, the
+    memory at each output (B, n, len(A))."""
     dtype = states0.R.dtype
     B, n_out = states0.R.shape[0], ts.shape[0]
     if event is None:  # (the torque is inside the generated attempt)
@@ -82,9 +85,11 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
         zi = jnp.zeros((0,), jnp.int32)
         ev = (None, None, None) if event is None else (z, jnp.zeros((0, 3, 3), dtype), jnp.zeros((0, 3), dtype))
         return AdaptiveRun(jnp.zeros((0, n_out, 3, 3), dtype), jnp.zeros((0, n_out, 3), dtype), zi, zi, z, zi, *ev)
-    key = (jnp.dtype(dtype).name, name, tkey, ekey, direction, terminal, bool(capacity))
+    given = memory0 is not None
+    key = (jnp.dtype(dtype).name, name, tkey, ekey, direction, terminal, bool(capacity), given)
     J = jnp.asarray(system.body.J, dtype)
-    per_body = [jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), h0, rtol, atol]
+    A0 = jnp.asarray(memory0, dtype) if given else jnp.zeros((B, _memory_length(key)), dtype)
+    per_body = [jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), h0, rtol, atol, A0]
     inverse = order = None
     if B >= SORT_MIN_BODIES:
         # the bodies fastest first (initial angular speed): a GPU warp of 32 threads then holds bodies
@@ -95,12 +100,23 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
         per_body = [x[order] for x in per_body]
     args = (*per_body, jnp.reshape(t0, (1,)), ts, J.reshape(1, 3), P, jnp.asarray(Q, dtype))
     n_slices = min(slices_for(B), B)
+    dims = _output_dims(B, n_out, capacity, given)
     if n_slices == 1 or jax.default_backend() != "cpu":  # (a machine with a GPU keeps Warp's custom call)
-        out = _ffi(*key)(*args, int(max_steps), int(n_out), launch_dims=(B,), output_dims=_output_dims(B, n_out, capacity))
+        out = _ffi(*key)(*args, int(max_steps), int(n_out), launch_dims=(B,), output_dims=dims)
     else:
-        out = _callable(*key)(*args, int(max_steps), int(n_out), int(n_slices), output_dims=_output_dims(B, n_out, capacity))
+        out = _callable(*key)(*args, int(max_steps), int(n_out), int(n_slices), output_dims=dims)
     out = tuple(out)
     kept = 6 if event is None else 9
     run = AdaptiveRun(*(out[:kept] if inverse is None else (x[inverse] for x in out[:kept])))
+    if given:
+        return run, (out[14] if inverse is None else out[14][inverse])
     # the record stays in the launch's order (a gather of it would copy it whole)
-    return (run, Record(*out[9:], order if inverse is not None else None)) if capacity else run
+    return (run, Record(*out[9:14], order if inverse is not None else None)) if capacity else run
+
+
+def _memory_length(key) -> int:
+    """The length of the memory vector ``A`` of the kernel ``key``'s pair."""
+    from .adaptive_pairs import GENERATED_PAIRS
+    from .generate import attempt_types
+
+    return attempt_types(kernel_for(*key)[0], GENERATED_PAIRS[key[1]].key)._length_

@@ -356,6 +356,14 @@ def attempt_funcs(S, key: str):
     return env["init"], env["attempt"]
 
 
+@functools.lru_cache(maxsize=None)
+def attempt_types(S, key: str):
+    """The Warp vector type of a generated method's memory ``A`` (its length: :class:`Lowered`'s ``n_memory``)."""
+    from ._common import warp
+
+    return warp().types.vector(_SOURCES[key][2], S)
+
+
 def lower(method, system, dtype) -> Lowered:
     """Restate ``method``'s ``init`` and ``step`` for ``system`` at ``dtype`` (float32 or float64), its
     parameters read from ``P`` (with or without an event: the dense output's torque reads its own
@@ -406,11 +414,9 @@ def reason(method, system, dtype, event=None) -> str | None:
 @functools.lru_cache(maxsize=None)
 def _compiled_env(S, key: str) -> dict:
     """The generated source of ``key`` for scalar type ``S``: its functions as Warp functions."""
-    from ._common import warp
-
-    src, lits, n_mem, _ = _SOURCES[key]
+    src, lits, _, _ = _SOURCES[key]
     names = [n for n in ("init", "step", "reason", "attempt") if f"def {n}(" in src] + function_names(src)
-    return warp_functions(S, src, lits, f"method-{key}", names, A_T=warp().types.vector(n_mem, S))
+    return warp_functions(S, src, lits, f"method-{key}", names, A_T=attempt_types(S, key))
 
 
 @functools.lru_cache(maxsize=None)

@@ -126,6 +126,8 @@ def disagreement(what: str, names, got, want, tol, n: int) -> str | None:
     ``want``: each to 10^3 roundings of its state's largest value, plus ``tol[name]``; or None."""
     for name, g_, w in zip(names, got, want):
         g_, w = np.reshape(g_, (n, -1)), np.reshape(w, (n, -1))
+        if w.size == 0:  # (a method without memory)
+            continue
         scale = np.max(np.abs(np.where(np.isfinite(w), w, 0.0)), axis=1, keepdims=True)
         ok = within(g_, w, 1000 * np.finfo(w.dtype).eps * scale + tol.get(name, 0.0))
         if not np.all(ok):
@@ -151,7 +153,7 @@ def reference_values(fn, *args):
 
     # (lowered and compiled ahead of time: called with concrete arrays, the executable runs also inside
     # a caller's trace, and constants in ``fn`` are not evaluated one operation at a time)
-    args = tuple(np.asarray(a) for a in args)
+    args = jax.tree_util.tree_map(np.asarray, args)
     out = jax.jit(jax.vmap(fn)).lower(*args).compile()(*args)
     return jax.tree_util.tree_map(np.asarray, out)
 
@@ -208,9 +210,11 @@ def _compare(method, system, dtype, hit, event=None):
     from ._common import so3_funcs, warp
 
     from . import event_launch, fixed_loop
-    from .generate import params
+    from .adaptive_tangents import Carried
+    from .generate import attempt_types, params
 
     key, n_mem, traced = hit
+    given = isinstance(method, Carried)  # (its run is given each body's memory: tangents to compare)
     wp = warp()
     name = np.dtype(dtype).name
     n = 4
@@ -219,14 +223,18 @@ def _compare(method, system, dtype, hit, event=None):
     with jax.ensure_compile_time_eval():
         J, R, Pi, h = sample_states(system, dtype, n)
         P = np.asarray(params(method, system, dtype))
+        A0, memory = _memories(method, system, dtype, R, Pi, h, n_mem, given)
     S = getattr(wp, name)  # (warp.float32 or warp.float64)
     c = so3_funcs(S)
     dev = "cpu"
+    A_T = attempt_types(S, key)
     outs = [wp.zeros((n, 1), dtype=c.M, device=dev), wp.zeros((n, 1), dtype=c.V, device=dev),
-            *(wp.zeros(n, dtype=t, device=dev) for t in (wp.int32, wp.int32, S, c.M, c.V, wp.int32))]
+            *(wp.zeros(n, dtype=t, device=dev) for t in (wp.int32, wp.int32, S, c.M, c.V, wp.int32)),
+            wp.zeros((n, 1), dtype=A_T, device=dev)]
 
     def launch(kernel, Q):  # one step of each test state (the first frame)
         ins = [wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
+               wp.array(A0, dtype=A_T, device=dev),
                wp.array(np.reshape(h, (1,)), dtype=S, device=dev), wp.array(np.zeros(1, dtype), dtype=S, device=dev),
                wp.array(J.reshape(1, 3), dtype=c.V, device=dev), wp.array(P, dtype=S, device=dev),
                wp.array(Q, dtype=S, device=dev), 1, 1]
@@ -236,22 +244,22 @@ def _compare(method, system, dtype, hit, event=None):
     if event is not None:
         try:  # the kernel of the run with its event (the event's values do not reach the step's result)
             ev, _, Q = event_launch(method, system, dtype, event, P)
-            launch(fixed_loop.kernel(name, key, ev)[1],
+            launch(fixed_loop.kernel(name, key, ev, False)[1],
                    np.zeros(Q.shape, dtype) if isinstance(Q, jax.core.Tracer) else np.asarray(Q))
             launched = True
         except Exception:  # noqa: BLE001 - an event the run refuses (its own refusal says why)
             pass
     if not launched:
-        launch(fixed_loop.kernel(name, key)[1], np.zeros(1, dtype))
+        launch(fixed_loop.kernel(name, key, None, given)[1], np.zeros(1, dtype))
 
-    def ref(R, Pi):
-        s = State(R, Pi)
-        aux = method.init(system, jnp.asarray(0.0, dtype), s, h)
-        new, _, _ = method.step(system, jnp.asarray(0.0, dtype), s, aux, h)
-        return new.R, new.Pi
+    def ref(R, Pi, aux):
+        new, aux1, _ = method.step(system, jnp.asarray(0.0, dtype), State(R, Pi), aux, h)
+        return new.R, new.Pi, _raveled(aux1, dtype)
 
-    want_R, want_Pi = reference_values(ref, R, Pi)
-    return disagreement("step", ("R", "Pi"), [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]], [want_R, want_Pi], {}, n)
+    want = reference_values(ref, R, Pi, memory)
+    got = [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]]
+    # (the memory at the frame is written where the run is given it: the tangents)
+    return disagreement("step", ("R", "Pi", "memory"), got + ([outs[-1].numpy()[:, 0, :-1]] if given else []), want, {}, n)
 
 
 #: (key, dtype name) -> None (compiled and agreed) or why not, for the pairs' attempts
@@ -259,32 +267,38 @@ _CHECKED_PAIRS: dict = {}
 
 
 @functools.lru_cache(maxsize=None)
-def attempt_kernel(S, key: str, module: str):
-    """A kernel of one attempt of the generated pair ``key`` from ``init`` per body (its new state and
-    scaled error), defined in the Warp ``module`` (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`:
-    the module of the pair's plain kernel, which compiles the attempt once for both)."""
+def attempt_kernel(S, key: str, module: str, given: bool = False):
+    """A kernel of one attempt of the generated pair ``key`` per body (its new state, memory and scaled
+    error) from ``init``'s memory, or ``given`` from ``A0``'s, defined in the Warp ``module``
+    (:func:`jaxrot.kernels.adaptive_kernel.check_kernel`: the module of the pair's plain kernel, which
+    compiles the attempt once for both)."""
     from ._common import so3_funcs, warp
 
     wp = warp()
     c = so3_funcs(S)
     V, M = c.V, c.M
-    from .generate import attempt_funcs
+    from .generate import attempt_funcs, attempt_types
 
     init, attempt = attempt_funcs(S, key)
+    GIVEN = bool(given)
 
-    def one(R0, Pi0, h, rt, at, Jv, P, R_out, Pi_out, err_out):
+    def one(R0, Pi0, A0, h, rt, at, Jv, P, R_out, Pi_out, err_out, A_out):
         b = wp.tid()
         J = Jv[0]
         A = init(R0[b], Pi0[b], J, P, h)
+        if wp.static(GIVEN):
+            A = A0[b]
         R1, Pi1, A1, err = attempt(R0[b], Pi0[b], A, S(0.0), h, J, P, rt, at)
         R_out[b] = R1
         Pi_out[b] = Pi1
         err_out[b] = err
+        A_out[b] = A1
 
     # (annotations set here: this module's are strings, which Warp would look up among its globals)
-    A = wp.array
-    one.__annotations__ = dict(R0=A(dtype=M), Pi0=A(dtype=V), h=S, rt=S, at=S, Jv=A(dtype=V), P=A(dtype=S),
-                               R_out=A(dtype=M), Pi_out=A(dtype=V), err_out=A(dtype=S))
+    A, A_T = wp.array, attempt_types(S, key)
+    one.__annotations__ = dict(R0=A(dtype=M), Pi0=A(dtype=V), A0=A(dtype=A_T), h=S, rt=S, at=S, Jv=A(dtype=V),
+                               P=A(dtype=S), R_out=A(dtype=M), Pi_out=A(dtype=V), err_out=A(dtype=S),
+                               A_out=A(dtype=A_T))
     one.__name__ = one.__qualname__ = f"attempt_{key}_{S.__name__}"
     return wp.kernel(one, module=module, enable_backward=False)
 
@@ -297,14 +311,17 @@ def _compare_pair(pair, system, dtype, hit, alone: bool = False):
     from ..physics.flow import pack_body
     from ._common import so3_funcs, warp
 
-    from .generate import params
+    from .generate import attempt_types, params
 
     from .adaptive_kernel import check_kernel
+
+    from .adaptive_tangents import Carried
 
     key, n_mem, traced = hit
     wp = warp()
     S = {np.dtype(np.float32): wp.float32, np.dtype(np.float64): wp.float64}[np.dtype(dtype)]
-    kernel = check_kernel(np.dtype(dtype).name, key, int(pair.error_order()), alone)
+    given = isinstance(pair, Carried)  # (its run is given each body's memory: tangents to compare)
+    kernel = check_kernel(np.dtype(dtype).name, key, int(pair.error_order()), alone, given)
     n = 4
     rt = at = 1e-6
     if _traced(pair, system, traced):
@@ -315,22 +332,51 @@ def _compare_pair(pair, system, dtype, hit, alone: bool = False):
         return None
     with jax.ensure_compile_time_eval():
         J, R, Pi, h = sample_states(system, dtype, n)
+        A0, memory = _memories(pair, system, dtype, R, Pi, h, n_mem, given)
 
-        def ref(R, Pi):
+        def ref(R, Pi, aux):
             s = State(R, Pi)
-            aux = pair.init(system, jnp.asarray(0.0, dtype), s, h)
-            new, _, _, y_err = pair.step_with_error(system, jnp.asarray(0.0, dtype), s, aux, h)
+            new, aux1, _, y_err = pair.step_with_error(system, jnp.asarray(0.0, dtype), s, aux, h)
             return new.R, new.Pi, pair.error_norm(pack_body(R, Pi), pack_body(new.R, new.Pi), y_err,
-                                                  jnp.asarray(rt, dtype), jnp.asarray(at, dtype))
+                                                  jnp.asarray(rt, dtype), jnp.asarray(at, dtype)), _raveled(aux1, dtype)
 
         P = np.asarray(params(pair, system, dtype))
-    want = list(reference_values(ref, R, Pi))
+    want = list(reference_values(ref, R, Pi, memory))
     c = so3_funcs(S)
     dev = "cpu"
-    outs = [wp.zeros(n, dtype=c.M, device=dev), wp.zeros(n, dtype=c.V, device=dev), wp.zeros(n, dtype=S, device=dev)]
+    A_T = attempt_types(S, key)
+    outs = [wp.zeros(n, dtype=c.M, device=dev), wp.zeros(n, dtype=c.V, device=dev), wp.zeros(n, dtype=S, device=dev),
+            wp.zeros(n, dtype=A_T, device=dev)]
     wp.launch(kernel, dim=n, device=dev, inputs=[wp.array(R, dtype=c.M, device=dev), wp.array(Pi, dtype=c.V, device=dev),
-                                                  S(h), S(rt), S(at), wp.array(J.reshape(1, 3), dtype=c.V, device=dev),
+                                                  wp.array(A0, dtype=A_T, device=dev), S(h), S(rt), S(at),
+                                                  wp.array(J.reshape(1, 3), dtype=c.V, device=dev),
                                                   wp.array(P, dtype=S, device=dev), *outs])
+    got = [o.numpy() for o in outs]
+    got[3] = got[3][:, :-1]  # (the memory without the step's converged flag)
     # the error is a difference of two results scaled by the tolerance: its rounding is eps / rtol
-    return disagreement("attempt", ("R", "Pi", "error"), [o.numpy() for o in outs], want,
-                         {"error": 1000 * np.finfo(dtype).eps / rt}, n)
+    return disagreement("attempt", ("R", "Pi", "error", "memory"), got, want,
+                        {"error": 1000 * np.finfo(dtype).eps / rt}, n)
+
+
+def _memories(method, system, dtype, R, Pi, h, n_mem: int, given: bool):
+    """``(A0, memory)`` of the test states: where the run is ``given`` each body's memory (tangents carried,
+    :func:`jaxrot.kernels.adaptive_tangents.check_memory`) those memories, else ``init``'s (the kernel
+    computes its own; ``A0`` unread)."""
+    import jax.numpy as jnp
+
+    from ..geometry.state import State
+    from .adaptive_tangents import check_memory
+
+    if given:
+        return check_memory(method, system, dtype, R, Pi, h)
+    memory = reference_values(lambda R, Pi: method.init(system, jnp.asarray(0.0, dtype), State(R, Pi), h), R, Pi)
+    return np.zeros((np.shape(R)[0], n_mem), dtype), memory
+
+
+def _raveled(tree, dtype):
+    """A memory's leaves raveled into one vector, as the kernel holds them (without the flag)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in leaves]) if leaves else jnp.zeros((0,), dtype)

@@ -63,16 +63,16 @@ def _rebind(sets, arrays, sliced) -> None:
             launch.set_param_at_index_from_ctype(i, t)
 
 
-def call(kernel, S, n_threads: int, n_frames: int, save_every: int, *args):
+def call(kernel, S, n_threads: int, n_frames: int, save_every: int, *args, dims: dict):
     """``kernel`` (a :func:`jaxrot.kernels.fixed_loop.loop_kernel` of scalar type ``S``) on the batch
-    ``args`` (its inputs: ``R`` (B, 3, 3), ``Pi`` (B, 3), then ``dt``, ``t0``, ``J``, ``P`` and ``Q``, shared
-    by the bodies), its ``B`` bodies split over ``n_threads`` launches on the host; returns the kernel's
-    outputs as JAX arrays (a JAX foreign function call: usable under ``jit`` and ``shard_map``, on CPU
-    devices)."""
-    from .fixed_loop import OUTPUTS, output_dims
+    ``args`` (its inputs: ``R`` (B, 3, 3), ``Pi`` (B, 3), the memory ``A0`` (B, len(A)), then ``dt``, ``t0``,
+    ``J``, ``P`` and ``Q``, shared by the bodies), its ``B`` bodies split over ``n_threads`` launches on the host, its outputs' shapes
+    ``dims``; returns the kernel's outputs as JAX arrays (a JAX foreign function call: usable under
+    ``jit`` and ``shard_map``, on CPU devices)."""
+    from .fixed_loop import OUTPUTS
 
     return tuple(sliced_callable(kernel, len(OUTPUTS), frozenset({"dtv", "t0v", "Jv", "P", "Q"}))(
-        *args, n_frames, save_every, n_threads, output_dims=output_dims(args[0].shape[0], n_frames)))
+        *args, n_frames, save_every, n_threads, output_dims=dims))
 
 
 #: recorded launches of :func:`launch_in_slices`, by (kernel, batch, slices, scalars, shapes): a list of
