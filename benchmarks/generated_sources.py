@@ -1,7 +1,8 @@
 """Whether two checkouts generate the same kernels: for every registered method and pair, on the fast
 top and the free body, in float64 and float32, the source the fused executor restates from its JAX
-code (a constant-step method's step, a pair's attempt) and its step's vector-Jacobian and
-Jacobian-vector products (``jaxrot.kernels.generate``, ``jaxrot.kernels.generate_vjp``), or the
+code (a constant-step method's step, a pair's attempt), its step's vector-Jacobian product and its
+step carrying tangents (``jaxrot.kernels.generate``, ``jaxrot.kernels.generate_vjp``,
+``jaxrot.kernels.adaptive_tangents``), or the
 reason one is refused, hashed; and how long each case took to write out (tracing and restating only:
 nothing is compiled or checked). A change to the generator, or to code a method traces through (SO(3)'s
 functions, the torques), that is meant to leave the kernels as they were shows here as every hash
@@ -36,7 +37,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import jaxrot
 from jaxrot.physics import problems
-from jaxrot.kernels import generate, generate_vjp
+from jaxrot.kernels import adaptive_tangents, generate, generate_vjp
 import os
 assert os.path.realpath(jaxrot.__file__).startswith(sys.argv[1]), jaxrot.__file__
 cases = json.loads(open(sys.argv[2]).read())
@@ -56,12 +57,16 @@ for case in cases:
         m = jaxrot.integrators.get(name)
         key = generate._generate(m, p.system, dt, hasattr(m, "step_with_error"))[0]
         parts.append(text(generate._SOURCES[key]))
-        for kind in ("vjp", "jvp"):
-            try:
-                low = generate_vjp._generate(m, p.system, dt, kind, generate_vjp.keeps_memory(m, p.system, dt), False)
-                parts.append(text(generate_vjp._SOURCES[low.key]))
-            except Exception as e:  # the refusal is part of what is compared
-                parts.append(f"refused {type(e).__name__}: {e}")
+        try:
+            low = generate_vjp._generate(m, p.system, dt, generate_vjp.keeps_memory(m, p.system, dt), False)
+            parts.append(text(generate_vjp._SOURCES[low.key]))
+        except Exception as e:  # the refusal is part of what is compared
+            parts.append(f"refused {type(e).__name__}: {e}")
+        try:  # forward mode: the step carrying tangents
+            c = adaptive_tangents.carried(m, p.system, dt)
+            parts.append(text(generate._SOURCES[generate._generate(c, p.system, dt, hasattr(m, "step_with_error"))[0]]))
+        except Exception as e:
+            parts.append(f"refused {type(e).__name__}: {e}")
     except Exception as e:
         parts.append(f"refused {type(e).__name__}: {e}")
     whole = "\\n#####\\n".join(parts)
@@ -117,7 +122,7 @@ def markdown(command: str, here: str, there: str | None, rows: dict, before: dic
     lines = ["# The generated sources of every registered method and pair", "",
              f"`{command}`; this checkout {here}" + (f", against {there}" if there else "") + ".", ""]
     total = sum(r["seconds"] for r in rows.values())
-    lines.append(f"{len(rows)} cases (a method's step or a pair's attempt, its step VJP and JVP, or why one is "
+    lines.append(f"{len(rows)} cases (a method's step or a pair's attempt, its step VJP and its step carrying tangents, or why one is "
                  f"refused); writing them out took {total:.0f} s here"
                  + (f" and {sum(r['seconds'] for r in before.values()):.0f} s there" if before else "") + ".")
     if before:
@@ -125,10 +130,10 @@ def markdown(command: str, here: str, there: str | None, rows: dict, before: dic
         differ = [c for c in rows if c in before and before[c]["hash"] != rows[c]["hash"]]
         lines += ["", f"**Equal character for character: {len(same)} of {len(rows)}.**"]
         if differ:
-            lines += ["", "| case | which differ | lines here (step, VJP, JVP) | lines there |", "|---|---|---|---|"]
+            lines += ["", "| case | which differ | lines here (step, VJP, tangents) | lines there |", "|---|---|---|---|"]
             for c in differ:
                 a, b = rows[c]["parts"], before[c]["parts"]
-                which = ", ".join(w for w, x, y in zip(("step", "VJP", "JVP"), a, b) if x != y) or "how many"
+                which = ", ".join(w for w, x, y in zip(("step", "VJP", "tangents"), a, b) if x != y) or "how many"
                 lines.append(f"| {c} | {which} | {rows[c]['lines']} | {before[c]['lines']} |")
     return "\n".join(lines) + "\n"
 

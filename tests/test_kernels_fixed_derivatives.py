@@ -1,6 +1,6 @@
 """Derivatives of fused constant-step runs taken in the kernels (reverse mode alone: the step's VJP walked
-backwards over the recorded steps; forward mode: the tangents carried beside the states in the run, or
-where they cannot be, the step's JVP walked forwards over the record), against the XLA executor's."""
+backwards over the recorded steps; forward mode: the tangents carried beside the states in the run),
+against the XLA executor's."""
 
 import jax
 import jax.numpy as jnp
@@ -17,15 +17,11 @@ B, N, EVERY = 4, 40, 8
 
 @pytest.fixture
 def calls(monkeypatch):
-    """How often the kernels' backward and tangent passes ran (``jvp``: over the record; ``carried``: the
-    tangents carried in the run)."""
+    """How often the kernels' backward pass ran (``vjp``) and a run carried its tangents (``jvp``)."""
     from jaxrot.kernels import adaptive_tangents
 
-    seen = {"vjp": 0, "jvp": 0, "carried": 0}
-    backward, tangents = adaptive_backward.backward, adaptive_backward.tangents
-    monkeypatch.setattr(adaptive_tangents, "tangent_outputs",
-                        lambda *a, real=adaptive_tangents.tangent_outputs: seen.__setitem__("carried", seen["carried"] + 1)
-                        or real(*a))
+    seen = {"vjp": 0, "jvp": 0}
+    backward, tangents = adaptive_backward.backward, adaptive_tangents.tangent_outputs
 
     def counted(kind, fn):
         def run(*a, **k):
@@ -34,18 +30,16 @@ def calls(monkeypatch):
         return run
 
     monkeypatch.setattr(adaptive_backward, "backward", counted("vjp", backward))
-    monkeypatch.setattr(adaptive_backward, "tangents", counted("jvp", tangents))
+    monkeypatch.setattr(adaptive_tangents, "tangent_outputs", counted("jvp", tangents))
     return seen
 
 
 @pytest.fixture
 def strides(calls, monkeypatch):
-    """Every how many steps the record of each derivative pass kept a state, in call order."""
+    """Every how many steps the record of each backward pass kept a state, in call order."""
     seen = []
-    for name in ("backward", "tangents"):
-        counted = getattr(adaptive_backward, name)
-        monkeypatch.setattr(adaptive_backward, name, lambda *a, counted=counted: seen.append(a[2].stride)
-                            or counted(*a))
+    counted = adaptive_backward.backward
+    monkeypatch.setattr(adaptive_backward, "backward", lambda *a: seen.append(a[2].stride) or counted(*a))
     return seen
 
 
@@ -93,9 +87,9 @@ def test_forward_mode_in_the_kernels_equals_the_xla_loop(method, calls):
     dJ = jnp.array([1.0, -0.5, 0.25])
     got = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (dJ,))[1]
     want = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.XLA()), (J,), (dJ,))[1]
-    assert calls["carried"] == 1 and calls["jvp"] == 0 and abs(got - want) <= 1e-10 * abs(want)
+    assert calls["jvp"] == 1 and abs(got - want) <= 1e-10 * abs(want)
     jac = jax.jacfwd(lambda Pi: loss(J, Pi, dt, jaxrot.Fused()))(Pi)
-    assert calls["carried"] == 2
+    assert calls["jvp"] == 2
     np.testing.assert_allclose(jac, jax.jacfwd(lambda Pi: loss(J, Pi, dt, jaxrot.XLA()))(Pi), rtol=1e-10, atol=1e-13)
 
 
@@ -111,7 +105,7 @@ def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
     assert calls["vjp"] == 1
     assert _rel(got, jax.grad(loss)(J, Pi, dt, jaxrot.XLA())) < 1e-10
     got = jax.jvp(lambda J: loss(J, Pi, dt, None), (J,), (jnp.ones(3),))[1]
-    assert calls["carried"] == 1
+    assert calls["jvp"] == 1
     monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 1)  # every step's start no longer fits: XLA's loop
     jax.grad(loss)(J, Pi, dt, None)
     assert calls["vjp"] == 1
@@ -120,13 +114,9 @@ def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
 @pytest.mark.parametrize("method, driven", [("rk4", False), ("buss2p", False), ("rk4", True)])
 def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven, calls, strides, monkeypatch):
     """A record budget that holds the frames and one stretch of steps between two of them but not every
-    step's start: the derivative passes step each stretch again from its frame (buss2p: its memory
-    too; a torque that changes with time: each step at its own time), in both modes (forward mode's
-    tangents walked over the record, as where they cannot be carried in the run), equal to the XLA
-    executor's."""
-    from jaxrot.kernels import adaptive_tangents
-
-    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a, **k: "walk the record (test)")
+    step's start: the backward pass steps each stretch again from its frame (buss2p: its memory too; a
+    torque that changes with time: each step at its own time), equal to the XLA executor's; forward
+    mode, which carries its tangents, needs no record."""
     # (a step count of its own: programs traced by the other tests are kept with the record they chose)
     n = (4 if driven else 3) * N
     monkeypatch.setattr(adaptive_backward, "RECORD_BYTES", 26 * n * B * 8 - 1)
@@ -139,21 +129,28 @@ def test_frames_are_the_checkpoints_where_every_step_does_not_fit(method, driven
     got = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (dJ,))[1]
     want = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.XLA()), (J,), (dJ,))[1]
     assert abs(got - want) <= 1e-10 * abs(want)
-    assert strides == [EVERY, EVERY] and calls == {"vjp": 1, "jvp": 1, "carried": 0}
+    assert strides == [EVERY] and calls == {"vjp": 1, "jvp": 1}
 
 
-@pytest.mark.parametrize("method, mode, stride", [("rk4", "reverse", EVERY), ("buss2p", "reverse", 1),
-                                                  ("buss2p", "forward", EVERY)])
-def test_the_frames_are_the_checkpoints_but_for_a_memory_in_reverse_mode(method, mode, stride, strides, monkeypatch):
-    """Where both fit, the frames are the checkpoints (nothing written per step), but in reverse mode
-    for a method that carries a memory, whose record keeps every step's start (forward mode's tangents
-    walked over the record, as where they cannot be carried in the run)."""
-    from jaxrot.kernels import adaptive_tangents
-
-    monkeypatch.setattr(adaptive_tangents, "carried_reason", lambda *a, **k: "walk the record (test)")
+@pytest.mark.parametrize("method, stride", [("rk4", EVERY), ("buss2p", 1)])
+def test_the_frames_are_the_checkpoints_but_for_a_memory(method, stride, strides):
+    """Where both fit, the frames are the checkpoints (nothing written per step), but for a method that
+    carries a memory, whose record keeps every step's start."""
     loss, (J, Pi, dt) = _loss(method, 5 * N)  # (a step count of its own: see above)
-    if mode == "reverse":
-        jax.grad(loss)(J, Pi, dt, jaxrot.Fused())
-    else:
-        jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (jnp.ones(3),))
+    jax.grad(loss)(J, Pi, dt, jaxrot.Fused())
     assert strides == [stride]
+
+
+def test_forward_mode_of_no_bodies():
+    """A batch of no bodies differentiated in forward mode: empty tangents, no launch."""
+    from jaxrot import kernels
+    from jaxrot.driver.executors.fused import xla_frames
+
+    p, m = jaxrot.problems.get("fast_top"), jaxrot.integrators.get("rk4")
+    s0 = jaxrot.State(jnp.zeros((0, 3, 3)), jnp.zeros((0, 3)))
+
+    def frames(Pi):
+        return kernels.fused_frames(m, p.system, jaxrot.State(s0.R, Pi), jnp.asarray(1e-3), jnp.asarray(0.0), 2, 3,
+                                    reference=xla_frames, derivative="jvp")[1]
+
+    assert jax.jacfwd(frames)(s0.Pi).shape == (0, 2, 3, 0, 3)

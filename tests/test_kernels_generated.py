@@ -13,7 +13,7 @@ import pytest
 import jaxrot
 from jaxrot import State, integrators, kernels, so3
 from jaxrot.driver import failures
-from jaxrot.kernels import adaptive, adaptive_pairs, generate, generate_vjp
+from jaxrot.kernels import adaptive, adaptive_pairs, generate
 
 from .helpers import user_pair
 
@@ -265,7 +265,7 @@ def test_a_long_called_function_is_one_warp_function_called_at_each_use(monkeypa
     """A ``jax.jit`` function of many equations applied more than once (the exact flow, in the
     splittings) is restated once, as a Warp function the step calls at each use; the run equals the XLA
     loop's, and the step counts its lines at each call towards splitting a batch over the cores."""
-    from jaxrot.kernels import jaxpr_calls
+    from jaxrot.kernels import adaptive_tangents, jaxpr_calls
 
     p, m = jaxrot.problems.get("free_body_mz"), _TwiceCalled()
     key = generate._generate(m, p.system, jnp.float64)[0]
@@ -284,9 +284,10 @@ def test_a_long_called_function_is_one_warp_function_called_at_each_use(monkeypa
     thrice = generate._SOURCES[generate._generate(integrators.get("saba2"), top, jnp.float64)[0]][0]
     assert "def fn" not in once and thrice.count("def fn") == 1 and thrice.count("fn0(") == 4
     # the flow's short loops are one loop each, counted at each pass for what compiling costs: the
-    # splitting's forward-mode derivative is refused where, written out, it would be past the limit
+    # splitting's step carrying tangents (forward mode) is refused where, written out, it would be past the limit
     assert once.count("for _k") >= 3 and jaxpr_calls.counted_lines(once)[1] > 3 * once.count("\n")
-    assert "its loops counted at each pass" in generate_vjp.vjp_reason(integrators.get("saba2"), top, jnp.float64, "jvp")
+    assert "its loops counted at each pass" in adaptive_tangents.carried_reason(integrators.get("saba2"), top,
+                                                                                 jnp.float64, pair=False)
     # a long body (a composition's stage) compiles once: its lines count once
     body = lambda n: "".join(f"        v{k} = v{k} * S(2.0)\n" for k in range(n))  # noqa: E731
     short, long = (f"def step(x: S):\n    for _k0 in range(16):\n{body(n)}    return x\n" for n in (2, 1001))

@@ -164,15 +164,15 @@ SLOW: dict[str, str] = {
         "test_a_pair_that_carries_memory_is_differentiated_in_the_kernels[forward] (memory in forward mode)",
     "tests/test_kernels_adaptive_saved.py::test_the_automatic_choice_differentiates_saved_steps_on_xla":
         "test_kernels_adaptive_saved.py::test_derivatives_are_refused_with_the_remedy (the same refusal)",
-    "tests/test_kernels_backward.py::test_checkpoints_recompute_the_states_between_them[buss4(3)-2500-reverse]":
-        "the [rkmk8(5)-600-reverse] case (the stretches stepped again) and test_kernels_fixed_derivatives.py::"
+    "tests/test_kernels_backward.py::test_checkpoints_recompute_the_states_between_them[buss4(3)-2500]":
+        "the [rkmk8(5)-600] case (the stretches stepped again) and test_kernels_fixed_derivatives.py::"
         "test_frames_are_the_checkpoints_where_every_step_does_not_fit[buss2p-False] (a carried memory stepped to "
         "each checkpoint in reverse mode)",
     "tests/test_kernels_fixed_derivatives.py::test_frames_are_the_checkpoints_where_every_step_does_not_fit[rk4-False]":
         "the [rk4-True] case (the same path, with a torque that changes with time)",
     "tests/test_kernels_backward.py::test_forward_mode_in_the_kernels_equals_the_xla_loops":
         "test_kernels_backward.py::test_a_pair_that_carries_memory_is_differentiated_in_the_kernels[forward] "
-        "(an error-controlled pair's tangent sweep against the XLA loop) and "
+        "(an error-controlled pair's tangents carried in the run, against the XLA loop) and "
         "test_kernels_fixed_derivatives.py::test_forward_mode_in_the_kernels_equals_the_xla_loop[rk4]",
     "tests/test_kernels_adaptive_saved.py::test_every_kth_step_and_dense_output_with_an_event_as_the_xla_loop[False]":
         "its [True] case (a terminal event: the same record and frames, and the crossing step's column)",

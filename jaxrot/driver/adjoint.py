@@ -89,12 +89,8 @@ class RecursiveCheckpointAdjoint(AbstractAdjoint):
 
 class ForwardMode(AbstractAdjoint):
     """Forward mode (``jax.jvp``, ``jax.jacfwd``) through a plain ``lax.while_loop``; no ``jax.grad``.
-
-    Args:
-      checkpoints: a fused run's tangents are carried after the run through its record of accepted
-        steps; None keeps every step's state, ``C`` the state of every ``ceil(T / C)``-th step only (as
-        :class:`RecursiveCheckpointAdjoint`), the states between stepped again beside the tangents.
-        The XLA loop carries its tangents along and keeps nothing.
+    The tangents are carried beside the states, by the XLA loop and in a fused run's kernel alike:
+    nothing is kept for them.
 
     Example::
 
@@ -104,10 +100,6 @@ class ForwardMode(AbstractAdjoint):
     """
 
     kind: ClassVar[str] = "lax"
-    checkpoints: int | None = None
-
-    def __check_init__(self):
-        _check_checkpoints("ForwardMode", self.checkpoints)
 
 
 class DirectAdjoint(AbstractAdjoint):

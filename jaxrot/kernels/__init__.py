@@ -275,6 +275,15 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
     (:mod:`jaxrot.kernels.adaptive_tangents`): ``(outputs, dR, dPi)`` at the frames."""
     dtype = states0.R.dtype
     B = states0.R.shape[0]
+    if n_frames == 0 or B == 0:
+        empty = (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
+                 jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
+        if tangents is not None:  # (nothing to launch)
+            return empty, jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype)
+        if event is None:
+            return empty
+        return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
+                        jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
     if tangents is not None:
         import equinox as eqx
 
@@ -293,13 +302,6 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
 
         out, A_out = carried_call(go, (states0, arrays, dt, t0), (low.params, A0))
         return (out, *tangent_outputs(method, system, dtype, A_out))
-    if n_frames == 0 or B == 0:
-        empty = (jnp.zeros((B, n_frames, 3, 3), dtype), jnp.zeros((B, n_frames, 3), dtype),
-                 jnp.full((B,), -1, jnp.int32), jnp.zeros((B,), jnp.int32))
-        if event is None:
-            return empty
-        return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
-                        jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
     low = _generate.lower(method, system, dtype)
     if event is None:
         return _launch((jnp.dtype(dtype).name, low.key, None, False), states0, dt, t0, system, low.params, n_frames,
@@ -370,12 +372,13 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
         ``jax.jvp(reference, ...)``'s, the values the kernel's) with respect to ``states0``, ``dt``,
         ``t0`` and the system's array leaves.
       derivative: with ``reference`` and without an event, ``"vjp"`` (the run is being differentiated in
-        reverse mode only) or ``"jvp"`` (forward mode): that derivative runs in the kernels instead,
-        through the method's step derivative generated from its JAX code
-        (:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`; the run keeps every step's start
-        for it where the batch's record fits in ``adaptive_backward.RECORD_BYTES``, else its frames
-        are the checkpoints from which the derivative passes step the states again); the step's and
-        the start's own derivatives, and those of a step that cannot be restated, the reference's.
+        reverse mode only) or ``"jvp"`` (forward mode): that derivative runs in the kernels instead
+        (:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`): forward mode carries the
+        tangents in the run (:mod:`jaxrot.kernels.adaptive_tangents`); reverse mode walks the
+        method's step derivative generated from its JAX code back over a record (every step's start
+        where the batch's record fits in ``adaptive_backward.RECORD_BYTES``, else its frames as the
+        checkpoints from which the backward pass steps the states again); the step's and the start's
+        own derivatives, and those of a step that cannot be restated, the reference's.
 
     Returns:
       ``(R_frames (B, n_frames, 3, 3), Pi_frames (B, n_frames, 3), failed_step (B,) int32, result (B,) int32)``:

@@ -116,10 +116,9 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
         between steps, the backward pass runs in the kernels instead
         (:mod:`jaxrot.kernels.adaptive_backward`), the reference's derivatives only for ``t0`` and
         ``ts`` when they are differentiated. ``"tangents"``: forward mode only (a custom JVP that cannot
-        be transposed), its tangents carried beside the states in the kernel's run
-        (:mod:`jaxrot.kernels.adaptive_tangents`), or else through the recorded steps where the pair
-        allows it (as for ``"reverse"``), else ``"forward"``.
-      stored_steps: the states per body the kernels' derivative passes keep (None: every accepted
+        be transposed), its tangents carried beside the states in the kernel's run where the pair
+        allows it (:mod:`jaxrot.kernels.adaptive_tangents`), else ``"forward"``.
+      stored_steps: the states per body the kernels' backward pass keeps (None: every accepted
         step's, :func:`~jaxrot.kernels.adaptive_backward.capacity_for`; fewer than the steps: the
         states between them recomputed, :func:`~jaxrot.kernels.adaptive_backward.record_layout`).
       record: without ``reference``, the accepted steps per body to record as well (the first
@@ -253,16 +252,18 @@ def integrators_get(pair):
 
 def backward_reason(pair, system, dtype, event=None, kind: str = "vjp") -> str | None:
     """Why a fused error-controlled run of ``pair`` is not differentiated in the kernels, in reverse
-    mode (``kind="vjp"``) or forward mode (``"jvp"``) (:mod:`jaxrot.kernels.adaptive_backward`; its
-    derivatives then come from the XLA loop), or None."""
+    mode (``kind="vjp"``: :mod:`jaxrot.kernels.adaptive_backward`) or forward mode (``"jvp"``: the
+    tangents carried in the run, :mod:`jaxrot.kernels.adaptive_tangents`) (its derivatives then come
+    from the XLA loop), or None."""
     from .adaptive_backward import why_not_backward
     from .adaptive_tangents import carried_reason
     from .generate_vjp import keeps_memory
 
     p = integrators_get(pair)
-    if kind == "jvp" and event is None and carried_reason(p, system, dtype) is None:
-        return None  # (the tangents carried in the run)
-    return why_not_backward(p, system, dtype, keeps_memory(p, system, dtype), event, kind)
+    if kind == "jvp":
+        return ("the kernels' tangents do not follow an event's location" if event is not None
+                else carried_reason(p, system, dtype))
+    return why_not_backward(p, system, dtype, keeps_memory(p, system, dtype), event)
 
 
 def eqx_float(x) -> bool:

@@ -13,9 +13,7 @@ walks each body's steps from the last to the first::
     cF <- cF + cF_k                (the system's arrays: the moments, the torque's parameters)
 
 and returns the cotangents of the initial state and, summed over the bodies, of the system's arrays.
-Forward mode (``jax.jvp``, ``jax.jacfwd``) walks the same record from the first step, the tangents
-carried through each step's Jacobian-vector product (generated the same way) and written out at the
-outputs (:func:`tangents`).
+(Forward mode needs no record: the tangents are carried in the run, :mod:`jaxrot.kernels.adaptive_tangents`.)
 
 Memory against recomputation (:func:`record_layout`, the adjoint's ``checkpoints``): by default every
 accepted step's start is stored (13 numbers a step), so nothing is computed twice and the backward
@@ -30,8 +28,7 @@ step itself (generated from the same JAX code) before it walks them back::
     memory  12 C + 2 T + 13 s numbers a body     (every step stored: 13 T)
     work    one more step per accepted step, the step's derivative as before
 
-and forward mode steps the states forward beside the tangents. The recomputed states are the
-generated step's, which may differ from the forward kernel's attempt in the last bits. A constant-step
+The recomputed states are the generated step's, which may differ from the forward kernel's attempt in the last bits. A constant-step
 run's record (:class:`~jaxrot.kernels.adaptive_pairs.Record`,
 :func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`) holds one column of times and lengths,
 ``t0`` and ``h`` (step ``k`` at ``t0 + k h``, as the loop takes it), and either every step's state or
@@ -52,8 +49,7 @@ from . import host_threads
 from ._common import jax_kernel, so3_funcs, warp
 from .generate_vjp import carried, flat_system, lower_vjp, recomputes, vjp_funcs, vjp_reason
 
-__all__ = ["RECORD_BYTES", "steps_in_budget", "capacity_for", "record_layout", "why_not_backward", "backward",
-           "tangents"]
+__all__ = ["RECORD_BYTES", "steps_in_budget", "capacity_for", "record_layout", "why_not_backward", "backward"]
 
 #: the memory the record of a batch's accepted steps may take by default (bytes)
 RECORD_BYTES = 512 * 2**20
@@ -85,12 +81,12 @@ def record_layout(bodies: int, max_steps: int, itemsize: int, checkpoints: int |
     return T, -(-T // stride)
 
 
-def why_not_backward(pair, system, dtype, memory_leaves: int, event, kind: str = "vjp") -> str | None:
-    """Why a fused run of ``pair`` cannot be differentiated in the kernels in reverse (``kind="vjp"``) or
-    forward mode (``"jvp"``) (its derivatives then come from the XLA loop), or None."""
+def why_not_backward(pair, system, dtype, memory_leaves: int, event) -> str | None:
+    """Why a fused run of ``pair`` cannot be differentiated in the kernels in reverse mode (its
+    derivatives then come from the XLA loop), or None."""
     if event is not None:
         return "the kernels' backward pass does not differentiate an event's location"
-    return vjp_reason(pair, system, dtype, kind, bool(memory_leaves))
+    return vjp_reason(pair, system, dtype, bool(memory_leaves))
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,21 +103,7 @@ def derivative_module(dtype_name: str, key: str) -> str:
 
 def define_kernels(dtype_name: str, key: str) -> None:
     """Define the derivative kernel of ``key`` in its module before the module is first compiled."""
-    from .generate_vjp import kind_of_key
-
-    (backward_kernel if kind_of_key(key) == "vjp" else tangent_kernel)(dtype_name, key)
-
-
-def _pieces(dtype_name: str, key: str):
-    """``(wp, S, V, M, (step derivative, init's derivative, minit, mstep, fstep), F_T, MT, carried,
-    recomputed)``: what both derivative kernels of ``key`` are built from."""
-    wp = warp()
-    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
-    c = so3_funcs(S)
-    fns, F_T, MT = vjp_funcs(S, key)
-    kind = "vjp" if "vjp" in fns else "jvp"
-    pieces = (fns[kind], fns[f"init_{kind}"], fns["minit"], fns["mstep"], fns.get("fstep", fns["mstep"]))
-    return wp, S, c.V, c.M, pieces, F_T, MT, carried(key), recomputes(key)
+    backward_kernel(dtype_name, key)
 
 
 @functools.lru_cache(maxsize=None)
@@ -147,7 +129,14 @@ def _when(S):
 @functools.lru_cache(maxsize=None)
 def backward_kernel(dtype_name: str, key: str):
     """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
-    wp, S, V, M, (vjp, init_vjp, minit, mstep, fstep), F_T, MT, CARRIED, STRIDED = _pieces(dtype_name, key)
+    wp = warp()
+    S = {"float32": wp.float32, "float64": wp.float64}[dtype_name]
+    c = so3_funcs(S)
+    V, M = c.V, c.M
+    fns, F_T, MT = vjp_funcs(S, key)
+    vjp, init_vjp, minit, mstep = fns["vjp"], fns["init_vjp"], fns["minit"], fns["mstep"]
+    fstep = fns.get("fstep", mstep)
+    CARRIED, STRIDED = carried(key), recomputes(key)
     when = _when(S)
 
     def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, stride, cR0, cPi0, cF, m_rec,
@@ -270,7 +259,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     dtype = R_rec.dtype
     name = jnp.dtype(dtype).name
     stride = record.stride
-    low = lower_vjp(pair, system, dtype, "vjp", memory, stride > 1)
+    low = lower_vjp(pair, system, dtype, memory, stride > 1)
     arrays, static = eqx.partition(system, eqx.is_array)
     F, pull_F = jax.vjp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], arrays)
     F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
@@ -289,89 +278,6 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
         cR0, cPi0 = cR0[inverse], cPi0[inverse]
     (c_arrays,) = pull_F(jnp.sum(cF[:, :low.n_flat], axis=0))
     return cR0, cPi0, c_arrays
-
-
-@functools.lru_cache(maxsize=None)
-def tangent_kernel(dtype_name: str, key: str):
-    """``(S, kernel)``: the forward sweep of tangents over each body's recorded steps (:func:`tangents`)."""
-    wp, S, V, M, (jvp, init_jvp, minit, mstep, fstep), _, MT, CARRIED, STRIDED = _pieces(dtype_name, key)
-    when = _when(S)
-
-    def tan(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0, dPi0, F, dF, n_out, stride, dR_out, dPi_out):
-        b = wp.tid()
-        dR = dR0[b]
-        dPi = dPi0[b]
-        m = MT()
-        dm = MT()
-        n = n_acc[b]
-        if wp.static(CARRIED):  # the first memory and its tangent
-            if n > 0:
-                m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
-                dm = init_jvp(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F, dR, dPi, dF)
-        R = R_rec[b, 0]
-        Pi = Pi_rec[b, 0]
-        i = int(0)
-        for k in range(n + 1):
-            more = i < n_out
-            while more:  # the outputs written after step k
-                if out_k[b, i] == k:
-                    dR_out[b, i] = dR
-                    dPi_out[b, i] = dPi
-                    i = i + 1
-                    more = i < n_out
-                else:
-                    more = False
-            if k < n:
-                if wp.static(STRIDED):  # the states stepped forward, from each checkpoint
-                    if k % stride == 0:
-                        R = R_rec[b, k // stride]
-                        Pi = Pi_rec[b, k // stride]
-                else:
-                    R = R_rec[b, k]
-                    Pi = Pi_rec[b, k]
-                tk, hk = when(t_rec, h_rec, b, k)
-                dR, dPi, dm = jvp(R, Pi, m, tk, hk, F, dR, dPi, dm, dF)
-                if wp.static(STRIDED):
-                    R, Pi, m = fstep(R, Pi, m, tk, hk, F)
-                elif wp.static(CARRIED):
-                    m = mstep(R, Pi, m, tk, hk, F)
-
-    A, A2 = wp.array, wp.array2d
-    tan.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
-                               n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), dR0=A(dtype=M), dPi0=A(dtype=V),
-                               F=A(dtype=S), dF=A(dtype=S), n_out=wp.int32, stride=wp.int32, dR_out=A2(dtype=M),
-                               dPi_out=A2(dtype=V))
-    tan.__name__ = tan.__qualname__ = f"tangents_{key}_{dtype_name}"
-    return S, wp.kernel(tan, module=derivative_module(dtype_name, key), enable_backward=False)
-
-
-def tangents(pair, system, record, n_acc, dR0, dPi0, d_system, memory: bool = False):
-    """``(dR_out, dPi_out)`` (B, n, 3, 3), (B, n, 3): the tangents of a batch's outputs from those of its
-    initial states ``dR0``, ``dPi0`` and of the system's arrays ``d_system`` (a system of tangents, as
-    ``eqx.partition(system, eqx.is_array)[0]``), given the forward kernel's ``record``."""
-    import equinox as eqx
-
-    R_rec, Pi_rec, t_rec, h_rec, out_k, order, _ = record
-    dtype = R_rec.dtype
-    if order is not None:
-        n_acc, dR0, dPi0 = n_acc[order], dR0[order], dPi0[order]
-    stride = record.stride
-    low = lower_vjp(pair, system, dtype, "jvp", memory, stride > 1)
-    arrays, static = eqx.partition(system, eqx.is_array)
-    F, dF = jax.jvp(lambda a: flat_system(eqx.combine(a, static), dtype)[0], (arrays,), (d_system,))
-    pad = jnp.zeros((1,), dtype)
-    B, n_out = out_k.shape
-    n_acc, over = _unrecorded(n_acc, record.n_steps)
-    args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, dR0.astype(dtype), dPi0.astype(dtype),
-            jnp.concatenate([F, pad]), jnp.concatenate([dF, pad]))
-    dims = {"dR_out": (B, n_out), "dPi_out": (B, n_out)}
-    dR, dPi = _launch(tangent_kernel(jnp.dtype(dtype).name, low.key)[1], frozenset({"F", "dF"}), args,
-                      (n_out, stride), dims)
-    dR, dPi = over((dR, dPi), "derivative's", _MORE)
-    if order is not None:
-        inverse = jnp.argsort(order)
-        dR, dPi = dR[inverse], dPi[inverse]
-    return dR, dPi
 
 
 #: what a body whose steps outnumber its record can do

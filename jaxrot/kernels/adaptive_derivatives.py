@@ -3,7 +3,7 @@ around an error-controlled run (:func:`jaxrot.kernels.adaptive.fused_adaptive`, 
 constant-step one (:func:`jaxrot.kernels.fused_frames`, :func:`fixed_in_kernels`) whose backward pass
 (``jax.custom_vjp``) runs through the record of the steps taken (:mod:`jaxrot.kernels.adaptive_backward`)
 and whose tangents (``jax.custom_jvp``) are carried beside the states in the run itself
-(:mod:`jaxrot.kernels.adaptive_tangents`) or, where they cannot be, through that record; the
+(:mod:`jaxrot.kernels.adaptive_tangents`), else the reference loop's; the
 derivatives with respect to the times (the save times, ``dt``, ``t0``) from the reference loop where
 they are wanted."""
 
@@ -22,19 +22,20 @@ __all__ = ["in_kernels", "in_kernels_jvp", "fixed_in_kernels", "fixed_reason"]
 
 def _rule(kind: str, plain, recorded, check, ref, moving: tuple, carried=None):
     """The run ``plain(arrays, states0, dyn) -> out`` (``out[0]``, ``out[1]``: the states ``R``, ``Pi``
-    at the outputs) as a ``jax.custom_vjp`` (``kind="vjp"``) or ``jax.custom_jvp`` (``"jvp"``) whose
-    derivative walks the record of its steps in the kernels (:mod:`jaxrot.kernels.adaptive_backward`):
+    at the outputs) as a ``jax.custom_vjp`` (``kind="vjp"``) whose backward pass walks the record of its
+    steps in the kernels (:mod:`jaxrot.kernels.adaptive_backward`), or a ``jax.custom_jvp`` (``"jvp"``)
+    whose tangents a run carries beside its states (:mod:`jaxrot.kernels.adaptive_tangents`):
 
-    - ``recorded(arrays, states0, dyn) -> (out, record, n_accepted)``: the run keeping its record;
-    - ``check(arrays) -> (ok, system, memory, method)``: whether the method's step derivative can be
-      generated for the system (else the whole derivative is ``ref``'s), the system the kernels take,
-      whether the method carries memory;
+    - ``recorded(arrays, states0, dyn) -> (out, record, n_accepted)`` (reverse mode): the run keeping
+      its record;
+    - ``check(arrays) -> (ok, system, memory, method)`` (reverse mode): whether the method's step
+      derivative can be generated for the system (else the whole derivative is ``ref``'s), the system
+      the kernels take, whether the method carries memory;
     - ``ref(arrays, states0, dyn) -> out``: the reference loop, whose derivatives are taken for the
       entries of ``dyn`` named in ``moving`` (the times: the last step's length moves with them);
-    - ``carried(primals, (dR0, dPi0), t_arrays) -> (out, dR, dPi)``, or None: forward mode in one pass,
-      the run carrying its tangents (:mod:`jaxrot.kernels.adaptive_tangents`), taken where it returns
-      them (else the record is walked)."""
-    from .adaptive_backward import backward, tangents
+    - ``carried(primals, (dR0, dPi0), t_arrays) -> (out, dR, dPi)`` (forward mode): the run carrying
+      its tangents, or None where they cannot be carried (the tangents then ``ref``'s)."""
+    from .adaptive_backward import backward
 
     def arrays_of(c_sys, like):
         return jax.tree_util.tree_map(lambda c, a: c.astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.inexact) else None,
@@ -77,15 +78,10 @@ def _rule(kind: str, plain, recorded, check, ref, moving: tuple, carried=None):
     def run_jvp(primals, tangents_in):
         t_arrays, t_states, t_dyn = tangents_in
         d_states = filled((t_states.R, t_states.Pi), (primals[1].R, primals[1].Pi))
-        done = None if carried is None else carried(primals, d_states, t_arrays)
-        if done is not None:
-            out, dR, dPi = done
-        else:
-            ok, system, memory, method = check(primals[0])
-            if not ok:
-                return run(*primals), jax.jvp(ref, primals, filled(tangents_in, primals))[1]
-            out, record, n = recorded(*primals)
-            dR, dPi = tangents(method, system, record, n, *d_states, system_tangents(t_arrays, system), memory)
+        done = carried(primals, d_states, t_arrays)
+        if done is None:
+            return run(*primals), jax.jvp(ref, primals, filled(tangents_in, primals))[1]
+        out, dR, dPi = done
         moved = {k: v for k, v in t_dyn.items() if k in moving and not _symbolic(v)}
         if moved:  # the times' own tangents: the reference's
             d = primals[2]
@@ -139,9 +135,10 @@ def _zero(aval):
 def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref, max_steps, stored_steps,
                kind: str = "vjp"):
     """The error-controlled run (without an event) with its derivative ``kind`` in the kernels where the
-    pair's step derivative can be generated (:func:`_rule`), else the reference loop's; ``t0``/``ts``
-    derivatives, where they are wanted, from the reference loop. ``forward(system, states0, **dyn,
-    capacity=0)`` is the kernel's run, ``ref(arrays, states0, dyn, None)`` the reference loop's."""
+    pair's step derivative can be generated (reverse mode) or its tangents carried (forward mode)
+    (:func:`_rule`), else the reference loop's; ``t0``/``ts`` derivatives, where they are wanted, from
+    the reference loop. ``forward(system, states0, **dyn, capacity=0, tangents=None)`` is the kernel's
+    run, ``ref(arrays, states0, dyn, None)`` the reference loop's."""
     from .adaptive import backward_reason, integrators_get
 
     p = integrators_get(pair)
@@ -157,7 +154,7 @@ def in_kernels(pair, to_dtype, forward, arrays, static, states0, dyn, const, ref
 
     def check(arrays):
         system = to_dtype(eqx.combine(arrays, static))
-        ok = backward_reason(pair, system, dtype, None, kind) is None  # (asked only when differentiated)
+        ok = backward_reason(pair, system, dtype) is None  # (asked only when differentiated)
         return ok, system, ok and keeps_memory(p, system, dtype), p
 
     def carried(primals, tangents):
@@ -177,14 +174,14 @@ def in_kernels_jvp(pair, to_dtype, forward, arrays, static, states0, dyn, const,
 
 def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every: int, kind: str, forward, ref):
     """A constant-step run (without an event) whose derivative ``kind`` (``"vjp"`` or ``"jvp"``) runs in
-    the kernels through the method's step derivative generated from its JAX code (:func:`_rule`, the
-    walk over a record that an error-controlled run's derivatives take too).
+    the kernels (:func:`_rule`): in forward mode the tangents carried in the run, in reverse mode
+    through the method's step derivative generated from its JAX code, the walk over a record that an
+    error-controlled run's backward pass takes too.
 
-    The run's frames are the checkpoints (the plain run, each frame the start of the next
+    In reverse mode the run's frames are the checkpoints (the plain run, each frame the start of the next
     ``save_every`` steps), from which the derivative passes step the states again
     (:mod:`jaxrot.kernels.adaptive_backward`), where they fit in the record's budget
-    (:func:`fixed_reason`); in reverse mode for a method that carries a memory, and where the frames
-    do not fit, the run keeps every step's start instead (the kernel run with ``save_every=1``; ``13 *
+    (:func:`fixed_reason`); for a method that carries a memory, and where the frames do not fit, the run keeps every step's start instead (the kernel run with ``save_every=1``; ``13 *
     n_steps`` numbers a body), its frames every ``save_every``-th state of that run. The times are ``t0 + j dt``, as the
     kernel takes them. ``forward(method, system, states0, dt, t0, n_frames, save_every)`` is the
     kernel's run; ``ref(arrays, states0, dt, t0)`` the reference loop's (of the system's arrays), whose
@@ -197,11 +194,10 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     B, dtype, N = states0.R.shape[0], states0.R.dtype, n_frames * save_every
     arrays, static = eqx.partition(system, eqx.is_array)
     # the frames are the checkpoints wherever they fit (no record of every step to write and read back),
-    # but in reverse mode for a method that carries a memory where every step fits: the memory would be
-    # stepped forward once more from the start (benchmarks/fixed_gradient.py --record-bytes)
+    # but for a method that carries a memory where every step fits: the memory would be stepped forward
+    # once more from the start (benchmarks/fixed_gradient.py --record-bytes)
     fits = N <= steps_in_budget(B, jnp.dtype(dtype).itemsize, 26)
-    whole = not _frames_fit(B, dtype, n_frames, save_every) or (fits and kind == "vjp"
-                                                                and keeps_memory(method, system, dtype))
+    whole = not _frames_fit(B, dtype, n_frames, save_every) or (fits and keeps_memory(method, system, dtype))
 
     def plain(arrays, states0, dyn):
         return forward(method, eqx.combine(arrays, static), states0, dyn["dt"], dyn["t0"], n_frames, save_every)
@@ -224,7 +220,7 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     def check(arrays):
         system = eqx.combine(arrays, static)
         memory = keeps_memory(method, system, dtype)
-        return vjp_reason(method, system, dtype, kind, memory) is None, system, memory, method
+        return vjp_reason(method, system, dtype, memory) is None, system, memory, method
 
     def carried(primals, tangents):
         arrays, states0, dyn = primals
@@ -242,9 +238,8 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
     of ``n_frames`` frames every ``save_every`` steps is not taken in the kernels
     (:func:`fixed_in_kernels`; it is then the reference loop's), or None."""
     from .adaptive_backward import steps_in_budget
-    from .generate_vjp import vjp_reason
-
     from .adaptive_tangents import carried_reason
+    from .generate_vjp import vjp_reason
 
     if kind is None:
         return "the run is not differentiated in one mode alone"
@@ -252,13 +247,13 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
         return "the kernels' derivative passes do not differentiate an event's location"
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
         return "the method's own arrays are being differentiated"
-    if kind == "jvp" and carried_reason(method, system, dtype, pair=False) is None:
-        return None  # (the tangents carried in the run: no record)
+    if kind == "jvp":  # (the tangents carried in the run: no record)
+        return carried_reason(method, system, dtype, pair=False)
     size = jnp.dtype(dtype).itemsize
     if n_frames * save_every > steps_in_budget(bodies, size, 26) and not _frames_fit(bodies, dtype, n_frames, save_every):
         return ("neither every step's start nor the frames with the steps between two of them fit in the "
                 "record's budget (adaptive_backward.RECORD_BYTES)")
-    return vjp_reason(method, system, dtype, kind, keeps_memory(method, system, dtype))
+    return vjp_reason(method, system, dtype, keeps_memory(method, system, dtype))
 
 
 def _frames_fit(bodies: int, dtype, n_frames: int, save_every: int) -> bool:

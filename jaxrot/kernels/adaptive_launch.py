@@ -84,8 +84,11 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
         z = jnp.zeros((0,), dtype)
         zi = jnp.zeros((0,), jnp.int32)
         ev = (None, None, None) if event is None else (z, jnp.zeros((0, 3, 3), dtype), jnp.zeros((0, 3), dtype))
-        return AdaptiveRun(jnp.zeros((0, n_out, 3, 3), dtype), jnp.zeros((0, n_out, 3), dtype), zi, zi, z, zi, *ev)
+        run = AdaptiveRun(jnp.zeros((0, n_out, 3, 3), dtype), jnp.zeros((0, n_out, 3), dtype), zi, zi, z, zi, *ev)
+        return run if memory0 is None else (run, jnp.zeros((0, n_out, jnp.shape(memory0)[1]), dtype))
     given = memory0 is not None
+    if given and (event is not None or capacity):
+        raise ValueError("a run given its memory at the start (tangents carried) takes no event or record")
     key = (jnp.dtype(dtype).name, name, tkey, ekey, direction, terminal, bool(capacity), given)
     J = jnp.asarray(system.body.J, dtype)
     A0 = jnp.asarray(memory0, dtype) if given else jnp.zeros((B, _memory_length(key)), dtype)

@@ -58,9 +58,10 @@ def generated_pair(pair, system, dtype):
     from .generate import lower_pair
 
     low = lower_pair(pair, system, dtype)
-    name = f"gen:{low.key}"
-    if name not in GENERATED_PAIRS:
-        GENERATED_PAIRS[name] = GeneratedPair(low.key, int(pair.error_order()), getattr(pair, "order", None))
+    # (the controller's and the kept result's orders in the name: two pairs may write out alike)
+    entry = GeneratedPair(low.key, int(pair.error_order()), getattr(pair, "order", None))
+    name = f"gen:{low.key}:q{entry.controller_order}:p{entry.high_order}"
+    GENERATED_PAIRS.setdefault(name, entry)
     return name, low.params
 
 

@@ -15,9 +15,9 @@ body's memory at the start (the tangents of its initial state) and writes the me
 (:func:`tangent_outputs`). The controller sees the primal attempt only, so the run accepts the steps
 the plain run accepts.
 
-Cost: one pass of the attempt's Jacobian-vector product per attempt, where walking a record of the
-accepted steps afterwards (:func:`jaxrot.kernels.adaptive_backward.tangents`) costs the run that
-writes the record and then the steps' products again (``benchmarks/heterogeneous_gradient.py``).
+Cost: one pass of the attempt's Jacobian-vector product per attempt, and no record (walking a
+record of the accepted steps after the run, as the backward pass does, would cost the run that writes
+it and then the steps' products again: ``benchmarks/heterogeneous_gradient.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -60,11 +60,15 @@ class Carried(AbstractPair):
     def init(self, system, t0, state0, dt):
         # (a kernel run of this pair is given its memory at the start: initial_memory)
         aux = self.base.init(system, t0, state0, dt)
-        return aux, jnp.zeros_like(state0.R), jnp.zeros_like(state0.Pi), jax.tree_util.tree_map(jnp.zeros_like, aux)
+        return aux, jnp.zeros_like(state0.R), jnp.zeros_like(state0.Pi), _inexact(jax.tree_util.tree_map(jnp.zeros_like, aux))
 
     def step_with_error(self, system, t, state, aux, dt):
         mem, dR, dPi, dmem = aux
         arrays, static = eqx.partition(system, eqx.is_array)
+        # (a memory's integers, a step count, have no tangent: float0 zeros for JAX, none carried)
+        dmem, kept = iter(dmem), jax.tree_util.tree_leaves(mem)
+        dmem = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(mem), [
+            next(dmem) if _is_inexact(x) else np.zeros(jnp.shape(x), jax.dtypes.float0) for x in kept])
 
         def attempt(R, Pi, mem, arrays):
             system = eqx.combine(arrays, static)
@@ -76,7 +80,16 @@ class Carried(AbstractPair):
 
         out, d_out, (stats, y_err) = jax.jvp(attempt, (state.R, state.Pi, mem, arrays),
                                              (dR, dPi, dmem, self.d_arrays), has_aux=True)
-        return State(out[0], out[1]), (out[2], *d_out), stats, y_err
+        return State(out[0], out[1]), (out[2], d_out[0], d_out[1], _inexact(d_out[2])), stats, y_err
+
+
+def _is_inexact(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+
+
+def _inexact(tree) -> list:
+    """The leaves of a memory's tangent that carry one (not an integer's float0)."""
+    return [x for x in jax.tree_util.tree_leaves(tree) if _is_inexact(x)]
 
 
 def carried(method, system, dtype) -> Carried:
@@ -104,17 +117,25 @@ def check_memory(method, system, dtype, R, Pi, h):
 
 def carried_reason(method, system, dtype, pair: bool = True) -> str | None:
     """Why ``method``'s tangents cannot be carried in its memory in a fused run (an error-controlled
-    one with ``pair``, else a constant-step one), or None: a memory with integer leaves has no tangent
-    to carry, and the attempt's (the step's) product must be restated (:mod:`jaxrot.kernels.generate`)."""
+    one with ``pair``, else a constant-step one), or None: the system's arrays must be real numbers,
+    and the attempt's (the step's) product must be restated (:mod:`jaxrot.kernels.generate`) within
+    :data:`~jaxrot.kernels.jaxpr_warp.MAX_LINES` lines, its loops counted at each pass."""
     from . import generate
+    from .jaxpr_warp import MAX_LINES
 
-    shapes = _memory_shapes(method, system, dtype)
-    if any(not jnp.issubdtype(x.dtype, jnp.inexact) for x in jax.tree_util.tree_leaves(shapes)):
-        return "the memory holds integers"
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
+        return "the method's own arrays are being differentiated"
     if not all(jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)
                for x in jax.tree_util.tree_leaves(eqx.filter(system, eqx.is_array))):
         return "the system holds integer arrays"
-    return (generate.pair_reason if pair else generate.reason)(carried(method, system, dtype), system, dtype)
+    c = carried(method, system, dtype)
+    # (written out first, nothing compiled: the compiler unrolls short loops, as long to compile)
+    if not generate.written_within(c, system, dtype, MAX_LINES, pair):
+        return (f"its step with the tangents cannot be restated or is longer than {MAX_LINES} lines, its loops "
+                "counted at each pass (compiling and checking it would take minutes)")
+    if pair:  # (off a CPU the check compiles alone: the run's kernel is built for its device)
+        return generate.pair_reason(c, system, dtype, alone=jax.default_backend() != "cpu")
+    return generate.reason(c, system, dtype)
 
 
 def _memory_shapes(method, system, dtype):
@@ -134,7 +155,7 @@ def initial_memory(method, system, t0, states0, d_states0, d_arrays, h0):
             return method.init(eqx.combine(arrays, static), t0, State(R, Pi), h)
 
         mem, dmem = jax.jvp(init, (R, Pi, arrays), (dR, dPi, d_arrays))
-        leaves = jax.tree_util.tree_leaves((mem, dR, dPi, dmem))
+        leaves = jax.tree_util.tree_leaves((mem, dR, dPi, _inexact(dmem)))
         return jnp.concatenate([jnp.ravel(x).astype(R.dtype) for x in leaves] + [jnp.ones((1,), R.dtype)])
 
     return jax.vmap(one)(states0.R, states0.Pi, d_states0.R, d_states0.Pi, h0)
@@ -160,8 +181,15 @@ def carried_call(fn, values_in, tangents_in):
         if any(jax.tree_util.tree_leaves(in_batched[0])):
             out = jax.vmap(fn)(spread(values_in, in_batched[0]), spread(tangents_in, in_batched[1]))
             return out, jax.tree_util.tree_map(lambda _: True, out)
-        values, tangents = jax.lax.map(lambda t: fn(values_in, t), spread(tangents_in, in_batched[1]))
-        values = jax.tree_util.tree_map(lambda x: x[0], values)
+        spread_t = spread(tangents_in, in_batched[1])
+        # the values from the first direction's run, the others' tangents alone (no copies of the values)
+        first = jax.tree_util.tree_map(lambda x: x[0] if axis_size else jnp.zeros(x.shape[1:], x.dtype), spread_t)
+        values, tangents = fn(values_in, first)
+        if axis_size == 0:
+            tangents = jax.tree_util.tree_map(lambda x: x[None][:0], tangents)
+        else:
+            rest = jax.lax.map(lambda t: fn(values_in, t)[1], jax.tree_util.tree_map(lambda x: x[1:], spread_t))
+            tangents = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), tangents, rest)
         return (values, tangents), (jax.tree_util.tree_map(lambda _: False, values),
                                     jax.tree_util.tree_map(lambda _: True, tangents))
 

@@ -1,5 +1,6 @@
-"""A pair's accepted step and its derivatives, reverse and forward mode, generated from its JAX code for
-the kernels' derivative passes (:mod:`jaxrot.kernels.adaptive_backward`).
+"""A pair's accepted step and its reverse-mode derivative, generated from its JAX code for the kernels'
+backward pass (:mod:`jaxrot.kernels.adaptive_backward`; forward mode carries its tangents in the run
+itself, :mod:`jaxrot.kernels.adaptive_tangents`).
 
 The derivative of an error-controlled run is that of the steps it accepted (the controller's choice
 of the next step carries none, :mod:`jaxrot.driver.adjoint`). One accepted step of a pair is the map ::
@@ -9,19 +10,16 @@ of the next step carries none, :mod:`jaxrot.driver.adjoint`). One accepted step 
 where ``F`` holds the system's arrays raveled (the body's moments, the torque's parameters) and ``m``
 the pair's memory raveled (Buss's world momentum), ``m_0 = init(system(F), t0, (R0, Pi0))``. A pair
 that keeps no memory, or whose kernel takes every attempt from fresh memory, has ``m`` of one unused
-number and takes ``init`` inside the step. The step's vector-Jacobian product (``jax.vjp``) or its
-Jacobian-vector product (``jax.jvp``), with those of ``init`` and the memory's update, are traced at
-one body's shapes and written out as Warp functions by the same restatement as the forward kernels
-(:func:`jaxrot.kernels.jaxpr_warp.restate`)::
+number and takes ``init`` inside the step. The step's vector-Jacobian product (``jax.vjp``), with
+those of ``init`` and the memory's update, are traced at one body's shapes and written out as Warp
+functions by the same restatement as the forward kernels (:func:`jaxrot.kernels.jaxpr_warp.restate`)::
 
     vjp(R, Pi, m, t, h, F, cR, cPi, cm) -> (cR, cPi, cm, cF)      cF a vector of len(F)
     init_vjp(R, Pi, t, F, cm) -> (cR, cPi, cF)
-    jvp(R, Pi, m, t, h, F, dR, dPi, dm, dF) -> (dR, dPi, dm)      dF the tangent of F
-    init_jvp(R, Pi, t, F, dR, dPi, dF) -> dm
     minit(R, Pi, t, F) -> m;  mstep(R, Pi, m, t, h, F) -> m'      the memory along the recorded steps
     fstep(R, Pi, m, t, h, F) -> (R', Pi', m')                    the step itself, where states are recomputed
 
-so the derivative passes, like the forward one, are generated from the pair's single definition. Each
+so the backward pass, like the forward one, is generated from the pair's single definition. Each
 source is compared once with JAX on a few random states (to 10^3 roundings of the largest term) before
 a run uses it; what cannot be restated or does not agree is refused with the reason
 (:class:`~jaxrot.kernels.jaxpr_warp.Unsupported`) and the run's derivatives come from the XLA loop.
@@ -40,26 +38,21 @@ from .jaxpr_calls import counted_lines
 from .jaxpr_warp import MAX_LINES, Source, Unsupported
 
 __all__ = ["Unsupported", "LoweredVJP", "lower_vjp", "vjp_reason", "vjp_funcs", "flat_system", "carried", "recomputes",
-           "KINDS",
            "keeps_memory"]
-
-#: the derivatives generated: reverse mode (``vjp``) and forward mode (``jvp``)
-KINDS = ("vjp", "jvp")
 
 
 @dataclasses.dataclass(frozen=True)
 class LoweredVJP:
     """A pair's step derivative restated for one system's structure and one dtype: ``key`` names the
-    generated functions (``kind``: ``"vjp"`` or ``"jvp"``), ``n_flat`` the length of ``F`` (the system's
-    arrays raveled), ``n_mem`` that of ``m`` (at least 1)."""
+    generated functions, ``n_flat`` the length of ``F`` (the system's arrays raveled), ``n_mem`` that of
+    ``m`` (at least 1)."""
 
     key: str
     n_flat: int
-    kind: str = "vjp"
     n_mem: int = 1
 
 
-#: key -> (source, literals, len(F) (at least 1), len(m), kind, whether the memory is carried)
+#: key -> (source, literals, len(F) (at least 1), len(m), whether the memory is carried, whether the step is kept)
 _SOURCES: dict = {}
 #: structure key -> LoweredVJP or the Unsupported
 _LOWERED: dict = {}
@@ -144,8 +137,8 @@ def keeps_memory(pair, system, dtype) -> bool:
         jax.eval_shape(lambda s: pair.init(system, jnp.zeros((), dtype), s, jnp.ones((), dtype)), s0)))
 
 
-def _functions(minit, step, kind: str, recompute: bool = False):
-    """name -> (JAX function, its argument names and types, its outputs' types) of ``kind``'s source
+def _functions(minit, step, recompute: bool = False):
+    """name -> (JAX function, its argument names and types, its outputs' types) of the source
     (``recompute``: with the step itself, for passes that recompute the states between checkpoints)."""
     import jax
 
@@ -157,12 +150,6 @@ def _functions(minit, step, kind: str, recompute: bool = False):
         _, pull = jax.vjp(lambda R, Pi, F: minit(R, Pi, t, F), R, Pi, F)
         return pull(cm)
 
-    def jvp(R, Pi, m, t, h, F, dR, dPi, dm, dF):
-        return jax.jvp(lambda R, Pi, m, F: step(R, Pi, m, t, h, F), (R, Pi, m, F), (dR, dPi, dm, dF))[1]
-
-    def init_jvp(R, Pi, t, F, dR, dPi, dF):
-        return (jax.jvp(lambda R, Pi, F: minit(R, Pi, t, F), (R, Pi, F), (dR, dPi, dF))[1],)
-
     def mstep(R, Pi, m, t, h, F):
         return (step(R, Pi, m, t, h, F)[2],)
 
@@ -173,16 +160,12 @@ def _functions(minit, step, kind: str, recompute: bool = False):
     fns = {"minit": (minit1, "R M Pi V t S F P", ("MT",)), "mstep": (mstep, state_args, ("MT",))}
     if recompute:
         fns["fstep"] = (step, state_args, ("M", "V", "MT"))
-    if kind == "vjp":
-        fns["vjp"] = (vjp, state_args + " cR M cPi V cm MT", ("M", "V", "MT", "F_T"))
-        fns["init_vjp"] = (init_vjp, "R M Pi V t S F P cm MT", ("M", "V", "F_T"))
-    else:
-        fns["jvp"] = (jvp, state_args + " dR M dPi V dm MT dF P", ("M", "V", "MT"))
-        fns["init_jvp"] = (init_jvp, "R M Pi V t S F P dR M dPi V dF P", ("MT",))
+    fns["vjp"] = (vjp, state_args + " cR M cPi V cm MT", ("M", "V", "MT", "F_T"))
+    fns["init_vjp"] = (init_vjp, "R M Pi V t S F P cm MT", ("M", "V", "F_T"))
     return fns
 
 
-def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
+def _generate(pair, system, dtype, carried: bool, recompute: bool):
     import jax
     import jax.numpy as jnp
 
@@ -196,9 +179,9 @@ def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
     shapes = {"M": (3, 3), "V": (3,), "S": (), "P": (n,), "MT": (n_mem,)}
     g = Source(dt == jnp.float64)
     parts = []
-    for name, (fn, sig, outs_t) in _functions(minit, step, kind, recompute).items():
+    for name, (fn, sig, outs_t) in _functions(minit, step, recompute).items():
         names, tys = sig.split()[::2], sig.split()[1::2]
-        closed = jaxpr_of(fn, *(sds(shapes[ty], dt) for ty in tys), differentiates=name.endswith(KINDS))
+        closed = jaxpr_of(fn, *(sds(shapes[ty], dt) for ty in tys), differentiates=name.endswith("vjp"))
         if any(isinstance(c, jax.core.Tracer) for c in closed.consts):
             raise Unsupported("a value closed over inside someone's trace")
         # (the system's arrays: a parameter array; the memory: a Warp vector of its length)
@@ -212,20 +195,20 @@ def _generate(pair, system, dtype, kind: str, carried: bool, recompute: bool):
         raise Unsupported(f"a derivative longer than {MAX_LINES} lines, its loops counted at each pass (compiling "
                           "and checking it would take minutes)")
     key = source_key(src, g.lits)
-    _SOURCES[key] = (src, tuple(g.lits), max(n, 1), n_mem, kind, bool(carried), bool(recompute))
-    return LoweredVJP(key, n, kind, n_mem)
+    _SOURCES[key] = (src, tuple(g.lits), max(n, 1), n_mem, bool(carried), bool(recompute))
+    return LoweredVJP(key, n, n_mem)
 
 
-def lower_vjp(pair, system, dtype, kind: str = "vjp", carried: bool = False, recompute: bool = False) -> LoweredVJP:
-    """Restate the derivative ``kind`` (``"vjp"`` or ``"jvp"``) of ``pair``'s accepted step for ``system``
-    at ``dtype``, its memory ``carried`` from step to step or fresh at each, with the step itself where
-    the pass ``recompute``s the states between checkpoints (checked against JAX once, Warp installed);
-    raises :class:`Unsupported` saying why it cannot be."""
-    ck = structure_key((pair, system), np.dtype(dtype).name, kind, bool(carried), bool(recompute))
+def lower_vjp(pair, system, dtype, carried: bool = False, recompute: bool = False) -> LoweredVJP:
+    """Restate the vector-Jacobian product of ``pair``'s accepted step for ``system`` at ``dtype``, its
+    memory ``carried`` from step to step or fresh at each, with the step itself where the pass
+    ``recompute``s the states between checkpoints (checked against JAX once, Warp installed); raises
+    :class:`Unsupported` saying why it cannot be."""
+    ck = structure_key((pair, system), np.dtype(dtype).name, bool(carried), bool(recompute))
     hit = _LOWERED.get(ck) if ck is not None else None
     if hit is None:
         try:
-            hit = _generate(pair, system, dtype, kind, carried, recompute)
+            hit = _generate(pair, system, dtype, carried, recompute)
             from .generate_checks import verdict
 
             verdict(_CHECKED, (hit.key, np.dtype(dtype).name),
@@ -242,29 +225,23 @@ def lower_vjp(pair, system, dtype, kind: str = "vjp", carried: bool = False, rec
     return hit
 
 
-def vjp_reason(pair, system, dtype, kind: str = "vjp", carried: bool = False) -> str | None:
-    """Why ``pair``'s step derivative ``kind`` cannot be generated for ``system`` at ``dtype`` (None if it
-    can)."""
+def vjp_reason(pair, system, dtype, carried: bool = False) -> str | None:
+    """Why ``pair``'s step derivative cannot be generated for ``system`` at ``dtype`` (None if it can)."""
     try:
-        lower_vjp(pair, system, dtype, kind, carried)
+        lower_vjp(pair, system, dtype, carried)
     except Unsupported as err:
         return str(err)
     return None
 
 
-def kind_of_key(key: str) -> str:
-    """``"vjp"`` or ``"jvp"``: the derivative the functions of ``key`` compute."""
-    return _SOURCES[key][4]
-
-
 def carried(key: str) -> bool:
     """Whether the generated functions of ``key`` carry the pair's memory from step to step."""
-    return _SOURCES[key][5]
+    return _SOURCES[key][4]
 
 
 def recomputes(key: str) -> bool:
     """Whether the generated functions of ``key`` include the step itself (``fstep``)."""
-    return _SOURCES[key][6]
+    return _SOURCES[key][5]
 
 
 @functools.lru_cache(maxsize=None)
@@ -273,11 +250,11 @@ def vjp_funcs(S, key: str):
     the vector types of the parameters' cotangent and of the memory."""
     from ._common import warp
 
-    src, lits, n, n_mem, kind, _, recompute = _SOURCES[key]
+    src, lits, n, n_mem, _, recompute = _SOURCES[key]
     wp = warp()
     F_T, MT = wp.types.vector(n, S), wp.types.vector(n_mem, S)
-    names = ["minit", "mstep", kind, f"init_{kind}"] + (["fstep"] if recompute else [])
-    return warp_functions(S, src, lits, f"{kind}-{key}", names, F_T=F_T, MT=MT), F_T, MT
+    names = ["minit", "mstep", "vjp", "init_vjp"] + (["fstep"] if recompute else [])
+    return warp_functions(S, src, lits, f"vjp-{key}", names, F_T=F_T, MT=MT), F_T, MT
 
 
 @functools.lru_cache(maxsize=None)
@@ -288,12 +265,11 @@ def _check_kernel(S, key: str):
     wp = warp()
     c = so3_funcs(S)
     fns, F_T, MT = vjp_funcs(S, key)
-    kind, RECOMPUTE = _SOURCES[key][4], _SOURCES[key][6]
-    VJP = kind == "vjp"
-    main, init_d, minit, mstep = fns[kind], fns[f"init_{kind}"], fns["minit"], fns["mstep"]
+    RECOMPUTE = _SOURCES[key][5]
+    main, init_d, minit, mstep = fns["vjp"], fns["init_vjp"], fns["minit"], fns["mstep"]
     fstep = fns.get("fstep", mstep)
 
-    def one(R, Pi, m, u, w, um, t, h, F, X, oR, oPi, oM, oF, oM0, oM1, oIR, oIPi, oIF, oIM, oSR, oSPi, oSM):
+    def one(R, Pi, m, u, w, um, t, h, F, oR, oPi, oM, oF, oM0, oM1, oIR, oIPi, oIF, oSR, oSPi, oSM):
         b = wp.tid()
         oM0[b] = minit(R[b], Pi[b], t, F)
         oM1[b] = mstep(R[b], Pi[b], m[b], t, h, F)
@@ -302,16 +278,12 @@ def _check_kernel(S, key: str):
             oSR[b] = sR
             oSPi[b] = sPi
             oSM[b] = sM
-        if wp.static(VJP):
-            a, p, q, f = main(R[b], Pi[b], m[b], t, h, F, u[b], w[b], um[b])
-            oF[b] = f
-            ia, ip, iF = init_d(R[b], Pi[b], t, F, um[b])
-            oIR[b] = ia
-            oIPi[b] = ip
-            oIF[b] = iF
-        else:
-            a, p, q = main(R[b], Pi[b], m[b], t, h, F, u[b], w[b], um[b], X)
-            oIM[b] = init_d(R[b], Pi[b], t, F, u[b], w[b], X)
+        a, p, q, f = main(R[b], Pi[b], m[b], t, h, F, u[b], w[b], um[b])
+        oF[b] = f
+        ia, ip, iF = init_d(R[b], Pi[b], t, F, um[b])
+        oIR[b] = ia
+        oIPi[b] = ip
+        oIF[b] = iF
         oR[b] = a
         oPi[b] = p
         oM[b] = q
@@ -319,11 +291,11 @@ def _check_kernel(S, key: str):
     # (annotations set here: this module's are strings, which Warp would look up among its globals)
     A = wp.array
     one.__annotations__ = dict(R=A(dtype=c.M), Pi=A(dtype=c.V), m=A(dtype=MT), u=A(dtype=c.M), w=A(dtype=c.V),
-                               um=A(dtype=MT), t=S, h=S, F=A(dtype=S), X=A(dtype=S), oR=A(dtype=c.M),
-                               oPi=A(dtype=c.V), oM=A(dtype=MT), oF=A(dtype=F_T), oM0=A(dtype=MT), oM1=A(dtype=MT),
-                               oIR=A(dtype=c.M), oIPi=A(dtype=c.V), oIF=A(dtype=F_T), oIM=A(dtype=MT),
-                               oSR=A(dtype=c.M), oSPi=A(dtype=c.V), oSM=A(dtype=MT))
-    one.__name__ = one.__qualname__ = f"{kind}_check_{key}_{S.__name__}"
+                               um=A(dtype=MT), t=S, h=S, F=A(dtype=S), oR=A(dtype=c.M), oPi=A(dtype=c.V),
+                               oM=A(dtype=MT), oF=A(dtype=F_T), oM0=A(dtype=MT), oM1=A(dtype=MT), oIR=A(dtype=c.M),
+                               oIPi=A(dtype=c.V), oIF=A(dtype=F_T), oSR=A(dtype=c.M), oSPi=A(dtype=c.V),
+                               oSM=A(dtype=MT))
+    one.__name__ = one.__qualname__ = f"vjp_check_{key}_{S.__name__}"
     # in the module of the kernels that use these functions, which are defined first: one compilation
     from .adaptive_backward import define_kernels, derivative_module
 
@@ -352,20 +324,15 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool, recompute: boo
         rng = np.random.default_rng(1)
         u, w = rng.normal(size=(n, 3, 3)).astype(dtype), rng.normal(size=(n, 3)).astype(dtype)
         um = rng.normal(size=(n, n_mem)).astype(dtype)
-        X = rng.normal(size=F.shape).astype(dtype)
         t, hh = jnp.asarray(0.25, dtype), jnp.asarray(h, dtype)
         m = reference_values(lambda R, Pi: minit(R, Pi, t, F), R, Pi)
-        fns = {k: f for k, (f, _, _) in _functions(minit, step, low.kind, recompute).items()}
+        fns = {k: f for k, (f, _, _) in _functions(minit, step, recompute).items()}
 
         def ref(R, Pi, m, u, w, um):
             M0, = fns["minit"](R, Pi, t, F)
             M1, = fns["mstep"](R, Pi, m, t, hh, F)
             stepped = tuple(fns["fstep"](R, Pi, m, t, hh, F)) if recompute else ()
-            if low.kind == "vjp":
-                return (*fns["vjp"](R, Pi, m, t, hh, F, u, w, um), M0, M1, *fns["init_vjp"](R, Pi, t, F, um),
-                        *stepped)
-            return (*fns["jvp"](R, Pi, m, t, hh, F, u, w, um, jnp.asarray(X)), M0, M1,
-                    *fns["init_jvp"](R, Pi, t, F, u, w, jnp.asarray(X)), *stepped)
+            return (*fns["vjp"](R, Pi, m, t, hh, F, u, w, um), M0, M1, *fns["init_vjp"](R, Pi, t, F, um), *stepped)
 
         want = list(reference_values(ref, R, Pi, m, u, w, um))
         F = np.asarray(F)
@@ -373,22 +340,17 @@ def _compare(pair, system, dtype, low: LoweredVJP, carried: bool, recompute: boo
     _, F_T, MT = vjp_funcs(S, low.key)
     kernel = _check_kernel(S, low.key)
     dev = "cpu"
-    types = (c.M, c.V, MT, F_T, MT, MT, c.M, c.V, F_T, MT, c.M, c.V, MT)
+    types = (c.M, c.V, MT, F_T, MT, MT, c.M, c.V, F_T, c.M, c.V, MT)
     outs = [wp.zeros(n, dtype=ty, device=dev) for ty in types]
     pad = np.zeros(1, dtype)
     ins = [wp.array(x, dtype=ty, device=dev) for x, ty in ((R, c.M), (Pi, c.V), (m, MT), (u, c.M), (w, c.V), (um, MT))]
-    ins += [S(0.25), S(h), wp.array(np.concatenate([F, pad]), dtype=S, device=dev),
-            wp.array(np.concatenate([X, pad]), dtype=S, device=dev)]
+    ins += [S(0.25), S(h), wp.array(np.concatenate([F, pad]), dtype=S, device=dev)]
     wp.launch(kernel, dim=n, inputs=ins + outs, device=dev)
     got = [o.numpy() for o in outs]
-    stepped = got[10:] if recompute else []
-    if low.kind == "vjp":
-        names = ("R", "Pi", "m", "F", "m0", "m1", "init R", "init Pi", "init F")
-        got = got[:9]
-        got[3], got[8] = got[3][:, :low.n_flat], got[8][:, :low.n_flat]
-    else:
-        names = ("R", "Pi", "m", "m0", "m1", "init m")
-        got = [got[0], got[1], got[2], got[4], got[5], got[9]]
+    stepped = got[9:] if recompute else []
+    names = ("R", "Pi", "m", "F", "m0", "m1", "init R", "init Pi", "init F")
+    got = got[:9]
+    got[3], got[8] = got[3][:, :low.n_flat], got[8][:, :low.n_flat]
     if recompute:
         names, got = names + ("step R", "step Pi", "step m"), got + stepped
-    return disagreement(f"step derivative ({low.kind})", names, got, want, {}, n)
+    return disagreement("step derivative", names, got, want, {}, n)
