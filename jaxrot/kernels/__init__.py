@@ -285,23 +285,18 @@ def _forward(method, system, states0, dt, t0, n_frames: int, save_every: int, ev
         return empty + (jnp.full((B,), jnp.nan, dtype), jnp.full((B, 3, 3), jnp.nan, dtype),
                         jnp.full((B, 3), jnp.nan, dtype), jnp.zeros((B,), jnp.int32))
     if tangents is not None:
-        import equinox as eqx
+        from .adaptive_tangents import carrying_run
 
-        from .adaptive_tangents import Carried, carried_call, initial_memory, tangent_outputs
+        def lowered(c):
+            low = _generate.lower(c, system, dtype)
+            return low.key, low.params
 
-        d_states0, d_arrays = tangents
-        low = _generate.lower(Carried(method, d_arrays), system, dtype)
-        A0 = initial_memory(method, system, t0, states0, d_states0, d_arrays, jnp.broadcast_to(dt, (B,)))
-        arrays, static = eqx.partition(system, eqx.is_array)
-
-        def go(values, tangents):
-            (states0, arrays, dt, t0), (P, A0) = values, tangents
-            *out, A_out = _launch((jnp.dtype(dtype).name, low.key, None, True), states0, dt, t0,
-                                  eqx.combine(arrays, static), P, n_frames, save_every, memory0=A0)
+        def go(key, system, states0, dt, t0, P, A0):
+            *out, A_out = _launch((jnp.dtype(dtype).name, key, None, True), states0, dt, t0, system, P, n_frames,
+                                  save_every, memory0=A0)
             return tuple(out), A_out
 
-        out, A_out = carried_call(go, (states0, arrays, dt, t0), (low.params, A0))
-        return (out, *tangent_outputs(method, system, dtype, A_out))
+        return carrying_run(method, system, t0, states0, tangents, jnp.broadcast_to(dt, (B,)), lowered, go, (dt, t0))
     low = _generate.lower(method, system, dtype)
     if event is None:
         return _launch((jnp.dtype(dtype).name, low.key, None, False), states0, dt, t0, system, low.params, n_frames,
@@ -328,8 +323,7 @@ def _launch(key, states0, dt, t0, system, P, n_frames, save_every, Q=None, memor
     dtype = states0.R.dtype
     B = states0.R.shape[0]
     given = memory0 is not None
-    n_mem = _generate.attempt_types(kernel(*key)[0], key[1])._length_
-    A0 = jnp.asarray(memory0, dtype) if given else jnp.zeros((B, n_mem), dtype)
+    A0 = jnp.asarray(memory0, dtype) if given else jnp.zeros((B, _generate.memory_length(key[1])), dtype)
     args = (jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), A0, jnp.reshape(jnp.asarray(dt, dtype), (1,)),
             jnp.reshape(jnp.asarray(t0, dtype), (1,)), jnp.asarray(system.body.J, dtype).reshape(1, 3), P,
             jnp.zeros((1,), dtype) if Q is None else jnp.asarray(Q, dtype))

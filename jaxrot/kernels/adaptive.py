@@ -171,20 +171,13 @@ def fused_adaptive(pair, system, states0, t0, ts, rtol, atol, dt0=None, max_step
             h0 = jnp.broadcast_to(jnp.asarray(dt0, dtype), (B,))
         h0 = jnp.asarray(h0, dtype)
         if tangents is not None:
-            from .adaptive_tangents import Carried, carried_call, initial_memory, tangent_outputs
+            from .adaptive_tangents import carrying_run
 
-            d_states0, d_arrays = tangents
-            name, P = generated_pair(Carried(pair_obj, d_arrays), system, dtype)
-            A0 = initial_memory(pair_obj, system, t0, states0, d_states0, d_arrays, h0)
-            arrays, static = eqx.partition(system, eqx.is_array)
+            def go(name, system, states0, t0, ts, rtol, atol, h0, P, A0):
+                return launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, None, P, memory0=A0)
 
-            def go(values, tangents):
-                (states0, arrays, t0, ts, rtol, atol, h0), (P, A0) = values, tangents
-                return launch(name, eqx.combine(arrays, static), states0, t0, ts, rtol, atol, h0, max_steps, None, P,
-                              memory0=A0)
-
-            run, A_out = carried_call(go, (states0, arrays, t0, ts, rtol_b, atol_b, h0), (P, A0))
-            return (run, *tangent_outputs(pair_obj, system, dtype, A_out))
+            return carrying_run(pair_obj, system, t0, states0, tangents, h0,
+                                lambda c: generated_pair(c, system, dtype), go, (t0, ts, rtol_b, atol_b, h0))
         # the attempt generated from the pair's JAX code
         name, P = generated_pair(pair_obj, system, dtype)
         return launch(name, system, states0, t0, ts, rtol_b, atol_b, h0, max_steps, event, P, capacity=capacity)

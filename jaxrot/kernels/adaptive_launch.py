@@ -11,7 +11,8 @@ import jax.numpy as jnp
 from . import event_parameters, host_threads
 from ._common import jax_kernel
 from .adaptive_kernel import kernel_for
-from .adaptive_pairs import AdaptiveRun, Record
+from .adaptive_pairs import GENERATED_PAIRS, AdaptiveRun, Record
+from .generate import memory_length
 
 __all__ = ["launch", "slices_for", "SORT_MIN_BODIES", "MIN_BODIES_PER_SLICE", "SLICES_PER_CORE"]
 
@@ -91,7 +92,7 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
         raise ValueError("a run given its memory at the start (tangents carried) takes no event or record")
     key = (jnp.dtype(dtype).name, name, tkey, ekey, direction, terminal, bool(capacity), given)
     J = jnp.asarray(system.body.J, dtype)
-    A0 = jnp.asarray(memory0, dtype) if given else jnp.zeros((B, _memory_length(key)), dtype)
+    A0 = jnp.asarray(memory0, dtype) if given else jnp.zeros((B, memory_length(GENERATED_PAIRS[name].key)), dtype)
     per_body = [jnp.asarray(states0.R, dtype), jnp.asarray(states0.Pi, dtype), h0, rtol, atol, A0]
     inverse = order = None
     if B >= SORT_MIN_BODIES:
@@ -116,10 +117,3 @@ def launch(name, system, states0, t0, ts, rtol, atol, h0, max_steps, event, meth
     # the record stays in the launch's order (a gather of it would copy it whole)
     return (run, Record(*out[9:14], order if inverse is not None else None)) if capacity else run
 
-
-def _memory_length(key) -> int:
-    """The length of the memory vector ``A`` of the kernel ``key``'s pair."""
-    from .adaptive_pairs import GENERATED_PAIRS
-    from .generate import attempt_types
-
-    return attempt_types(kernel_for(*key)[0], GENERATED_PAIRS[key[1]].key)._length_

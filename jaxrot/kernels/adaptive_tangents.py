@@ -32,7 +32,7 @@ import numpy as np
 from ..geometry.state import State
 from ..integrators import AbstractPair
 
-__all__ = ["Carried", "carried", "carried_call", "carried_reason", "check_memory", "initial_memory", "tangent_outputs"]
+__all__ = ["Carried", "carried", "carrying_run", "carried_call", "carried_reason", "check_memory", "initial_memory", "tangent_outputs"]
 
 
 class Carried(AbstractPair):
@@ -159,6 +159,27 @@ def initial_memory(method, system, t0, states0, d_states0, d_arrays, h0):
         return jnp.concatenate([jnp.ravel(x).astype(R.dtype) for x in leaves] + [jnp.ones((1,), R.dtype)])
 
     return jax.vmap(one)(states0.R, states0.Pi, d_states0.R, d_states0.Pi, h0)
+
+
+def carrying_run(method, system, t0, states0, tangents, h0, lowered, launch, more: tuple):
+    """A fused run of ``method`` carrying ``tangents = (d_states0, d_arrays)`` (one per body, and of the
+    system's arrays): ``(out, dR, dPi)``, the run's outputs and the states' tangents at them.
+
+    ``lowered(carried) -> (name, P)`` generates the :class:`Carried` attempt (step) and its parameters;
+    ``launch(name, system, states0, *more, P, A0) -> (out, A_out)`` runs the kernel given each body's
+    memory at the start; ``more`` the run's other arrays (times, tolerances), which its values depend on
+    (:func:`carried_call`); ``h0`` the first step, one per body."""
+    d_states0, d_arrays = tangents
+    name, P = lowered(Carried(method, d_arrays))
+    A0 = initial_memory(method, system, t0, states0, d_states0, d_arrays, h0)
+    arrays, static = eqx.partition(system, eqx.is_array)
+
+    def go(values, carried):
+        (states0, arrays, *rest), (P, A0) = values, carried
+        return launch(name, eqx.combine(arrays, static), states0, *rest, P, A0)
+
+    out, A_out = carried_call(go, (states0, arrays, *more), (P, A0))
+    return (out, *tangent_outputs(method, system, states0.R.dtype, A_out))
 
 
 def carried_call(fn, values_in, tangents_in):

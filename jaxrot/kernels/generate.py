@@ -356,12 +356,17 @@ def attempt_funcs(S, key: str):
     return env["init"], env["attempt"]
 
 
+def memory_length(key: str) -> int:
+    """The length of a generated method's memory vector ``A`` (:class:`Lowered`'s ``n_memory``)."""
+    return _SOURCES[key][2]
+
+
 @functools.lru_cache(maxsize=None)
 def attempt_types(S, key: str):
-    """The Warp vector type of a generated method's memory ``A`` (its length: :class:`Lowered`'s ``n_memory``)."""
+    """The Warp vector type of a generated method's memory ``A`` (:func:`memory_length` numbers)."""
     from ._common import warp
 
-    return warp().types.vector(_SOURCES[key][2], S)
+    return warp().types.vector(memory_length(key), S)
 
 
 def lower(method, system, dtype) -> Lowered:
