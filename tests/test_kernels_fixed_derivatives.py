@@ -154,3 +154,13 @@ def test_forward_mode_of_no_bodies():
                                     reference=xla_frames, derivative="jvp")[1]
 
     assert jax.jacfwd(frames)(s0.Pi).shape == (0, 2, 3, 0, 3)
+
+
+def test_a_memory_holding_an_integer_carries_tangents_for_its_numbers(calls):
+    """abm keeps a count of the steps done (an int32) beside its past slopes: the count carries no
+    tangent, the slopes do; forward mode runs in the kernels and equals the XLA executor's."""
+    loss, (J, Pi, dt) = _loss("abm")
+    dJ = jnp.array([1.0, -0.5, 0.25])
+    got = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.Fused()), (J,), (dJ,))[1]
+    want = jax.jvp(lambda J: loss(J, Pi, dt, jaxrot.XLA()), (J,), (dJ,))[1]
+    assert calls["jvp"] == 1 and abs(got - want) <= 1e-10 * abs(want)
