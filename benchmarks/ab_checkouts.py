@@ -225,8 +225,14 @@ for name, pair in {names}.items():
     try:
         generate._generate(m, p.system, jnp.float64, pair)
         if pair:  # (its derivatives too: reverse and forward mode)
-            for kind in ("vjp", "jvp"):
-                generate_vjp._generate(m, p.system, jnp.float64, kind, False, False)
+            try:
+                from jaxrot.kernels.adaptive_tangents import carried
+            except ImportError:  # (an older checkout: the step's own generated JVP)
+                for kind in ("vjp", "jvp"):
+                    generate_vjp._generate(m, p.system, jnp.float64, kind, False, False)
+            else:
+                generate_vjp._generate(m, p.system, jnp.float64, False, False)
+                generate._generate(carried(m, p.system, jnp.float64), p.system, jnp.float64, True)
     except generate.Unsupported:  # (refused: a source longer than the longest restated)
         name += " (refused)"
     out[name + " (s)"] = time.perf_counter() - t

@@ -1,6 +1,7 @@
 """How long the generated sources are: for each pair on the heterogeneous batch's heavy top, the lines
-of its generated attempt and of its accepted step's vector-Jacobian and Jacobian-vector products
-(``jaxrot.kernels.generate``, ``jaxrot.kernels.generate_vjp``), and the square roots, sines and cosines
+of its generated attempt, of its accepted step's vector-Jacobian product
+(``jaxrot.kernels.generate``, ``jaxrot.kernels.generate_vjp``) and of its attempt carrying one
+direction's tangents (forward mode, ``jaxrot.kernels.adaptive_tangents``), and the square roots, sines and cosines
 they write out, in this checkout and, with ``--against``, in another one (run there in a subprocess).
 Only the writing out is done: nothing is compiled or checked. The length is what Warp compiles on a
 run's first call; the runtime cost is what the compiler leaves of it (``benchmarks/generated_kernels.py``,
@@ -35,9 +36,16 @@ for name in sys.argv[2].split(","):
     pair = integrators_get(name)
     key = generate._generate(pair, p.system, jnp.float64, True)[0]
     src = {"attempt": generate._SOURCES[key]}
-    for kind in ("vjp", "jvp"):
-        low = generate_vjp._generate(pair, p.system, jnp.float64, kind, generate_vjp.keeps_memory(pair, p.system, jnp.float64))
-        src[kind] = generate_vjp._SOURCES[low.key][0]
+    keeps = generate_vjp.keeps_memory(pair, p.system, jnp.float64)
+    try:  # forward mode: the attempt carrying the tangents (jaxrot.kernels.adaptive_tangents)
+        from jaxrot.kernels.adaptive_tangents import carried
+    except ImportError:  # (an older checkout: the step's own generated JVP)
+        for kind in ("vjp", "jvp"):
+            src[kind] = generate_vjp._SOURCES[generate_vjp._generate(pair, p.system, jnp.float64, kind, keeps).key][0]
+    else:
+        src["vjp"] = generate_vjp._SOURCES[generate_vjp._generate(pair, p.system, jnp.float64, keeps, False).key][0]
+        src["jvp"] = generate._SOURCES[generate._generate(carried(pair, p.system, jnp.float64), p.system, jnp.float64,
+                                                          True)[0]]
     for what, s in src.items():
         s = s[0] if isinstance(s, tuple) else s
         rows.append(dict(pair=name, source=what, lines=s.count(chr(10)), sqrt=s.count("wp.sqrt("),
