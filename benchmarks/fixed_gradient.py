@@ -12,7 +12,12 @@ all inside ``jax.jit``, the loss ``sum(R[..., 2, :] . (1, 2, 3)) + 1e-3 |Pi|^2``
 - ``value_and_grad, kernels``: with respect to the moments J and the initial momenta (the kernels'
   backward pass over every step's start, :func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`);
 - ``jvp in one direction of J, kernels``;
+- the gradient's two parts: ``vjp's forward pass`` (``jax.vjp``'s forward run, which keeps the record
+  of the steps' starts) and ``vjp's backward pass alone`` (its pullback called on its own);
 - ``value_and_grad, XLA executor`` (``--no-xla`` skips it).
+
+After the timing, one more call of each contender counts its minor page faults (fresh memory the
+system hands the process, such as the record a differentiated run writes).
 
 The two gradients are compared (largest difference over the largest entry). ``--record-bytes N`` sets
 the kernels' record budget (``adaptive_backward.RECORD_BYTES``) for the whole run: one that every
@@ -48,6 +53,9 @@ def main(argv=None):
     from jaxrot.present import provenance
     from jaxrot.studies.timing import median_seconds_interleaved
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from heterogeneous_gradient import page_faults
+
     if a.record_bytes is not None:  # (read when a run is traced: set before any is)
         from jaxrot.kernels import adaptive_backward
 
@@ -75,8 +83,13 @@ def main(argv=None):
         vg = jax.jit(jax.value_and_grad(lambda J, Pi, loss=loss: loss(J, Pi, jaxrot.Fused()), argnums=(0, 1)))
         jvp = jax.jit(lambda J, Pi, loss=loss: jax.jvp(lambda J: loss(J, Pi, jaxrot.Fused()), (J,),
                                                        (jnp.array([1.0, 0.0, 0.0]),)))
+        vjp_fwd = jax.jit(lambda J, Pi, loss=loss: jax.vjp(lambda J, Pi: loss(J, Pi, jaxrot.Fused()), J, Pi))
+        vjp_bwd = jax.jit(lambda pull: pull(jnp.ones((), jnp.float64)))
+        pull = vjp_fwd(J0, Pi0)[1]
         contenders = [("forward", lambda: fwd(J0, Pi0)), ("value_and_grad, kernels", lambda: vg(J0, Pi0)),
-                      ("jvp in one direction of J, kernels", lambda: jvp(J0, Pi0))]
+                      ("jvp in one direction of J, kernels", lambda: jvp(J0, Pi0)),
+                      ("vjp's forward pass", lambda: vjp_fwd(J0, Pi0)),
+                      ("vjp's backward pass alone", lambda pull=pull: vjp_bwd(pull))]
         agree = None
         if not a.no_xla:
             vg_xla = jax.jit(jax.value_and_grad(lambda J, Pi, loss=loss: loss(J, Pi, jaxrot.XLA()), argnums=(0, 1)))
@@ -90,9 +103,11 @@ def main(argv=None):
             raise SystemExit(f"{method}: the kernels do not take this gradient: {why}")
         print(f"{method}: timing {len(contenders)} contenders", flush=True)
         secs = median_seconds_interleaved([f for _, f in contenders], reps=a.reps)
-        for (name, _), s in zip(contenders, secs):
-            rows.append(dict(method=method, contender=name, seconds=s, x_forward=s / secs[0], grad_rel_diff_vs_xla=agree))
-            print(f"  {name:40s} {s:.4f} s  x forward {s / secs[0]:.2f}", flush=True)
+        for (name, f), s in zip(contenders, secs):
+            faults = page_faults(f)
+            rows.append(dict(method=method, contender=name, seconds=s, x_forward=s / secs[0], grad_rel_diff_vs_xla=agree,
+                             page_faults=faults))
+            print(f"  {name:40s} {s:.4f} s  x forward {s / secs[0]:.2f}  page faults {faults}", flush=True)
     meta = dict(command="python " + " ".join([os.path.relpath(__file__), *(argv if argv is not None else sys.argv[1:])]),
                 machine=platform.processor() or platform.machine(), cores=os.cpu_count(), jax=jax.__version__,
                 load=os.getloadavg(), reps=a.reps, bodies=B, steps=N, record_bytes=a.record_bytes)
@@ -100,8 +115,9 @@ def main(argv=None):
     lines = [f"# Derivatives of fused constant-step runs: {B} heavy tops x {N} steps, ten saved frames{budget}", "",
              f"`{meta['command']}`; {meta['cores']} cores, jax {meta['jax']}, load "
              f"{tuple(round(x, 1) for x in meta['load'])}; medians of {a.reps} calls, contenders in turn, all inside "
-             "`jax.jit`.", "", "| method | contender | s per call | x forward | gradient vs XLA's |", "|---|---|---|---|---|"]
-    lines += [f"| `{r['method']}` | {r['contender']} | {r['seconds']:.4f} | {r['x_forward']:.2f} | "
+             "`jax.jit`.", "", "| method | contender | s per call | x forward | page faults a call | gradient vs XLA's |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| `{r['method']}` | {r['contender']} | {r['seconds']:.4f} | {r['x_forward']:.2f} | {r['page_faults']} | "
               + ("" if r["grad_rel_diff_vs_xla"] is None else f"{r['grad_rel_diff_vs_xla']:.1e}") + " |" for r in rows]
     name = "fixed_gradient" if a.record_bytes is None else f"fixed_gradient_record_{a.record_bytes}"
     provenance.write_record(a.out, name, dict(meta=meta, rows=rows), "\n".join(lines) + "\n",

@@ -133,7 +133,7 @@ def main(argv=None):
             vg_d = jax.jit(jax.value_and_grad(lambda J, Pi: loss_of(diffrax_final(J, Pi, diffrax_tol)), argnums=(0, 1)))
             contenders.append((f"diffrax {a.diffrax}, value_and_grad (tol {diffrax_tol:.2g})", lambda: vg_d(J0, S.Pi)))
     secs = median_seconds_interleaved([f for _, f in contenders], reps=a.reps)
-    faults = [_page_faults(f) for _, f in contenders]
+    faults = [page_faults(f) for _, f in contenders]
     g, gx = vg(J0, S.Pi)[1], (None if a.no_xla else vg_xla(J0, S.Pi)[1])
     agree = None if gx is None else max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v))) for u, v in zip(g, gx))
     agree_ck = None if vg_ck is None else max(float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v)))
@@ -167,7 +167,7 @@ def main(argv=None):
                             command=meta["command"])
 
 
-def _page_faults(call) -> int:
+def page_faults(call) -> int:
     """The minor page faults (fresh memory the system hands the process) of one more call of ``call``."""
     import resource
 

@@ -32,7 +32,8 @@ The recomputed states are the generated step's, which may differ from the forwar
 run's record (:class:`~jaxrot.kernels.adaptive_pairs.Record`,
 :func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`) holds one column of times and lengths,
 ``t0`` and ``h`` (step ``k`` at ``t0 + k h``, as the loop takes it), and either every step's state or
-its frames as the checkpoints.
+its frames as the checkpoints: the states the run wrote (each the end of a step or a stretch), read
+after each body's initial state rather than copied behind it.
 
 Reference: Griewank & Walther, *Evaluating Derivatives* (2008), ch. 12 (reverse sweeps over a stored
 tape); diffrax's ``RecursiveCheckpointAdjoint`` (the derivative of the steps taken).
@@ -127,6 +128,29 @@ def _when(S):
 
 
 @functools.lru_cache(maxsize=None)
+def _kept(S):
+    """``kept(R_rec, Pi_rec, R0, Pi0, b, c, shift) -> (R, Pi)``: the ``c``-th state a body's record keeps:
+    ``R_rec[b, c]``, or with ``shift`` 1 (a record that keeps its frames, :class:`~jaxrot.kernels.
+    adaptive_pairs.Record`'s ``start``) ``R0[b]`` first, then ``R_rec[b, c - 1]``."""
+    wp = warp()
+    c = so3_funcs(S)
+
+    def kept(R_rec, Pi_rec, R0, Pi0, b, k, shift):
+        R = R0[b]
+        Pi = Pi0[b]
+        if k >= shift:
+            R = R_rec[b, k - shift]
+            Pi = Pi_rec[b, k - shift]
+        return R, Pi
+
+    A2 = wp.array2d
+    kept.__annotations__ = dict(R_rec=A2(dtype=c.M), Pi_rec=A2(dtype=c.V), R0=wp.array(dtype=c.M),
+                                Pi0=wp.array(dtype=c.V), b=int, k=int, shift=int)
+    kept.__name__ = kept.__qualname__ = f"kept_{S.__name__}"
+    return wp.func(kept)
+
+
+@functools.lru_cache(maxsize=None)
 def backward_kernel(dtype_name: str, key: str):
     """``(S, F_T, kernel)``: the backward sweep over each body's recorded steps (module docstring)."""
     wp = warp()
@@ -137,10 +161,10 @@ def backward_kernel(dtype_name: str, key: str):
     vjp, init_vjp, minit, mstep = fns["vjp"], fns["init_vjp"], fns["minit"], fns["mstep"]
     fstep = fns.get("fstep", mstep)
     CARRIED, STRIDED = carried(key), recomputes(key)
-    when = _when(S)
+    when, kept = _when(S), _kept(S)
 
-    def back(R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, stride, cR0, cPi0, cF, m_rec,
-             R_scr, Pi_scr, m_scr):
+    def back(R_rec, Pi_rec, R0, Pi0, t_rec, h_rec, n_acc, out_k, cR_out, cPi_out, F, n_out, stride, shift, cR0, cPi0,
+             cF, m_rec, R_scr, Pi_scr, m_scr):
         b = wp.tid()
         cR = M()
         cPi = V()
@@ -149,21 +173,20 @@ def backward_kernel(dtype_name: str, key: str):
         n = n_acc[b]  # (0 for a body whose steps were not all recorded: :func:`_unrecorded`)
         if wp.static(CARRIED):  # the memory at each step's start (each checkpoint's), from the first
             if n > 0:
-                m = minit(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F)
-                Rq = R_rec[b, 0]
-                Piq = Pi_rec[b, 0]
+                Rq, Piq = kept(R_rec, Pi_rec, R0, Pi0, b, 0, shift)
+                m = minit(Rq, Piq, t_rec[b, 0], F)
                 for k in range(n):
                     if wp.static(STRIDED):
                         if k % stride == 0:
                             m_rec[b, k // stride] = m
-                            Rq = R_rec[b, k // stride]
-                            Piq = Pi_rec[b, k // stride]
+                            Rq, Piq = kept(R_rec, Pi_rec, R0, Pi0, b, k // stride, shift)
                         tk, hk = when(t_rec, h_rec, b, k)
                         Rq, Piq, m = fstep(Rq, Piq, m, tk, hk, F)
                     else:
                         m_rec[b, k] = m
                         tk, hk = when(t_rec, h_rec, b, k)
-                        m = mstep(R_rec[b, k], Pi_rec[b, k], m, tk, hk, F)
+                        Rk, Pik = kept(R_rec, Pi_rec, R0, Pi0, b, k, shift)
+                        m = mstep(Rk, Pik, m, tk, hk, F)
         seg = int(-1)
         i = n_out - 1
         k = n
@@ -184,8 +207,7 @@ def backward_kernel(dtype_name: str, key: str):
                     if j // stride != seg:  # the stretch's states again, from its checkpoint
                         seg = j // stride
                         base = seg * stride
-                        Rq = R_rec[b, seg]
-                        Piq = Pi_rec[b, seg]
+                        Rq, Piq = kept(R_rec, Pi_rec, R0, Pi0, b, seg, shift)
                         mq = MT()
                         if wp.static(CARRIED):
                             mq = m_rec[b, seg]
@@ -202,8 +224,7 @@ def backward_kernel(dtype_name: str, key: str):
                     if wp.static(CARRIED):
                         mj = m_scr[b, j - seg * stride]
                 else:
-                    Rj = R_rec[b, j]
-                    Pij = Pi_rec[b, j]
+                    Rj, Pij = kept(R_rec, Pi_rec, R0, Pi0, b, j, shift)
                     if wp.static(CARRIED):
                         mj = m_rec[b, j]
                 tj, hj = when(t_rec, h_rec, b, j)
@@ -212,7 +233,8 @@ def backward_kernel(dtype_name: str, key: str):
             k = k - 1
         if wp.static(CARRIED):  # the first memory's dependence on the initial state and the system
             if n > 0:
-                ia, ip, iF = init_vjp(R_rec[b, 0], Pi_rec[b, 0], t_rec[b, 0], F, cm)
+                Rs, Pis = kept(R_rec, Pi_rec, R0, Pi0, b, 0, shift)
+                ia, ip, iF = init_vjp(Rs, Pis, t_rec[b, 0], F, cm)
                 cR = cR + ia
                 cPi = cPi + ip
                 acc = acc + iF
@@ -221,9 +243,10 @@ def backward_kernel(dtype_name: str, key: str):
         cF[b] = acc
 
     A, A2 = wp.array, wp.array2d
-    back.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), t_rec=A2(dtype=S), h_rec=A2(dtype=S),
-                                n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), cR_out=A2(dtype=M),
-                                cPi_out=A2(dtype=V), F=A(dtype=S), n_out=wp.int32, stride=wp.int32, cR0=A(dtype=M),
+    back.__annotations__ = dict(R_rec=A2(dtype=M), Pi_rec=A2(dtype=V), R0=A(dtype=M), Pi0=A(dtype=V), t_rec=A2(dtype=S),
+                                h_rec=A2(dtype=S), n_acc=A(dtype=wp.int32), out_k=A2(dtype=wp.int32), cR_out=A2(dtype=M),
+                                cPi_out=A2(dtype=V), F=A(dtype=S), n_out=wp.int32, stride=wp.int32, shift=wp.int32,
+                                cR0=A(dtype=M),
                                 cPi0=A(dtype=V), cF=A(dtype=F_T), m_rec=A2(dtype=MT), R_scr=A2(dtype=M),
                                 Pi_scr=A2(dtype=V), m_scr=A2(dtype=MT))
     back.__name__ = back.__qualname__ = f"backward_{key}_{dtype_name}"
@@ -253,7 +276,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     whose steps were not all recorded fails with a message."""
     import equinox as eqx
 
-    R_rec, Pi_rec, t_rec, h_rec, out_k, order, _ = record
+    R_rec, Pi_rec, t_rec, h_rec, out_k, order, _, start = record
     if order is not None:  # the record's rows are the bodies in the order they were launched
         n_acc, cR_out, cPi_out = n_acc[order], cR_out[order], cPi_out[order]
     dtype = R_rec.dtype
@@ -265,13 +288,16 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     F_in = jnp.concatenate([F, jnp.zeros((1,), dtype)])  # (a kernel array is never empty)
     B, n_out = cR_out.shape[:2]
     n_acc, over = _unrecorded(n_acc, record.n_steps)
-    args = (R_rec, Pi_rec, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
+    # the states kept: the record's own, or a constant-step run's frames after each body's initial state
+    R0, Pi0 = (R_rec[:, 0], Pi_rec[:, 0]) if start is None else (x.astype(dtype) for x in start)
+    args = (R_rec, Pi_rec, R0, Pi0, t_rec, h_rec, n_acc, out_k, cR_out.astype(dtype), cPi_out.astype(dtype), F_in)
     # scratch for the sweep: m_rec the memory at each recorded state; with checkpoints, a stretch's
     # recomputed states and memories
     scr = stride if stride > 1 else 1
     dims = {"cR0": (B,), "cPi0": (B,), "cF": (B,), "m_rec": (B, R_rec.shape[1] if memory else 1),
             "R_scr": (B, scr), "Pi_scr": (B, scr), "m_scr": (B, scr if memory else 1)}
-    cR0, cPi0, cF = _launch(backward_kernel(name, low.key)[2], frozenset({"F"}), args, (n_out, stride), dims)[:3]
+    scalars = (n_out, stride, int(start is not None))
+    cR0, cPi0, cF = _launch(backward_kernel(name, low.key)[2], frozenset({"F"}), args, scalars, dims)[:3]
     cR0, cPi0, cF = over((cR0, cPi0, cF), "gradient's", _MORE)
     if order is not None:
         inverse = jnp.argsort(order)

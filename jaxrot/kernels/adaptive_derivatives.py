@@ -181,9 +181,11 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     In reverse mode the run's frames are the checkpoints (the plain run, each frame the start of the next
     ``save_every`` steps), from which the derivative passes step the states again
     (:mod:`jaxrot.kernels.adaptive_backward`), where they fit in the record's budget
-    (:func:`fixed_reason`); for a method that carries a memory, and where the frames do not fit, the run keeps every step's start instead (the kernel run with ``save_every=1``; ``13 *
-    n_steps`` numbers a body), its frames every ``save_every``-th state of that run. The times are ``t0 + j dt``, as the
-    kernel takes them. ``forward(method, system, states0, dt, t0, n_frames, save_every)`` is the
+    (:func:`fixed_reason`); for a method that carries a memory, and where the frames do not fit, the
+    run keeps every step's state instead (the kernel run with ``save_every=1``, whose ``12 * n_steps``
+    numbers a body are the record), its frames every ``save_every``-th state of that run. The record
+    is the run's frames read after each body's initial state (:class:`~jaxrot.kernels.adaptive_pairs.
+    Record`'s ``start``), not a copy. The times are ``t0 + j dt``, as the kernel takes them. ``forward(method, system, states0, dt, t0, n_frames, save_every)`` is the
     kernel's run; ``ref(arrays, states0, dt, t0)`` the reference loop's (of the system's arrays), whose
     derivatives are taken for ``dt`` and ``t0`` where they are differentiated and for the whole run
     where the step's derivative cannot be generated. Returns ``(R_frames, Pi_frames, failed_step,
@@ -203,18 +205,17 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
         return forward(method, eqx.combine(arrays, static), states0, dyn["dt"], dyn["t0"], n_frames, save_every)
 
     def recorded(arrays, states0, dyn):
-        """The frames, and the record of the steps' starts (every step's, or each frame's)."""
+        """The frames, and the record of the steps' starts (every step's, or each frame's): the initial
+        state, then the run's frames as it wrote them (each the start of the next step or stretch)."""
         dt, t0 = dyn["dt"], dyn["t0"]
         if whole:
             R, Pi, failed, result = forward(method, eqx.combine(arrays, static), states0, dt, t0, N, 1)
             out = (R[:, save_every - 1::save_every], Pi[:, save_every - 1::save_every], failed, result)
         else:
             out = R, Pi, failed, result = plain(arrays, states0, dyn)
-        starts = State(jnp.concatenate([states0.R[:, None].astype(dtype), R[:, :-1]], axis=1),
-                       jnp.concatenate([states0.Pi[:, None].astype(dtype), Pi[:, :-1]], axis=1))
         out_k = jnp.broadcast_to((jnp.arange(n_frames, dtype=jnp.int32) + 1) * save_every, (B, n_frames))
         one = jnp.ones((B, 1), dtype)
-        record = Record(starts.R, starts.Pi, one * t0.astype(dtype), one * dt.astype(dtype), out_k, None, N)
+        record = Record(R, Pi, one * t0.astype(dtype), one * dt.astype(dtype), out_k, None, N, (states0.R, states0.Pi))
         return out, record, jnp.full((B,), N, jnp.int32)
 
     def check(arrays):
@@ -257,9 +258,9 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
 
 
 def _frames_fit(bodies: int, dtype, n_frames: int, save_every: int) -> bool:
-    """Whether the frames as checkpoints (each kept twice, 24 numbers) and the states of one stretch
-    between two of them (13 numbers a step) fit in the record's budget; every step's start and its
-    frame take 26 numbers a step."""
+    """Whether the frames as checkpoints and the states of one stretch between two of them fit in the
+    record's budget, counted 24 numbers a frame and 13 a step of the stretch (a state is 12, the
+    backward pass keeps a memory beside it); every step's state with its memory is counted 26."""
     from .adaptive_backward import RECORD_BYTES
 
     return 24 * n_frames + 13 * save_every <= RECORD_BYTES // max(1, bodies * jnp.dtype(dtype).itemsize)

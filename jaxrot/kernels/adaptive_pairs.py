@@ -132,7 +132,10 @@ class Record(NamedTuple):
     ``R`` (B, C, 3, 3), ``Pi`` (B, C, 3): the state at each kept step's start, every step's or every
     ``ceil(steps / C)``-th (checkpoints); ``t``, ``h`` (B, steps): each step's start time and length, or
     one column each of ``t0`` and ``h`` for constant steps (step ``k`` at ``t0 + k h``), with ``steps``
-    then given; ``out_k`` (B, n): the steps taken before each output."""
+    then given; ``out_k`` (B, n): the steps taken before each output. With ``start`` ``(R0, Pi0)``
+    (B, 3, 3), (B, 3) the kept states are shifted by one: the first is ``start``, the ``c``-th ``R[:, c -
+    1]``, the last of ``R`` unused (a constant-step run's frames, the ends of its stretches, kept as the
+    run wrote them rather than copied behind its initial state)."""
 
     R: jax.Array
     Pi: jax.Array
@@ -141,6 +144,7 @@ class Record(NamedTuple):
     out_k: jax.Array
     order: jax.Array | None = None
     steps: int | None = None
+    start: tuple | None = None
 
     @property
     def n_steps(self) -> int:

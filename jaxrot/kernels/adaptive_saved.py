@@ -63,7 +63,7 @@ def buffers(record, run, t0, t1, every: int | None, dense: bool, max_steps: int,
 
     from ..geometry.state import State
 
-    R_rec, Pi_rec, t_rec, h_rec, _, order, _ = record
+    R_rec, Pi_rec, t_rec, h_rec, _, order = record[:6]
     if order is not None:
         inverse = jnp.argsort(order)
         R_rec, Pi_rec, t_rec, h_rec = R_rec[inverse], Pi_rec[inverse], t_rec[inverse], h_rec[inverse]
