@@ -48,18 +48,18 @@ def _driven(t, R, Pi, args):
     return args * jnp.stack([jnp.sin(7.0 * t), jnp.cos(5.0 * t), jnp.sin(3.0 * t) * R[0, 2]])
 
 
-def _loss(method, n=N, torque=None):
+def _loss(method, n=N, torque=None, dtype=jnp.float64):
     p = jaxrot.problems.get("fast_top")  # (a gravity torque: its parameters and J are differentiated)
-    R0 = jnp.broadcast_to(p.state0.R, (B, 3, 3))
-    Pi0 = p.state0.Pi * jnp.linspace(0.5, 2.0, B)[:, None]
+    R0 = jnp.broadcast_to(p.state0.R, (B, 3, 3)).astype(dtype)
+    Pi0 = (p.state0.Pi * jnp.linspace(0.5, 2.0, B)[:, None]).astype(dtype)
 
     def loss(J, Pi, dt, executor):
         prob = jaxrot.Problem(jaxrot.RigidBody(J), torque or p.torque, p.state0, 1.0)
         tr = jaxrot.simulate(method, prob, dt, n, state0=jaxrot.State(R0, Pi), saveat=jaxrot.SaveAt(steps=EVERY),
                              executor=executor)
-        return jnp.sum(tr.states.R[..., 2, :] * jnp.array([1.0, 2.0, 3.0])) + 1e-3 * jnp.sum(tr.states.Pi ** 2)
+        return jnp.sum(tr.states.R[..., 2, :] * jnp.array([1.0, 2.0, 3.0], dtype)) + 1e-3 * jnp.sum(tr.states.Pi ** 2)
 
-    return loss, (jnp.asarray(p.body.J), Pi0, jnp.asarray(2e-3))
+    return loss, (jnp.asarray(p.body.J, dtype), Pi0, jnp.asarray(2e-3, dtype))
 
 
 def _rel(a, b):
@@ -79,6 +79,15 @@ def test_reverse_mode_in_the_kernels_equals_the_xla_loop(method, calls):
     # the step's own derivative comes from the reference loop
     got_dt, want_dt = (jax.grad(loss, argnums=2)(J, Pi, dt, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
     assert calls["vjp"] == 3 and abs(got_dt - want_dt) <= 1e-10 * abs(want_dt)
+
+
+@pytest.mark.parametrize("method", ["rk4", "buss2p"])  # (the frames as checkpoints; every step's state kept)
+def test_float32_reverse_mode_in_the_kernels_equals_the_xla_loop(method, calls):
+    loss, (J, Pi, dt) = _loss(method, dtype=jnp.float32)
+    got, want = (jax.grad(loss, argnums=(0, 1))(J, Pi, dt, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert calls["vjp"] == 1
+    for a, b in zip(got, want):  # (two programs rounding apart at float32: a few of its roundings)
+        assert a.dtype == jnp.float32 and _rel(a, b) < 1e-5, (_rel(a, b), a, b)
 
 
 @pytest.mark.parametrize("method", ["rk4", "buss2p"])
