@@ -82,12 +82,15 @@ def test_reverse_mode_in_the_kernels_equals_the_xla_loop(method, calls):
 
 
 @pytest.mark.parametrize("method", ["rk4", "buss2p"])  # (the frames as checkpoints; every step's state kept)
-def test_float32_reverse_mode_in_the_kernels_equals_the_xla_loop(method, calls):
+def test_float32_derivatives_in_the_kernels_equal_the_xla_loops(method, calls):
     loss, (J, Pi, dt) = _loss(method, dtype=jnp.float32)
     got, want = (jax.grad(loss, argnums=(0, 1))(J, Pi, dt, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
     assert calls["vjp"] == 1
     for a, b in zip(got, want):  # (two programs rounding apart at float32: a few of its roundings)
         assert a.dtype == jnp.float32 and _rel(a, b) < 1e-5, (_rel(a, b), a, b)
+    dJ = jnp.array([1.0, -0.5, 0.25], jnp.float32)
+    got, want = (jax.jvp(lambda J: loss(J, Pi, dt, ex), (J,), (dJ,))[1] for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert calls["jvp"] == 1 and got.dtype == jnp.float32 and abs(got - want) <= 1e-5 * abs(want)
 
 
 @pytest.mark.parametrize("method", ["rk4", "buss2p"])
