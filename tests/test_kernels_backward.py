@@ -165,7 +165,7 @@ def test_forward_mode_needs_no_record(monkeypatch):
     assert _rel(d, jax.jvp(lambda J: loss_x(J, S.R, S.Pi), (P.body.J,), (jnp.ones(3),))[1]) <= 1e-9
 
 
-def test_float32_gradient_in_the_kernels():
+def test_float32_gradient_in_the_kernels(monkeypatch):
     S = _batch(6, seed=4)
     S32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), S)
     J32 = P.body.J.astype(jnp.float32)
@@ -179,6 +179,12 @@ def test_float32_gradient_in_the_kernels():
     assert all(a.dtype == jnp.float32 for a in g)
     for a, b in zip(g, gx):
         assert _rel(a, b) <= 1e-3
+    # forward mode too: the tangents carried in the float32 run
+    calls = _carried(monkeypatch)
+    dJ = jnp.ones(3, jnp.float32)
+    d, dx = (jax.jvp(lambda J: _loss(pair, ts, ex, tol=1e-4)(J, S32.R, S32.Pi), (J32,), (dJ,))[1]
+             for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert calls and d.dtype == jnp.float32 and _rel(d, dx) <= 1e-3
 
 
 
