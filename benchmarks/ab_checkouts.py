@@ -231,7 +231,8 @@ for name, pair in {names}.items():
                 for kind in ("vjp", "jvp"):
                     generate_vjp._generate(m, p.system, jnp.float64, kind, False, False)
             else:
-                generate_vjp._generate(m, p.system, jnp.float64, False, False)
+                generate_vjp._generate(m, p.system, jnp.float64, generate_vjp.keeps_memory(m, p.system, jnp.float64),
+                                       False)
                 generate._generate(carried(m, p.system, jnp.float64), p.system, jnp.float64, True)
     except generate.Unsupported:  # (refused: a source longer than the longest restated)
         name += " (refused)"

@@ -10,10 +10,11 @@ all inside ``jax.jit``, the loss ``sum(R[..., 2, :] . (1, 2, 3)) + 1e-3 |Pi|^2``
 
 - ``forward``: ``simulate(..., executor=jaxrot.Fused())``;
 - ``value_and_grad, kernels``: with respect to the moments J and the initial momenta (the kernels'
-  backward pass over every step's start, :func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`);
+  backward pass over the frames as checkpoints, or over every step's state for a method that carries a
+  memory, :func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`);
 - ``jvp in one direction of J, kernels``;
-- the gradient's two parts: ``vjp's forward pass`` (``jax.vjp``'s forward run, which keeps the record
-  of the steps' starts) and ``vjp's backward pass alone`` (its pullback called on its own);
+- the gradient's two parts: ``vjp's forward pass`` (``jax.vjp``'s forward run, which keeps the record)
+  and ``vjp's backward pass alone`` (its pullback called on its own);
 - ``value_and_grad, XLA executor`` (``--no-xla`` skips it).
 
 After the timing, one more call of each contender counts its minor page faults (fresh memory the

@@ -236,8 +236,8 @@ def test_forward_mode_keeps_the_tangents_of_accepted_attempts_only(monkeypatch):
 
     def run(J, R0, Pi0, executor):
         q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, 1.0)
-        return jaxrot.simulate("rkmk8(5)", q, t1=1.0, state0=jaxrot.State(R0, Pi0), executor=executor,
-                               stepsize=jaxrot.Adaptive(1e-9, 1e-9, dt0=0.9), adjoint=jaxrot.ForwardMode())
+        return jaxrot.simulate("rkmk8(5)", q, 0.9, t1=1.0, state0=jaxrot.State(R0, Pi0), executor=executor,
+                               stepsize=jaxrot.Adaptive(1e-9, 1e-9), adjoint=jaxrot.ForwardMode())
 
     plain = run(*primals, jaxrot.Fused())
     assert int(jnp.min(plain.controller.n_rejected)) >= 2

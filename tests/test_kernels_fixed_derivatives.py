@@ -48,14 +48,14 @@ def _driven(t, R, Pi, args):
     return args * jnp.stack([jnp.sin(7.0 * t), jnp.cos(5.0 * t), jnp.sin(3.0 * t) * R[0, 2]])
 
 
-def _loss(method, n=N, torque=None, dtype=jnp.float64):
+def _loss(method, n=N, torque=None, dtype=jnp.float64, every=EVERY):
     p = jaxrot.problems.get("fast_top")  # (a gravity torque: its parameters and J are differentiated)
     R0 = jnp.broadcast_to(p.state0.R, (B, 3, 3)).astype(dtype)
     Pi0 = (p.state0.Pi * jnp.linspace(0.5, 2.0, B)[:, None]).astype(dtype)
 
     def loss(J, Pi, dt, executor):
         prob = jaxrot.Problem(jaxrot.RigidBody(J), torque or p.torque, p.state0, 1.0)
-        tr = jaxrot.simulate(method, prob, dt, n, state0=jaxrot.State(R0, Pi), saveat=jaxrot.SaveAt(steps=EVERY),
+        tr = jaxrot.simulate(method, prob, dt, n, state0=jaxrot.State(R0, Pi), saveat=jaxrot.SaveAt(steps=every),
                              executor=executor)
         return jnp.sum(tr.states.R[..., 2, :] * jnp.array([1.0, 2.0, 3.0], dtype)) + 1e-3 * jnp.sum(tr.states.Pi ** 2)
 
@@ -103,6 +103,10 @@ def test_forward_mode_in_the_kernels_equals_the_xla_loop(method, calls):
     jac = jax.jacfwd(lambda Pi: loss(J, Pi, dt, jaxrot.Fused()))(Pi)
     assert calls["jvp"] == 2
     np.testing.assert_allclose(jac, jax.jacfwd(lambda Pi: loss(J, Pi, dt, jaxrot.XLA()))(Pi), rtol=1e-10, atol=1e-13)
+    # the step's length alone: its tangents are the reference loop's, no run carries tangents
+    got, want = (jax.jvp(lambda dt: loss(J, Pi, dt, ex), (dt,), (jnp.ones_like(dt),))[1]
+                 for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert calls["jvp"] == 2 and abs(got - want) <= 1e-10 * abs(want)
 
 
 def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
@@ -153,6 +157,16 @@ def test_the_frames_are_the_checkpoints_but_for_a_memory(method, stride, strides
     assert strides == [stride]
 
 
+def test_every_step_saved_is_every_steps_checkpoint(strides):
+    """Every step saved: each frame is the next step's start (no step stepped again), the first the
+    initial state."""
+    loss, (J, Pi, dt) = _loss("rk4", 6 * N, every=1)  # (a step count of its own: see above)
+    got, want = (jax.grad(loss, argnums=(0, 1))(J, Pi, dt, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert strides == [1]
+    for a, b in zip(got, want):
+        assert _rel(a, b) < 1e-10, (_rel(a, b), a, b)
+
+
 def test_forward_mode_of_no_bodies():
     """A batch of no bodies differentiated in forward mode: empty tangents, no launch."""
     from jaxrot import kernels
@@ -166,6 +180,25 @@ def test_forward_mode_of_no_bodies():
                                     reference=xla_frames, derivative="jvp")[1]
 
     assert jax.jacfwd(frames)(s0.Pi).shape == (0, 2, 3, 0, 3)
+
+
+@pytest.mark.parametrize("method", ["rk4", "buss2p"])
+def test_reverse_mode_of_no_steps(method):
+    """A run of no steps differentiated in reverse mode: nothing for the kernels to walk back (the
+    reference's derivative: zeros)."""
+    from jaxrot import kernels
+    from jaxrot.driver.executors.fused import xla_frames
+
+    p, m = jaxrot.problems.get("fast_top"), jaxrot.integrators.get(method)
+    R0 = jnp.broadcast_to(p.state0.R, (3, 3, 3))
+
+    def loss(Pi):
+        out = kernels.fused_frames(m, p.system, jaxrot.State(R0, Pi), jnp.asarray(1e-3), jnp.asarray(0.0), 0, 3,
+                                   reference=xla_frames, derivative="vjp")
+        return jnp.sum(out[1] ** 2)
+
+    g = jax.grad(loss)(jnp.ones((3, 3)))
+    assert g.shape == (3, 3) and not np.any(np.asarray(g))
 
 
 def test_a_memory_holding_an_integer_carries_tangents_for_its_numbers(calls):

@@ -369,10 +369,11 @@ def fused_frames(method, system, states0, dt, t0, n_frames: int, save_every: int
         reverse mode only) or ``"jvp"`` (forward mode): that derivative runs in the kernels instead
         (:func:`jaxrot.kernels.adaptive_derivatives.fixed_in_kernels`): forward mode carries the
         tangents in the run (:mod:`jaxrot.kernels.adaptive_tangents`); reverse mode walks the
-        method's step derivative generated from its JAX code back over a record (every step's start
-        where the batch's record fits in ``adaptive_backward.RECORD_BYTES``, else its frames as the
-        checkpoints from which the backward pass steps the states again); the step's and the start's
-        own derivatives, and those of a step that cannot be restated, the reference's.
+        method's step derivative generated from its JAX code back over a record (its frames as the
+        checkpoints from which the backward pass steps the states again, wherever they fit in
+        ``adaptive_backward.RECORD_BYTES``; for a method that carries a memory, every step's state
+        where that fits); the step's and the start's own derivatives, and those of a step that cannot
+        be restated, the reference's.
 
     Returns:
       ``(R_frames (B, n_frames, 3, 3), Pi_frames (B, n_frames, 3), failed_step (B,) int32, result (B,) int32)``:

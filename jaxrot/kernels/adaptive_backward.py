@@ -279,6 +279,7 @@ def backward(pair, system, record, n_acc, cR_out, cPi_out, memory: bool = False)
     R_rec, Pi_rec, t_rec, h_rec, out_k, order, _, start = record
     if order is not None:  # the record's rows are the bodies in the order they were launched
         n_acc, cR_out, cPi_out = n_acc[order], cR_out[order], cPi_out[order]
+        start = None if start is None else tuple(x[order] for x in start)
     dtype = R_rec.dtype
     name = jnp.dtype(dtype).name
     stride = record.stride

@@ -78,7 +78,11 @@ def _rule(kind: str, plain, recorded, check, ref, moving: tuple, carried=None):
     def run_jvp(primals, tangents_in):
         t_arrays, t_states, t_dyn = tangents_in
         d_states = filled((t_states.R, t_states.Pi), (primals[1].R, primals[1].Pi))
-        done = carried(primals, d_states, t_arrays)
+        if all(map(_symbolic, jax.tree_util.tree_leaves((t_arrays, t_states), is_leaf=_symbolic))):
+            done = plain(*primals)  # (the times alone move: no tangents to carry)
+            done = (done, jnp.zeros_like(done[0]), jnp.zeros_like(done[1]))
+        else:
+            done = carried(primals, d_states, t_arrays)
         if done is None:
             return run(*primals), jax.jvp(ref, primals, filled(tangents_in, primals))[1]
         out, dR, dPi = done
@@ -179,7 +183,7 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     error-controlled run's backward pass takes too.
 
     In reverse mode the run's frames are the checkpoints (the plain run, each frame the start of the next
-    ``save_every`` steps), from which the derivative passes step the states again
+    ``save_every`` steps), from which the backward pass steps the states again
     (:mod:`jaxrot.kernels.adaptive_backward`), where they fit in the record's budget
     (:func:`fixed_reason`); for a method that carries a memory, and where the frames do not fit, the
     run keeps every step's state instead (the kernel run with ``save_every=1``, whose ``12 * n_steps``
@@ -244,6 +248,8 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
 
     if kind is None:
         return "the run is not differentiated in one mode alone"
+    if n_frames * save_every == 0:
+        return "a run of no steps"
     if event is not None:
         return "the kernels' derivative passes do not differentiate an event's location"
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
@@ -259,8 +265,9 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
 
 def _frames_fit(bodies: int, dtype, n_frames: int, save_every: int) -> bool:
     """Whether the frames as checkpoints and the states of one stretch between two of them fit in the
-    record's budget, counted 24 numbers a frame and 13 a step of the stretch (a state is 12, the
-    backward pass keeps a memory beside it); every step's state with its memory is counted 26."""
+    record's budget, counted 24 numbers a frame and 13 a step of the stretch: a margin over what is
+    kept (a frame is 12 numbers, written by the run anyway; a stretch's state 12 and its memory's
+    length); every step's state with its memory is counted 26."""
     from .adaptive_backward import RECORD_BYTES
 
     return 24 * n_frames + 13 * save_every <= RECORD_BYTES // max(1, bodies * jnp.dtype(dtype).itemsize)
