@@ -182,28 +182,21 @@ def fixed_in_kernels(method, system, states0, dt, t0, n_frames: int, save_every:
     through the method's step derivative generated from its JAX code, the walk over a record that an
     error-controlled run's backward pass takes too.
 
-    In reverse mode the run's frames are the checkpoints (the plain run, each frame the start of the next
-    ``save_every`` steps), from which the backward pass steps the states again
-    (:mod:`jaxrot.kernels.adaptive_backward`), where they fit in the record's budget
-    (:func:`fixed_reason`); for a method that carries a memory, and where the frames do not fit, the
-    run keeps every step's state instead (the kernel run with ``save_every=1``, whose ``12 * n_steps``
-    numbers a body are the record), its frames every ``save_every``-th state of that run. The record
-    is the run's frames read after each body's initial state (:class:`~jaxrot.kernels.adaptive_pairs.
-    Record`'s ``start``), not a copy. The times are ``t0 + j dt``, as the kernel takes them. ``forward(method, system, states0, dt, t0, n_frames, save_every)`` is the
-    kernel's run; ``ref(arrays, states0, dt, t0)`` the reference loop's (of the system's arrays), whose
-    derivatives are taken for ``dt`` and ``t0`` where they are differentiated and for the whole run
-    where the step's derivative cannot be generated. Returns ``(R_frames, Pi_frames, failed_step,
-    result)`` as :func:`jaxrot.kernels.fused_frames`."""
-    from .adaptive_backward import steps_in_budget
+    In reverse mode the record (:func:`_record`) is the run's frames as checkpoints, from which the
+    backward pass steps the states again (:mod:`jaxrot.kernels.adaptive_backward`), or every step's
+    state (the kernel run with ``save_every=1``, its frames every ``save_every``-th state of that run):
+    the run's frames read after each body's initial state (:class:`~jaxrot.kernels.adaptive_pairs.
+    Record`'s ``start``), not a copy. The times are ``t0 + j dt``, as the kernel takes them.
+    ``forward(method, system, states0, dt, t0, n_frames, save_every)`` is the kernel's run; ``ref(arrays,
+    states0, dt, t0)`` the reference loop's (of the system's arrays), whose derivatives are taken for
+    ``dt`` and ``t0`` where they are differentiated and for the whole run where the step's derivative
+    cannot be generated. Returns ``(R_frames, Pi_frames, failed_step, result)`` as
+    :func:`jaxrot.kernels.fused_frames`."""
     from .generate_vjp import vjp_reason
 
     B, dtype, N = states0.R.shape[0], states0.R.dtype, n_frames * save_every
     arrays, static = eqx.partition(system, eqx.is_array)
-    # the frames are the checkpoints wherever they fit (no record of every step to write and read back),
-    # but for a method that carries a memory where every step fits: the memory would be stepped forward
-    # once more from the start (benchmarks/fixed_gradient.py --record-bytes)
-    fits = N <= steps_in_budget(B, jnp.dtype(dtype).itemsize, 26)
-    whole = not _frames_fit(B, dtype, n_frames, save_every) or (fits and keeps_memory(method, system, dtype))
+    whole = _record(B, dtype, n_frames, save_every, keeps_memory(method, system, dtype)) == "steps"
 
     def plain(arrays, states0, dyn):
         return forward(method, eqx.combine(arrays, static), states0, dyn["dt"], dyn["t0"], n_frames, save_every)
@@ -242,7 +235,6 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
     """Why the derivative ``kind`` (``"vjp"``, ``"jvp"``; None: none is taken) of a fused constant-step run
     of ``n_frames`` frames every ``save_every`` steps is not taken in the kernels
     (:func:`fixed_in_kernels`; it is then the reference loop's), or None."""
-    from .adaptive_backward import steps_in_budget
     from .adaptive_tangents import carried_reason
     from .generate_vjp import vjp_reason
 
@@ -252,22 +244,29 @@ def fixed_reason(method, system, dtype, bodies: int, n_frames: int, save_every: 
         return "a run of no steps"
     if event is not None:
         return "the kernels' derivative passes do not differentiate an event's location"
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
-        return "the method's own arrays are being differentiated"
     if kind == "jvp":  # (the tangents carried in the run: no record)
         return carried_reason(method, system, dtype, pair=False)
-    size = jnp.dtype(dtype).itemsize
-    if n_frames * save_every > steps_in_budget(bodies, size, 26) and not _frames_fit(bodies, dtype, n_frames, save_every):
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(method)):
+        return "the method's own arrays are being differentiated"
+    memory = keeps_memory(method, system, dtype)
+    if _record(bodies, dtype, n_frames, save_every, memory) is None:
         return ("neither every step's start nor the frames with the steps between two of them fit in the "
                 "record's budget (adaptive_backward.RECORD_BYTES)")
-    return vjp_reason(method, system, dtype, keeps_memory(method, system, dtype))
+    return vjp_reason(method, system, dtype, memory)
 
 
-def _frames_fit(bodies: int, dtype, n_frames: int, save_every: int) -> bool:
-    """Whether the frames as checkpoints and the states of one stretch between two of them fit in the
-    record's budget, counted 24 numbers a frame and 13 a step of the stretch: a margin over what is
-    kept (a frame is 12 numbers, written by the run anyway; a stretch's state 12 and its memory's
-    length); every step's state with its memory is counted 26."""
-    from .adaptive_backward import RECORD_BYTES
+def _record(bodies: int, dtype, n_frames: int, save_every: int, memory: bool) -> str | None:
+    """The record a constant-step reverse pass keeps: ``"frames"`` (the frames as checkpoints, wherever
+    they fit), ``"steps"`` (every step's state: where the frames do not fit, or for a method carrying a
+    ``memory``, which would otherwise be stepped forward once more; ``benchmarks/fixed_gradient.py
+    --record-bytes``) or None (neither fits :data:`~jaxrot.kernels.adaptive_backward.RECORD_BYTES`).
+    Counted 24 numbers a frame and 13 a step of a stretch (a margin over a frame's 12, written by the
+    run anyway, and a stretch's state and memory), 26 a step where every step is kept."""
+    from .adaptive_backward import steps_in_budget
 
-    return 24 * n_frames + 13 * save_every <= RECORD_BYTES // max(1, bodies * jnp.dtype(dtype).itemsize)
+    size = jnp.dtype(dtype).itemsize
+    frames = 24 * n_frames + 13 * save_every <= steps_in_budget(bodies, size, 1)
+    steps = n_frames * save_every <= steps_in_budget(bodies, size, 26)
+    if steps and (memory or not frames):
+        return "steps"
+    return "frames" if frames else None
