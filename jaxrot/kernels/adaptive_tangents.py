@@ -105,14 +105,13 @@ def check_memory(method, system, dtype, R, Pi, h):
     """``(A0, memory)``: memories of :class:`Carried` ``method`` for the test states ``R``, ``Pi`` (n of
     them) with which a generated step is compared with JAX: its base's from ``init``, arbitrary
     tangents; ``A0`` (n, len(A)) as the kernel holds them, ``memory`` the pytree (leading axis n)."""
+    from .generate import memory_row
     from .generate_checks import reference_values
 
     rng = np.random.default_rng(3)
-    n = np.shape(R)[0]
     aux, *tangents = reference_values(lambda R, Pi: method.init(system, jnp.zeros((), dtype), State(R, Pi), h), R, Pi)
     memory = (aux, *jax.tree_util.tree_map(lambda x: rng.normal(size=np.shape(x)).astype(dtype), tangents))
-    flat = [np.reshape(x, (n, -1)) for x in jax.tree_util.tree_leaves(memory)] + [np.ones((n, 1), dtype)]
-    return np.concatenate(flat, axis=1).astype(dtype), memory
+    return np.asarray(jax.vmap(lambda m: memory_row(m, dtype))(memory)), memory
 
 
 def carried_reason(method, system, dtype, pair: bool = True) -> str | None:
@@ -148,6 +147,8 @@ def initial_memory(method, system, t0, states0, d_states0, d_arrays, h0):
     (:mod:`jaxrot.kernels.generate`: the leaves raveled, then the step's ``converged`` flag): the
     memory and its tangent from the initial states' ``d_states0`` and the system's ``d_arrays``;
     ``h0`` the first step, one per body."""
+    from .generate import memory_row
+
     arrays, static = eqx.partition(system, eqx.is_array)
 
     def one(R, Pi, dR, dPi, h):
@@ -155,8 +156,7 @@ def initial_memory(method, system, t0, states0, d_states0, d_arrays, h0):
             return method.init(eqx.combine(arrays, static), t0, State(R, Pi), h)
 
         mem, dmem = jax.jvp(init, (R, Pi, arrays), (dR, dPi, d_arrays))
-        leaves = jax.tree_util.tree_leaves((mem, dR, dPi, _inexact(dmem)))
-        return jnp.concatenate([jnp.ravel(x).astype(R.dtype) for x in leaves] + [jnp.ones((1,), R.dtype)])
+        return memory_row((mem, dR, dPi, _inexact(dmem)), R.dtype)
 
     return jax.vmap(one)(states0.R, states0.Pi, d_states0.R, d_states0.Pi, h0)
 

@@ -361,6 +361,16 @@ def memory_length(key: str) -> int:
     return _SOURCES[key][2]
 
 
+def memory_row(tree, dtype):
+    """A memory as a generated kernel holds it (``A``): its leaves raveled in order, then the step's
+    ``converged`` flag (1)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves = [jnp.ravel(x).astype(dtype) for x in jax.tree_util.tree_leaves(tree)]
+    return jnp.concatenate(leaves + [jnp.ones((1,), dtype)])
+
+
 @functools.lru_cache(maxsize=None)
 def attempt_types(S, key: str):
     """The Warp vector type of a generated method's memory ``A`` (:func:`memory_length` numbers)."""

@@ -211,7 +211,7 @@ def _compare(method, system, dtype, hit, event=None):
 
     from . import event_launch, fixed_loop
     from .adaptive_tangents import Carried
-    from .generate import attempt_types, params
+    from .generate import attempt_types, memory_row, params
 
     key, n_mem, traced = hit
     given = isinstance(method, Carried)  # (its run is given each body's memory: tangents to compare)
@@ -254,7 +254,7 @@ def _compare(method, system, dtype, hit, event=None):
 
     def ref(R, Pi, aux):
         new, aux1, _ = method.step(system, jnp.asarray(0.0, dtype), State(R, Pi), aux, h)
-        return new.R, new.Pi, _raveled(aux1, dtype)
+        return new.R, new.Pi, memory_row(aux1, dtype)[:-1]
 
     want = reference_values(ref, R, Pi, memory)
     got = [outs[0].numpy()[:, 0], outs[1].numpy()[:, 0]]
@@ -311,7 +311,7 @@ def _compare_pair(pair, system, dtype, hit, alone: bool = False):
     from ..physics.flow import pack_body
     from ._common import so3_funcs, warp
 
-    from .generate import attempt_types, params
+    from .generate import attempt_types, memory_row, params
 
     from .adaptive_kernel import check_kernel
 
@@ -337,8 +337,9 @@ def _compare_pair(pair, system, dtype, hit, alone: bool = False):
         def ref(R, Pi, aux):
             s = State(R, Pi)
             new, aux1, _, y_err = pair.step_with_error(system, jnp.asarray(0.0, dtype), s, aux, h)
-            return new.R, new.Pi, pair.error_norm(pack_body(R, Pi), pack_body(new.R, new.Pi), y_err,
-                                                  jnp.asarray(rt, dtype), jnp.asarray(at, dtype)), _raveled(aux1, dtype)
+            err = pair.error_norm(pack_body(R, Pi), pack_body(new.R, new.Pi), y_err, jnp.asarray(rt, dtype),
+                                  jnp.asarray(at, dtype))
+            return new.R, new.Pi, err, memory_row(aux1, dtype)[:-1]
 
         P = np.asarray(params(pair, system, dtype))
     want = list(reference_values(ref, R, Pi, memory))
@@ -371,12 +372,3 @@ def _memories(method, system, dtype, R, Pi, h, n_mem: int, given: bool):
         return check_memory(method, system, dtype, R, Pi, h)
     memory = reference_values(lambda R, Pi: method.init(system, jnp.asarray(0.0, dtype), State(R, Pi), h), R, Pi)
     return np.zeros((np.shape(R)[0], n_mem), dtype), memory
-
-
-def _raveled(tree, dtype):
-    """A memory's leaves raveled into one vector, as the kernel holds them (without the flag)."""
-    import jax
-    import jax.numpy as jnp
-
-    leaves = jax.tree_util.tree_leaves(tree)
-    return jnp.concatenate([jnp.ravel(x).astype(dtype) for x in leaves]) if leaves else jnp.zeros((0,), dtype)
