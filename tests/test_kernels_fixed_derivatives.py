@@ -48,10 +48,10 @@ def _driven(t, R, Pi, args):
     return args * jnp.stack([jnp.sin(7.0 * t), jnp.cos(5.0 * t), jnp.sin(3.0 * t) * R[0, 2]])
 
 
-def _loss(method, n=N, torque=None, dtype=jnp.float64, every=EVERY):
+def _loss(method, n=N, torque=None, dtype=jnp.float64, every=EVERY, bodies=B):
     p = jaxrot.problems.get("fast_top")  # (a gravity torque: its parameters and J are differentiated)
-    R0 = jnp.broadcast_to(p.state0.R, (B, 3, 3)).astype(dtype)
-    Pi0 = (p.state0.Pi * jnp.linspace(0.5, 2.0, B)[:, None]).astype(dtype)
+    R0 = jnp.broadcast_to(p.state0.R, (bodies, 3, 3)).astype(dtype)
+    Pi0 = (p.state0.Pi * jnp.linspace(0.5, 2.0, bodies)[:, None]).astype(dtype)
 
     def loss(J, Pi, dt, executor):
         prob = jaxrot.Problem(jaxrot.RigidBody(J), torque or p.torque, p.state0, 1.0)
@@ -155,6 +155,24 @@ def test_the_frames_are_the_checkpoints_but_for_a_memory(method, stride, strides
     loss, (J, Pi, dt) = _loss(method, 5 * N)  # (a step count of its own: see above)
     jax.grad(loss)(J, Pi, dt, jaxrot.Fused())
     assert strides == [stride]
+
+
+@pytest.mark.parametrize("method", ["rk4", "buss2p"])
+def test_a_batch_cut_into_slices_walks_back_each_slices_bodies(method, monkeypatch):
+    """A batch large enough to be cut into slices on a CPU's cores: each slice's backward pass reads its
+    own bodies' records and initial states, equal to the XLA executor's."""
+    from jaxrot.kernels import host_threads
+
+    if jax.default_backend() != "cpu" or host_threads.cores() < 2:
+        pytest.skip("slices are cut on a CPU of two cores or more")
+    cuts = []
+    real = host_threads.launch_in_slices
+    monkeypatch.setattr(host_threads, "launch_in_slices", lambda k, n, *a: cuts.append((k.key, n)) or real(k, n, *a))
+    loss, (J, Pi, dt) = _loss(method, 7 * N, bodies=64)  # (a step count of its own: see above)
+    got, want = (jax.grad(loss, argnums=(0, 1))(J, Pi, dt, ex) for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    assert any(key.startswith("backward_") and n > 1 for key, n in cuts), cuts
+    for a, b in zip(got, want):
+        assert _rel(a, b) < 1e-10, (_rel(a, b), a, b)
 
 
 def test_every_step_saved_is_every_steps_checkpoint(strides):
