@@ -39,7 +39,6 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
                                             polishes(entry.high_order) and step_dh(S, entry.key))
     body = loop(S, init, attempt, None, event, record, entry.controller_order, given)
     A_T = attempt_types(S, entry.key)
-    GIVEN = bool(given)
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), h0v: wp.array(dtype=S), rtolv: wp.array(dtype=S),
             atolv: wp.array(dtype=S), A0: wp.array(dtype=A_T), t0v: wp.array(dtype=S), ts: wp.array(dtype=S), Jv: wp.array(dtype=V),
@@ -50,11 +49,8 @@ def adaptive_kernel(S, entry: GeneratedPair, torque_key: str | None, event_key: 
             R_rec: wp.array2d(dtype=M), Pi_rec: wp.array2d(dtype=V), t_rec: wp.array2d(dtype=S),
             h_rec: wp.array2d(dtype=S), out_k: wp.array2d(dtype=wp.int32), A_out: wp.array2d(dtype=A_T)):
         b = wp.tid()
-        A = init(R0[b], Pi0[b], Jv[0], P, h0v[b])
-        if wp.static(GIVEN):
-            A = A0[b]
         acc, rej, failed, err, code = body(
-            b, R0[b], Pi0[b], A, h0v[b], rtolv[b], atolv[b], t0v[0], ts, Jv[0], P, Q, max_steps, n_out, 1, R_out,
+            b, R0[b], Pi0[b], A0, h0v[b], rtolv[b], atolv[b], t0v[0], ts, Jv[0], P, Q, max_steps, n_out, 1, R_out,
             Pi_out, tev_out, Rev_out, Piev_out, R_rec, Pi_rec, t_rec, h_rec, out_k, A_out)
         acc_out[b] = acc
         rej_out[b] = rej

@@ -32,8 +32,7 @@ def loop_kernel(S, init, step, reason, event=None, *, key: str, A_T, given: bool
     ``save_every``; outputs :data:`OUTPUTS`."""
     wp = warp()
     V, M = so3_funcs(S).V, so3_funcs(S).M
-    body = loop(S, init, step, reason, event, memory_out=given)
-    GIVEN = bool(given)
+    body = loop(S, init, step, reason, event, given=given)
 
     def run(R0: wp.array(dtype=M), Pi0: wp.array(dtype=V), A0: wp.array(dtype=A_T), dtv: wp.array(dtype=S),
             t0v: wp.array(dtype=S),
@@ -43,12 +42,9 @@ def loop_kernel(S, init, step, reason, event=None, *, key: str, A_T, given: bool
             Rev_out: wp.array(dtype=M), Piev_out: wp.array(dtype=V), steps_out: wp.array(dtype=wp.int32),
             A_out: wp.array2d(dtype=A_T)):
         b = wp.tid()
-        A = init(R0[b], Pi0[b], Jv[0], P, dtv[0])
-        if wp.static(GIVEN):
-            A = A0[b]
         # (no tolerances, output times or record: dt and the frames stand in for the arrays not read)
         k, rej, failed, err, code = body(
-            b, R0[b], Pi0[b], A, dtv[0], S(0.0), S(0.0), t0v[0], dtv, Jv[0], P, Q, n_frames * save_every, n_frames,
+            b, R0[b], Pi0[b], A0, dtv[0], S(0.0), S(0.0), t0v[0], dtv, Jv[0], P, Q, n_frames * save_every, n_frames,
             save_every, R_out, Pi_out, tev_out, Rev_out, Piev_out, R_out, Pi_out, R_out, R_out, R_out, A_out)
         failed_out[b] = failed
         result_out[b] = code

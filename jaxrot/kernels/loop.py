@@ -39,7 +39,7 @@ def as_kernel(run, name: str, module: str | None = None):
     return warp().kernel(run, module="unique", enable_backward=False, module_options={"fuse_fp": fuse_fp()})
 
 
-def loop(S, init, advance, reason, event=None, record: bool = False, order=None, memory_out: bool = False):
+def loop(S, init, advance, reason, event=None, record: bool = False, order=None, given: bool = False):
     """The loop of one body at scalar type ``S`` (see the module docstring), a Warp function.
 
     ``init(R, Pi, J, P, h) -> A`` the method's memory; with constant steps (``order`` None) ``advance``
@@ -49,18 +49,18 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None,
     event_key, direction, terminal, polished)`` (``polished``: None, or the method's ``step_dh`` where its
     events are polished on its own steps); ``record``: keep each accepted step (error control).
 
-    Returns ``run(b, R, Pi, A, h, rt, at, t0, ts, J, P, Q, max_steps, n_out, every, R_out, Pi_out, tev_out,
+    Returns ``run(b, R, Pi, A0, h, rt, at, t0, ts, J, P, Q, max_steps, n_out, every, R_out, Pi_out, tev_out,
     Rev_out, Piev_out, R_rec, Pi_rec, t_rec, h_rec, out_k, A_out) -> (acc, rej, failed, err, code)``: body
-    ``b``'s run from ``(R, Pi)`` and memory ``A`` at ``t0`` with (first) step ``h``, writing its ``n_out`` outputs to row ``b`` of
+    ``b``'s run from ``(R, Pi)`` at ``t0`` with (first) step ``h``, writing its ``n_out`` outputs to row ``b`` of
     ``R_out``, ``Pi_out``, its event's time and state (NaN: none; error control writes them without an
     event too) to ``tev_out``, ``Rev_out``, ``Piev_out`` and, with ``record``, each accepted step's
     start and length to ``R_rec``, ``Pi_rec``, ``t_rec``, ``h_rec`` (the states of every ``s``-th step
     only where ``R_rec`` has fewer columns than ``t_rec``: ``s = ceil(T / C)``, column ``k // s``; see
     :func:`jaxrot.kernels.adaptive_kernel.adaptive_kernel`) and the accepted steps before each output to
     ``out_k``; ``failed``: the first step with a ``reason`` (-1: none), ``err`` the last accepted step's
-    error estimate. ``A`` is the body's memory at the start (``init``'s, or one the kernel was given);
-    with ``memory_out`` the memory at each output is written to row ``b`` of ``A_out`` beside the state
-    (a memory that carries the state's tangents, :mod:`jaxrot.kernels.adaptive_tangents`)."""
+    error estimate. The body's memory at the start is ``init``'s, or with ``given`` row ``b`` of ``A0``,
+    and then the memory at each output is written to row ``b`` of ``A_out`` beside the state (a memory
+    that carries the state's tangents, :mod:`jaxrot.kernels.adaptive_tangents`)."""
     wp = warp()
     V, M = so3_funcs(S).V, so3_funcs(S).M
     CONSTANT = order is None
@@ -71,7 +71,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None,
     DEFER = TERMINAL and not CONSTANT
     POLISHED = EVENT and bool(polished)
     RECORD = bool(record)
-    KEEP = bool(memory_out)
+    KEEP = bool(given)
     control = None if CONSTANT else controller(S, int(order))
     CODE_NONFINITE, CODE_MAX = RESULT_NONFINITE_STATE, RESULT_MAX_STEPS_REACHED
     g = event_g(S, event_key) if EVENT else None
@@ -94,7 +94,7 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None,
     def put(b: int, i: int, R: M, Pi: V, A: Any, k: int, R_out: wp.array2d(dtype=M), Pi_out: wp.array2d(dtype=V),
             out_k: Any, A_out: Any):
         """Output ``i`` of body ``b``: the state, (a record) the accepted steps ``k`` before it and
-        (``memory_out``) the memory ``A``."""
+        (``given``) the memory ``A``."""
         R_out[b, i] = R
         Pi_out[b, i] = Pi
         if wp.static(RECORD):
@@ -104,10 +104,13 @@ def loop(S, init, advance, reason, event=None, record: bool = False, order=None,
         return i + 1
 
     @wp.func
-    def run(b: int, R: M, Pi: V, A: Any, h: S, rt: S, at: S, t0: S, ts: wp.array(dtype=S), J: V, P: wp.array(dtype=S),
+    def run(b: int, R: M, Pi: V, A0: Any, h: S, rt: S, at: S, t0: S, ts: wp.array(dtype=S), J: V, P: wp.array(dtype=S),
             Q: wp.array(dtype=S), max_steps: int, n_out: int, every: int, R_out: wp.array2d(dtype=M),
             Pi_out: wp.array2d(dtype=V), tev_out: wp.array(dtype=S), Rev_out: wp.array(dtype=M),
             Piev_out: wp.array(dtype=V), R_rec: Any, Pi_rec: Any, t_rec: Any, h_rec: Any, out_k: Any, A_out: Any):
+        A = init(R, Pi, J, P, h)
+        if wp.static(KEEP):
+            A = A0[b]
         t = t0
         err_prev = S(1.0)
         i = int(0)
