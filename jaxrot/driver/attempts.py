@@ -4,9 +4,9 @@ in a bounded while loop run through the adjoint object.
 Each attempt steps from the current state by ``h`` (shortened to land exactly on the next output
 time, so saved states carry the pair's full accuracy), measures the pair's error estimate
 (the pair's :meth:`~jaxrot.integrators.AbstractPair.error_norm`), and is accepted or rejected by the PI controller
-(:func:`~jaxrot.integrators.pairs.adapt`), which also proposes the next step. An accepted step is
-checked as every step of a constant-step run is (:func:`~jaxrot.driver.loop.step_reason`), updates
-the event (:func:`~jaxrot.driver.events.event_update`) and writes what :class:`~jaxrot.SaveAt` asks:
+(:func:`~jaxrot.integrators.pairs.adapt`), which also proposes the next step. The attempt is the
+step body of every XLA loop (:func:`~jaxrot.driver.loop.advance`, a constant step's too, judged here
+by the controller): checked, the event moved on; an accepted step then writes what :class:`~jaxrot.SaveAt` asks:
 the state at an output time, every ``k``-th step, every step for the dense output. The loop ends at
 the last output time, at a terminal event, at a failed step, or after ``max_steps`` attempts.
 In reverse mode the loop is differentiated along the steps it accepted (:func:`_recorded`). With a
@@ -25,12 +25,12 @@ from ..geometry.state import State
 from ..integrators.pairs import LANDING, adapt, first_interval, first_step
 from ..physics.flow import pack_body
 from .adjoint import ForwardMode
-from .events import event_start, event_update, stopped
+from .events import event_start, stopped
 from . import forward_vjp, progress
 from .checks import is_concrete
 from .failures import MAX_STEPS_REACHED, SUCCESSFUL
 from .layout import Frames
-from .loop import empty_stats, fold, invariants, step_reason
+from .loop import advance, empty_stats, fold, invariants, masked_steps, tree_where
 
 __all__ = ["Attempts", "while_attempts", "attempts_frames", "attempts_frames_on", "attempts_in_pieces"]
 
@@ -51,30 +51,45 @@ class Attempts(eqx.Module):
     final: State
 
 
-def _where(c, a, b):
-    return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
-
-
 def _buffers(c):
     # the outputs are the loop's buffers: written in place, not copied into every checkpoint
     return c[6], c[13], c[14], c[16]
 
 
-def _cond(event, n_out, max_steps):
+def _cond(event, n_out, max_steps, constant=False):
     def cond(c):
         (_, _, _, _, _, i, _, acc, rej, _, failed, _, ev, _, _, _, _) = c
-        return (i < n_out) & (acc + rej < max_steps) & (failed < 0) & ~stopped(event, ev)
+        go = (i < n_out) & (acc + rej < max_steps) & ~stopped(event, ev)
+        # constant steps go on past a failed step, as the scanned ones do
+        return go if constant else go & (failed < 0)
     return cond
 
 
 def _body(method, event, monitor, shape, replay=None):
     """The loop's body. ``replay``: the signed steps a recorded run accepted (negative: landed on an
-    output time), taken again in order without the controller (see :func:`_recorded`)."""
-    q, every, n_out, max_steps = shape
+    output time), taken again in order without the controller (see :func:`_recorded`). With
+    ``shape``'s ``constant = (per_frame, group)`` (constant steps, ``consts``' tolerances replaced by
+    ``dt, t0``): ``group`` steps a turn (:func:`~jaxrot.driver.loop.masked_steps`, those past the
+    frame's end or a terminal event leaving the state as it was), the ``k``-th from ``t0 + k dt`` (no
+    accumulated round-off), every one kept, a frame every ``per_frame`` steps."""
+    q, every, n_out, max_steps, constant = shape
 
     def body(c):
         t, state, aux, h, err_prev, i, out, acc, rej, folded, failed, reason, ev, sbuf, dbuf, consts, rec = c
         system, targets, rtol, atol, ref = consts
+        if constant is not None:
+            (per_frame, group), dt, t0 = constant, rtol, atol
+            end = (acc // per_frame + 1) * per_frame
+
+            def go(ca):
+                return (ca[2] < end) & ~stopped(event, ca[6])
+
+            (state_new, aux_new, n, failed, reason, _, ev), stats = masked_steps(
+                method, system, (state, aux, acc, failed, reason, ref, ev), dt, t0, group, go if group > 1 else None,
+                monitor, event)
+            t_new, h_new, err_new, step = t0 + n.astype(dt.dtype) * dt, h, err_prev, dt
+            ok, hit, now = jnp.asarray(True), n % per_frame == 0, jnp.asarray(False)
+            return _save(c, t_new, state_new, aux_new, h_new, err_new, n, failed, reason, ev, stats, ok, hit, now, step)
         target = targets[i]
         if replay is None:
             hit = t + h >= target - LANDING * jnp.maximum(1.0, jnp.abs(target))
@@ -83,30 +98,33 @@ def _body(method, event, monitor, shape, replay=None):
             taken = replay[jnp.minimum(acc, replay.shape[0] - 1)]
             hit = taken < 0
             step = jnp.where(hit, target - t, taken)
-        yp, aux_p, stats, y_err = method.step_with_error(system, t, state, aux, step)
-        if replay is None:
-            err = method.error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
-            ok, h_new, err_new = adapt(q, err, err_prev, h, step, hit)
-        else:
-            ok, h_new, err_new = jnp.asarray(True), h, err_prev
         # a save time at t itself (a traced SaveAt(ts) beginning at t0): its frame is the state as it is,
         # written without a step that would count or move the controller
         now = target <= t
-        ok, h_new, err_new = ok & ~now, jnp.where(now, h, h_new), jnp.where(now, err_prev, err_new)
-        t_new = jnp.where(ok, jnp.where(hit, target, t + step), t)
-        state_new, aux_new = _where(ok, yp, state), _where(ok, aux_p, aux)
-        r = step_reason(system, t + step, yp, stats, ref, monitor)
-        first = ok & (failed < 0) & (r != SUCCESSFUL)
-        failed, reason = jnp.where(first, acc + 1, failed), jnp.where(first, r, reason)
-        if event is not None:
-            ev = event_update(event, ev, t, step, state, yp, ok, t_end=jnp.where(hit, target, t + step))
+
+        def judge(state, yp, y_err):
+            if replay is None:
+                err = method.error_norm(pack_body(state.R, state.Pi), pack_body(yp.R, yp.Pi), y_err, rtol, atol)
+                ok, h_new, err_new = adapt(q, err, err_prev, h, step, hit)
+            else:
+                ok, h_new, err_new = jnp.asarray(True), h, err_prev
+            return ok & ~now, (jnp.where(now, h, h_new), jnp.where(now, err_prev, err_new))
+
+        t_end = jnp.where(hit, target, t + step)
+        (state_new, aux_new, n, failed, reason, _, ev), stats, ok, (h_new, err_new) = advance(
+            method, system, (state, aux, acc, failed, reason, ref, ev), t, step, monitor, event, judge, t_end)
+        t_new = jnp.where(ok, t_end, t)
+        return _save(c, t_new, state_new, aux_new, h_new, err_new, n, failed, reason, ev, stats, ok, hit, now, step)
+
+    def _save(c, t_new, state_new, aux_new, h_new, err_new, n, failed, reason, ev, stats, ok, hit, now, step):
+        """The attempt's outputs written (what SaveAt asks, the record), and the loop's next state."""
+        i, out, acc, rej, folded, sbuf, dbuf, consts, rec = c[5:10] + c[13:]
         save = (ok & hit) | now
-        folded_new = _where(ok, fold(folded, stats), folded)
+        folded_new = tree_where(ok, fold(folded, stats), folded)
         out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x, pred=save), (state_new, folded_new), out)
-        folded_new = _where(save, empty_stats(), folded_new)
+        folded_new = tree_where(save, empty_stats(), folded_new)
         if rec is not None:
             rec = rec.at[acc].set(jnp.where(hit, -step, step), pred=ok)
-        n = acc + ok.astype(jnp.int32)
         if sbuf is not None:
             keep = ok & (n % every == 0)
             j = jnp.maximum(n // every - 1, 0)
@@ -132,7 +150,7 @@ def _loop(args, shape, adjoint=ForwardMode(), *, record: bool = False, replay=No
     if record:
         c0 = c0[:16] + (jnp.zeros((max_steps,), c0[0].dtype),)
     if replay is None:
-        cond = _cond(event, shape[2], max_steps if most is None else most)
+        cond = _cond(event, shape[2], max_steps if most is None else most, shape[4] is not None)
     else:
         def cond(c):
             return (c[7] < replay[1]) | (c[5] < replay[2])
@@ -208,26 +226,31 @@ def while_attempts(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     every ``every``-th accepted step; ``dense``: keep every accepted step."""
     c0, shape = attempts_start(method, system, state0, t0, targets, rtol, atol, dt0, max_steps, monitor=monitor,
                                event=event, every=every, dense=dense)
-    args = (c0, method, event, monitor)
+    return attempts_end(run_through(adjoint, (c0, method, event, monitor), shape), event, shape)
+
+
+def run_through(adjoint, args, shape):
+    """The loop's final state, run through ``adjoint`` (see :func:`_loop`)."""
     if adjoint.kind == "lax":
-        final = _loop(args, shape, adjoint)
-    elif adjoint.kind == "bounded":
-        final = _recorded_both(args, adjoint=adjoint, shape=shape)
-    else:
-        final = _recorded(args, adjoint, shape)
-    return attempts_end(final, event, shape)
+        return _loop(args, shape, adjoint)
+    if adjoint.kind == "bounded":
+        return _recorded_both(args, adjoint=adjoint, shape=shape)
+    return _recorded(args, adjoint, shape)
 
 
 def attempts_start(method, system, state0: State, t0, targets, rtol, atol, dt0, max_steps: int, *, monitor=None,
-                   event=None, every: int | None = None, dense: bool = False):
-    """The loop state before the first attempt, and the loop's ``shape`` (see :func:`while_attempts`)."""
+                   event=None, every: int | None = None, dense: bool = False, constant: tuple | None = None):
+    """The loop state before the first attempt, and the loop's ``shape`` (see :func:`while_attempts`);
+    ``constant``: constant steps ``dt0`` (``rtol``, ``atol`` unused; see :func:`_body`)."""
     dtype = state0.R.dtype
-    q = method.error_order()
+    q = None if constant is not None else method.error_order()
     n_out = targets.shape[0]
     t0 = jnp.asarray(t0, dtype)
-    # the first trial step is the controller's choice, as every later one: no derivative through it
-    h0 = first_step(q, system.body.J, state0.Pi, rtol, first_interval(t0, targets)) if dt0 is None \
-        else jax.lax.stop_gradient(dt0)
+    if constant is not None:  # the constant step is differentiated, as the state
+        h0, rtol, atol = dt0, dt0, t0
+    else:  # the first trial step is the controller's choice, as every later one: no derivative through it
+        h0 = first_step(q, system.body.J, state0.Pi, rtol, first_interval(t0, targets)) if dt0 is None \
+            else jax.lax.stop_gradient(dt0)
     z32 = jnp.asarray(0, jnp.int32)
 
     def frames(n):
@@ -247,19 +270,19 @@ def attempts_start(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     c0 = (t0, state0, method.init(system, t0, state0, h0), jnp.asarray(h0, dtype), jnp.asarray(1.0, dtype), z32,
           out0, z32, z32, empty_stats(), jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), ev, sbuf,
           dbuf, (system, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref), None)
-    return c0, (q, every, n_out, max_steps)
+    return c0, (q, every, n_out, max_steps, constant)
 
 
 def attempts_piece(method, event, monitor, shape, c, budget):
     """At most ``budget`` (may be traced) more attempts of the loop from its state ``c`` (a run in
     pieces, for a progress report: the same attempts as one loop): ``(c, finished)``."""
     c = _loop((c, method, event, monitor), shape, most=jnp.minimum(c[7] + c[8] + budget, shape[3]))
-    return c, ~_cond(event, shape[2], shape[3])(c)
+    return c, ~_cond(event, shape[2], shape[3], shape[4] is not None)(c)
 
 
 def attempts_end(final, event, shape) -> Attempts:
     """What the loop's final state ``final`` says (:class:`Attempts`)."""
-    _, every, n_out, max_steps = shape
+    _, every, n_out, max_steps, _ = shape
     t, state, _, _, err, i, (out, stats), acc, rej, _, failed, reason, ev, sbuf, dbuf, _, _ = final
 
     def hold(frames, reached):  # frames never reached hold the last state
@@ -336,7 +359,7 @@ def attempts_in_pieces(spec, executor, report):
 
 
 def _shape(spec):
-    return spec.method.error_order(), spec.every, spec.targets.shape[0], spec.max_steps
+    return spec.method.error_order(), spec.every, spec.targets.shape[0], spec.max_steps, None
 
 
 def _per_body(spec, map_bodies, fn, *trees):

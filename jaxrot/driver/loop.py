@@ -1,14 +1,15 @@
-"""The loop of every XLA run: one step body (:func:`fixed_step`, :func:`attempt`) with failure
-detection, event checks and statistics, driven by what is known before the run.
+"""The loop of every XLA run: one step body (:func:`advance`: the step, judged by a controller where
+the method has an error estimate, checked for failure, the event moved on, statistics kept), driven
+by what is known before the run.
 
-- Constant steps, count known, no terminal event: frames of ``save_every`` steps scanned by
-  ``lax.scan`` (:func:`scan_frames`; memory O(saved frames), compile time independent of the count,
-  reverse mode at no extra cost); with only the final state wanted, a ``fori_loop`` to a traced count
-  (:func:`steps_from`, one program for every count).
-- Constant steps with a terminal event: the same frames in a bounded while loop that ends when the
-  event fires (:func:`while_run`), run through the adjoint object.
-- Error-controlled steps: attempts in a bounded while loop (:func:`while_attempts`, in
-  :mod:`jaxrot.driver.attempts`), run through the adjoint object.
+- Constant steps (:func:`fixed_step`), count known, no terminal event: frames of ``save_every`` steps
+  scanned by ``lax.scan`` (:func:`scan_frames`; memory O(saved frames), compile time independent of
+  the count, reverse mode at no extra cost); with only the final state wanted, a ``fori_loop`` to a
+  traced count (:func:`steps_from`, one program for every count).
+- Otherwise the bounded while loop of attempts (:mod:`jaxrot.driver.attempts`), run through the
+  adjoint object: error-controlled steps under the PI controller (:func:`~jaxrot.driver.attempts.while_attempts`),
+  or constant steps, every one kept, where a terminal event may end the run
+  (:func:`~jaxrot.driver.constant_attempts.constant_frames`).
 
 One body each; batches ``vmap`` them (or an executor places them).
 """
@@ -24,8 +25,7 @@ from jax import lax
 
 from ..geometry.state import State
 from ..integrators.stats import StepStats
-from .adjoint import ForwardMode
-from .events import event_start, event_update, stopped
+from .events import event_start, event_update
 from .failures import INVARIANT_DRIFT, NONFINITE_STATE, SOLVE_FAILED, SUCCESSFUL
 from .forward_vjp import by_jacobian
 from .layout import SKIP_GROUP, Columns, Frames, assemble, row_packing
@@ -80,26 +80,52 @@ def empty_stats() -> StepStats:
     return StepStats(newton_iters=z, converged=jnp.asarray(True), clamped=z, substeps=z)
 
 
+def tree_where(c, a, b):
+    """``a`` where ``c``, ``b`` elsewhere, leaf by leaf."""
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
+
+
 def _finite(state: State):
     # Pi only: a non-finite R reaches Pi within the same step in every method, and this check
     # runs every step, so it is kept to 3 numbers
     return jnp.isfinite(jnp.sum(state.Pi))
 
 
-def fixed_step(method, system, c, dt, t0, monitor=None, event=None):
-    """One constant step of one body: ``(carry, StepStats)`` from ``carry = (state, aux, k, failed,
-    reason, ref, ev)`` (``ref``: the monitor's initial invariants; ``ev``: the event's carry)."""
+def advance(method, system, c, t, step, monitor=None, event=None, judge=None, t_end=None):
+    """One step of one body, the body of every XLA loop: from ``c = (state, aux, k, failed, reason,
+    ref, ev)`` at time ``t`` (``k``: the steps kept so far; ``ref``: the monitor's initial invariants;
+    ``ev``: the event's carry), the step ``step``, checked (:func:`step_reason`), the event moved on.
+    ``judge(state, new, y_err) -> (ok, verdict)``: a controller judging the pair's error estimate,
+    the state moving only where ``ok`` (None: constant steps, ``method.step`` without an estimate,
+    every step kept); ``t_end``: the time the step ends at where not ``t + step`` (a landing on a save
+    time). Returns ``(carry, StepStats, ok, verdict)``."""
     state, aux, k, failed, reason, ref, ev = c
-    t = t0 + k.astype(dt.dtype) * dt  # no accumulated round-off in time
-    new_state, aux, stats = method.step(system, t, state, aux, dt)
-    k = k + 1
-    r = step_reason(system, t + dt, new_state, stats, ref, monitor)
+    if judge is None:
+        new, aux_new, stats = method.step(system, t, state, aux, step)
+        ok, verdict = True, None
+    else:
+        new, aux_new, stats, y_err = method.step_with_error(system, t, state, aux, step)
+        ok, verdict = judge(state, new, y_err)
+    r = step_reason(system, t + step, new, stats, ref, monitor)
     first = (failed < 0) & (r != SUCCESSFUL)
+    if event is not None:
+        ev = event_update(event, ev, t, step, state, new, ok, t_end=t_end)
+    if ok is True:
+        k = k + 1
+    else:
+        first, k = ok & first, k + ok.astype(jnp.int32)
+        new, aux_new = tree_where(ok, new, state), tree_where(ok, aux_new, aux)
     failed = jnp.where(first, k, failed)
     reason = jnp.where(first, r, reason)
-    if event is not None:
-        ev = event_update(event, ev, t, dt, state, new_state)
-    return (new_state, aux, k, failed, reason, ref, ev), stats
+    return (new, aux_new, k, failed, reason, ref, ev), stats, ok, verdict
+
+
+def fixed_step(method, system, c, dt, t0, monitor=None, event=None):
+    """One constant step of one body (:func:`advance`, the step starting at ``t0 + k dt``: no
+    accumulated round-off in time): ``(carry, StepStats)``."""
+    t = t0 + c[2].astype(dt.dtype) * dt
+    c, stats, _, _ = advance(method, system, c, t, dt, monitor, event)
+    return c, stats
 
 
 def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, unroll: int, monitor=None,
@@ -112,7 +138,8 @@ def scan_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, u
     loop), a frame's outputs packed in one row (:func:`~jaxrot.driver.layout.row_packing`: one write a
     frame). ``columns=True`` (with it): the outputs as :class:`~jaxrot.driver.layout.Columns`, one
     ``n_frames`` buffer per number, unpacked by :func:`~jaxrot.driver.layout.join`. A non-terminal
-    ``event`` is checked after every step (a terminal one needs :func:`while_frames`)."""
+    ``event`` is checked after every step (a terminal one needs the loop of attempts,
+    :func:`~jaxrot.driver.constant_attempts.constant_frames`)."""
 
     def frame(c):
         c, acc = masked_steps(method, system, c, dt, t0, save_every, None, monitor, event, min(unroll, save_every))
@@ -190,7 +217,7 @@ def masked_steps(method, system, carry, dt, t0, length: int, go=None, monitor=No
     """``length`` constant steps from ``carry`` (:func:`init_carry`) in a scan (reverse-differentiable),
     a step where ``go(carry)`` is false leaving the carry as it was (None: every step taken):
     ``(carry, StepStats folded over the steps taken)``: a frame of every constant-step loop with a
-    known count (:func:`scan_frames`, :func:`while_frames`)."""
+    known count (:func:`scan_frames`, a dense output's query re-run)."""
     def inner(ca, _):
         ca, acc = ca
         new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
@@ -261,77 +288,7 @@ def last_frame(state0, t0, dt, carry, stats) -> Frames:
     return assemble(state0, t0, *one, carry[3], carry[4], carry[6], carry[2])
 
 
-def while_frames(method, system, carry, dt, t0, n_frames: int, save_every: int, adjoint, monitor=None, event=None,
-                 save: bool = True, n_steps: int | None = None):
-    """Frames of ``save_every`` constant steps (:func:`masked_steps`) in a bounded while loop
-    (``adjoint``'s) that ends after ``n_frames`` frames or when a terminal ``event`` fires: ``(carry,
-    (states, times, stats) of n_frames frames)``, frames not reached holding the last state
-    (``save=False``: ``(carry, StepStats folded over every step)``); ``n_steps``: the steps to take in
-    all, where the last frame is only partly used."""
-    dtype = dt.dtype
-
-    def go(c):  # a step after a terminal event, or past n_steps, leaves the carry as it was
-        return ~stopped(event, c[6]) if n_steps is None else ~stopped(event, c[6]) & (c[2] < n_steps)
-
-    def cond(w):
-        c, i = w[0], w[1]
-        return (i < n_frames) & ~stopped(event, c[6])
-
-    def body(w):
-        c, i, out = w
-        c, acc = masked_steps(method, system, c, dt, t0, save_every, go, monitor, event)
-        if save:
-            row = (c[0], t0 + c[2].astype(dtype) * dt, acc)
-            out = jax.tree_util.tree_map(lambda x, o: o.at[i].set(x), row, out)
-        else:
-            out = fold(out, acc)
-        return c, i + 1, out
-
-    if save:
-        shapes = jax.eval_shape(lambda c: (c[0], t0 + c[2].astype(dtype) * dt, empty_stats()), carry)
-        out0 = jax.tree_util.tree_map(lambda v: jnp.zeros((n_frames,) + v.shape, v.dtype), shapes)
-    else:
-        out0 = empty_stats()
-    c, i, out = adjoint.while_loop(cond, body, (carry, jnp.asarray(0, jnp.int32), out0), max_steps=n_frames,
-                                   buffers=(lambda w: w[2]) if save else None)
-    if save:  # frames never reached hold the last state (a terminal event's are set to it afterwards)
-        idx = jnp.arange(n_frames, dtype=jnp.int32)
-        states = jax.tree_util.tree_map(lambda o, x: jnp.where((idx < i).reshape((-1,) + (1,) * x.ndim), o, x),
-                                        out[0], c[0])
-        times = jnp.where(idx < i, out[1], t0 + (idx + 1).astype(dtype) * (save_every * dt))
-        out = (states, times, out[2])
-    return c, out
-
-
-#: constant steps per iteration of a final-state-only while loop (a terminal event's run)
-WHILE_GROUP = 8
-
-
-def while_run(args, n_steps: int, save_every: int, final_only: bool, adjoint, reverse: bool = False) -> Frames:
-    """One body's constant steps in the frames' while loop (a terminal event ends it), ``args`` as for
-    :func:`exact_frames`: every saved frame, or only the final state (frames of one step, none kept).
-    ``reverse`` (``jax.grad`` only): differentiated by forward tangents of the loop as a plain while
-    loop (:func:`~jaxrot.driver.forward_vjp.by_jacobian`) where the numbers perturbed are few, through
-    ``adjoint``'s loop otherwise."""
-    if reverse:
-        run = functools.partial(while_run, n_steps=n_steps, save_every=save_every, final_only=final_only)
-        frames = 1 if final_only else n_steps // save_every
-        return by_jacobian(functools.partial(run, adjoint=ForwardMode()), args, frames * FRAME_NUMBERS,
-                           reverse=functools.partial(run, adjoint=adjoint))
-    method, system, state0, dt, t0, monitor, event = args
-    carry = init_carry(method, system, state0, dt, t0, monitor, event)
-    if final_only:  # groups of steps per iteration of the while loop (its overhead per iteration is a step's)
-        group = min(WHILE_GROUP, n_steps)
-        n_groups = -(-n_steps // group)
-        c, stats = while_frames(method, system, carry, dt, t0, n_groups, group, adjoint, monitor, event, save=False,
-                                n_steps=n_steps)
-        return last_frame(state0, t0, dt, c, stats)
-    n_frames = n_steps // save_every
-    c, (states, ts, stats) = while_frames(method, system, carry, dt, t0, n_frames, save_every, adjoint, monitor, event)
-    return assemble(state0, t0, states, ts, stats, c[3], c[4], c[6], c[2])
-
-
 def loop_args(spec) -> tuple:
     """A run's inputs (a :class:`~jaxrot.driver.executors.base.RunSpec`'s) as :func:`exact_frames` and
-    :func:`while_run` take them."""
+    :func:`~jaxrot.driver.constant_attempts.constant_frames` take them."""
     return spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.monitor, spec.event

@@ -15,8 +15,8 @@ from ..adjoint import reverse_only
 from ..checks import is_concrete
 from ..layout import Frames, batch_frames_per_chunk, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, loop_args,
-                    while_run)
+from ..constant_attempts import constant_frames
+from ..loop import empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, loop_args
 from ..paced import one_call, steps_in_pieces
 from ..sharding import batch_mesh, default_devices, is_multiprocess, per_device, shard
 from .base import RunSpec
@@ -234,26 +234,25 @@ def _batch_final_in_pieces(spec: RunSpec, block, devices) -> Frames:
 
 
 def batch_while(spec: RunSpec, executor) -> Frames:
-    """Every body's constant steps in the frames' while loop (a terminal event ends each), placed by
+    """Every body's constant steps in the loop of attempts (a terminal event ends each), placed by
     ``executor``'s ``map_bodies``, compiled once per configuration."""
     leaves = inputs(spec)
-    reverse = reverse_only(leaves)
 
     def run():
         return _batch_while(executor, loop_args(spec), (spec.n_steps, spec.save_every, spec.final_only, spec.adjoint),
-                            spec.stacked, reverse)
+                            spec.stacked)
 
     concrete = all(map(is_concrete, leaves))
     return run() if spec.report is None or not concrete else one_call(spec.report, run, spec.n_steps)
 
 
 @eqx.filter_jit
-def _batch_while(executor, args, loop, stacked: bool, reverse: bool) -> Frames:
+def _batch_while(executor, args, loop, stacked: bool) -> Frames:
     map_bodies = type(executor).map_bodies.__get__(executor)
     method, system, state0, dt, t0, monitor, event = args
 
     def one(p, s):
-        return while_run((method, p, s, dt, t0, monitor, event), *loop, reverse)
+        return constant_frames((method, p, s, dt, t0, monitor, event), *loop)
 
     if stacked:
         return map_bodies(one, system, state0)

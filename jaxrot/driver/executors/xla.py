@@ -4,7 +4,7 @@ One body of constant steps: a run of at most :data:`~jaxrot.driver.layout.SHORT_
 one small program (initial carry and frames); a longer one is the initial carry and a repeated chunk
 of :data:`~jaxrot.driver.layout.FRAMES_PER_CHUNK` frames, compiled once for any number of steps;
 inside someone's ``jit``/``grad``/``vmap`` it is one scan of exactly its frames (reverse-differentiable,
-each frame rematerialised); with a terminal event, the frames' while loop. A batch is the same loop
+each frame rematerialised); with a terminal event, the loop of attempts at constant steps. A batch is the same loop
 under ``vmap``.
 """
 
@@ -19,8 +19,8 @@ from ..adjoint import reverse_only
 from ..checks import is_concrete
 from ..layout import FRAMES_PER_CHUNK, SHORT_RUN_FRAMES, Frames, join, run_chunks
 from ..lean_jit import lean_jit
-from ..loop import (empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, loop_args,
-                    while_run)
+from ..constant_attempts import constant_frames
+from ..loop import empty_stats, exact_frames, init_carry, last_frame, run_steps, scan_frames, steps_from, loop_args
 from ..paced import one_call, steps_in_pieces
 from .base import AbstractExecutor, RunSpec
 from .batch import batch_final, batch_frames, batch_while, inputs
@@ -60,7 +60,7 @@ _one_steps = lean_jit(steps_from)  # a final-state run in pieces (a progress rep
 _one_last = lean_jit(last_frame)
 
 
-_one_while = lean_jit(while_run)  # the frames' while loop a terminal event ends
+_one_while = lean_jit(constant_frames)  # the loop of attempts, which a terminal event ends
 
 
 @jax.jit
@@ -78,11 +78,10 @@ def one_body(spec: RunSpec) -> Frames:
     m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
     n_frames, is_traced, mon, ev = spec.n_frames, traced(spec), spec.monitor, spec.event
     if spec.terminal:
-        reverse = is_traced and reverse_only(inputs(spec))
         loop = (loop_args(spec), spec.n_steps, se, spec.final_only, spec.adjoint)
         if spec.report is not None and not is_traced:
             return one_call(spec.report, lambda: _one_while(*loop), spec.n_steps)
-        return _one_while(*loop, reverse)
+        return _one_while(*loop)
     if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
         if spec.report is not None:
             carry, stats = steps_in_pieces(

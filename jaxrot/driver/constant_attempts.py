@@ -1,0 +1,39 @@
+"""Constant steps in the loop of attempts (:mod:`jaxrot.driver.attempts`): a run a terminal event may
+end, each step kept, a frame every ``save_every`` steps; the same step body as a scanned run
+(:func:`~jaxrot.driver.loop.masked_steps`), so the same states, times and statistics."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .attempts import attempts_end, attempts_start, run_through
+from .layout import Frames, assemble
+
+#: constant steps a turn of the loop of attempts where only the final state is kept
+WHILE_GROUP = 8
+
+
+def constant_frames(args, n_steps: int, save_every: int, final_only: bool, adjoint) -> Frames:
+    """One body's constant steps in the loop of attempts, every step kept (a terminal event ends it),
+    ``args = (method, system, state0, dt, t0, monitor, event)``: a frame every ``save_every`` steps,
+    or only the final state. Reverse mode as for error control (:func:`_recorded`)."""
+    method, system, state0, dt, t0, monitor, event = args
+    per_frame = n_steps if final_only else save_every
+    # steps a turn of the while loop (whose overhead a turn is about a step's): a frame's, or a few
+    group = min(WHILE_GROUP, n_steps) if final_only else save_every
+    t0 = jnp.asarray(t0, dt.dtype)
+    j = jnp.arange(n_steps // per_frame, dtype=jnp.int32)
+    targets = t0 + (per_frame * (j + 1)).astype(dt.dtype) * dt  # where the frames are written: t0 + k dt
+    c0, shape = attempts_start(method, system, state0, t0, targets, None, None, dt, n_steps, monitor=monitor,
+                               event=event, constant=(per_frame, group))
+    final = run_through(adjoint, (c0, method, event, monitor), shape)
+    a = attempts_end(final, event, shape)
+    # after a terminal event: the frame it cut short at the time the run ended, with the statistics of
+    # its steps; the frames never begun at their times on the grid of frames
+    i = final[5]
+    cut = (j == i) & (a.n_accepted > i * per_frame)
+    ts = jnp.where(j < i, targets, jnp.where(cut, t0 + a.n_accepted.astype(dt.dtype) * dt,
+                                             t0 + (j + 1).astype(dt.dtype) * (per_frame * dt)))
+    stats = jax.tree_util.tree_map(lambda o, f: jnp.where(cut, f, o), a.stats, final[9])
+    return assemble(state0, t0, a.states, ts, stats, a.failed, a.reason, a.event, a.n_accepted)
