@@ -12,10 +12,10 @@ P = problems.get("free_body_mz")
 W = jnp.array([1.0, -2.0, 0.5])
 
 
-def _loss(J, adjoint=None, t1=3.0, state0=None, max_steps=4000, pair="lie_taylor5(4)"):
+def _loss(J, adjoint=None, t1=3.0, state0=None, max_steps=4000, pair="lie_taylor5(4)", executor=None):
     # max_steps = 4000: fewer checkpoints (89) than steps, so the backward pass recomputes
     q = jaxrot.Problem(jaxrot.RigidBody(J), P.torque, P.state0, t1)
-    tr = jaxrot.simulate(pair, q, t1=t1, state0=state0, adjoint=adjoint,
+    tr = jaxrot.simulate(pair, q, t1=t1, state0=state0, adjoint=adjoint, executor=executor,
                          stepsize=jaxrot.Adaptive(1e-10, 1e-10, max_steps=max_steps),
                          saveat=jaxrot.SaveAt(ts=[1.0, t1]))
     return jnp.sum(tr.states.Pi[..., -1, :] * W) + jnp.sum(tr.states.Pi[..., 1, :])
@@ -132,8 +132,9 @@ def test_grad_of_a_batch_with_respect_to_the_initial_states():
 
 @pytest.mark.slow  # a 1e5-step adaptive gradient
 def test_checkpointed_memory_grows_slowly_with_max_steps():
+    # the XLA loop's checkpoints (a fused run's record of accepted steps holds max_steps numbers a body)
     def temp(max_steps):
-        f = jax.jit(jax.grad(lambda J: _loss(J, max_steps=max_steps)))
+        f = jax.jit(jax.grad(lambda J: _loss(J, max_steps=max_steps, executor=jaxrot.XLA())))
         return f.lower(P.body.J).compile().memory_analysis().temp_size_in_bytes
 
     small, large = temp(1000), temp(100_000)

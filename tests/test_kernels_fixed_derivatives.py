@@ -109,6 +109,39 @@ def test_forward_mode_in_the_kernels_equals_the_xla_loop(method, calls):
     assert calls["jvp"] == 2 and abs(got - want) <= 1e-10 * abs(want)
 
 
+def test_a_derivative_of_forward_mode_is_the_xla_loops(calls):
+    """``jax.jacfwd`` of ``jax.jvp`` (a Hessian-vector product) of a fused run: the kernels' tangents have no
+    derivative of their own, so the inner tangents are the XLA loop's: equal to the XLA executor's."""
+    loss, (J, Pi, dt) = _loss("rk4")
+    v = jnp.array([1.0, -0.5, 0.25])
+
+    def hvp(executor):
+        return jax.jacfwd(lambda J: jax.jvp(lambda J: loss(J, Pi, dt, executor), (J,), (v,))[1])(J)
+
+    np.testing.assert_allclose(hvp(jaxrot.Fused()), hvp(jaxrot.XLA()), rtol=1e-10)
+    assert calls["jvp"] == 0
+
+
+@pytest.mark.slow  # two second-order derivatives of an eighth-order pair's while loop compile for 40 s
+def test_a_derivative_of_forward_mode_with_error_control_is_the_xla_loops(calls):
+    """:func:`test_a_derivative_of_forward_mode_is_the_xla_loops` with error control."""
+    _, (J, Pi, _) = _loss("rk4")
+    v = jnp.array([1.0, -0.5, 0.25])
+
+    def adaptive(J, executor):
+        p = jaxrot.problems.get("fast_top")
+        prob = jaxrot.Problem(jaxrot.RigidBody(J), p.torque, p.state0, 1.0)
+        tr = jaxrot.simulate("rkmk8(5)", prob, t1=0.2, state0=jaxrot.State(jnp.broadcast_to(p.state0.R, Pi.shape + (3,)),
+                                                                            Pi),
+                             stepsize=jaxrot.Adaptive(1e-8, 1e-8), executor=executor)
+        return jnp.sum(tr.final.R[..., 2, :] * jnp.array([1.0, 2.0, 3.0]))
+
+    got, want = (jax.jacfwd(lambda J: jax.jvp(lambda J: adaptive(J, ex), (J,), (v,))[1])(J)
+                 for ex in (jaxrot.Fused(), jaxrot.XLA()))
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert calls["jvp"] == 0
+
+
 def test_the_automatic_choice_takes_the_kernels_derivatives(calls, monkeypatch):
     """Where the fused run is chosen for a plain call, a differentiated one is fused too, its derivative
     in the kernels (decided from the transform and the shapes, as the plain call)."""

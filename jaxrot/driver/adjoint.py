@@ -92,6 +92,11 @@ class ForwardMode(AbstractAdjoint):
     The tangents are carried beside the states, by the XLA loop and in a fused run's kernel alike:
     nothing is kept for them.
 
+    Args:
+      in_kernels: a fused run's tangents carried in its kernel (False: the XLA loop's, beside the
+        kernel's run). A run differentiated inside another derivative (``jax.jacfwd`` or ``jax.grad``
+        of a ``jax.jvp``) takes False by itself: the kernels' tangents have no derivative of their own.
+
     Example::
 
         jax.jacfwd(lambda x: jaxrot.simulate("rkmk8(5)", p, t1=1.0, state0=jaxrot.State(R0, x),
@@ -100,6 +105,11 @@ class ForwardMode(AbstractAdjoint):
     """
 
     kind: ClassVar[str] = "lax"
+    in_kernels: bool = eqx.field(default=True, static=True)
+
+    def __check_init__(self):
+        if not isinstance(self.in_kernels, bool):
+            raise TypeError(f"ForwardMode.in_kernels must be a bool, got {self.in_kernels!r}")
 
 
 class DirectAdjoint(AbstractAdjoint):
@@ -145,11 +155,26 @@ def reverse_only(leaves) -> bool:
     return True
 
 
+def differentiated_twice(leaves) -> bool:
+    """Whether the run is being differentiated inside another derivative (``jax.jacfwd`` or ``jax.grad``
+    around ``jax.jvp``, a Hessian): a derivative rule must then itself be differentiable."""
+    for x in leaves:
+        levels = 0
+        while isinstance(x, jax.core.Tracer):
+            levels += _kind(x) is not None
+            x = getattr(x, "primal", getattr(x, "val", None))
+        if levels > 1:
+            return True
+    return False
+
+
 def adjoint_for(adjoint, leaves) -> AbstractAdjoint:
     """The adjoint of a run whose loop is a while loop, given the run's inputs: without one asked for,
     the default, or :class:`ForwardMode` under ``jax.jvp``/``jax.jacfwd``; one asked for that cannot
     differentiate the way the run is being differentiated is refused with the one that can."""
     how = mode(leaves)
+    if how == "forward" and differentiated_twice(leaves) and isinstance(adjoint, (ForwardMode, type(None))):
+        return ForwardMode(in_kernels=False)
     if adjoint is None:
         return ForwardMode() if how == "forward" else RecursiveCheckpointAdjoint()
     if how == "forward" and isinstance(adjoint, RecursiveCheckpointAdjoint):

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import equinox as eqx
 
 from ...geometry.state import State
-from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint, mode, reverse_only
+from ..adjoint import ForwardMode, RecursiveCheckpointAdjoint, differentiated_twice, mode, reverse_only
 from ..attempts import attempts_frames
 from ..events import locate, method_step
 from .. import progress
@@ -138,10 +138,10 @@ def _attempts_program(spec: AttemptSpec) -> Frames:
     one = not spec.batched
     states0 = jax.tree_util.tree_map(lambda x: x[None], spec.state0) if one else spec.state0
     # jax.grad: the kernels' backward pass where it applies, else the checkpointed XLA loop (a custom VJP);
-    # ForwardMode: tangents through the kernels where they apply; DirectAdjoint (both modes): a custom JVP
+    # ForwardMode: tangents through the kernels where they apply (in_kernels); DirectAdjoint (both modes): a custom JVP
     # whose tangents are the XLA loop's
     mode = ("reverse" if isinstance(spec.adjoint, RecursiveCheckpointAdjoint)
-            else "tangents" if isinstance(spec.adjoint, ForwardMode) else "forward")
+            else "tangents" if isinstance(spec.adjoint, ForwardMode) and spec.adjoint.in_kernels else "forward")
     saved = None
     if spec.every is not None or spec.dense:
         # every k-th accepted step, every step: gathers of the record of the accepted steps
@@ -285,7 +285,7 @@ def kernel_derivative(spec: RunSpec) -> str | None:
     leaves = jax.tree_util.tree_leaves((spec.system, spec.state0, spec.dt, spec.t0))
     if reverse_only(leaves):
         return "vjp"
-    return "jvp" if mode(leaves) == "forward" else None
+    return "jvp" if mode(leaves) == "forward" and not differentiated_twice(leaves) else None
 
 
 def _devices(executor: Fused) -> list:
