@@ -138,11 +138,6 @@ SLOW: dict[str, str] = {
     "tests/test_kernels_generated.py::test_every_method_runs_generated[rkmk8(5)]":
         "the rkmk4 case (the same family); test_kernels.py::test_kernel_restates_the_method's rkmk8 case (the same "
         "step); test_a_method_written_outside_the_package_runs_fused_with_constant_steps (a pair's constant steps)",
-    "tests/test_kernels_generated.py::test_a_pair_written_outside_the_package_runs_fused_with_error_control_and_an_event":
-        "test_kernels_pieces.py::test_a_pairs_attempt_is_checked_in_the_module_of_its_plain_kernel[event] (this pair "
-        "run fused with an event); test_docs.py::test_reference_page_examples_run[kernels.md-1] (a user's pair, a "
-        "batch and an event); test_kernels_adaptive.py::test_a_save_time_at_a_terminal_event_holds_the_step_landing_"
-        "there (a generated pair's run with an event, the XLA loop's steps)",
     # pieces of the generated kernels
     "tests/test_kernels_pieces.py::test_a_pair_whose_norm_gives_nan_runs_on_both_loops_with_the_same_steps":
         "test_the_generated_controller_is_adapt (the kernel's controller: adapt's bits at a NaN error) and "
@@ -221,10 +216,6 @@ SLOW: dict[str, str] = {
         "test_kernels_pieces.py::test_a_differentiated_first_call_compiles_no_plain_kernel (this pair's gradient in "
         "the kernels) and test_gradient_in_the_kernels_equals_the_xla_loops (a pair's step derivative generated from "
         "its JAX code, against the XLA loop's)",
-    "tests/test_kernels_backward.py::test_default_path_under_jit_and_grad_is_the_fused_kernels":
-        "test_adaptive_grad.py::test_grad_matches_the_exact_flow (the automatic choice under jax.grad: the fused run, "
-        "its gradient in the kernels); test_tangents_in_a_pairs_own_arrays_are_the_xla_loops (that choice where the "
-        "kernels cannot); test_gradient_in_the_kernels_equals_the_xla_loops (jax.jit around jax.grad)",
     "tests/test_kernels_fixed_derivatives.py::test_reverse_mode_in_the_kernels_equals_the_xla_loop[rk4]":
         "the buss2p case (the same backward pass, under jit and in the step's length) and "
         "test_frames_are_the_checkpoints_where_every_step_does_not_fit[rk4-True] (rk4's reverse mode in the kernels)",
