@@ -43,6 +43,10 @@ SLOW: dict[str, str] = {
         "its constant-Fused-batch case (the same event arrays through a fused run's custom derivative rule)",
     "tests/test_closures.py::test_derivatives_reach_an_event_level_the_condition_closes_over[adaptive-XLA-one]":
         "test_derivatives_reach_a_parameter_the_torque_closes_over[adaptive-XLA] (the recorded adaptive loop)",
+    "tests/test_closures.py::test_derivatives_reach_an_event_level_the_condition_closes_over[constant-XLA-one]":
+        "its constant-Fused-batch case (the same hoisted level; a run with an event takes the XLA loop's derivatives) "
+        "and test_events.py::test_a_method_holding_arrays_polishes_its_events_and_differentiates_through_them "
+        "(an event time under jax.jit(jax.grad) on the XLA loop)",
     # Buss
     "tests/test_buss.py::test_float32_keeps_momentum_and_orthogonality_for_a_million_steps[buss3_ep]":
         "the buss2p case (the same float32 scan)",
@@ -52,6 +56,10 @@ SLOW: dict[str, str] = {
         "the buss2p case (the same float32 scan)",
     # dense output
     "tests/test_dense_output.py::test_evaluate_converges_at_order_four[buss4]": "the rk4 case",
+    "tests/test_dense_output.py::test_after_a_terminal_event_the_dense_output_holds_the_event_state[adaptive]":
+        "its constant case (the event's state held after it) and test_kernels_adaptive_saved.py::"
+        "test_every_kth_step_and_dense_output_with_an_event_as_the_xla_loop[True] (an error-controlled batch's dense "
+        "output with a terminal event, past each body's event)",
     # energy projection
     "tests/test_energy_projection.py::test_degenerate_cases_have_finite_values_and_gradients[zero momentum]":
         "the other degenerate cases",
@@ -67,6 +75,10 @@ SLOW: dict[str, str] = {
         "test_free_flow_gradients_match_finite_differences",
     "tests/test_exact.py::test_forward_mode_equals_reverse_mode_past_a_half_period":
         "test_free_flow_gradients_match_finite_differences",
+    # events
+    "tests/test_events.py::test_batch_each_body_stops_at_its_own_event":
+        "test_dense_output.py::test_after_a_terminal_event_the_dense_output_holds_the_event_state[constant] (a batch "
+        "of constant steps, each body stopped at its own event); test_loop_matrix.py's batches with a terminal event",
     # example scripts
     "tests/test_examples.py::test_batch_of_bodies": "the README's batch example (test_readme.py)",
     "tests/test_examples.py::test_fit_damping": "test_torque_functions.py::test_damping_fit_recovers_c",
@@ -111,9 +123,25 @@ SLOW: dict[str, str] = {
        for c in ("free-f64", "gravity-f64", "gravity_gradient-f32", "gravity_gradient-f64", "poly-f64")},
     "tests/test_kernels.py::test_two_cpu_devices_one_launch_each":
         "test_sharding.py (several devices); test_a_cpu_batch_is_split_over_the_cores (the kernel's split)",
+    "tests/test_kernels.py::test_a_cpu_batch_is_split_over_the_cores[f32]":
+        "the f64 case (the same split); test_kernel_restates_the_method's float32 case (a kernel in float32)",
+    "tests/test_kernels.py::test_jax_vmap_over_a_torque_parameter_and_an_event_level_runs_each_element[adaptive]":
+        "its constant case (the same mapped custom call, kernels._common.jax_kernel, which the adaptive launch "
+        "takes too)",
     # kernels with error control
     "tests/test_kernels_adaptive.py::test_same_steps_as_xla[buss4(3)-gravity-1e-10]": "the cases at other tolerances",
     "tests/test_kernels_adaptive.py::test_same_steps_as_xla[rkmk8(5)-gravity-1e-10]": "the cases at other tolerances",
+    "tests/test_kernels_adaptive.py::test_a_terminal_event_in_the_kernel_stops_each_body[rkmk8(5)]":
+        "the buss4(3) case (the same kernel, another pair) and test_t_handle_flip_time_matches_the_exact_solution"
+        "[rkmk8(5)] (this pair's terminal event in the kernel, each body stopped at its own flip)",
+    # generated kernels
+    "tests/test_kernels_generated.py::test_every_method_runs_generated[rkmk8(5)]":
+        "the rkmk4 case (the same family); test_kernels.py::test_kernel_restates_the_method's rkmk8 case (the same "
+        "step); test_a_method_written_outside_the_package_runs_fused_with_constant_steps (a pair's constant steps)",
+    # pieces of the generated kernels
+    "tests/test_kernels_pieces.py::test_a_pair_whose_norm_gives_nan_runs_on_both_loops_with_the_same_steps":
+        "test_the_generated_controller_is_adapt (the kernel's controller: adapt's bits at a NaN error) and "
+        "test_a_nonfinite_error_rejects_and_shrinks_the_step",
     # Laskar-Robutel and Blanes et al.
     "tests/test_near_integrable.py::test_order_2n_in_the_terms_linear_in_the_torque[aba1064-10-ns4]":
         "the aba864 case (the same code, other coefficients)",
@@ -128,6 +156,9 @@ SLOW: dict[str, str] = {
     # progress meters
     "tests/test_progress_kinds.py::test_constant_steps_fused_report_every_interval[frames]":
         "its final case (the same fused pieces and meter, the other output); the XLA frames cases",
+    **{f"tests/test_progress_kinds.py::test_constant_steps_on_xla_report_every_interval[{c}]":
+       "the frames-None and final-64 cases (the same pieces and meter: each output, one body and a batch)"
+       for c in ("frames-64", "final-None")},
     # rotation views
     "tests/test_rotations.py::test_trajectory_views_of_a_batch": "test_trajectory_views",
     # simulate
@@ -143,6 +174,8 @@ SLOW: dict[str, str] = {
     "tests/test_suggest.py::test_a_satellite_whose_coarse_trial_runs_are_far_off": "test_choices_follow_the_facts_not_the_names",
     "tests/test_suggest.py::test_an_unseen_body_and_torque": "test_choices_follow_the_facts_not_the_names",
     # precision floors
+    "tests/test_tolerance.py::test_a_float32_run_meets_the_local_floor[lie_taylor5(4)]":
+        "the buss4(3) case (the same floor and law, another pair)",
     "tests/test_tolerance.py::test_a_calibrated_batch_whose_check_runs_stall_in_float32_keeps_its_prediction":
         "test_a_global_error_run_raised_to_the_floor_reports_the_error_its_law_predicts_there (one body)",
     # plain-function torques
@@ -150,6 +183,9 @@ SLOW: dict[str, str] = {
     "tests/test_torque_functions.py::test_plain_function_gravity_matches_gravity_torque[liemid_ea]": "the buss4 case",
     # torque restatement
     "tests/test_transpile.py::test_restatement_equals_the_function[elementary-f64]": "the elementary-f32 case",
+    "tests/test_transpile.py::test_fused_run_of_a_plain_function_equals_xla":
+        "test_a_torque_with_a_loop_is_restated (a plain function's torque in a fused rkmk8 run, equal to XLA's); "
+        "test_suggest.py::test_the_suggestion_runs_in_a_fused_kernel_where_one_exists (suggest names Fused for one)",
     # derivatives in the kernels
     "tests/test_kernels_backward.py::test_a_pair_that_carries_memory_is_differentiated_in_the_kernels[reverse]":
         "the same test's [forward] case and test_kernels_fixed_derivatives.py::"
@@ -176,6 +212,13 @@ SLOW: dict[str, str] = {
         "test_kernels_fixed_derivatives.py::test_forward_mode_in_the_kernels_equals_the_xla_loop[rk4]",
     "tests/test_kernels_adaptive_saved.py::test_every_kth_step_and_dense_output_with_an_event_as_the_xla_loop[False]":
         "its [True] case (a terminal event: the same record and frames, and the crossing step's column)",
+    "tests/test_kernels_backward.py::test_a_users_pair_is_differentiated_in_the_kernels":
+        "test_kernels_pieces.py::test_a_differentiated_first_call_compiles_no_plain_kernel (this pair's gradient in "
+        "the kernels) and test_gradient_in_the_kernels_equals_the_xla_loops (a pair's step derivative generated from "
+        "its JAX code, against the XLA loop's)",
+    "tests/test_kernels_fixed_derivatives.py::test_reverse_mode_in_the_kernels_equals_the_xla_loop[rk4]":
+        "the buss2p case (the same backward pass, under jit and in the step's length) and "
+        "test_frames_are_the_checkpoints_where_every_step_does_not_fit[rk4-True] (rk4's reverse mode in the kernels)",
     # the heaviest of the default run whose code other cases of the same test take
     "tests/test_suggest.py::test_a_float32_suggestion_meets_the_error_it_announces[slow_top-None-0.0001]":
         "the gravity_gradient, buss_torqued and free_body_hlw cases (the same float32 trial runs and check)",
@@ -186,7 +229,7 @@ SLOW: dict[str, str] = {
     "tests/test_kernels_adaptive.py::test_t_handle_flip_time_matches_the_exact_solution[rkmk8(5,3)]":
         "the rkmk8(5) and buss4(3) cases (the same kernel, another pair)",
     "tests/test_kernels_adaptive.py::test_a_terminal_event_in_the_kernel_stops_each_body[rkmk8(5,3)]":
-        "the rkmk8(5) and buss4(3) cases (the same kernel, another pair)",
+        "the buss4(3) case (the same kernel, another pair)",
 }
 
 # test function -> the axes (parameter names) whose values, or tuples of values, every kept case covers
