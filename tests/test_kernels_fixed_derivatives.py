@@ -119,6 +119,10 @@ def test_a_derivative_of_forward_mode_is_the_xla_loops(calls):
         return jax.jacfwd(lambda J: jax.jvp(lambda J: loss(J, Pi, dt, executor), (J,), (v,))[1])(J)
 
     np.testing.assert_allclose(hvp(jaxrot.Fused()), hvp(jaxrot.XLA()), rtol=1e-10)
+    # a mixed one: the outer derivative in J, the inner in the initial momenta (each input once)
+    mixed = [jax.jacfwd(lambda J: jax.jvp(lambda P: loss(J, P, dt, ex), (Pi,), (jnp.ones_like(Pi),))[1])(J)
+             for ex in (jaxrot.Fused(), jaxrot.XLA())]
+    np.testing.assert_allclose(*mixed, rtol=1e-10)
     assert calls["jvp"] == 0
 
 

@@ -94,8 +94,8 @@ class ForwardMode(AbstractAdjoint):
 
     Args:
       in_kernels: a fused run's tangents carried in its kernel (False: the XLA loop's, beside the
-        kernel's run). A run differentiated inside another derivative (``jax.jacfwd`` or ``jax.grad``
-        of a ``jax.jvp``) takes False by itself: the kernels' tangents have no derivative of their own.
+        kernel's run). A run differentiated inside another forward-mode derivative (``jax.jacfwd`` of
+        a ``jax.jvp``) takes False by itself: the kernels' tangents have no derivative of their own.
 
     Example::
 
@@ -157,15 +157,15 @@ def reverse_only(leaves) -> bool:
 
 def differentiated_twice(leaves) -> bool:
     """Whether the run is being differentiated inside another derivative (``jax.jacfwd`` or ``jax.grad``
-    around ``jax.jvp``, a Hessian): a derivative rule must then itself be differentiable."""
+    around ``jax.jvp``, a Hessian, in the same inputs or in others): a derivative rule must then itself
+    be differentiable."""
+    traces = set()
     for x in leaves:
-        levels = 0
-        while isinstance(x, jax.core.Tracer):
-            levels += _kind(x) is not None
+        while isinstance(x, jax.core.Tracer):  # through vmap's tracers (.val) and derivatives' (.primal)
+            if _kind(x) is not None:
+                traces.add(id(getattr(x, "_trace", x)))
             x = getattr(x, "primal", getattr(x, "val", None))
-        if levels > 1:
-            return True
-    return False
+    return len(traces) > 1
 
 
 def adjoint_for(adjoint, leaves) -> AbstractAdjoint:

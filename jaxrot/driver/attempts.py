@@ -8,7 +8,8 @@ time, so saved states carry the pair's full accuracy), measures the pair's error
 step body of every XLA loop (:func:`~jaxrot.driver.loop.advance`, a constant step's too, judged here
 by the controller): checked, the event moved on; an accepted step then writes what :class:`~jaxrot.SaveAt` asks:
 the state at an output time, every ``k``-th step, every step for the dense output. The loop ends at
-the last output time, at a terminal event, at a failed step, or after ``max_steps`` attempts.
+the last output time, at a terminal event, at a failed step (constant steps go on past one, as
+scanned ones do), or after ``max_steps`` attempts.
 In reverse mode the loop is differentiated along the steps it accepted (:func:`_recorded`). With a
 progress report a concrete run goes in pieces of attempts (:func:`attempts_in_pieces`), the same
 attempts as the loop in one call.
@@ -147,7 +148,11 @@ def _loop(args, shape, adjoint=ForwardMode(), *, record: bool = False, replay=No
     piece of a run, for a progress report: the same attempts as one loop)."""
     c0, method, event, monitor = args
     max_steps = shape[3]
-    if record:
+    turns = max_steps
+    if shape[4] is not None:  # constant steps: a turn of group steps a frame, no step of theirs to record
+        per_frame, group = shape[4]
+        turns = shape[2] * -(-per_frame // group)
+    elif record:
         c0 = c0[:16] + (jnp.zeros((max_steps,), c0[0].dtype),)
     if replay is None:
         cond = _cond(event, shape[2], max_steps if most is None else most, shape[4] is not None)
@@ -155,7 +160,7 @@ def _loop(args, shape, adjoint=ForwardMode(), *, record: bool = False, replay=No
         def cond(c):
             return (c[7] < replay[1]) | (c[5] < replay[2])
     body = _body(method, event, monitor, shape, None if replay is None else replay[0])
-    final = adjoint.while_loop(cond, body, c0, max_steps=max_steps, buffers=_buffers)
+    final = adjoint.while_loop(cond, body, c0, max_steps=turns, buffers=_buffers)
     out = final[:15] + (None, None)
     return (out, (final[16], final[7], final[5])) if record else out
 
@@ -269,7 +274,7 @@ def attempts_start(method, system, state0: State, t0, targets, rtol, atol, dt0, 
     # cotangents then accumulate through the checkpointed loop's recomputations
     c0 = (t0, state0, method.init(system, t0, state0, h0), jnp.asarray(h0, dtype), jnp.asarray(1.0, dtype), z32,
           out0, z32, z32, empty_stats(), jnp.asarray(-1, jnp.int32), jnp.asarray(SUCCESSFUL, jnp.int32), ev, sbuf,
-          dbuf, (system, targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref), None)
+          dbuf, (system, None if constant else targets, jnp.asarray(rtol, dtype), jnp.asarray(atol, dtype), ref), None)
     return c0, (q, every, n_out, max_steps, constant)
 
 

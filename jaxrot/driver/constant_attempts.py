@@ -4,20 +4,32 @@ end, each step kept, a frame every ``save_every`` steps; the same step body as a
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
+from .adjoint import ForwardMode
 from .attempts import attempts_end, attempts_start, run_through
+from .forward_vjp import by_jacobian
 from .layout import Frames, assemble
+from .loop import FRAME_NUMBERS
 
 #: constant steps a turn of the loop of attempts where only the final state is kept
 WHILE_GROUP = 8
 
 
-def constant_frames(args, n_steps: int, save_every: int, final_only: bool, adjoint) -> Frames:
+def constant_frames(args, n_steps: int, save_every: int, final_only: bool, adjoint, reverse: bool = False) -> Frames:
     """One body's constant steps in the loop of attempts, every step kept (a terminal event ends it),
     ``args = (method, system, state0, dt, t0, monitor, event)``: a frame every ``save_every`` steps,
-    or only the final state. Reverse mode as for error control (:func:`_recorded`)."""
+    or only the final state. ``reverse`` (``jax.grad`` only): differentiated by forward tangents of the
+    loop as a plain while loop (:func:`~jaxrot.driver.forward_vjp.by_jacobian`) where the numbers
+    perturbed are few, through ``adjoint``'s loop otherwise (taking the same steps again)."""
+    if reverse:
+        run = functools.partial(constant_frames, n_steps=n_steps, save_every=save_every, final_only=final_only)
+        frames = 1 if final_only else n_steps // save_every
+        return by_jacobian(functools.partial(run, adjoint=ForwardMode()), args, frames * FRAME_NUMBERS,
+                           reverse=functools.partial(run, adjoint=adjoint))
     method, system, state0, dt, t0, monitor, event = args
     per_frame = n_steps if final_only else save_every
     # steps a turn of the while loop (whose overhead a turn is about a step's): a frame's, or a few

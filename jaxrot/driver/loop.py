@@ -217,7 +217,8 @@ def masked_steps(method, system, carry, dt, t0, length: int, go=None, monitor=No
     """``length`` constant steps from ``carry`` (:func:`init_carry`) in a scan (reverse-differentiable),
     a step where ``go(carry)`` is false leaving the carry as it was (None: every step taken):
     ``(carry, StepStats folded over the steps taken)``: a frame of every constant-step loop with a
-    known count (:func:`scan_frames`, a dense output's query re-run)."""
+    known count (:func:`scan_frames`, a dense output's query re-run) and of a turn of the loop of
+    attempts at constant steps (:mod:`jaxrot.driver.constant_attempts`)."""
     def inner(ca, _):
         ca, acc = ca
         new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)

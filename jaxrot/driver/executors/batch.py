@@ -237,22 +237,23 @@ def batch_while(spec: RunSpec, executor) -> Frames:
     """Every body's constant steps in the loop of attempts (a terminal event ends each), placed by
     ``executor``'s ``map_bodies``, compiled once per configuration."""
     leaves = inputs(spec)
+    reverse = reverse_only(leaves)
 
     def run():
         return _batch_while(executor, loop_args(spec), (spec.n_steps, spec.save_every, spec.final_only, spec.adjoint),
-                            spec.stacked)
+                            spec.stacked, reverse)
 
     concrete = all(map(is_concrete, leaves))
     return run() if spec.report is None or not concrete else one_call(spec.report, run, spec.n_steps)
 
 
 @eqx.filter_jit
-def _batch_while(executor, args, loop, stacked: bool) -> Frames:
+def _batch_while(executor, args, loop, stacked: bool, reverse: bool) -> Frames:
     map_bodies = type(executor).map_bodies.__get__(executor)
     method, system, state0, dt, t0, monitor, event = args
 
     def one(p, s):
-        return constant_frames((method, p, s, dt, t0, monitor, event), *loop)
+        return constant_frames((method, p, s, dt, t0, monitor, event), *loop, reverse)
 
     if stacked:
         return map_bodies(one, system, state0)

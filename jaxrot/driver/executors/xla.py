@@ -78,10 +78,11 @@ def one_body(spec: RunSpec) -> Frames:
     m, s, x0, dt, t0, se = spec.method, spec.system, spec.state0, spec.dt, spec.t0, spec.save_every
     n_frames, is_traced, mon, ev = spec.n_frames, traced(spec), spec.monitor, spec.event
     if spec.terminal:
+        reverse = is_traced and reverse_only(inputs(spec))
         loop = (loop_args(spec), spec.n_steps, se, spec.final_only, spec.adjoint)
         if spec.report is not None and not is_traced:
             return one_call(spec.report, lambda: _one_while(*loop), spec.n_steps)
-        return _one_while(*loop)
+        return _one_while(*loop, reverse)
     if spec.final_only and not is_traced:  # the step count a traced loop bound: one program for any count
         if spec.report is not None:
             carry, stats = steps_in_pieces(
