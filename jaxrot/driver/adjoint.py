@@ -147,25 +147,21 @@ def reverse_only(leaves) -> bool:
     reverse one would refuse it)."""
     if mode(leaves) != "reverse":
         return False
-    for x in leaves:
-        while isinstance(x, jax.core.Tracer):
-            if type(x).__name__ == "JVPTracer":
-                return False
-            x = getattr(x, "primal", None)
-    return True
+    return not any(type(t).__name__ == "JVPTracer" for x in leaves for t in _layers(x))
 
 
 def differentiated_twice(leaves) -> bool:
     """Whether the run is being differentiated inside another derivative (``jax.jacfwd`` or ``jax.grad``
     around ``jax.jvp``, a Hessian, in the same inputs or in others): a derivative rule must then itself
     be differentiable."""
-    traces = set()
-    for x in leaves:
-        while isinstance(x, jax.core.Tracer):  # through vmap's tracers (.val) and derivatives' (.primal)
-            if _kind(x) is not None:
-                traces.add(id(getattr(x, "_trace", x)))
-            x = getattr(x, "primal", getattr(x, "val", None))
-    return len(traces) > 1
+    return len({id(getattr(t, "_trace", t)) for x in leaves for t in _layers(x) if _kind(t) is not None}) > 1
+
+
+def _layers(x):
+    """``x`` and the tracers inside it: a derivative's primal, ``vmap``'s value."""
+    while isinstance(x, jax.core.Tracer):
+        yield x
+        x = getattr(x, "primal", getattr(x, "val", None))
 
 
 def adjoint_for(adjoint, leaves) -> AbstractAdjoint:

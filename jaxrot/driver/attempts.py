@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..geometry.state import State
+from ..geometry.state import State, tree_where
 from ..integrators.pairs import LANDING, adapt, first_interval, first_step
 from ..physics.flow import pack_body
 from .adjoint import ForwardMode
@@ -31,7 +31,7 @@ from . import forward_vjp, progress
 from .checks import is_concrete
 from .failures import MAX_STEPS_REACHED, SUCCESSFUL
 from .layout import Frames
-from .loop import advance, empty_stats, fold, invariants, masked_steps, tree_where
+from .loop import advance, empty_stats, fold, invariants, masked_steps
 
 __all__ = ["Attempts", "while_attempts", "attempts_frames", "attempts_frames_on", "attempts_in_pieces"]
 

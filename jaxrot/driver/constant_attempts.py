@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 
 from .adjoint import ForwardMode
 from .attempts import attempts_end, attempts_start, run_through
 from .forward_vjp import by_jacobian
+from ..geometry.state import tree_where
 from .layout import Frames, assemble
 from .loop import FRAME_NUMBERS
 
@@ -47,5 +47,5 @@ def constant_frames(args, n_steps: int, save_every: int, final_only: bool, adjoi
     cut = (j == i) & (a.n_accepted > i * per_frame)
     ts = jnp.where(j < i, targets, jnp.where(cut, t0 + a.n_accepted.astype(dt.dtype) * dt,
                                              t0 + (j + 1).astype(dt.dtype) * (per_frame * dt)))
-    stats = jax.tree_util.tree_map(lambda o, f: jnp.where(cut, f, o), a.stats, final[9])
+    stats = tree_where(cut, final[9], a.stats)
     return assemble(state0, t0, a.states, ts, stats, a.failed, a.reason, a.event, a.n_accepted)

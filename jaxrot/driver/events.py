@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ..closures import hoist
-from ..geometry.state import State
+from ..geometry.state import State, tree_where
 from ..integrators import dense_output
 from ..integrators.dense_output import BISECTIONS, DENSE_ORDER, POLISH, crossed, method_step, polishes
 
@@ -129,11 +129,8 @@ def event_update(event: Event, ec: EventCarry, t, h, s0: State, s1: State, accep
     g1 = _g(event, t + h if t_end is None else t_end, s1, ec.g.dtype)
     new = accepted & (~ec.found) & crossed(event.direction, ec.g, g1)
 
-    def pick(a, b):
-        return jax.tree_util.tree_map(lambda x, y: jnp.where(new, x, y), a, b)
-
     return EventCarry(jnp.where(accepted, g1, ec.g), ec.found | new, jnp.where(new, t, ec.t_a),
-                      jnp.where(new, h, ec.h_a), pick(s0, ec.s_a), pick(s1, ec.s_b))
+                      jnp.where(new, h, ec.h_a), tree_where(new, s0, ec.s_a), tree_where(new, s1, ec.s_b))
 
 
 def stopped(event: Event | None, ec) -> jax.Array:

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..geometry.state import State
+from ..geometry.state import State, tree_where
 from ..integrators.stats import StepStats
 from .events import event_start, event_update
 from .failures import INVARIANT_DRIFT, NONFINITE_STATE, SOLVE_FAILED, SUCCESSFUL
@@ -78,11 +78,6 @@ def fold(acc: StepStats, s: StepStats) -> StepStats:
 def empty_stats() -> StepStats:
     z = jnp.asarray(0, jnp.int32)
     return StepStats(newton_iters=z, converged=jnp.asarray(True), clamped=z, substeps=z)
-
-
-def tree_where(c, a, b):
-    """``a`` where ``c``, ``b`` elsewhere, leaf by leaf."""
-    return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
 
 
 def _finite(state: State):
@@ -224,8 +219,7 @@ def masked_steps(method, system, carry, dt, t0, length: int, go=None, monitor=No
         new, stats = fixed_step(method, system, ca, dt, t0, monitor, event)
         if go is not None:
             g = go(ca)
-            new = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), new, ca)
-            stats = jax.tree_util.tree_map(lambda a, b: jnp.where(g, a, b), stats, empty_stats())
+            new, stats = tree_where(g, (new, stats), (ca, empty_stats()))
         return (new, fold(acc, stats)), None
 
     (c, acc), _ = lax.scan(inner, (carry, empty_stats()), None, length=length, unroll=unroll)

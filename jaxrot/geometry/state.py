@@ -108,3 +108,8 @@ def _quaternion_message(q: np.ndarray, dtype) -> str | None:
     where = "" if not idx else f" (entry {idx[0] if len(idx) == 1 else idx})"
     return (f"State.from_quaternion: q{where} must be a finite, nonzero quaternion, got {q[idx]} "
             f"(it has no attitude: the rotation matrix would be NaN)")
+
+
+def tree_where(c, a, b):
+    """``a`` where ``c``, ``b`` elsewhere, leaf by leaf (states, loop carries; ``c`` broadcast)."""
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(c, x, y), a, b)
